@@ -1,0 +1,437 @@
+//! Options for opening files, with their defaults.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ureq::Agent;
+use url::Url;
+
+use crate::cache::{BlockCache, FileKey};
+use crate::error::{Error, ErrorKind, Result};
+use crate::file::{Parts, RemoteFile};
+use crate::http::{Timeouts, Transport, TransportConfig};
+use crate::plan::ReadAhead;
+use crate::retry::RetryPolicy;
+use crate::stats::Counters;
+
+const KIB: u64 = 1024;
+const MIB: u64 = 1024 * KIB;
+
+/// The largest block size accepted.
+pub const MAX_BLOCK_SIZE: u64 = 256 * MIB;
+
+/// Headers the crate sets itself, which a caller may not override.
+const RESERVED_HEADERS: [&str; 5] = ["range", "accept-encoding", "if-match", "host", "content-length"];
+
+/// Options for opening a [`RemoteFile`]: reusable (it can open many files) and
+/// cheap to clone.
+///
+/// | option | default |
+/// |---|---|
+/// | [`block_size`](Builder::block_size) | 1 MiB |
+/// | [`cache_capacity`](Builder::cache_capacity) | 256 MiB, private to the file |
+/// | [`read_ahead_min`](Builder::read_ahead_min) / [`read_ahead_max`](Builder::read_ahead_max) | 1 MiB / 64 MiB (at most a quarter of the cache) |
+/// | [`max_concurrent_requests`](Builder::max_concurrent_requests) | 4 |
+/// | [`split_size`](Builder::split_size) | 4 MiB |
+/// | [`retry_policy`](Builder::retry_policy) | [`RetryPolicy::default`] |
+/// | [`connect_timeout`](Builder::connect_timeout) | 10 s |
+/// | [`idle_timeout`](Builder::idle_timeout) | 30 s |
+/// | [`read_timeout`](Builder::read_timeout) | 5 min |
+/// | [`max_redirects`](Builder::max_redirects) | 10 |
+/// | [`user_agent`](Builder::user_agent) | `remfile/<version>` |
+/// | [`proxy_from_env`](Builder::proxy_from_env) | `true` |
+/// | [`https_only`](Builder::https_only) | `false` |
+///
+/// `Debug` shows header names but never their values.
+///
+/// # Example
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use remfile::RemoteFile;
+///
+/// let builder = RemoteFile::builder()
+///     .block_size(512 * 1024)
+///     .cache_capacity(1 << 30)
+///     .connect_timeout(Duration::from_secs(5))
+///     .header("Authorization", "Bearer secret");
+/// let a = builder.open("https://example.com/a.nwb")?;
+/// let b = builder.open("https://example.com/b.nwb")?;
+/// # Ok::<(), remfile::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Builder {
+    block_size: u64,
+    cache_capacity: u64,
+    cache: Option<BlockCache>,
+    read_ahead_min: u64,
+    read_ahead_max: u64,
+    max_concurrent_requests: u64,
+    split_size: u64,
+    retry: RetryPolicy,
+    connect_timeout: Duration,
+    idle_timeout: Duration,
+    read_timeout: Duration,
+    max_redirects: u32,
+    headers: Vec<(String, String)>,
+    user_agent: String,
+    agent: Option<Agent>,
+    proxy_from_env: bool,
+    https_only: bool,
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Builder {
+            block_size: MIB,
+            cache_capacity: 256 * MIB,
+            cache: None,
+            read_ahead_min: MIB,
+            read_ahead_max: 64 * MIB,
+            max_concurrent_requests: 4,
+            split_size: 4 * MIB,
+            retry: RetryPolicy::default(),
+            connect_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(30),
+            read_timeout: Duration::from_secs(300),
+            max_redirects: 10,
+            headers: Vec::new(),
+            user_agent: concat!("remfile/", env!("CARGO_PKG_VERSION")).to_owned(),
+            agent: None,
+            proxy_from_env: true,
+            https_only: false,
+        }
+    }
+}
+
+impl fmt::Debug for Builder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let header_names: Vec<&str> = self.headers.iter().map(|(n, _)| n.as_str()).collect();
+        f.debug_struct("Builder")
+            .field("block_size", &self.block_size)
+            .field("cache_capacity", &self.cache_capacity)
+            .field("cache", &self.cache)
+            .field("read_ahead_min", &self.read_ahead_min)
+            .field("read_ahead_max", &self.read_ahead_max)
+            .field("max_concurrent_requests", &self.max_concurrent_requests)
+            .field("split_size", &self.split_size)
+            .field("retry", &self.retry)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("read_timeout", &self.read_timeout)
+            .field("max_redirects", &self.max_redirects)
+            .field("headers (values hidden)", &header_names)
+            .field("user_agent", &self.user_agent)
+            .field("agent", &self.agent.as_ref().map(|_| "caller-supplied"))
+            .field("proxy_from_env", &self.proxy_from_env)
+            .field("https_only", &self.https_only)
+            .finish()
+    }
+}
+
+impl Builder {
+    /// The unit of fetching and caching, in bytes (1 to 256 MiB).
+    ///
+    /// Small blocks waste fewer bytes on scattered small reads (HDF5 metadata);
+    /// large blocks cost fewer round trips. Large reads are not affected much
+    /// either way: a read fetches all its missing blocks in one request.
+    pub fn block_size(mut self, bytes: u64) -> Self {
+        self.block_size = bytes;
+        self
+    }
+
+    /// The capacity in bytes of the file's private cache. Ignored when
+    /// [`cache`](Builder::cache) supplies a shared one.
+    pub fn cache_capacity(mut self, bytes: u64) -> Self {
+        self.cache_capacity = bytes;
+        self
+    }
+
+    /// A cache shared with other files, instead of a private one.
+    pub fn cache(mut self, cache: BlockCache) -> Self {
+        self.cache = Some(cache);
+        self
+    }
+
+    /// The read-ahead a sequential stream starts with at its first further
+    /// miss; it doubles at each miss after that.
+    pub fn read_ahead_min(mut self, bytes: u64) -> Self {
+        self.read_ahead_min = bytes;
+        self
+    }
+
+    /// The largest read-ahead window; also capped at a quarter of the cache, so
+    /// read-ahead cannot evict itself. `0` turns read-ahead off.
+    pub fn read_ahead_max(mut self, bytes: u64) -> Self {
+        self.read_ahead_max = bytes;
+        self
+    }
+
+    /// How many requests one read may have in flight at once (1 to 64).
+    /// Object stores cap each connection's throughput, so large reads go
+    /// faster over several.
+    pub fn max_concurrent_requests(mut self, n: u64) -> Self {
+        self.max_concurrent_requests = n;
+        self
+    }
+
+    /// A contiguous fetch of at least twice this many bytes is split into parts
+    /// of at least this size, fetched concurrently.
+    pub fn split_size(mut self, bytes: u64) -> Self {
+        self.split_size = bytes;
+        self
+    }
+
+    /// How failed requests are retried.
+    pub fn retry_policy(mut self, policy: RetryPolicy) -> Self {
+        self.retry = policy;
+        self
+    }
+
+    /// The longest wait to establish a connection (TCP and TLS).
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.connect_timeout = d;
+        self
+    }
+
+    /// The longest time the server may stay silent: before the response
+    /// headers, or between two reads of the body.
+    pub fn idle_timeout(mut self, d: Duration) -> Self {
+        self.idle_timeout = d;
+        self
+    }
+
+    /// The overall deadline of one read (or of opening), retries and waits
+    /// included.
+    pub fn read_timeout(mut self, d: Duration) -> Self {
+        self.read_timeout = d;
+        self
+    }
+
+    /// The most redirects followed for one request.
+    pub fn max_redirects(mut self, n: u32) -> Self {
+        self.max_redirects = n;
+        self
+    }
+
+    /// Adds a header to every request to the URL's own origin (scheme, host
+    /// and port), such as `Authorization`. It is not sent to a redirect target
+    /// elsewhere. `Range`, `Accept-Encoding`, `If-Match`, `Host` and
+    /// `Content-Length` are the crate's own and are refused at open.
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+
+    /// The `User-Agent` header.
+    pub fn user_agent(mut self, ua: impl Into<String>) -> Self {
+        self.user_agent = ua.into();
+        self
+    }
+
+    /// Sends requests through this agent (sharing its connection pool, TLS and
+    /// proxy settings). Redirects, status handling and timeouts are still set
+    /// per request by this crate.
+    pub fn agent(mut self, agent: Agent) -> Self {
+        self.agent = Some(agent);
+        self
+    }
+
+    /// Whether the crate's own agent uses a proxy from `HTTPS_PROXY`,
+    /// `HTTP_PROXY` or `ALL_PROXY` (honouring `NO_PROXY`).
+    pub fn proxy_from_env(mut self, yes: bool) -> Self {
+        self.proxy_from_env = yes;
+        self
+    }
+
+    /// Refuses plain `http` URLs, and redirects to them.
+    pub fn https_only(mut self, yes: bool) -> Self {
+        self.https_only = yes;
+        self
+    }
+
+    fn validate(&self) -> Result<()> {
+        let bad = |what: String| Err(Error::new(ErrorKind::InvalidConfig, what));
+        if self.block_size == 0 || self.block_size > MAX_BLOCK_SIZE {
+            return bad(format!(
+                "block_size must be 1 to {MAX_BLOCK_SIZE} bytes, not {}",
+                self.block_size
+            ));
+        }
+        if !(1..=64).contains(&self.max_concurrent_requests) {
+            return bad(format!(
+                "max_concurrent_requests must be 1 to 64, not {}",
+                self.max_concurrent_requests
+            ));
+        }
+        if self.split_size == 0 {
+            return bad("split_size must be positive".into());
+        }
+        for (name, d) in [
+            ("connect_timeout", self.connect_timeout),
+            ("idle_timeout", self.idle_timeout),
+            ("read_timeout", self.read_timeout),
+        ] {
+            if d.is_zero() {
+                return bad(format!("{name} must be positive"));
+            }
+        }
+        for (name, value) in &self.headers {
+            if ureq::http::HeaderName::try_from(name.as_str()).is_err() {
+                return bad(format!("invalid header name {name:?}"));
+            }
+            if ureq::http::HeaderValue::try_from(value.as_str()).is_err() {
+                return bad(format!("invalid value for header {name:?}"));
+            }
+            if RESERVED_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
+                return bad(format!("header {name:?} is set by remfile itself"));
+            }
+        }
+        if ureq::http::HeaderValue::try_from(self.user_agent.as_str()).is_err() {
+            return bad("invalid user agent".into());
+        }
+        Ok(())
+    }
+
+    fn make_agent(&self) -> Agent {
+        if let Some(agent) = &self.agent {
+            return agent.clone();
+        }
+        let proxy = if self.proxy_from_env {
+            ureq::Proxy::try_from_env()
+        } else {
+            None
+        };
+        Agent::config_builder()
+            .proxy(proxy)
+            .max_idle_connections_per_host((2 * self.max_concurrent_requests as usize).max(8))
+            .max_idle_connections(100)
+            .build()
+            .new_agent()
+    }
+
+    /// Opens the file at `url`: one request, which learns its size and
+    /// validators and fetches its first block.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidConfig`] for options out of range,
+    /// [`ErrorKind::InvalidUrl`] for a URL that is not `http(s)`, and the
+    /// errors of a read (see [`RemoteFile::open`]).
+    pub fn open(&self, url: impl AsRef<str>) -> Result<RemoteFile> {
+        self.validate()?;
+        let url = parse_url(url.as_ref(), self.https_only)?;
+        let counters = Arc::new(Counters::default());
+        let transport = Transport::new(
+            url.clone(),
+            TransportConfig {
+                agent: self.make_agent(),
+                headers: self.headers.clone(),
+                user_agent: self.user_agent.clone(),
+                timeouts: Timeouts {
+                    connect: self.connect_timeout,
+                    idle: self.idle_timeout,
+                    per_read: self.read_timeout,
+                },
+                retry: self.retry,
+                https_only: self.https_only,
+                max_redirects: self.max_redirects,
+            },
+            counters.clone(),
+        );
+        let opened = transport.open(self.block_size)?;
+        let cache = self
+            .cache
+            .clone()
+            .unwrap_or_else(|| BlockCache::new(self.cache_capacity));
+        let id = &opened.identity;
+        let key: FileKey = Arc::from(format!(
+            "{url}\n{}\n{}\n{}",
+            id.etag.as_deref().unwrap_or(""),
+            id.last_modified.as_deref().unwrap_or(""),
+            id.size
+        ));
+        let ahead_max = self.read_ahead_max.min(cache.capacity() / 4);
+        let ahead_min = self.read_ahead_min.min(ahead_max);
+        Ok(RemoteFile::from_parts(Parts {
+            transport,
+            identity: opened.identity,
+            first_block: opened.first,
+            cache,
+            key,
+            block_size: self.block_size,
+            read_ahead: ReadAhead::new(ahead_min, ahead_max),
+            max_concurrency: self.max_concurrent_requests,
+            split_blocks: self.split_size.div_ceil(self.block_size),
+            read_timeout: self.read_timeout,
+            counters,
+        }))
+    }
+}
+
+fn parse_url(text: &str, https_only: bool) -> Result<Url> {
+    let url = Url::parse(text)
+        .map_err(|e| Error::new(ErrorKind::InvalidUrl, format!("invalid URL: {e}")))?;
+    match url.scheme() {
+        "https" => {}
+        "http" if !https_only => {}
+        "http" => {
+            return Err(Error::new(
+                ErrorKind::InvalidUrl,
+                "refusing a plain http URL (https_only is set)",
+            ));
+        }
+        other => {
+            return Err(Error::new(
+                ErrorKind::InvalidUrl,
+                format!("unsupported URL scheme {other:?}: only http and https"),
+            ));
+        }
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(Error::new(ErrorKind::InvalidUrl, "the URL has no host"));
+    }
+    Ok(url)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_options_are_refused_before_any_request() {
+        let unreachable = "http://127.0.0.1:9/x";
+        let cases = [
+            Builder::default().block_size(0),
+            Builder::default().block_size(MAX_BLOCK_SIZE + 1),
+            Builder::default().max_concurrent_requests(0),
+            Builder::default().idle_timeout(Duration::ZERO),
+            Builder::default().header("Range", "bytes=0-1"),
+            Builder::default().header("bad name", "x"),
+            Builder::default().header("X-Ok", "bad\nvalue"),
+        ];
+        for b in cases {
+            let e = b.open(unreachable).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{e}");
+        }
+    }
+
+    #[test]
+    fn urls_are_checked() {
+        for bad in ["ftp://h/x", "file:///etc/passwd", "not a url", "http://"] {
+            let e = parse_url(bad, false).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidUrl, "{bad}");
+        }
+        assert_eq!(parse_url("http://h/x", true).unwrap_err().kind(), ErrorKind::InvalidUrl);
+        assert!(parse_url("https://h/x", true).is_ok());
+    }
+
+    #[test]
+    fn debug_hides_header_values() {
+        let b = Builder::default().header("Authorization", "Bearer s3cr3t");
+        let shown = format!("{b:?}");
+        assert!(shown.contains("Authorization"));
+        assert!(!shown.contains("s3cr3t"));
+    }
+}

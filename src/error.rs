@@ -1,0 +1,319 @@
+//! The crate's error type.
+//!
+//! One [`Error`] type covers opening and reading. It is cheap to clone, because a
+//! failed fetch is reported to every reader that was waiting for it, and it carries
+//! no `ureq` types, so the transport can change without breaking callers.
+
+use std::fmt;
+use std::io;
+use std::ops::Range;
+use std::sync::Arc;
+
+/// A specialized `Result` for this crate's operations.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What went wrong, in a form a caller can `match` on.
+///
+/// # Example
+///
+/// ```no_run
+/// use remfile::{ErrorKind, RemoteFile};
+///
+/// match RemoteFile::open("https://example.com/missing.h5") {
+///     Ok(file) => println!("{} bytes", file.len()),
+///     Err(e) if e.kind() == ErrorKind::HttpStatus(404) => eprintln!("no such file"),
+///     Err(e) if e.is_retryable() => eprintln!("try again later: {e}"),
+///     Err(e) => eprintln!("cannot open: {e}"),
+/// }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The URL could not be parsed, uses a scheme other than `http` or `https`,
+    /// or (with `https_only`) is plain HTTP.
+    InvalidUrl,
+    /// An option given to the builder is out of range, or a header is invalid.
+    InvalidConfig,
+    /// The server answered with this HTTP status; [`Error::body_excerpt`] holds
+    /// the start of its explanation, if it sent one.
+    HttpStatus(u16),
+    /// The server does not serve byte ranges (it answered a ranged request
+    /// with the whole file).
+    RangeNotSupported,
+    /// The file on the server changed since it was opened: another ETag,
+    /// `Last-Modified` date or size, or a `412 Precondition Failed`.
+    RemoteChanged,
+    /// The server's answer is inconsistent with the request: a `Content-Range`
+    /// for other bytes, a body of the wrong length, an encoded body.
+    MalformedResponse,
+    /// A network wait ran past its timeout, or a read past its overall deadline.
+    Timeout,
+    /// The connection could not be made or broke (refused, reset, DNS, TLS).
+    Network,
+    /// Redirects went on for longer than the configured limit, or a redirect
+    /// had no usable `Location`.
+    Redirect,
+    /// `read_exact_at` asked for bytes past the end of the file.
+    UnexpectedEof,
+}
+
+/// The error returned by every fallible operation of this crate.
+///
+/// It says what failed ([`kind`](Error::kind)), for which URL (query string
+/// removed, so presigned signatures never reach a log) and byte range, after how
+/// many attempts, and, for an HTTP status, the first bytes of the server's
+/// explanation. Cloning is cheap: the contents are shared.
+///
+/// Converting into [`std::io::Error`] picks a fitting [`io::ErrorKind`] and
+/// keeps this error reachable through [`io::Error::downcast`]:
+///
+/// ```
+/// use remfile::{Error, ErrorKind};
+///
+/// fn why(e: std::io::Error) -> Option<ErrorKind> {
+///     e.downcast::<Error>().ok().map(|e| e.kind())
+/// }
+/// ```
+#[derive(Clone)]
+pub struct Error {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    kind: ErrorKind,
+    message: String,
+    url: Option<String>,
+    range: Option<Range<u64>>,
+    body: Option<String>,
+    hint: Option<&'static str>,
+    attempts: u32,
+}
+
+/// How many bytes of an error body are kept for [`Error::body_excerpt`].
+pub(crate) const BODY_EXCERPT_LEN: usize = 512;
+
+impl Error {
+    pub(crate) fn new(kind: ErrorKind, message: impl Into<String>) -> Error {
+        Error {
+            inner: Arc::new(Inner {
+                kind,
+                message: message.into(),
+                url: None,
+                range: None,
+                body: None,
+                hint: None,
+                attempts: 0,
+            }),
+        }
+    }
+
+    fn edit(mut self, f: impl FnOnce(&mut Inner)) -> Error {
+        match Arc::get_mut(&mut self.inner) {
+            Some(inner) => f(inner),
+            None => {
+                let old = &self.inner;
+                let mut inner = Inner {
+                    kind: old.kind,
+                    message: old.message.clone(),
+                    url: old.url.clone(),
+                    range: old.range.clone(),
+                    body: old.body.clone(),
+                    hint: old.hint,
+                    attempts: old.attempts,
+                };
+                f(&mut inner);
+                self.inner = Arc::new(inner);
+            }
+        }
+        self
+    }
+
+    /// Sets the redacted URL, unless one is set already.
+    pub(crate) fn with_url(self, redacted: &str) -> Error {
+        if self.inner.url.is_some() {
+            return self;
+        }
+        let redacted = redacted.to_owned();
+        self.edit(|i| i.url = Some(redacted))
+    }
+
+    pub(crate) fn with_range(self, range: Range<u64>) -> Error {
+        if self.inner.range.is_some() {
+            return self;
+        }
+        self.edit(|i| i.range = Some(range))
+    }
+
+    pub(crate) fn with_body(self, body: String) -> Error {
+        self.edit(|i| i.body = Some(body))
+    }
+
+    pub(crate) fn with_hint(self, hint: &'static str) -> Error {
+        self.edit(|i| i.hint = Some(hint))
+    }
+
+    pub(crate) fn with_attempts(self, attempts: u32) -> Error {
+        self.edit(|i| i.attempts = attempts)
+    }
+
+    /// What went wrong.
+    pub fn kind(&self) -> ErrorKind {
+        self.inner.kind
+    }
+
+    /// The HTTP status code, for [`ErrorKind::HttpStatus`].
+    pub fn status(&self) -> Option<u16> {
+        match self.inner.kind {
+            ErrorKind::HttpStatus(code) => Some(code),
+            _ => None,
+        }
+    }
+
+    /// The first bytes (at most 512) of the body the server sent with an error
+    /// status, decoded lossily as UTF-8. S3, for one, explains its refusals there.
+    pub fn body_excerpt(&self) -> Option<&str> {
+        self.inner.body.as_deref()
+    }
+
+    /// The URL the failed request went to, without its query string, fragment or
+    /// credentials.
+    pub fn url(&self) -> Option<&str> {
+        self.inner.url.as_deref()
+    }
+
+    /// The byte range (end exclusive) whose fetch failed, if the error came from
+    /// a read.
+    pub fn range(&self) -> Option<Range<u64>> {
+        self.inner.range.clone()
+    }
+
+    /// How many HTTP attempts were made before giving up (0 if the error arose
+    /// before any request, such as an invalid URL).
+    pub fn attempts(&self) -> u32 {
+        self.inner.attempts
+    }
+
+    /// Whether the same operation could succeed if tried again later: timeouts,
+    /// network failures, `429` and `5xx` statuses.
+    ///
+    /// The crate has already retried such errors as its retry policy allows.
+    pub fn is_retryable(&self) -> bool {
+        match self.inner.kind {
+            ErrorKind::Timeout | ErrorKind::Network => true,
+            ErrorKind::HttpStatus(code) => code == 429 || (500..600).contains(&code),
+            _ => false,
+        }
+    }
+
+    fn io_kind(&self) -> io::ErrorKind {
+        match self.inner.kind {
+            ErrorKind::InvalidUrl | ErrorKind::InvalidConfig => io::ErrorKind::InvalidInput,
+            ErrorKind::HttpStatus(404) | ErrorKind::HttpStatus(410) => io::ErrorKind::NotFound,
+            ErrorKind::HttpStatus(401) | ErrorKind::HttpStatus(403) => {
+                io::ErrorKind::PermissionDenied
+            }
+            ErrorKind::HttpStatus(_) => io::ErrorKind::Other,
+            ErrorKind::RangeNotSupported => io::ErrorKind::Unsupported,
+            ErrorKind::RemoteChanged => io::ErrorKind::StaleNetworkFileHandle,
+            ErrorKind::MalformedResponse => io::ErrorKind::InvalidData,
+            ErrorKind::Timeout => io::ErrorKind::TimedOut,
+            ErrorKind::Network => io::ErrorKind::ConnectionAborted,
+            ErrorKind::Redirect => io::ErrorKind::Other,
+            ErrorKind::UnexpectedEof => io::ErrorKind::UnexpectedEof,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let i = &*self.inner;
+        f.write_str(&i.message)?;
+        match (&i.url, &i.range) {
+            (Some(url), Some(r)) if r.end > r.start => {
+                write!(f, " (GET {url}, bytes {}-{})", r.start, r.end - 1)?
+            }
+            (Some(url), _) => write!(f, " (GET {url})")?,
+            (None, Some(r)) if r.end > r.start => write!(f, " (bytes {}-{})", r.start, r.end - 1)?,
+            _ => {}
+        }
+        if i.attempts > 1 {
+            write!(f, " after {} attempts", i.attempts)?;
+        }
+        if let Some(body) = i.body.as_deref().map(str::trim).filter(|b| !b.is_empty()) {
+            write!(f, ": server said: {body}")?;
+        }
+        if let Some(hint) = i.hint {
+            write!(f, "; {hint}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Every field is already redacted, so the derived form is safe to show.
+        fmt::Debug::fmt(&*self.inner, f)
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<Error> for io::Error {
+    fn from(e: Error) -> io::Error {
+        io::Error::new(e.io_kind(), e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_error_kinds_fit_and_keep_the_original() {
+        let cases = [
+            (ErrorKind::HttpStatus(404), io::ErrorKind::NotFound),
+            (ErrorKind::HttpStatus(401), io::ErrorKind::PermissionDenied),
+            (ErrorKind::HttpStatus(403), io::ErrorKind::PermissionDenied),
+            (ErrorKind::Timeout, io::ErrorKind::TimedOut),
+            (
+                ErrorKind::RemoteChanged,
+                io::ErrorKind::StaleNetworkFileHandle,
+            ),
+            (ErrorKind::RangeNotSupported, io::ErrorKind::Unsupported),
+            (ErrorKind::MalformedResponse, io::ErrorKind::InvalidData),
+            (ErrorKind::UnexpectedEof, io::ErrorKind::UnexpectedEof),
+        ];
+        for (kind, io_kind) in cases {
+            let io: io::Error = Error::new(kind, "x").into();
+            assert_eq!(io.kind(), io_kind, "{kind:?}");
+            let back = io.downcast::<Error>().expect("original kept");
+            assert_eq!(back.kind(), kind);
+        }
+    }
+
+    #[test]
+    fn display_names_url_range_attempts_body_and_hint() {
+        let e = Error::new(ErrorKind::HttpStatus(403), "HTTP 403 Forbidden")
+            .with_url("https://h/p")
+            .with_range(10..20)
+            .with_attempts(2)
+            .with_body("<Error>Expired</Error>".into())
+            .with_hint("the URL may have expired");
+        assert_eq!(
+            e.to_string(),
+            "HTTP 403 Forbidden (GET https://h/p, bytes 10-19) after 2 attempts: \
+             server said: <Error>Expired</Error>; the URL may have expired"
+        );
+        assert_eq!(e.status(), Some(403));
+        assert!(!e.is_retryable());
+    }
+
+    #[test]
+    fn editing_a_shared_error_leaves_the_other_copy_alone() {
+        let a = Error::new(ErrorKind::Network, "reset");
+        let b = a.clone().with_url("http://h/");
+        assert_eq!(a.url(), None);
+        assert_eq!(b.url(), Some("http://h/"));
+    }
+}

@@ -1,0 +1,457 @@
+//! [`RemoteFile`]: positioned and cursor reads served from the block cache, with
+//! missing blocks fetched over HTTP.
+
+use std::fmt;
+use std::io::{self, Read, Seek, SeekFrom};
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::builder::Builder;
+use crate::cache::{Block, BlockCache, Claim, FileKey};
+use crate::error::{Error, ErrorKind, Result};
+use crate::http::{Identity, Transport};
+use crate::plan::{self, ReadAhead};
+use crate::stats::{Counters, Stats};
+
+/// A file on an HTTP(S) server, read like a local file.
+///
+/// Open one with [`RemoteFile::open`] or, to change the defaults,
+/// [`RemoteFile::builder`]. Reads go through a block cache: a read takes what
+/// it can from the cache and fetches every missing block it needs in one
+/// request per contiguous run (long runs are split into parts fetched
+/// concurrently), plus a read-ahead window when it continues a sequential
+/// stream.
+///
+/// * [`read_at`](RemoteFile::read_at) and
+///   [`read_exact_at`](RemoteFile::read_exact_at) read at a position and take
+///   `&self`, so one file can serve many threads.
+/// * [`Read`] and [`Seek`] use a cursor of the file's own.
+/// * With the default `positioned-io` feature, `positioned_io::ReadAt` and
+///   `positioned_io::Size` are implemented too.
+///
+/// Cloning is cheap: a clone shares the cache, the connections and the
+/// statistics, and has its own cursor, starting where the original's was.
+/// `RemoteFile` is `Send + Sync`.
+///
+/// # Example
+///
+/// ```no_run
+/// use std::io::{Read, Seek, SeekFrom};
+/// use remfile::RemoteFile;
+///
+/// let mut file = RemoteFile::open("https://example.com/recording.nwb")?;
+/// let mut magic = [0u8; 8];
+/// file.read_exact_at(0, &mut magic)?;
+///
+/// file.seek(SeekFrom::End(-1024))?;
+/// let mut tail = Vec::new();
+/// file.read_to_end(&mut tail)?;
+/// println!("{:?}", file.stats());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct RemoteFile {
+    shared: Arc<Shared>,
+    pos: u64,
+}
+
+impl Clone for RemoteFile {
+    fn clone(&self) -> Self {
+        RemoteFile {
+            shared: Arc::clone(&self.shared),
+            pos: self.pos,
+        }
+    }
+}
+
+/// What [`Shared`] is built from, decided by the builder.
+pub(crate) struct Parts {
+    pub transport: Transport,
+    pub identity: Identity,
+    pub first_block: Vec<u8>,
+    pub cache: BlockCache,
+    pub key: FileKey,
+    pub block_size: u64,
+    pub read_ahead: ReadAhead,
+    pub max_concurrency: u64,
+    pub split_blocks: u64,
+    pub read_timeout: Duration,
+    pub counters: Arc<Counters>,
+}
+
+struct Shared {
+    transport: Transport,
+    identity: Identity,
+    cache: BlockCache,
+    key: FileKey,
+    block_size: u64,
+    read_ahead: Mutex<ReadAhead>,
+    max_concurrency: u64,
+    split_blocks: u64,
+    read_timeout: Duration,
+    counters: Arc<Counters>,
+}
+
+impl RemoteFile {
+    /// Opens the file at `url` with the default options.
+    ///
+    /// Opening costs one request, which learns the size and validators and
+    /// fetches the first block. See [`Builder`] for the defaults.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidUrl`] for a URL that is not `http` or `https`; the
+    /// server's status as [`ErrorKind::HttpStatus`]; [`ErrorKind::RangeNotSupported`]
+    /// if the server ignores byte ranges; network errors after retries.
+    ///
+    /// ```no_run
+    /// let file = remfile::RemoteFile::open("https://example.com/data.h5")?;
+    /// println!("{} bytes", file.len());
+    /// # Ok::<(), remfile::Error>(())
+    /// ```
+    pub fn open(url: impl AsRef<str>) -> Result<RemoteFile> {
+        Builder::default().open(url)
+    }
+
+    /// A builder to set options before opening; it can open many files.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let builder = remfile::RemoteFile::builder()
+    ///     .block_size(256 * 1024)
+    ///     .read_timeout(Duration::from_secs(60))
+    ///     .header("Authorization", "Bearer token");
+    /// ```
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
+    pub(crate) fn from_parts(p: Parts) -> RemoteFile {
+        if !p.first_block.is_empty() {
+            p.cache.insert(&p.key, 0, Arc::new(p.first_block));
+        }
+        RemoteFile {
+            shared: Arc::new(Shared {
+                transport: p.transport,
+                identity: p.identity,
+                cache: p.cache,
+                key: p.key,
+                block_size: p.block_size,
+                read_ahead: Mutex::new(p.read_ahead),
+                max_concurrency: p.max_concurrency,
+                split_blocks: p.split_blocks,
+                read_timeout: p.read_timeout,
+                counters: p.counters,
+            }),
+            pos: 0,
+        }
+    }
+
+    /// The file's size in bytes, as the server reported it at open.
+    pub fn len(&self) -> u64 {
+        self.shared.identity.size
+    }
+
+    /// Whether the file is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The URL given at open, without its query string, fragment or
+    /// credentials (fit for logs).
+    pub fn url(&self) -> &str {
+        self.shared.transport.redacted_url()
+    }
+
+    /// The `ETag` the server sent at open, if any. With a strong ETag every
+    /// request carries `If-Match`; in every case a response with another ETag
+    /// fails with [`ErrorKind::RemoteChanged`].
+    pub fn etag(&self) -> Option<&str> {
+        self.shared.identity.etag.as_deref()
+    }
+
+    /// The `Last-Modified` date the server sent at open, if any.
+    pub fn last_modified(&self) -> Option<&str> {
+        self.shared.identity.last_modified.as_deref()
+    }
+
+    /// The block size in bytes.
+    pub fn block_size(&self) -> u64 {
+        self.shared.block_size
+    }
+
+    /// The cache this file reads through (possibly shared with other files).
+    pub fn cache(&self) -> &BlockCache {
+        &self.shared.cache
+    }
+
+    /// The counters of this file and all its clones.
+    pub fn stats(&self) -> Stats {
+        self.shared.counters.snapshot()
+    }
+
+    /// Reads up to `buf.len()` bytes at `pos`; returns how many were read.
+    ///
+    /// Fewer bytes than asked are returned only at the end of the file, and 0
+    /// at or past it, without a request.
+    ///
+    /// ```no_run
+    /// # let file = remfile::RemoteFile::open("https://example.com/data.h5")?;
+    /// let mut buf = [0u8; 4096];
+    /// let n = file.read_at(1 << 20, &mut buf)?;
+    /// # Ok::<(), remfile::Error>(())
+    /// ```
+    pub fn read_at(&self, pos: u64, buf: &mut [u8]) -> Result<usize> {
+        let size = self.len();
+        if buf.is_empty() || pos >= size {
+            return Ok(0);
+        }
+        let len = buf.len().min(usize::try_from(size - pos).unwrap_or(usize::MAX));
+        self.shared.read_into(pos, &mut buf[..len])?;
+        Ok(len)
+    }
+
+    /// Reads exactly `buf.len()` bytes at `pos`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::UnexpectedEof`] if the file ends before, without a request;
+    /// otherwise as [`read_at`](RemoteFile::read_at).
+    ///
+    /// ```no_run
+    /// # let file = remfile::RemoteFile::open("https://example.com/data.h5")?;
+    /// let mut signature = [0u8; 8];
+    /// file.read_exact_at(0, &mut signature)?;
+    /// # Ok::<(), remfile::Error>(())
+    /// ```
+    pub fn read_exact_at(&self, pos: u64, buf: &mut [u8]) -> Result<()> {
+        let end = pos.checked_add(buf.len() as u64);
+        if end.is_none_or(|end| end > self.len()) {
+            return Err(Error::new(
+                ErrorKind::UnexpectedEof,
+                format!(
+                    "cannot read {} bytes at {pos}: the file has {} bytes",
+                    buf.len(),
+                    self.len()
+                ),
+            )
+            .with_url(self.url()));
+        }
+        if !buf.is_empty() {
+            self.shared.read_into(pos, buf)?;
+        }
+        Ok(())
+    }
+}
+
+impl Shared {
+    /// Fills `buf` with the bytes at `pos`; the range lies inside the file.
+    fn read_into(&self, pos: u64, buf: &mut [u8]) -> Result<()> {
+        let len = buf.len() as u64;
+        let needed = plan::blocks_covering(pos, len, self.block_size);
+        let mut have: Vec<Option<Block>> = needed
+            .clone()
+            .map(|i| self.cache.get(&self.key, i))
+            .collect();
+        let missing: Vec<u64> = needed
+            .clone()
+            .zip(&have)
+            .filter(|(_, b)| b.is_none())
+            .map(|(i, _)| i)
+            .collect();
+        let c = &self.counters;
+        Counters::add(&c.cache_hits, (have.len() - missing.len()) as u64);
+        Counters::add(&c.cache_misses, missing.len() as u64);
+        let ahead = self.read_ahead.lock().on_read(pos, len, !missing.is_empty());
+        if !missing.is_empty() {
+            let ahead_end = (pos + len).saturating_add(ahead).min(self.identity.size);
+            let optional: Vec<u64> = (needed.end..ahead_end.div_ceil(self.block_size)).collect();
+            let claim = self.cache.claim(&self.key, &missing, &optional);
+            self.complete(claim, &needed, &mut have)?;
+        }
+        copy_out(&have, needed.start * self.block_size, pos, buf, self.block_size);
+        Counters::add(&c.bytes_read, len);
+        Ok(())
+    }
+
+    /// Fetches what `claim` owns and waits for what others fetch, filling the
+    /// needed blocks into `have`.
+    fn complete(&self, mut claim: Claim, needed: &Range<u64>, have: &mut [Option<Block>]) -> Result<()> {
+        let slot = |i: u64| (i - needed.start) as usize;
+        for (i, block) in claim.found.drain(..) {
+            have[slot(i)] = Some(block);
+        }
+        let deadline = Instant::now() + self.read_timeout;
+        let parts: Vec<Range<u64>> = plan::runs(&claim.owned)
+            .into_iter()
+            .flat_map(|run| plan::split(run, self.max_concurrency, self.split_blocks))
+            .collect();
+        let mut failure = None;
+        for wave in parts.chunks(self.max_concurrency as usize) {
+            let results = self.fetch_wave(wave, deadline);
+            let rounds = results.iter().map(|r| r.as_ref().map_or(1, |(_, n)| *n)).max();
+            Counters::add(&self.counters.round_trips, rounds.unwrap_or(0).into());
+            for (part, result) in wave.iter().zip(results) {
+                match result {
+                    Ok((blocks, _)) => {
+                        for (i, data) in part.clone().zip(blocks) {
+                            let block = Arc::new(data);
+                            if needed.contains(&i) {
+                                have[slot(i)] = Some(block.clone());
+                            }
+                            claim.fulfil(i, block);
+                        }
+                    }
+                    Err(e) => {
+                        for i in part.clone() {
+                            claim.fail(i, &e);
+                        }
+                        // A failed read-ahead costs nothing but its bytes.
+                        if part.start < needed.end && failure.is_none() {
+                            failure = Some(e);
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        for (i, pending) in std::mem::take(&mut claim.waiting) {
+            let block = pending
+                .wait(deadline)
+                .map_err(|e| e.with_url(self.transport.redacted_url()))?;
+            have[slot(i)] = Some(block);
+        }
+        Ok(())
+    }
+
+    /// Fetches `parts` concurrently (the first on this thread).
+    fn fetch_wave(&self, parts: &[Range<u64>], deadline: Instant) -> Vec<Result<(Vec<Vec<u8>>, u32)>> {
+        let fetch = |part: &Range<u64>| {
+            let bytes = plan::byte_range(part, self.block_size, self.identity.size);
+            self.transport
+                .fetch(bytes, self.block_size, &self.identity, deadline)
+        };
+        match parts {
+            [] => Vec::new(),
+            [only] => vec![fetch(only)],
+            [first, rest @ ..] => std::thread::scope(|s| {
+                let handles: Vec<_> = rest.iter().map(|p| s.spawn(move || fetch(p))).collect();
+                let mut out = vec![fetch(first)];
+                out.extend(handles.into_iter().map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(Error::new(ErrorKind::Network, "a fetch thread panicked"))
+                    })
+                }));
+                out
+            }),
+        }
+    }
+}
+
+/// Copies the bytes at `pos` from consecutive blocks, the first starting at
+/// `first_start`, into `buf`.
+fn copy_out(blocks: &[Option<Block>], first_start: u64, pos: u64, buf: &mut [u8], block_size: u64) {
+    let mut written = 0usize;
+    let mut skip = (pos - first_start) as usize;
+    for block in blocks {
+        let block = block.as_ref().expect("every needed block is present");
+        let take = (block.len() - skip).min(buf.len() - written);
+        buf[written..written + take].copy_from_slice(&block[skip..skip + take]);
+        written += take;
+        skip = 0;
+        debug_assert!(block.len() as u64 <= block_size);
+    }
+    debug_assert_eq!(written, buf.len());
+}
+
+impl fmt::Debug for RemoteFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RemoteFile")
+            .field("url", &self.url())
+            .field("len", &self.len())
+            .field("etag", &self.etag())
+            .field("block_size", &self.shared.block_size)
+            .field("position", &self.pos)
+            .finish()
+    }
+}
+
+impl Read for RemoteFile {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.read_at(self.pos, buf)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl Seek for RemoteFile {
+    /// Moves the cursor; seeking past the end is allowed (reads there return
+    /// 0), seeking before the start is an `InvalidInput` error.
+    fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
+        let target = match to {
+            SeekFrom::Start(n) => Some(n),
+            SeekFrom::End(delta) => self.len().checked_add_signed(delta),
+            SeekFrom::Current(delta) => self.pos.checked_add_signed(delta),
+        };
+        match target {
+            Some(n) => {
+                self.pos = n;
+                Ok(n)
+            }
+            None => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "seek to a negative or overflowing position",
+            )),
+        }
+    }
+
+    fn stream_position(&mut self) -> io::Result<u64> {
+        Ok(self.pos)
+    }
+}
+
+#[cfg(feature = "positioned-io")]
+impl positioned_io::ReadAt for RemoteFile {
+    fn read_at(&self, pos: u64, buf: &mut [u8]) -> io::Result<usize> {
+        Ok(RemoteFile::read_at(self, pos, buf)?)
+    }
+
+    fn read_exact_at(&self, pos: u64, buf: &mut [u8]) -> io::Result<()> {
+        Ok(RemoteFile::read_exact_at(self, pos, buf)?)
+    }
+}
+
+#[cfg(feature = "positioned-io")]
+impl positioned_io::Size for RemoteFile {
+    fn size(&self) -> io::Result<Option<u64>> {
+        Ok(Some(self.len()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_out_spans_blocks() {
+        let blocks = vec![
+            Some(Arc::new(b"abcd".to_vec())),
+            Some(Arc::new(b"efgh".to_vec())),
+            Some(Arc::new(b"ij".to_vec())),
+        ];
+        let mut buf = [0u8; 7];
+        copy_out(&blocks, 4, 6, &mut buf, 4);
+        assert_eq!(&buf, b"cdefghi");
+    }
+
+    #[test]
+    fn remote_file_is_send_sync_clone() {
+        fn check<T: Send + Sync + Clone>() {}
+        check::<RemoteFile>();
+        check::<Error>();
+    }
+}

@@ -1,0 +1,8 @@
+//! The HTTP transport: validated range fetches, redirects, retries, and the
+//! pure helpers they rest on (`Content-Range` parsing, URL redaction).
+
+pub(crate) mod content_range;
+pub(crate) mod redact;
+mod transport;
+
+pub(crate) use transport::{Identity, Timeouts, Transport, TransportConfig};

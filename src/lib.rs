@@ -1,0 +1,107 @@
+//! Read a file on an HTTP(S) server as if it were local.
+//!
+//! [`RemoteFile`] implements [`Read`](std::io::Read), [`Seek`](std::io::Seek)
+//! and positioned reads ([`RemoteFile::read_at`], and `positioned_io::ReadAt`
+//! with the default `positioned-io` feature) with blocking HTTP range requests,
+//! an in-memory block cache and a read-ahead that adapts to the access pattern.
+//! It is built for large files in cloud archives, such as HDF5/NWB files of
+//! hundreds of gigabytes, where downloading the whole file to read a slice is
+//! not an option.
+//!
+//! # Quick start
+//!
+//! ```no_run
+//! use std::io::{Read, Seek, SeekFrom};
+//!
+//! let mut file = remfile::RemoteFile::open("https://example.com/big.bin")?;
+//! println!("{} bytes", file.len());
+//!
+//! // Positioned reads take &self and can run on many threads at once.
+//! let mut header = [0u8; 512];
+//! file.read_exact_at(0, &mut header)?;
+//!
+//! // Or use it as a cursor.
+//! file.seek(SeekFrom::Start(1 << 30))?;
+//! let mut chunk = vec![0u8; 8 << 20];
+//! file.read_exact(&mut chunk)?;
+//!
+//! let stats = file.stats();
+//! println!("{} requests, {} bytes fetched", stats.requests, stats.bytes_fetched);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # How reads are served
+//!
+//! The file is divided into blocks ([`Builder::block_size`], 1 MiB by
+//! default), cached in a [`BlockCache`] bounded in bytes.
+//!
+//! * **Opening costs one request**: `Range: bytes=0-{block_size-1}`. The
+//!   `Content-Range` of the answer gives the size, so no `HEAD` is needed
+//!   (presigned URLs refuse it), and the first block is cached at once.
+//! * **A read never fetches less than it needs.** All its missing blocks are
+//!   fetched in one request per contiguous run; a run longer than twice
+//!   [`Builder::split_size`] is split into parts fetched concurrently, since
+//!   object stores cap each connection's throughput.
+//! * **Read-ahead** is added on top when a read continues a sequential stream,
+//!   doubling at each further miss up to [`Builder::read_ahead_max`]. Several
+//!   interleaved streams (cursors, threads) each keep their own. Random reads
+//!   get none.
+//! * **Concurrent readers** of the same missing block cause one fetch: the
+//!   others wait for it.
+//!
+//! # Correctness
+//!
+//! Every answer is checked: status `206`, a `Content-Range` for exactly the
+//! bytes asked, the size seen at open, a body of exactly that length and no
+//! `Content-Encoding`. The validator seen at open is pinned: a strong ETag is
+//! sent as `If-Match`, and any response with another ETag, `Last-Modified` or
+//! size fails with [`ErrorKind::RemoteChanged`], so a read never mixes two
+//! versions of a file. A server that ignores `Range` is detected at open
+//! ([`ErrorKind::RangeNotSupported`]).
+//!
+//! # Failures
+//!
+//! Connection failures, timeouts, `429` and `5xx` statuses and bodies cut
+//! short are retried with exponential backoff and jitter ([`RetryPolicy`]); a
+//! body cut short resumes from its first missing byte. Every network wait has
+//! a timeout and every read an overall deadline. Errors are of one type,
+//! [`Error`], with a matchable [`ErrorKind`]; it converts into
+//! [`std::io::Error`] with a fitting kind.
+//!
+//! Redirects are followed by the crate: the final URL is remembered, so later
+//! requests skip the hop; headers set with [`Builder::header`] never follow a
+//! redirect to another origin. When a remembered target (a presigned URL)
+//! starts refusing access, the original URL is resolved once more.
+//!
+//! URLs in errors and log events never include the query string, where
+//! presigned URLs keep their signature. (`ureq`'s own `log` output at trace
+//! level does print full URLs; keep it off where that matters.)
+//!
+//! # Logging
+//!
+//! The crate emits [`tracing`] events: one at `debug` level per HTTP request
+//! (URL redacted, range, status, bytes, elapsed time) and one at `warn` level
+//! per retry.
+//!
+//! # Features
+//!
+//! * `positioned-io` (default): implements `positioned_io::ReadAt` and
+//!   `positioned_io::Size` for [`RemoteFile`].
+
+#![warn(missing_docs)]
+
+mod builder;
+mod cache;
+mod error;
+mod file;
+mod http;
+mod plan;
+mod retry;
+mod stats;
+
+pub use builder::{Builder, MAX_BLOCK_SIZE};
+pub use cache::BlockCache;
+pub use error::{Error, ErrorKind, Result};
+pub use file::RemoteFile;
+pub use retry::RetryPolicy;
+pub use stats::Stats;

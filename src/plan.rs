@@ -1,0 +1,245 @@
+//! Which bytes to fetch: pure decisions, no I/O.
+//!
+//! A read first needs the blocks that cover it; that part is never negotiable
+//! (fetching less than a read needs turns one large read into many round trips).
+//! On top of that, [`ReadAhead`] adds a window after the read when the read
+//! continues a sequential stream, doubling on every further sequential miss up
+//! to a maximum. [`runs`] groups the blocks to fetch into contiguous runs, one
+//! request each, and [`split`] cuts a long run into parts fetched concurrently.
+
+use std::ops::Range;
+
+/// How many interleaved sequential streams are tracked at once.
+pub const MAX_STREAMS: usize = 8;
+
+/// The read-ahead state of one file: a few recent sequential streams.
+#[derive(Debug, Clone)]
+pub struct ReadAhead {
+    min: u64,
+    max: u64,
+    streams: Vec<Stream>,
+    clock: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Stream {
+    /// Where the stream's last read ended: the next sequential read starts here.
+    next: u64,
+    /// How much to read ahead at the stream's next miss.
+    window: u64,
+    last_used: u64,
+}
+
+impl ReadAhead {
+    /// A read-ahead whose window starts at `min` bytes and grows to `max`.
+    pub fn new(min: u64, max: u64) -> ReadAhead {
+        ReadAhead {
+            min: min.min(max),
+            max,
+            streams: Vec::with_capacity(MAX_STREAMS),
+            clock: 0,
+        }
+    }
+
+    /// Records a read of `len` bytes at `pos` and returns how many bytes to
+    /// read ahead after it.
+    ///
+    /// `missed` says whether the read needs any block that is not cached; only
+    /// a miss triggers read-ahead, so cached reads never grow the window. A read
+    /// that starts where a tracked stream ended continues that stream; any other
+    /// read starts a new stream (replacing the least recently used one) with no
+    /// read-ahead, so random access costs no extra bytes.
+    pub fn on_read(&mut self, pos: u64, len: u64, missed: bool) -> u64 {
+        self.clock += 1;
+        let end = pos.saturating_add(len);
+        if let Some(s) = self.streams.iter_mut().find(|s| s.next == pos && len > 0) {
+            s.next = end;
+            s.last_used = self.clock;
+            if !missed {
+                return 0;
+            }
+            let ahead = s.window;
+            s.window = s.window.saturating_mul(2).min(self.max);
+            return ahead;
+        }
+        let fresh = Stream {
+            next: end,
+            window: self.min,
+            last_used: self.clock,
+        };
+        if self.streams.len() < MAX_STREAMS {
+            self.streams.push(fresh);
+        } else if let Some(oldest) = self.streams.iter_mut().min_by_key(|s| s.last_used) {
+            *oldest = fresh;
+        }
+        0
+    }
+}
+
+/// The blocks (by index) that cover `len` bytes at `pos`, for `len > 0`.
+pub fn blocks_covering(pos: u64, len: u64, block_size: u64) -> Range<u64> {
+    let first = pos / block_size;
+    let last = (pos + len - 1) / block_size;
+    first..last + 1
+}
+
+/// Groups sorted, distinct block indices into maximal contiguous runs.
+pub fn runs(blocks: &[u64]) -> Vec<Range<u64>> {
+    let mut out: Vec<Range<u64>> = Vec::new();
+    for &b in blocks {
+        match out.last_mut() {
+            Some(run) if run.end == b => run.end += 1,
+            _ => out.push(b..b + 1),
+        }
+    }
+    out
+}
+
+/// Cuts a run of blocks into at most `max_parts` parts of at least `min_part`
+/// blocks each, as equal as possible, in order.
+pub fn split(run: Range<u64>, max_parts: u64, min_part: u64) -> Vec<Range<u64>> {
+    let len = run.end.saturating_sub(run.start);
+    if len == 0 {
+        return Vec::new();
+    }
+    let parts = (len / min_part.max(1)).clamp(1, max_parts.max(1));
+    let (base, extra) = (len / parts, len % parts);
+    let mut out = Vec::with_capacity(parts as usize);
+    let mut start = run.start;
+    for i in 0..parts {
+        let size = base + u64::from(i < extra);
+        out.push(start..start + size);
+        start += size;
+    }
+    out
+}
+
+/// The byte range of a run of blocks, clamped to the file size.
+pub fn byte_range(blocks: &Range<u64>, block_size: u64, size: u64) -> Range<u64> {
+    let start = blocks.start.saturating_mul(block_size).min(size);
+    let end = blocks.end.saturating_mul(block_size).min(size);
+    start..end
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn sequential_misses_double_the_window_up_to_the_maximum() {
+        let mut ra = ReadAhead::new(MIB, 8 * MIB);
+        assert_eq!(ra.on_read(0, 100, true), 0, "a new stream reads no further");
+        let mut pos = 100;
+        let mut seen = Vec::new();
+        for _ in 0..6 {
+            seen.push(ra.on_read(pos, 100, true));
+            pos += 100;
+        }
+        assert_eq!(seen, [MIB, 2 * MIB, 4 * MIB, 8 * MIB, 8 * MIB, 8 * MIB]);
+    }
+
+    #[test]
+    fn cache_hits_neither_read_ahead_nor_grow_the_window() {
+        let mut ra = ReadAhead::new(MIB, 8 * MIB);
+        ra.on_read(0, 10, false);
+        for i in 1..100 {
+            assert_eq!(ra.on_read(i * 10, 10, false), 0);
+        }
+        assert_eq!(ra.on_read(1000, 10, true), MIB);
+    }
+
+    #[test]
+    fn random_reads_never_read_ahead() {
+        let mut ra = ReadAhead::new(MIB, 8 * MIB);
+        for pos in [5000, 100, 90_000, 7, 123_456] {
+            assert_eq!(ra.on_read(pos, 10, true), 0);
+        }
+    }
+
+    #[test]
+    fn interleaved_streams_each_keep_their_window() {
+        let mut ra = ReadAhead::new(MIB, 64 * MIB);
+        let starts = [0, 1 << 30, 2 << 30];
+        for &s in &starts {
+            ra.on_read(s, 10, true);
+        }
+        for round in 1..5u64 {
+            for &s in &starts {
+                let got = ra.on_read(s + round * 10, 10, true);
+                assert_eq!(got, MIB << (round - 1), "stream at {s}, round {round}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_least_recently_used_stream_is_forgotten() {
+        let mut ra = ReadAhead::new(MIB, 64 * MIB);
+        ra.on_read(0, 10, true);
+        for i in 1..=MAX_STREAMS as u64 {
+            ra.on_read(i << 30, 10, true);
+        }
+        assert_eq!(ra.on_read(10, 10, true), 0, "stream 0 was replaced");
+        assert_eq!(ra.on_read((MAX_STREAMS as u64) << 30 | 10, 10, true), MIB);
+    }
+
+    #[test]
+    fn runs_group_contiguous_blocks() {
+        assert_eq!(runs(&[]), Vec::<Range<u64>>::new());
+        assert_eq!(runs(&[3]), vec![3..4]);
+        assert_eq!(runs(&[1, 2, 3, 7, 8, 10]), vec![1..4, 7..9, 10..11]);
+    }
+
+    #[test]
+    fn split_makes_equal_parts_of_at_least_the_minimum() {
+        assert_eq!(split(0..23, 4, 4), vec![0..6, 6..12, 12..18, 18..23]);
+        assert_eq!(split(5..8, 4, 4), vec![5..8]);
+        assert_eq!(split(0..8, 4, 4), vec![0..4, 4..8]);
+        assert_eq!(split(0..8, 1, 1), vec![0..8]);
+        assert_eq!(split(0..0, 4, 4), Vec::<Range<u64>>::new());
+    }
+
+    #[test]
+    fn byte_ranges_are_clamped_to_the_size() {
+        assert_eq!(byte_range(&(2..4), 10, 35), 20..35);
+        assert_eq!(byte_range(&(0..1), 10, 5), 0..5);
+    }
+
+    proptest! {
+        #[test]
+        fn split_covers_the_run_exactly(start in 0u64..1000, len in 0u64..500,
+                                        parts in 1u64..10, min in 1u64..50) {
+            let got = split(start..start + len, parts, min);
+            prop_assert!(got.len() as u64 <= parts);
+            let mut at = start;
+            for p in &got {
+                prop_assert_eq!(p.start, at);
+                prop_assert!(p.end > p.start);
+                if got.len() > 1 { prop_assert!(p.end - p.start >= min); }
+                at = p.end;
+            }
+            prop_assert_eq!(at, start + len);
+        }
+
+        #[test]
+        fn blocks_covering_covers_exactly(pos in 0u64..10_000, len in 1u64..10_000, bs in 1u64..5000) {
+            let b = blocks_covering(pos, len, bs);
+            prop_assert!(b.start * bs <= pos);
+            prop_assert!(b.end * bs >= pos + len);
+            prop_assert!((b.start + 1) * bs > pos);
+            prop_assert!((b.end - 1) * bs < pos + len);
+        }
+
+        #[test]
+        fn read_ahead_stays_within_bounds(reads in proptest::collection::vec((0u64..1000, 1u64..100, any::<bool>()), 1..200)) {
+            let mut ra = ReadAhead::new(64, 4096);
+            for (pos, len, missed) in reads {
+                let got = ra.on_read(pos, len, missed);
+                prop_assert!(got <= 4096);
+                if !missed { prop_assert_eq!(got, 0); }
+            }
+        }
+    }
+}

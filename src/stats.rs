@@ -1,0 +1,106 @@
+//! Counters of the work a file has done: requests, round trips, bytes, cache use.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// A snapshot of a file's counters, shared by all clones of a
+/// [`RemoteFile`](crate::RemoteFile).
+///
+/// Count requests, not seconds: these numbers are repeatable where timings are not.
+///
+/// # Example
+///
+/// ```no_run
+/// use remfile::RemoteFile;
+///
+/// let file = RemoteFile::open("https://example.com/data.bin")?;
+/// let before = file.stats();
+/// let mut buf = vec![0; 1 << 20];
+/// file.read_exact_at(5 << 20, &mut buf)?;
+/// let cost = file.stats().since(&before);
+/// println!("{} requests in {} round trips", cost.requests, cost.round_trips);
+/// # Ok::<(), remfile::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Every HTTP request sent: retries and redirect hops included, so it equals
+    /// what the server counts.
+    pub requests: u64,
+    /// Sequential rounds of requests: requests sent concurrently for one read
+    /// count once.
+    pub round_trips: u64,
+    /// Body bytes received from the server.
+    pub bytes_fetched: u64,
+    /// Bytes handed to the caller by reads.
+    pub bytes_read: u64,
+    /// Blocks a read found in the cache.
+    pub cache_hits: u64,
+    /// Blocks a read did not find in the cache (fetched by it, or by a
+    /// concurrent reader it waited for).
+    pub cache_misses: u64,
+    /// Requests that repeated an earlier failed attempt.
+    pub retries: u64,
+}
+
+impl Stats {
+    /// The counts accumulated since `earlier`, a snapshot of the same file.
+    pub fn since(&self, earlier: &Stats) -> Stats {
+        Stats {
+            requests: self.requests.saturating_sub(earlier.requests),
+            round_trips: self.round_trips.saturating_sub(earlier.round_trips),
+            bytes_fetched: self.bytes_fetched.saturating_sub(earlier.bytes_fetched),
+            bytes_read: self.bytes_read.saturating_sub(earlier.bytes_read),
+            cache_hits: self.cache_hits.saturating_sub(earlier.cache_hits),
+            cache_misses: self.cache_misses.saturating_sub(earlier.cache_misses),
+            retries: self.retries.saturating_sub(earlier.retries),
+        }
+    }
+}
+
+/// The live counters behind [`Stats`].
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub requests: AtomicU64,
+    pub round_trips: AtomicU64,
+    pub bytes_fetched: AtomicU64,
+    pub bytes_read: AtomicU64,
+    pub cache_hits: AtomicU64,
+    pub cache_misses: AtomicU64,
+    pub retries: AtomicU64,
+}
+
+impl Counters {
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Relaxed);
+    }
+
+    pub fn snapshot(&self) -> Stats {
+        Stats {
+            requests: self.requests.load(Relaxed),
+            round_trips: self.round_trips.load(Relaxed),
+            bytes_fetched: self.bytes_fetched.load(Relaxed),
+            bytes_read: self.bytes_read.load(Relaxed),
+            cache_hits: self.cache_hits.load(Relaxed),
+            cache_misses: self.cache_misses.load(Relaxed),
+            retries: self.retries.load(Relaxed),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn since_subtracts_each_counter() {
+        let c = Counters::default();
+        Counters::add(&c.requests, 3);
+        let before = c.snapshot();
+        Counters::add(&c.requests, 2);
+        Counters::add(&c.bytes_read, 7);
+        let d = c.snapshot().since(&before);
+        assert_eq!(d.requests, 2);
+        assert_eq!(d.bytes_read, 7);
+        assert_eq!(d.round_trips, 0);
+    }
+}
