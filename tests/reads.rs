@@ -1,0 +1,368 @@
+//! Reading through a well-behaved server: request counts, ranges, bytes.
+
+mod support;
+
+use std::io::{Read, Seek, SeekFrom};
+use std::sync::Arc;
+
+use remfile::{BlockCache, ErrorKind};
+use support::{RangeServer, builder, test_data};
+
+const KIB: u64 = 1024;
+const MIB: u64 = 1024 * KIB;
+
+#[test]
+fn open_is_one_ranged_get_and_no_head() {
+    let data = test_data(5 * MIB as usize, 1);
+    let server = RangeServer::new(data.clone());
+    let file = builder().open(server.url("/f.bin")).unwrap();
+    assert_eq!(file.len(), data.len() as u64);
+    assert_eq!(file.etag(), Some("\"v1\""));
+    let log = server.log();
+    assert_eq!(log.len(), 1);
+    assert_eq!(log[0].method, "GET");
+    assert_eq!(log[0].header("range"), Some("bytes=0-1048575"));
+    assert_eq!(log[0].header("accept-encoding"), Some("identity"));
+    let s = file.stats();
+    assert_eq!((s.requests, s.round_trips, s.bytes_fetched), (1, 1, MIB));
+
+    // A read inside the first block costs nothing more.
+    let mut buf = vec![0; 1000];
+    file.read_exact_at(12_345, &mut buf).unwrap();
+    assert_eq!(buf, data[12_345..13_345]);
+    assert_eq!(server.requests(), 1);
+}
+
+#[test]
+fn a_cached_re_read_makes_no_request() {
+    let data = test_data(8 * MIB as usize, 2);
+    let server = RangeServer::new(data.clone());
+    let file = builder().open(server.url("/f")).unwrap();
+    let mut buf = vec![0; 300_000];
+    file.read_exact_at(3 * MIB + 17, &mut buf).unwrap();
+    assert_eq!(buf, data[(3 * MIB + 17) as usize..][..300_000]);
+    let before = file.stats();
+    let n = server.requests();
+    let mut again = vec![0; 300_000];
+    file.read_exact_at(3 * MIB + 17, &mut again).unwrap();
+    assert_eq!(again, buf);
+    assert_eq!(server.requests(), n);
+    let d = file.stats().since(&before);
+    assert_eq!((d.requests, d.cache_misses), (0, 0));
+    assert!(d.cache_hits >= 1);
+}
+
+#[test]
+fn a_large_read_is_one_round_trip_with_little_over_fetch() {
+    let data = test_data(64 * MIB as usize, 3);
+    let server = RangeServer::new(data.clone());
+    let file = builder().open(server.url("/f")).unwrap();
+    let before = file.stats();
+    let (pos, len) = (20 * MIB + 12_345, 23_000_000usize);
+    let mut buf = vec![0; len];
+    file.read_exact_at(pos, &mut buf).unwrap();
+    assert!(buf == data[pos as usize..][..len], "bytes differ");
+    let d = file.stats().since(&before);
+    assert_eq!(d.round_trips, 1, "{d:?}");
+    assert!(d.requests <= 4, "split into at most 4 concurrent parts: {d:?}");
+    let ratio = d.bytes_fetched as f64 / len as f64;
+    assert!(ratio < 1.3, "over-fetch {ratio}");
+    // The parts cover the needed blocks exactly, with no overlap.
+    let mut ranges = server.ranges()[1..].to_vec();
+    ranges.sort();
+    assert_eq!(ranges.first().unwrap().0, 20 * MIB);
+    for w in ranges.windows(2) {
+        assert_eq!(w[0].1 + 1, w[1].0, "parts are contiguous: {ranges:?}");
+    }
+    assert!(ranges.last().unwrap().1 + 1 >= pos + len as u64);
+}
+
+#[test]
+fn copying_16_mb_through_read_takes_few_requests() {
+    let data = test_data(16 * MIB as usize, 4);
+    let server = RangeServer::new(data.clone());
+    let mut file = builder().open(server.url("/f")).unwrap();
+    let mut out = Vec::new();
+    // io::copy reads in 8 KiB pieces.
+    let n = std::io::copy(&mut file, &mut out).unwrap();
+    assert_eq!(n, data.len() as u64);
+    assert!(out == data);
+    let requests = server.requests();
+    assert!(requests <= 12, "{requests} requests: {:?}", server.ranges());
+    assert_eq!(file.stats().requests as usize, requests);
+    // Read-ahead never fetches a byte twice.
+    let fetched: u64 = server.ranges().iter().map(|(a, b)| b - a + 1).sum();
+    assert_eq!(fetched, data.len() as u64);
+}
+
+#[test]
+fn read_ahead_grows_on_sequential_misses() {
+    let data = test_data(40 * MIB as usize, 5);
+    let server = RangeServer::new(data.clone());
+    let mut file = builder()
+        .read_ahead_max(8 * MIB)
+        .split_size(64 * MIB)
+        .open(server.url("/f"))
+        .unwrap();
+    let mut buf = vec![0; 64 * KIB as usize];
+    let mut pos = 0;
+    while pos < 30 * MIB {
+        file.read_exact(&mut buf).unwrap();
+        assert!(buf == data[pos as usize..][..buf.len()]);
+        pos += buf.len() as u64;
+    }
+    let lens: Vec<u64> = server.ranges().iter().map(|(a, b)| b - a + 1).collect();
+    // Open, then the needed block plus a window of 1, 2, 4, 8, 8... MiB.
+    assert_eq!(&lens[..5], &[MIB, 2 * MIB, 3 * MIB, 5 * MIB, 9 * MIB]);
+}
+
+#[test]
+fn random_reads_fetch_only_their_blocks() {
+    let data = test_data(32 * MIB as usize, 6);
+    let server = RangeServer::new(data.clone());
+    let file = builder().block_size(64 * KIB).open(server.url("/f")).unwrap();
+    for pos in [20 * MIB, 3 * MIB + 5, 27 * MIB, 9 * MIB + 100] {
+        let mut buf = vec![0; 100];
+        file.read_exact_at(pos, &mut buf).unwrap();
+        assert_eq!(buf, data[pos as usize..][..100]);
+    }
+    let lens: Vec<u64> = server.ranges()[1..].iter().map(|(a, b)| b - a + 1).collect();
+    assert_eq!(lens, [64 * KIB; 4]);
+}
+
+#[test]
+fn eof_reads_return_nothing_without_a_request() {
+    let data = test_data(3 * MIB as usize + 7, 7);
+    let server = RangeServer::new(data.clone());
+    let mut file = builder().open(server.url("/f")).unwrap();
+    let size = file.len();
+    let mut buf = [0u8; 100];
+    assert_eq!(file.read_at(size, &mut buf).unwrap(), 0);
+    assert_eq!(file.read_at(size + 1000, &mut buf).unwrap(), 0);
+    assert_eq!(file.read_at(u64::MAX, &mut buf).unwrap(), 0);
+    let e = file.read_exact_at(size - 10, &mut buf).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::UnexpectedEof);
+    let e = file.read_exact_at(u64::MAX - 5, &mut buf).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::UnexpectedEof);
+    assert_eq!(server.requests(), 1);
+    // A read crossing the end is clamped, and so is its request.
+    assert_eq!(file.read_at(size - 10, &mut buf).unwrap(), 10);
+    assert_eq!(buf[..10], data[data.len() - 10..]);
+    assert_eq!(server.ranges().last().unwrap(), &(2 * MIB, size - 1));
+    file.seek(SeekFrom::End(0)).unwrap();
+    assert_eq!(file.read(&mut buf).unwrap(), 0);
+    let io_err = file.seek(SeekFrom::Current(-(size as i64) - 1)).unwrap_err();
+    assert_eq!(io_err.kind(), std::io::ErrorKind::InvalidInput);
+}
+
+#[test]
+fn a_small_file_answered_whole_with_200_is_accepted() {
+    let data = test_data(1000, 8);
+    let server = RangeServer::new(data.clone()).with_hook(|_, mut r| {
+        if r.status == 206 {
+            r = r.without("Content-Range");
+            r.status = 200;
+        }
+        r
+    });
+    let file = builder().block_size(4096).open(server.url("/small")).unwrap();
+    assert_eq!(file.len(), 1000);
+    let mut buf = vec![0; 1000];
+    file.read_exact_at(0, &mut buf).unwrap();
+    assert_eq!(buf, data);
+    // Even with the cache emptied, the whole-file 200 is accepted again.
+    file.cache().clear();
+    let mut part = [0u8; 10];
+    file.read_exact_at(990, &mut part).unwrap();
+    assert_eq!(part, data[990..]);
+    assert_eq!(server.requests(), 2);
+}
+
+#[test]
+fn an_empty_file_opens_and_reads_nothing() {
+    let server = RangeServer::new(Vec::new());
+    let mut file = builder().open(server.url("/empty")).unwrap();
+    assert!(file.is_empty());
+    let mut out = Vec::new();
+    assert_eq!(file.read_to_end(&mut out).unwrap(), 0);
+    assert_eq!(server.requests(), 1);
+}
+
+#[test]
+fn a_file_smaller_than_a_block_is_one_request() {
+    let data = test_data(10_000, 9);
+    let server = RangeServer::new(data.clone());
+    let mut file = builder().open(server.url("/f")).unwrap();
+    let mut out = Vec::new();
+    file.read_to_end(&mut out).unwrap();
+    assert_eq!(out, data);
+    assert_eq!(server.log()[0].header("range"), Some("bytes=0-1048575"));
+    assert_eq!(server.requests(), 1);
+}
+
+#[test]
+fn odd_block_sizes_read_correctly() {
+    let data = test_data(100_003, 10);
+    let server = RangeServer::new(data.clone());
+    for bs in [1, 7, 4093, 65_536, 100_003, 200_000] {
+        let mut file = builder()
+            .block_size(bs)
+            .cache_capacity(50_000)
+            .open(server.url("/f"))
+            .unwrap();
+        file.seek(SeekFrom::Start(33)).unwrap();
+        let mut out = vec![0; 5000];
+        file.read_exact(&mut out).unwrap();
+        assert_eq!(out, data[33..5033], "block size {bs}");
+        let mut tail = vec![0; 7];
+        file.read_exact_at(100_003 - 7, &mut tail).unwrap();
+        assert_eq!(tail, data[100_003 - 7..], "block size {bs}");
+    }
+}
+
+#[test]
+fn clones_share_cache_and_stats_but_not_the_cursor() {
+    let data = test_data(4 * MIB as usize, 11);
+    let server = RangeServer::new(data.clone());
+    let mut a = builder().open(server.url("/f")).unwrap();
+    a.seek(SeekFrom::Start(100)).unwrap();
+    let mut b = a.clone();
+    let mut x = [0u8; 10];
+    a.read_exact(&mut x).unwrap();
+    assert_eq!(a.stream_position().unwrap(), 110);
+    assert_eq!(b.stream_position().unwrap(), 100);
+    let mut y = [0u8; 10];
+    b.read_exact(&mut y).unwrap();
+    assert_eq!(x, y);
+    assert_eq!(x, data[100..110]);
+    assert_eq!(a.stats(), b.stats());
+}
+
+#[test]
+fn eight_threads_fetch_each_block_once() {
+    let data = Arc::new(test_data(24 * MIB as usize, 12));
+    let server = RangeServer::new(data.to_vec());
+    let file = builder().read_ahead_max(0).open(server.url("/f")).unwrap();
+    std::thread::scope(|s| {
+        for t in 0..8u64 {
+            let (file, data) = (file.clone(), data.clone());
+            s.spawn(move || {
+                // Overlapping ranges, different per thread.
+                for k in 0..6u64 {
+                    let pos = ((t * 3 + k * 5) % 20) * MIB + t * 1000;
+                    let mut buf = vec![0; 3 * MIB as usize];
+                    file.read_exact_at(pos, &mut buf).unwrap();
+                    assert!(buf == data[pos as usize..][..buf.len()], "thread {t} read {k}");
+                }
+            });
+        }
+    });
+    let mut blocks = std::collections::HashMap::new();
+    for (a, b) in server.ranges() {
+        for blk in a / MIB..=b / MIB {
+            *blocks.entry(blk).or_insert(0) += 1;
+        }
+    }
+    assert!(blocks.values().all(|&n| n == 1), "refetched: {blocks:?}");
+    assert_eq!(file.stats().requests as usize, server.requests(), "{:?} {:?}", file.stats(), server.ranges());
+}
+
+#[test]
+fn the_cache_never_holds_more_than_its_capacity() {
+    let data = test_data(20 * MIB as usize, 13);
+    let server = RangeServer::new(data.clone());
+    let mut file = builder()
+        .block_size(64 * KIB)
+        .cache_capacity(MIB)
+        .open(server.url("/f"))
+        .unwrap();
+    let mut out = Vec::new();
+    file.read_to_end(&mut out).unwrap();
+    assert!(out == data);
+    // A single read larger than the whole cache still returns the right bytes.
+    let mut big = vec![0; 5 * MIB as usize];
+    file.read_exact_at(7 * MIB, &mut big).unwrap();
+    assert!(big == data[7 * MIB as usize..][..big.len()]);
+    file.cache().run_pending_tasks();
+    assert!(file.cache().weighted_size() <= MIB, "{}", file.cache().weighted_size());
+    assert!(file.cache().weighted_size() > 0);
+}
+
+#[test]
+fn a_shared_cache_serves_a_second_open_of_the_same_file() {
+    let data = test_data(6 * MIB as usize, 14);
+    let server = RangeServer::new(data.clone());
+    let cache = BlockCache::new(64 * MIB);
+    let b = builder().cache(cache.clone());
+    let one = b.open(server.url("/f")).unwrap();
+    let mut buf = vec![0; 2 * MIB as usize];
+    one.read_exact_at(3 * MIB, &mut buf).unwrap();
+    let n = server.requests();
+    let two = b.open(server.url("/f")).unwrap();
+    let mut again = vec![0; 2 * MIB as usize];
+    two.read_exact_at(3 * MIB, &mut again).unwrap();
+    assert_eq!(buf, again);
+    assert_eq!(server.requests(), n + 1, "only the second open's own request");
+    // Another file under the same cache does not see these blocks.
+    let other = b.open(server.url("/g")).unwrap();
+    other.read_exact_at(3 * MIB, &mut again).unwrap();
+    assert_eq!(server.requests(), n + 3);
+}
+
+#[test]
+fn user_headers_and_agent_are_sent() {
+    let server = RangeServer::new(test_data(1000, 15));
+    let _file = builder()
+        .header("Authorization", "Bearer t0ken")
+        .user_agent("my-tool/2")
+        .open(server.url("/f"))
+        .unwrap();
+    let log = server.log();
+    assert_eq!(log[0].header("authorization"), Some("Bearer t0ken"));
+    assert_eq!(log[0].header("user-agent"), Some("my-tool/2"));
+}
+
+#[test]
+fn a_caller_supplied_agent_is_used() {
+    let server = RangeServer::new(test_data(2 * MIB as usize, 16));
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .proxy(None)
+        .build()
+        .new_agent();
+    let file = builder().agent(agent).open(server.url("/f")).unwrap();
+    let mut buf = [0u8; 10];
+    file.read_exact_at(MIB + 5, &mut buf).unwrap();
+    assert_eq!(server.requests(), 2);
+}
+
+#[test]
+fn connections_are_reused() {
+    let data = test_data(8 * MIB as usize, 17);
+    let server = RangeServer::new(data);
+    let file = builder()
+        .block_size(64 * KIB)
+        .read_ahead_max(0)
+        .open(server.url("/f"))
+        .unwrap();
+    let mut buf = [0u8; 10];
+    for i in 1..50u64 {
+        file.read_exact_at(i * 128 * KIB, &mut buf).unwrap();
+    }
+    assert_eq!(server.requests(), 50);
+    assert_eq!(server.connections(), 1, "sequential requests share one connection");
+}
+
+#[cfg(feature = "positioned-io")]
+#[test]
+fn positioned_io_traits_work() {
+    use positioned_io::{ReadAt, Size};
+    let data = test_data(3 * MIB as usize, 18);
+    let server = RangeServer::new(data.clone());
+    let file = builder().open(server.url("/f")).unwrap();
+    assert_eq!(file.size().unwrap(), Some(data.len() as u64));
+    let mut buf = [0u8; 64];
+    ReadAt::read_exact_at(&file, 2 * MIB + 1, &mut buf).unwrap();
+    assert_eq!(buf, data[(2 * MIB + 1) as usize..][..64]);
+    let e = ReadAt::read_exact_at(&file, 3 * MIB - 1, &mut buf).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof);
+}

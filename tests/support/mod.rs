@@ -1,0 +1,413 @@
+//! Test servers on 127.0.0.1, shared by the integration tests.
+//!
+//! * [`RangeServer`]: a well-behaved range server that records every
+//!   request and lets a test rewrite any answer through a hook.
+//! * [`RawServer`]: a `std::net` server whose handler writes raw bytes, for
+//!   faults below HTTP (closing mid-body, stalling, lying `Content-Length`).
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Write};
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+/// Deterministic pseudo-random bytes (xorshift), different for each seed.
+pub fn test_data(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// A request as the server saw it.
+#[derive(Debug, Clone)]
+pub struct Req {
+    /// 1-based number of this request on its server.
+    pub n: usize,
+    /// 1-based number of the connection it came on.
+    pub conn: usize,
+    pub method: String,
+    pub path: String,
+    pub query: Option<String>,
+    pub headers: Vec<(String, String)>,
+}
+
+impl Req {
+    fn parse(n: usize, conn: usize, head: &str) -> Req {
+        let mut lines = head.lines();
+        let mut first = lines.next().unwrap_or("").split_whitespace();
+        let method = first.next().unwrap_or("").to_owned();
+        let target = first.next().unwrap_or("").to_owned();
+        let (path, query) = match target.split_once('?') {
+            Some((p, q)) => (p.to_owned(), Some(q.to_owned())),
+            None => (target, None),
+        };
+        let headers = lines
+            .filter_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                Some((k.trim().to_owned(), v.trim().to_owned()))
+            })
+            .collect();
+        Req { n, conn, method, path, query, headers }
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The requested range as (first, last-inclusive), if a single closed range.
+    pub fn range(&self) -> Option<(u64, u64)> {
+        parse_range(self.header("range")?)
+    }
+}
+
+fn parse_range(v: &str) -> Option<(u64, u64)> {
+    let spec = v.strip_prefix("bytes=")?;
+    let (a, b) = spec.split_once('-')?;
+    Some((a.parse().ok()?, b.parse().ok()?))
+}
+
+/// An answer, which a hook may rewrite.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    pub fn new(status: u16) -> Reply {
+        Reply {
+            status,
+            headers: Vec::new(),
+            body: Vec::new(),
+        }
+    }
+
+    pub fn body(mut self, body: impl Into<Vec<u8>>) -> Reply {
+        self.body = body.into();
+        self
+    }
+
+    /// Sets a header, replacing one of the same name.
+    pub fn header(mut self, name: &str, value: impl Into<String>) -> Reply {
+        self.headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+        self.headers.push((name.to_owned(), value.into()));
+        self
+    }
+
+    pub fn without(mut self, name: &str) -> Reply {
+        self.headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+        self
+    }
+
+    pub fn redirect(status: u16, location: &str) -> Reply {
+        Reply::new(status).header("Location", location)
+    }
+
+    /// The reply as bytes on the wire, with a `Content-Length` unless the
+    /// reply sets its own.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut head = format!("HTTP/1.1 {} X\r\n", self.status);
+        for (k, v) in &self.headers {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+        if !self.headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("content-length")) {
+            head.push_str(&format!("Content-Length: {}\r\n", self.body.len()));
+        }
+        head.push_str("\r\n");
+        let mut out = head.into_bytes();
+        out.extend_from_slice(&self.body);
+        out
+    }
+}
+
+type Hook = dyn Fn(&Req, Reply) -> Reply + Send + Sync;
+
+struct State {
+    data: Mutex<Arc<Vec<u8>>>,
+    etag: Mutex<Option<String>>,
+    last_modified: Mutex<Option<String>>,
+    log: Mutex<Vec<Req>>,
+    hook: Mutex<Option<Arc<Hook>>>,
+}
+
+/// A range server for one file, served at every path.
+pub struct RangeServer {
+    raw: RawServer,
+    state: Arc<State>,
+}
+
+impl RangeServer {
+    /// Serves `data` with the strong ETag `"v1"`.
+    pub fn new(data: Vec<u8>) -> RangeServer {
+        let state = Arc::new(State {
+            data: Mutex::new(Arc::new(data)),
+            etag: Mutex::new(Some("\"v1\"".to_owned())),
+            last_modified: Mutex::new(None),
+            log: Mutex::new(Vec::new()),
+            hook: Mutex::new(None),
+        });
+        let st = state.clone();
+        let raw = RawServer::new(move |req, out| {
+            st.log.lock().push(req.clone());
+            let mut reply = normal_reply(&st, req);
+            let hook = st.hook.lock().clone();
+            if let Some(hook) = hook {
+                reply = hook(req, reply);
+            }
+            match out.write_all(&reply.to_bytes()) {
+                Ok(()) => After::KeepAlive,
+                Err(_) => After::Close,
+            }
+        });
+        RangeServer { raw, state }
+    }
+
+    /// Sets a hook that may rewrite every answer.
+    pub fn with_hook(self, hook: impl Fn(&Req, Reply) -> Reply + Send + Sync + 'static) -> Self {
+        self.set_hook(hook);
+        self
+    }
+
+    pub fn set_hook(&self, hook: impl Fn(&Req, Reply) -> Reply + Send + Sync + 'static) {
+        *self.state.hook.lock() = Some(Arc::new(hook));
+    }
+
+    pub fn set_etag(&self, etag: Option<&str>) {
+        *self.state.etag.lock() = etag.map(str::to_owned);
+    }
+
+    pub fn set_last_modified(&self, lm: Option<&str>) {
+        *self.state.last_modified.lock() = lm.map(str::to_owned);
+    }
+
+    pub fn set_data(&self, data: Vec<u8>) {
+        *self.state.data.lock() = Arc::new(data);
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        self.raw.url(path)
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.raw.addr
+    }
+
+    /// Every request so far.
+    pub fn log(&self) -> Vec<Req> {
+        self.state.log.lock().clone()
+    }
+
+    pub fn requests(&self) -> usize {
+        self.state.log.lock().len()
+    }
+
+    /// The ranges of all requests so far, in order of arrival.
+    pub fn ranges(&self) -> Vec<(u64, u64)> {
+        self.log().iter().filter_map(Req::range).collect()
+    }
+
+    /// Client connections accepted.
+    pub fn connections(&self) -> usize {
+        self.raw.connections()
+    }
+}
+
+/// The answer a correct range server gives.
+fn normal_reply(state: &State, req: &Req) -> Reply {
+    if req.method != "GET" {
+        return Reply::new(403).body("only GET is allowed here (like a presigned URL)");
+    }
+    let data = state.data.lock().clone();
+    let etag = state.etag.lock().clone();
+    let last_modified = state.last_modified.lock().clone();
+    let size = data.len() as u64;
+    let mut base = Reply::new(200);
+    if let Some(e) = &etag {
+        base = base.header("ETag", e.clone());
+    }
+    if let Some(lm) = &last_modified {
+        base = base.header("Last-Modified", lm.clone());
+    }
+    if let (Some(want), Some(have)) = (req.header("if-match"), &etag) {
+        if want != have {
+            return Reply::new(412).body("precondition failed");
+        }
+    }
+    match req.header("range") {
+        None => base.body(data.to_vec()),
+        Some(r) => match parse_range(r) {
+            Some((first, _)) if first >= size => Reply::new(416)
+                .header("Content-Range", format!("bytes */{size}"))
+                .body(Vec::new()),
+            Some((first, last)) if first <= last => {
+                let last = last.min(size - 1);
+                let mut reply = base
+                    .body(data[first as usize..=last as usize].to_vec())
+                    .header("Content-Range", format!("bytes {first}-{last}/{size}"));
+                reply.status = 206;
+                reply
+            }
+            _ => Reply::new(400).body("bad range"),
+        },
+    }
+}
+
+/// What the handler wants done with the connection afterwards.
+pub enum After {
+    KeepAlive,
+    Close,
+}
+
+type RawHandler = dyn Fn(&Req, &mut TcpStream) -> After + Send + Sync;
+
+/// A server whose handler writes raw bytes to the socket; one thread per
+/// connection, keep-alive.
+pub struct RawServer {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    requests: Arc<AtomicUsize>,
+    connections: Arc<AtomicUsize>,
+    acceptor: Option<JoinHandle<()>>,
+}
+
+impl RawServer {
+    pub fn new(handler: impl Fn(&Req, &mut TcpStream) -> After + Send + Sync + 'static) -> RawServer {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let requests = Arc::new(AtomicUsize::new(0));
+        let connections = Arc::new(AtomicUsize::new(0));
+        let handler: Arc<RawHandler> = Arc::new(handler);
+        let acceptor = {
+            let (stop, requests, connections) = (stop.clone(), requests.clone(), connections.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    match listener.accept() {
+                        Ok((stream, _)) => {
+                            let conn = connections.fetch_add(1, Ordering::SeqCst) + 1;
+                            let (handler, requests, stop) = (handler.clone(), requests.clone(), stop.clone());
+                            std::thread::spawn(move || {
+                                handle_connection(stream, conn, &*handler, &requests, &stop)
+                            });
+                        }
+                        Err(_) => std::thread::sleep(Duration::from_millis(2)),
+                    }
+                }
+            })
+        };
+        RawServer {
+            addr,
+            stop,
+            requests,
+            connections,
+            acceptor: Some(acceptor),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub fn requests(&self) -> usize {
+        self.requests.load(Ordering::SeqCst)
+    }
+
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for RawServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(a) = self.acceptor.take() {
+            let _ = a.join();
+        }
+    }
+}
+
+fn handle_connection(stream: TcpStream, conn: usize, handler: &RawHandler, requests: &AtomicUsize, stop: &AtomicBool) {
+    stream.set_nonblocking(false).ok();
+    stream.set_read_timeout(Some(Duration::from_millis(200))).ok();
+    let mut writer = stream.try_clone().expect("clone stream");
+    let mut reader = BufReader::new(stream);
+    loop {
+        let mut head = String::new();
+        loop {
+            let mut line = String::new();
+            match reader.read_line(&mut line) {
+                Ok(0) => return,
+                Ok(_) => {
+                    let end = line == "\r\n" || line == "\n";
+                    head.push_str(&line);
+                    if end {
+                        break;
+                    }
+                }
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                    if stop.load(Ordering::SeqCst) {
+                        return;
+                    }
+                }
+                Err(_) => return,
+            }
+        }
+        let n = requests.fetch_add(1, Ordering::SeqCst) + 1;
+        let req = Req::parse(n, conn, &head);
+        match handler(&req, &mut writer) {
+            After::KeepAlive => {}
+            After::Close => {
+                let _ = writer.shutdown(std::net::Shutdown::Both);
+                return;
+            }
+        }
+    }
+}
+
+/// A well-formed `206` for `first..=last` of `data`, as raw bytes.
+pub fn raw_206(data: &[u8], first: u64, last: u64) -> Vec<u8> {
+    let last = last.min(data.len() as u64 - 1);
+    Reply::new(206)
+        .header("Content-Range", format!("bytes {first}-{last}/{}", data.len()))
+        .body(&data[first as usize..=last as usize])
+        .to_bytes()
+}
+
+/// Answers a raw request correctly from `data`.
+pub fn raw_serve(data: &[u8], req: &Req, out: &mut TcpStream) -> After {
+    let (first, last) = req.range().expect("a range request");
+    let _ = out.write_all(&raw_206(data, first, last));
+    After::KeepAlive
+}
+
+/// A builder for tests: no proxy from the environment, short timeouts and
+/// backoffs, so failures show up in milliseconds.
+pub fn builder() -> remfile::Builder {
+    remfile::RemoteFile::builder()
+        .proxy_from_env(false)
+        .connect_timeout(Duration::from_secs(2))
+        .idle_timeout(Duration::from_secs(2))
+        .read_timeout(Duration::from_secs(20))
+        .retry_policy(
+            remfile::RetryPolicy::default()
+                .initial_backoff(Duration::from_millis(5))
+                .max_backoff(Duration::from_millis(20)),
+        )
+}
