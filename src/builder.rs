@@ -22,7 +22,13 @@ const MIB: u64 = 1024 * KIB;
 pub const MAX_BLOCK_SIZE: u64 = 256 * MIB;
 
 /// Headers the crate sets itself, which a caller may not override.
-const RESERVED_HEADERS: [&str; 5] = ["range", "accept-encoding", "if-match", "host", "content-length"];
+const RESERVED_HEADERS: [&str; 5] = [
+    "range",
+    "accept-encoding",
+    "if-match",
+    "host",
+    "content-length",
+];
 
 /// Options for opening a [`RemoteFile`]: reusable (it can open many files) and
 /// cheap to clone.
@@ -423,7 +429,10 @@ mod tests {
             let e = parse_url(bad, false).unwrap_err();
             assert_eq!(e.kind(), ErrorKind::InvalidUrl, "{bad}");
         }
-        assert_eq!(parse_url("http://h/x", true).unwrap_err().kind(), ErrorKind::InvalidUrl);
+        assert_eq!(
+            parse_url("http://h/x", true).unwrap_err().kind(),
+            ErrorKind::InvalidUrl
+        );
         assert!(parse_url("https://h/x", true).is_ok());
     }
 

@@ -256,7 +256,10 @@ mod tests {
         assert_eq!(first.owned, [1, 2, 3]);
         let second = cache.claim(&f, &[2, 3], &[4]);
         assert!(second.owned == [4]);
-        assert_eq!(second.waiting.iter().map(|w| w.0).collect::<Vec<_>>(), [2, 3]);
+        assert_eq!(
+            second.waiting.iter().map(|w| w.0).collect::<Vec<_>>(),
+            [2, 3]
+        );
         let waiter = second.waiting[0].1.clone();
         let t = std::thread::spawn(move || waiter.wait(Instant::now() + Duration::from_secs(10)));
         first.fulfil(2, Arc::new(vec![7; 4]));
@@ -271,7 +274,9 @@ mod tests {
         let first = cache.claim(&f, &[1], &[]);
         let second = cache.claim(&f, &[1], &[]);
         drop(first);
-        let got = second.waiting[0].1.wait(Instant::now() + Duration::from_secs(10));
+        let got = second.waiting[0]
+            .1
+            .wait(Instant::now() + Duration::from_secs(10));
         assert_eq!(got.unwrap_err().kind(), ErrorKind::Network);
         assert_eq!(cache.claim(&f, &[1], &[]).owned, [1], "claimable again");
     }

@@ -208,7 +208,9 @@ impl RemoteFile {
         if buf.is_empty() || pos >= size {
             return Ok(0);
         }
-        let len = buf.len().min(usize::try_from(size - pos).unwrap_or(usize::MAX));
+        let len = buf
+            .len()
+            .min(usize::try_from(size - pos).unwrap_or(usize::MAX));
         self.shared.read_into(pos, &mut buf[..len])?;
         Ok(len)
     }
@@ -264,21 +266,35 @@ impl Shared {
         let c = &self.counters;
         Counters::add(&c.cache_hits, (have.len() - missing.len()) as u64);
         Counters::add(&c.cache_misses, missing.len() as u64);
-        let ahead = self.read_ahead.lock().on_read(pos, len, !missing.is_empty());
+        let ahead = self
+            .read_ahead
+            .lock()
+            .on_read(pos, len, !missing.is_empty());
         if !missing.is_empty() {
             let ahead_end = (pos + len).saturating_add(ahead).min(self.identity.size);
             let optional: Vec<u64> = (needed.end..ahead_end.div_ceil(self.block_size)).collect();
             let claim = self.cache.claim(&self.key, &missing, &optional);
             self.complete(claim, &needed, &mut have)?;
         }
-        copy_out(&have, needed.start * self.block_size, pos, buf, self.block_size);
+        copy_out(
+            &have,
+            needed.start * self.block_size,
+            pos,
+            buf,
+            self.block_size,
+        );
         Counters::add(&c.bytes_read, len);
         Ok(())
     }
 
     /// Fetches what `claim` owns and waits for what others fetch, filling the
     /// needed blocks into `have`.
-    fn complete(&self, mut claim: Claim, needed: &Range<u64>, have: &mut [Option<Block>]) -> Result<()> {
+    fn complete(
+        &self,
+        mut claim: Claim,
+        needed: &Range<u64>,
+        have: &mut [Option<Block>],
+    ) -> Result<()> {
         let slot = |i: u64| (i - needed.start) as usize;
         for (i, block) in claim.found.drain(..) {
             have[slot(i)] = Some(block);
@@ -291,7 +307,10 @@ impl Shared {
         let mut failure = None;
         for wave in parts.chunks(self.max_concurrency as usize) {
             let results = self.fetch_wave(wave, deadline);
-            let rounds = results.iter().map(|r| r.as_ref().map_or(1, |(_, n)| *n)).max();
+            let rounds = results
+                .iter()
+                .map(|r| r.as_ref().map_or(1, |(_, n)| *n))
+                .max();
             Counters::add(&self.counters.round_trips, rounds.unwrap_or(0).into());
             for (part, result) in wave.iter().zip(results) {
                 match result {
@@ -329,7 +348,11 @@ impl Shared {
     }
 
     /// Fetches `parts` concurrently (the first on this thread).
-    fn fetch_wave(&self, parts: &[Range<u64>], deadline: Instant) -> Vec<Result<(Vec<Vec<u8>>, u32)>> {
+    fn fetch_wave(
+        &self,
+        parts: &[Range<u64>],
+        deadline: Instant,
+    ) -> Vec<Result<(Vec<Vec<u8>>, u32)>> {
         let fetch = |part: &Range<u64>| {
             let bytes = plan::byte_range(part, self.block_size, self.identity.size);
             self.transport

@@ -64,7 +64,10 @@ fn a_large_read_is_one_round_trip_with_little_over_fetch() {
     assert!(buf == data[pos as usize..][..len], "bytes differ");
     let d = file.stats().since(&before);
     assert_eq!(d.round_trips, 1, "{d:?}");
-    assert!(d.requests <= 4, "split into at most 4 concurrent parts: {d:?}");
+    assert!(
+        d.requests <= 4,
+        "split into at most 4 concurrent parts: {d:?}"
+    );
     let ratio = d.bytes_fetched as f64 / len as f64;
     assert!(ratio < 1.3, "over-fetch {ratio}");
     // The parts cover the needed blocks exactly, with no overlap.
@@ -120,13 +123,19 @@ fn read_ahead_grows_on_sequential_misses() {
 fn random_reads_fetch_only_their_blocks() {
     let data = test_data(32 * MIB as usize, 6);
     let server = RangeServer::new(data.clone());
-    let file = builder().block_size(64 * KIB).open(server.url("/f")).unwrap();
+    let file = builder()
+        .block_size(64 * KIB)
+        .open(server.url("/f"))
+        .unwrap();
     for pos in [20 * MIB, 3 * MIB + 5, 27 * MIB, 9 * MIB + 100] {
         let mut buf = vec![0; 100];
         file.read_exact_at(pos, &mut buf).unwrap();
         assert_eq!(buf, data[pos as usize..][..100]);
     }
-    let lens: Vec<u64> = server.ranges()[1..].iter().map(|(a, b)| b - a + 1).collect();
+    let lens: Vec<u64> = server.ranges()[1..]
+        .iter()
+        .map(|(a, b)| b - a + 1)
+        .collect();
     assert_eq!(lens, [64 * KIB; 4]);
 }
 
@@ -151,7 +160,9 @@ fn eof_reads_return_nothing_without_a_request() {
     assert_eq!(server.ranges().last().unwrap(), &(2 * MIB, size - 1));
     file.seek(SeekFrom::End(0)).unwrap();
     assert_eq!(file.read(&mut buf).unwrap(), 0);
-    let io_err = file.seek(SeekFrom::Current(-(size as i64) - 1)).unwrap_err();
+    let io_err = file
+        .seek(SeekFrom::Current(-(size as i64) - 1))
+        .unwrap_err();
     assert_eq!(io_err.kind(), std::io::ErrorKind::InvalidInput);
 }
 
@@ -165,7 +176,10 @@ fn a_small_file_answered_whole_with_200_is_accepted() {
         }
         r
     });
-    let file = builder().block_size(4096).open(server.url("/small")).unwrap();
+    let file = builder()
+        .block_size(4096)
+        .open(server.url("/small"))
+        .unwrap();
     assert_eq!(file.len(), 1000);
     let mut buf = vec![0; 1000];
     file.read_exact_at(0, &mut buf).unwrap();
@@ -252,7 +266,10 @@ fn eight_threads_fetch_each_block_once() {
                     let pos = ((t * 3 + k * 5) % 20) * MIB + t * 1000;
                     let mut buf = vec![0; 3 * MIB as usize];
                     file.read_exact_at(pos, &mut buf).unwrap();
-                    assert!(buf == data[pos as usize..][..buf.len()], "thread {t} read {k}");
+                    assert!(
+                        buf == data[pos as usize..][..buf.len()],
+                        "thread {t} read {k}"
+                    );
                 }
             });
         }
@@ -264,7 +281,13 @@ fn eight_threads_fetch_each_block_once() {
         }
     }
     assert!(blocks.values().all(|&n| n == 1), "refetched: {blocks:?}");
-    assert_eq!(file.stats().requests as usize, server.requests(), "{:?} {:?}", file.stats(), server.ranges());
+    assert_eq!(
+        file.stats().requests as usize,
+        server.requests(),
+        "{:?} {:?}",
+        file.stats(),
+        server.ranges()
+    );
 }
 
 #[test]
@@ -284,7 +307,11 @@ fn the_cache_never_holds_more_than_its_capacity() {
     file.read_exact_at(7 * MIB, &mut big).unwrap();
     assert!(big == data[7 * MIB as usize..][..big.len()]);
     file.cache().run_pending_tasks();
-    assert!(file.cache().weighted_size() <= MIB, "{}", file.cache().weighted_size());
+    assert!(
+        file.cache().weighted_size() <= MIB,
+        "{}",
+        file.cache().weighted_size()
+    );
     assert!(file.cache().weighted_size() > 0);
 }
 
@@ -302,7 +329,11 @@ fn a_shared_cache_serves_a_second_open_of_the_same_file() {
     let mut again = vec![0; 2 * MIB as usize];
     two.read_exact_at(3 * MIB, &mut again).unwrap();
     assert_eq!(buf, again);
-    assert_eq!(server.requests(), n + 1, "only the second open's own request");
+    assert_eq!(
+        server.requests(),
+        n + 1,
+        "only the second open's own request"
+    );
     // Another file under the same cache does not see these blocks.
     let other = b.open(server.url("/g")).unwrap();
     other.read_exact_at(3 * MIB, &mut again).unwrap();
@@ -349,7 +380,11 @@ fn connections_are_reused() {
         file.read_exact_at(i * 128 * KIB, &mut buf).unwrap();
     }
     assert_eq!(server.requests(), 50);
-    assert_eq!(server.connections(), 1, "sequential requests share one connection");
+    assert_eq!(
+        server.connections(),
+        1,
+        "sequential requests share one connection"
+    );
 }
 
 #[cfg(feature = "positioned-io")]

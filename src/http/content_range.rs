@@ -56,14 +56,28 @@ mod tests {
     fn parses_the_forms_servers_send() {
         assert_eq!(
             parse("bytes 0-99/1000"),
-            Some(ContentRange::Bytes { first: 0, last: 99, total: Some(1000) })
+            Some(ContentRange::Bytes {
+                first: 0,
+                last: 99,
+                total: Some(1000)
+            })
         );
         assert_eq!(
             parse("bytes 5-5/*"),
-            Some(ContentRange::Bytes { first: 5, last: 5, total: None })
+            Some(ContentRange::Bytes {
+                first: 5,
+                last: 5,
+                total: None
+            })
         );
-        assert_eq!(parse("bytes */0"), Some(ContentRange::Unsatisfied { total: 0 }));
-        assert_eq!(parse("bytes */77"), Some(ContentRange::Unsatisfied { total: 77 }));
+        assert_eq!(
+            parse("bytes */0"),
+            Some(ContentRange::Unsatisfied { total: 0 })
+        );
+        assert_eq!(
+            parse("bytes */77"),
+            Some(ContentRange::Unsatisfied { total: 77 })
+        );
     }
 
     #[test]

@@ -36,7 +36,8 @@ mod tests {
 
     #[test]
     fn removes_query_fragment_and_credentials() {
-        let u = Url::parse("https://user:pw@h.example:8443/a/b.nwb?X-Amz-Signature=abc#frag").unwrap();
+        let u =
+            Url::parse("https://user:pw@h.example:8443/a/b.nwb?X-Amz-Signature=abc#frag").unwrap();
         let r = redact(&u);
         assert_eq!(r, "https://h.example:8443/a/b.nwb?…");
         assert!(!r.contains("abc") && !r.contains("pw") && !r.contains("user"));

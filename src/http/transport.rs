@@ -149,7 +149,11 @@ impl Failure {
 
 impl From<Error> for Failure {
     fn from(e: Error) -> Failure {
-        let retry = if e.is_retryable() { Retry::Yes } else { Retry::No };
+        let retry = if e.is_retryable() {
+            Retry::Yes
+        } else {
+            Retry::No
+        };
         Failure {
             error: e,
             retry,
@@ -186,7 +190,8 @@ pub(crate) struct TransportConfig {
 }
 
 const REDIRECT_STATUSES: [u16; 5] = [301, 302, 303, 307, 308];
-const EXPIRED_HINT: &str = "the URL may have expired (presigned URLs do); open a freshly signed one";
+const EXPIRED_HINT: &str =
+    "the URL may have expired (presigned URLs do); open a freshly signed one";
 
 impl Transport {
     pub fn new(url: Url, config: TransportConfig, counters: Arc<Counters>) -> Transport {
@@ -298,7 +303,12 @@ impl Transport {
         }
     }
 
-    fn try_open(&self, first_len: u64, deadline: Instant, seq: &mut u32) -> Result<Opened, Failure> {
+    fn try_open(
+        &self,
+        first_len: u64,
+        deadline: Instant,
+        seq: &mut u32,
+    ) -> Result<Opened, Failure> {
         let (mut resp, url) = self.send(0..first_len, None, deadline, seq)?;
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
@@ -393,7 +403,9 @@ impl Transport {
                 let (first, last, total) = match parse_content_range(&headers)? {
                     ContentRange::Bytes { first, last, total } => (first, last, total),
                     ContentRange::Unsatisfied { .. } => {
-                        return Err(Failure::fatal(malformed("206 with an unsatisfied Content-Range")));
+                        return Err(Failure::fatal(malformed(
+                            "206 with an unsatisfied Content-Range",
+                        )));
                     }
                 };
                 if let Some(total) = total.filter(|&t| t != identity.size) {
@@ -454,6 +466,7 @@ impl Transport {
             ErrorKind::HttpStatus(status),
             format!("HTTP {status} {reason}").trim_end().to_owned(),
         );
+        error = error.with_url(&redact(url));
         let excerpt = drain(&mut resp);
         if !excerpt.is_empty() {
             error = error.with_body(excerpt);
@@ -489,7 +502,10 @@ impl Transport {
             if self.https_only && url.scheme() != "https" {
                 return Err(Failure::fatal(Error::new(
                     ErrorKind::InvalidUrl,
-                    format!("refusing plain HTTP to {} (https_only is set)", redact(&url)),
+                    format!(
+                        "refusing plain HTTP to {} (https_only is set)",
+                        redact(&url)
+                    ),
                 )));
             }
             let remaining = deadline.saturating_duration_since(Instant::now());
@@ -530,7 +546,8 @@ impl Transport {
             let mut resp = match result {
                 Ok(r) => r,
                 Err(e) => {
-                    let f = classify_ureq(e, "sending the request");
+                    let mut f = classify_ureq(e, "sending the request");
+                    f.error = f.error.with_url(&redact(&url));
                     tracing::debug!(
                         url = %redact(&url), range = %format_args!("{}-{}", range.start, range.end - 1),
                         elapsed_ms, error = %f.error, "http request failed"
@@ -580,10 +597,7 @@ impl Transport {
                 Ok(0) => {
                     return Err(Failure::transient(Error::new(
                         ErrorKind::MalformedResponse,
-                        format!(
-                            "the body ended after {} of {} bytes",
-                            sink.filled, sink.len
-                        ),
+                        format!("the body ended after {} of {} bytes", sink.filled, sink.len),
                     )));
                 }
                 Ok(n) => {
@@ -634,14 +648,17 @@ fn short_body(got: u64, announced: Option<u64>) -> Error {
 }
 
 fn parse_content_range(headers: &HeaderMap) -> Result<ContentRange, Failure> {
-    let raw = headers.get("content-range").ok_or_else(|| {
-        Failure::fatal(malformed("the response has no Content-Range header"))
-    })?;
+    let raw = headers
+        .get("content-range")
+        .ok_or_else(|| Failure::fatal(malformed("the response has no Content-Range header")))?;
     raw.to_str()
         .ok()
         .and_then(content_range::parse)
         .ok_or_else(|| {
-            let shown: String = String::from_utf8_lossy(raw.as_bytes()).chars().take(80).collect();
+            let shown: String = String::from_utf8_lossy(raw.as_bytes())
+                .chars()
+                .take(80)
+                .collect();
             Failure::fatal(malformed(format!("unparsable Content-Range {shown:?}")))
         })
 }
@@ -707,9 +724,17 @@ fn classify_ureq(e: ureq::Error, doing: &str) -> Failure {
         U::Io(io) => (ErrorKind::Network, format!("I/O error: {io}"), true),
         U::HostNotFound => (ErrorKind::Network, "host not found (DNS)".to_owned(), true),
         U::ConnectionFailed => (ErrorKind::Network, "connection failed".to_owned(), true),
-        U::Protocol(p) => (ErrorKind::Network, format!("HTTP protocol error: {p}"), true),
+        U::Protocol(p) => (
+            ErrorKind::Network,
+            format!("HTTP protocol error: {p}"),
+            true,
+        ),
         U::BodyStalled => (ErrorKind::Timeout, "the body stalled".to_owned(), true),
-        U::BadUri(_) => (ErrorKind::InvalidUrl, "the URL is not valid".to_owned(), false),
+        U::BadUri(_) => (
+            ErrorKind::InvalidUrl,
+            "the URL is not valid".to_owned(),
+            false,
+        ),
         U::Http(_) => (
             ErrorKind::InvalidConfig,
             "a request header is not valid".to_owned(),
@@ -770,7 +795,10 @@ mod tests {
         let mut h = HeaderMap::new();
         assert!(id.check(&h).is_ok());
         h.insert("etag", "\"a\"".parse().unwrap());
-        h.insert("last-modified", "Mon, 01 Jan 2024 00:00:00 GMT".parse().unwrap());
+        h.insert(
+            "last-modified",
+            "Mon, 01 Jan 2024 00:00:00 GMT".parse().unwrap(),
+        );
         assert!(id.check(&h).is_ok());
         h.insert("etag", "\"b\"".parse().unwrap());
         assert_eq!(id.check(&h).unwrap_err().kind(), ErrorKind::RemoteChanged);

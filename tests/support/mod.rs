@@ -59,7 +59,14 @@ impl Req {
                 Some((k.trim().to_owned(), v.trim().to_owned()))
             })
             .collect();
-        Req { n, conn, method, path, query, headers }
+        Req {
+            n,
+            conn,
+            method,
+            path,
+            query,
+            headers,
+        }
     }
 
     pub fn header(&self, name: &str) -> Option<&str> {
@@ -126,7 +133,11 @@ impl Reply {
         for (k, v) in &self.headers {
             head.push_str(&format!("{k}: {v}\r\n"));
         }
-        if !self.headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("content-length")) {
+        if !self
+            .headers
+            .iter()
+            .any(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+        {
             head.push_str(&format!("Content-Length: {}\r\n", self.body.len()));
         }
         head.push_str("\r\n");
@@ -287,7 +298,9 @@ pub struct RawServer {
 }
 
 impl RawServer {
-    pub fn new(handler: impl Fn(&Req, &mut TcpStream) -> After + Send + Sync + 'static) -> RawServer {
+    pub fn new(
+        handler: impl Fn(&Req, &mut TcpStream) -> After + Send + Sync + 'static,
+    ) -> RawServer {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let addr = listener.local_addr().unwrap();
         listener.set_nonblocking(true).unwrap();
@@ -296,13 +309,15 @@ impl RawServer {
         let connections = Arc::new(AtomicUsize::new(0));
         let handler: Arc<RawHandler> = Arc::new(handler);
         let acceptor = {
-            let (stop, requests, connections) = (stop.clone(), requests.clone(), connections.clone());
+            let (stop, requests, connections) =
+                (stop.clone(), requests.clone(), connections.clone());
             std::thread::spawn(move || {
                 while !stop.load(Ordering::SeqCst) {
                     match listener.accept() {
                         Ok((stream, _)) => {
                             let conn = connections.fetch_add(1, Ordering::SeqCst) + 1;
-                            let (handler, requests, stop) = (handler.clone(), requests.clone(), stop.clone());
+                            let (handler, requests, stop) =
+                                (handler.clone(), requests.clone(), stop.clone());
                             std::thread::spawn(move || {
                                 handle_connection(stream, conn, &*handler, &requests, &stop)
                             });
@@ -343,9 +358,17 @@ impl Drop for RawServer {
     }
 }
 
-fn handle_connection(stream: TcpStream, conn: usize, handler: &RawHandler, requests: &AtomicUsize, stop: &AtomicBool) {
+fn handle_connection(
+    stream: TcpStream,
+    conn: usize,
+    handler: &RawHandler,
+    requests: &AtomicUsize,
+    stop: &AtomicBool,
+) {
     stream.set_nonblocking(false).ok();
-    stream.set_read_timeout(Some(Duration::from_millis(200))).ok();
+    stream
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .ok();
     let mut writer = stream.try_clone().expect("clone stream");
     let mut reader = BufReader::new(stream);
     loop {
@@ -361,7 +384,12 @@ fn handle_connection(stream: TcpStream, conn: usize, handler: &RawHandler, reque
                         break;
                     }
                 }
-                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
                     if stop.load(Ordering::SeqCst) {
                         return;
                     }
@@ -385,7 +413,10 @@ fn handle_connection(stream: TcpStream, conn: usize, handler: &RawHandler, reque
 pub fn raw_206(data: &[u8], first: u64, last: u64) -> Vec<u8> {
     let last = last.min(data.len() as u64 - 1);
     Reply::new(206)
-        .header("Content-Range", format!("bytes {first}-{last}/{}", data.len()))
+        .header(
+            "Content-Range",
+            format!("bytes {first}-{last}/{}", data.len()),
+        )
         .body(&data[first as usize..=last as usize])
         .to_bytes()
 }

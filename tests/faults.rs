@@ -1,0 +1,448 @@
+//! Servers that misbehave: each fault is detected, retried or reported, and a
+//! read never returns wrong bytes.
+
+mod support;
+
+use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use remfile::{ErrorKind, RetryPolicy};
+use support::{After, RangeServer, RawServer, Reply, builder, raw_206, test_data};
+
+const KIB: u64 = 1024;
+const MIB: u64 = 1024 * KIB;
+
+fn quick_retries(n: u32) -> RetryPolicy {
+    RetryPolicy::default()
+        .max_retries(n)
+        .initial_backoff(Duration::from_millis(1))
+        .max_backoff(Duration::from_millis(5))
+}
+
+#[test]
+fn a_server_ignoring_range_is_refused_at_open() {
+    let data = test_data(3 * MIB as usize, 1);
+    let server = RangeServer::new(data).with_hook(|_, mut r| {
+        if r.status == 206 {
+            r.status = 200;
+            r = r.without("Content-Range");
+            r.body = test_data(3 * MIB as usize, 1);
+        }
+        r
+    });
+    let e = builder().open(server.url("/f")).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::RangeNotSupported, "{e}");
+    assert_eq!(server.requests(), 1, "not retried");
+    let io: std::io::Error = e.into();
+    assert_eq!(io.kind(), std::io::ErrorKind::Unsupported);
+}
+
+#[test]
+fn a_chunked_200_larger_than_a_block_is_refused() {
+    let data = test_data(100 * KIB as usize, 2);
+    let server = RawServer::new(move |_, out| {
+        let _ = out.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n");
+        for piece in data.chunks(8192) {
+            let _ = write!(out, "{:x}\r\n", piece.len());
+            let _ = out.write_all(piece);
+            let _ = out.write_all(b"\r\n");
+        }
+        let _ = out.write_all(b"0\r\n\r\n");
+        After::KeepAlive
+    });
+    let e = builder()
+        .block_size(16 * KIB)
+        .open(server.url("/f"))
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::RangeNotSupported, "{e}");
+}
+
+#[test]
+fn a_range_ignored_after_open_is_refused() {
+    let data = test_data(3 * MIB as usize, 3);
+    let server = RangeServer::new(data.clone());
+    let file = builder().open(server.url("/f")).unwrap();
+    let whole = data.clone();
+    server.set_hook(move |_, mut r| {
+        r.status = 200;
+        r.without("Content-Range").body(whole.clone())
+    });
+    let mut buf = [0u8; 10];
+    let e = file.read_exact_at(2 * MIB, &mut buf).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::RangeNotSupported, "{e}");
+}
+
+#[test]
+fn a_body_cut_short_is_resumed_from_its_first_missing_byte() {
+    let data = Arc::new(test_data(4 * MIB as usize, 4));
+    let d = data.clone();
+    let server = RawServer::new(move |req, out| {
+        let (first, last) = req.range().unwrap();
+        if req.n == 2 {
+            // Announce the whole range, send 100 000 bytes, hang up.
+            let full = raw_206(&d, first, last);
+            let head_len = full.len() - (last - first + 1) as usize;
+            let _ = out.write_all(&full[..head_len + 100_000]);
+            return After::Close;
+        }
+        let _ = out.write_all(&raw_206(&d, first, last));
+        After::KeepAlive
+    });
+    let file = builder().open(server.url("/f")).unwrap();
+    let mut buf = vec![0; 2 * MIB as usize];
+    file.read_exact_at(MIB, &mut buf).unwrap();
+    assert!(buf == data[MIB as usize..][..buf.len()]);
+    let s = file.stats();
+    assert_eq!((s.requests, s.retries), (3, 1));
+    assert_eq!(server.requests(), 3);
+    // The resumed request fetched only what was missing.
+    assert_eq!(s.bytes_fetched, MIB + 2 * MIB);
+}
+
+#[test]
+fn a_body_longer_or_shorter_than_its_range_is_malformed() {
+    let data = test_data(3 * MIB as usize, 5);
+    for trim in [true, false] {
+        let server = RangeServer::new(data.clone());
+        let file = builder().open(server.url("/f")).unwrap();
+        server.set_hook(move |_, mut r| {
+            if trim {
+                r.body.truncate(r.body.len() - 1);
+            } else {
+                r.body.push(0);
+            }
+            r
+        });
+        let mut buf = [0u8; 10];
+        let e = file.read_exact_at(2 * MIB, &mut buf).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::MalformedResponse, "{e}");
+    }
+}
+
+#[test]
+fn a_content_range_for_other_bytes_is_malformed_and_not_retried() {
+    let data = test_data(3 * MIB as usize, 6);
+    let server = RangeServer::new(data.clone());
+    let file = builder().open(server.url("/f")).unwrap();
+    let size = data.len();
+    server.set_hook(move |req, r| {
+        let (first, last) = req.range().unwrap();
+        let shown = format!("bytes {}-{}/{size}", first + 1, last + 1);
+        r.header("Content-Range", shown)
+    });
+    let mut buf = [0u8; 10];
+    let e = file.read_exact_at(MIB, &mut buf).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::MalformedResponse, "{e}");
+    assert_eq!(server.requests(), 2);
+    assert_eq!(e.range(), Some(MIB..2 * MIB));
+}
+
+#[test]
+fn unparsable_or_missing_content_ranges_are_malformed() {
+    let data = test_data(3 * MIB as usize, 7);
+    for bad in [
+        Some("bytes a-b/c"),
+        Some("bytes 0-99999999999999999999999/1"),
+        Some("bytes 1048576-2097151/*x"),
+        None,
+    ] {
+        let server = RangeServer::new(data.clone());
+        let file = builder().open(server.url("/f")).unwrap();
+        server.set_hook(move |_, r| match bad {
+            Some(v) => r.header("Content-Range", v),
+            None => r.without("Content-Range"),
+        });
+        let mut buf = [0u8; 10];
+        let e = file.read_exact_at(MIB, &mut buf).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::MalformedResponse, "{bad:?}: {e}");
+    }
+}
+
+#[test]
+fn a_gzip_encoded_206_is_refused() {
+    let data = test_data(3 * MIB as usize, 8);
+    let server = RangeServer::new(data).with_hook(|_, r| r.header("Content-Encoding", "gzip"));
+    let e = builder().open(server.url("/f")).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::MalformedResponse, "{e}");
+    assert!(e.to_string().contains("gzip"));
+    assert_eq!(server.log()[0].header("accept-encoding"), Some("identity"));
+}
+
+#[test]
+fn two_503s_then_success() {
+    let data = test_data(3 * MIB as usize, 9);
+    let server = RangeServer::new(data.clone());
+    let file = builder()
+        .retry_policy(quick_retries(5))
+        .open(server.url("/f"))
+        .unwrap();
+    let failures = Arc::new(AtomicUsize::new(0));
+    let f = failures.clone();
+    server.set_hook(move |_, r| {
+        if f.fetch_add(1, Ordering::SeqCst) < 2 {
+            Reply::new(503).body("slow down")
+        } else {
+            r
+        }
+    });
+    let mut buf = vec![0; 1000];
+    file.read_exact_at(2 * MIB, &mut buf).unwrap();
+    assert_eq!(buf, data[2 * MIB as usize..][..1000]);
+    let s = file.stats();
+    assert_eq!((s.requests, s.retries), (4, 2));
+    assert_eq!(server.requests(), 4);
+}
+
+#[test]
+fn a_persistent_503_fails_after_the_policy_is_spent() {
+    let server = RangeServer::new(test_data(1000, 10))
+        .with_hook(|_, _| Reply::new(503).body("<Error>Service Unavailable</Error>"));
+    let e = builder()
+        .retry_policy(quick_retries(3))
+        .open(server.url("/f"))
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::HttpStatus(503));
+    assert_eq!(e.attempts(), 4);
+    assert_eq!(server.requests(), 4);
+    assert_eq!(e.body_excerpt(), Some("<Error>Service Unavailable</Error>"));
+    assert!(e.is_retryable());
+}
+
+#[test]
+fn retry_after_is_honoured_and_an_absurd_one_capped() {
+    for retry_after in [Some("0"), None, Some("86400")] {
+        let data = test_data(1000, 11);
+        let calls = Arc::new(AtomicUsize::new(0));
+        let c = calls.clone();
+        let server = RangeServer::new(data.clone()).with_hook(move |_, r| {
+            if c.fetch_add(1, Ordering::SeqCst) == 0 {
+                let reply = Reply::new(429);
+                match retry_after {
+                    Some(v) => reply.header("Retry-After", v),
+                    None => reply,
+                }
+            } else {
+                r
+            }
+        });
+        // Uncapped, a day's wait would outlast the read's deadline and fail.
+        let policy = quick_retries(2).max_retry_after(Duration::from_millis(10));
+        let file = builder()
+            .retry_policy(policy)
+            .open(server.url("/f"))
+            .unwrap();
+        assert_eq!(file.len(), 1000);
+        assert_eq!(server.requests(), 2, "{retry_after:?}");
+        assert_eq!(file.stats().retries, 1);
+    }
+}
+
+#[test]
+fn a_404_fails_at_once() {
+    let server =
+        RangeServer::new(test_data(10, 12)).with_hook(|_, _| Reply::new(404).body("no such key"));
+    let e = builder().open(server.url("/missing")).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::HttpStatus(404));
+    assert_eq!(e.status(), Some(404));
+    assert_eq!(e.attempts(), 1);
+    assert_eq!(server.requests(), 1);
+    assert!(e.to_string().contains("404"), "{e}");
+    let io: std::io::Error = e.into();
+    assert_eq!(io.kind(), std::io::ErrorKind::NotFound);
+}
+
+#[test]
+fn other_4xx_are_not_retried() {
+    for status in [400, 401, 403, 410] {
+        let server = RangeServer::new(test_data(10, 13)).with_hook(move |_, _| Reply::new(status));
+        let e = builder().open(server.url("/f")).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::HttpStatus(status));
+        assert_eq!(server.requests(), 1, "{status}");
+    }
+}
+
+#[test]
+fn a_stalled_server_times_out_instead_of_hanging() {
+    let server = RawServer::new(|_, _| {
+        std::thread::sleep(Duration::from_secs(3));
+        After::Close
+    });
+    let e = builder()
+        .idle_timeout(Duration::from_millis(200))
+        .retry_policy(quick_retries(1))
+        .open(server.url("/f"))
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+    assert_eq!(e.attempts(), 2);
+    let io: std::io::Error = e.into();
+    assert_eq!(io.kind(), std::io::ErrorKind::TimedOut);
+}
+
+#[test]
+fn a_body_stalling_midway_times_out_then_resumes() {
+    let data = Arc::new(test_data(3 * MIB as usize, 14));
+    let d = data.clone();
+    let server = RawServer::new(move |req, out| {
+        let (first, last) = req.range().unwrap();
+        let full = raw_206(&d, first, last);
+        if req.n == 2 {
+            let head_len = full.len() - (last - first + 1) as usize;
+            let _ = out.write_all(&full[..head_len + 5000]);
+            let _ = out.flush();
+            std::thread::sleep(Duration::from_secs(2));
+            return After::Close;
+        }
+        let _ = out.write_all(&full);
+        After::KeepAlive
+    });
+    let file = builder()
+        .idle_timeout(Duration::from_millis(200))
+        .retry_policy(quick_retries(2))
+        .open(server.url("/f"))
+        .unwrap();
+    let mut buf = vec![0; 100_000];
+    file.read_exact_at(MIB, &mut buf).unwrap();
+    assert!(buf == data[MIB as usize..][..100_000]);
+    assert_eq!(file.stats().retries, 1);
+    assert_eq!(server.requests(), 3);
+}
+
+#[test]
+fn the_overall_read_deadline_bounds_retries() {
+    let server = RangeServer::new(test_data(10, 15)).with_hook(|_, _| Reply::new(503));
+    let e = builder()
+        .read_timeout(Duration::from_millis(300))
+        .retry_policy(
+            RetryPolicy::default()
+                .max_retries(1000)
+                .initial_backoff(Duration::from_millis(20))
+                .max_backoff(Duration::from_millis(20)),
+        )
+        .open(server.url("/f"))
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::HttpStatus(503));
+    assert!(
+        e.attempts() < 1000,
+        "stopped by the deadline: {}",
+        e.attempts()
+    );
+}
+
+#[test]
+fn a_strong_etag_is_sent_as_if_match_and_a_change_is_reported() {
+    let data = test_data(3 * MIB as usize, 16);
+    let server = RangeServer::new(data.clone());
+    let file = builder().open(server.url("/f")).unwrap();
+    let mut buf = [0u8; 10];
+    file.read_exact_at(MIB, &mut buf).unwrap();
+    assert_eq!(server.log()[1].header("if-match"), Some("\"v1\""));
+    assert!(server.log()[0].header("if-match").is_none());
+    server.set_etag(Some("\"v2\""));
+    let e = file.read_exact_at(2 * MIB, &mut buf).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::RemoteChanged, "{e}");
+    let io: std::io::Error = e.into();
+    assert_eq!(io.kind(), std::io::ErrorKind::StaleNetworkFileHandle);
+}
+
+#[test]
+fn a_changed_etag_is_detected_even_without_if_match() {
+    // This server ignores If-Match, so only the comparison can catch the change.
+    let data = test_data(3 * MIB as usize, 17);
+    let server = RangeServer::new(data.clone()).with_hook(|req, r| {
+        if req.n > 1 {
+            r.header("ETag", "\"v2\"")
+        } else {
+            r
+        }
+    });
+    let file = builder().open(server.url("/f")).unwrap();
+    let mut buf = [0u8; 10];
+    let e = file.read_exact_at(2 * MIB, &mut buf).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::RemoteChanged, "{e}");
+}
+
+#[test]
+fn a_weak_etag_is_compared_not_sent() {
+    let data = test_data(3 * MIB as usize, 18);
+    let server = RangeServer::new(data.clone());
+    server.set_etag(Some("W/\"v1\""));
+    let file = builder().open(server.url("/f")).unwrap();
+    assert_eq!(file.etag(), Some("W/\"v1\""));
+    let mut buf = [0u8; 10];
+    file.read_exact_at(MIB, &mut buf).unwrap();
+    assert_eq!(buf, data[MIB as usize..][..10]);
+    assert!(server.log()[1].header("if-match").is_none());
+    server.set_etag(Some("W/\"v2\""));
+    let e = file.read_exact_at(2 * MIB, &mut buf).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::RemoteChanged, "{e}");
+}
+
+#[test]
+fn a_changed_last_modified_or_size_is_detected() {
+    let data = test_data(3 * MIB as usize, 19);
+    let server = RangeServer::new(data.clone());
+    server.set_etag(None);
+    server.set_last_modified(Some("Mon, 01 Jan 2024 00:00:00 GMT"));
+    let file = builder().open(server.url("/f")).unwrap();
+    assert_eq!(file.last_modified(), Some("Mon, 01 Jan 2024 00:00:00 GMT"));
+    server.set_last_modified(Some("Tue, 02 Jan 2024 00:00:00 GMT"));
+    let mut buf = [0u8; 10];
+    let e = file.read_exact_at(MIB, &mut buf).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::RemoteChanged, "{e}");
+
+    server.set_last_modified(None);
+    let file = builder().open(server.url("/f")).unwrap();
+    server.set_data(test_data(4 * MIB as usize, 19));
+    let e = file.read_exact_at(MIB, &mut buf).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::RemoteChanged, "{e}");
+    // A file that shrank below the range answers 416 with its new size.
+    server.set_data(test_data(MIB as usize, 19));
+    let e = file.read_exact_at(2 * MIB, &mut buf).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::RemoteChanged, "{e}");
+}
+
+#[test]
+fn a_connection_refused_is_a_network_error_after_retries() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let e = builder()
+        .retry_policy(quick_retries(2))
+        .open(format!("http://127.0.0.1:{port}/f"))
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Network, "{e}");
+    assert_eq!(e.attempts(), 3);
+}
+
+#[test]
+fn a_failed_fetch_reaches_every_waiting_reader() {
+    let data = test_data(3 * MIB as usize, 20);
+    let server = RangeServer::new(data);
+    let file = builder()
+        .retry_policy(RetryPolicy::never())
+        .open(server.url("/f"))
+        .unwrap();
+    server.set_hook(|_, _| {
+        std::thread::sleep(Duration::from_millis(300));
+        Reply::new(500)
+    });
+    let errors: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let file = file.clone();
+                s.spawn(move || {
+                    let mut buf = [0u8; 10];
+                    file.read_exact_at(2 * MIB, &mut buf).unwrap_err()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for e in &errors {
+        assert_eq!(e.kind(), ErrorKind::HttpStatus(500), "{e}");
+    }
+    assert_eq!(server.requests(), 2, "the waiters shared one fetch");
+}

@@ -1,0 +1,168 @@
+//! Redirects: followed and counted by the crate, remembered, kept from
+//! leaking credentials, and renewed when a presigned target expires.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use remfile::ErrorKind;
+use support::{RangeServer, Reply, builder, test_data};
+
+const MIB: u64 = 1024 * 1024;
+
+#[test]
+fn a_302_is_followed_once_then_skipped() {
+    let data = test_data(4 * MIB as usize, 1);
+    let server = RangeServer::new(data.clone()).with_hook(|req, r| {
+        if req.path == "/start" {
+            Reply::redirect(302, "/real/file")
+        } else {
+            r
+        }
+    });
+    let file = builder().open(server.url("/start")).unwrap();
+    assert_eq!(file.len(), data.len() as u64);
+    assert_eq!(file.url(), server.url("/start"));
+    let mut buf = vec![0; 1000];
+    file.read_exact_at(2 * MIB, &mut buf).unwrap();
+    assert_eq!(buf, data[2 * MIB as usize..][..1000]);
+    let paths: Vec<String> = server.log().iter().map(|r| r.path.clone()).collect();
+    assert_eq!(paths, ["/start", "/real/file", "/real/file"]);
+    // The range went along with the redirect.
+    assert_eq!(server.log()[1].header("range"), Some("bytes=0-1048575"));
+    let s = file.stats();
+    assert_eq!((s.requests, s.round_trips), (3, 3));
+}
+
+#[test]
+fn a_redirect_loop_stops_at_the_limit() {
+    let server = RangeServer::new(test_data(10, 2)).with_hook(|req, _| {
+        let next = if req.path == "/a" { "/b" } else { "/a" };
+        Reply::redirect(307, next)
+    });
+    let e = builder()
+        .max_redirects(5)
+        .open(server.url("/a"))
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Redirect, "{e}");
+    assert_eq!(server.requests(), 6);
+}
+
+#[test]
+fn a_redirect_without_location_is_an_error() {
+    let server = RangeServer::new(test_data(10, 3)).with_hook(|_, _| Reply::new(302));
+    let e = builder().open(server.url("/a")).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Redirect, "{e}");
+}
+
+#[test]
+fn credentials_do_not_follow_a_redirect_to_another_port() {
+    let data = test_data(2 * MIB as usize, 4);
+    let storage = RangeServer::new(data.clone());
+    let target = storage.url("/blob");
+    let api = RangeServer::new(Vec::new()).with_hook(move |_, _| Reply::redirect(302, &target));
+    let file = builder()
+        .header("Authorization", "Bearer secret")
+        .open(api.url("/files/1"))
+        .unwrap();
+    let mut buf = [0u8; 100];
+    file.read_exact_at(MIB, &mut buf).unwrap();
+    assert_eq!(buf, data[MIB as usize..][..100]);
+    assert_eq!(api.log()[0].header("authorization"), Some("Bearer secret"));
+    assert_eq!(storage.requests(), 2);
+    for req in storage.log() {
+        assert!(
+            req.header("authorization").is_none(),
+            "leaked to another origin"
+        );
+        assert!(req.header("user-agent").is_some());
+    }
+}
+
+#[test]
+fn an_expired_presigned_target_is_resolved_again() {
+    // The API signs a new storage URL on each call; a signature is good for
+    // two requests, then the storage answers 403.
+    let data = test_data(6 * MIB as usize, 5);
+    let signed = Arc::new(AtomicUsize::new(0));
+    let used = Arc::new(parking_lot::Mutex::new(std::collections::HashMap::<
+        String,
+        usize,
+    >::new()));
+    let (s, u) = (signed.clone(), used.clone());
+    let server = RangeServer::new(data.clone()).with_hook(move |req, r| {
+        if req.path == "/api/asset" {
+            let n = s.fetch_add(1, Ordering::SeqCst);
+            return Reply::redirect(302, &format!("/store/blob?X-Signature=SECRET{n}"));
+        }
+        let sig = req.query.clone().unwrap_or_default();
+        let mut used = u.lock();
+        let count = used.entry(sig).or_insert(0);
+        *count += 1;
+        if *count > 2 {
+            Reply::new(403).body("<Error>Request has expired</Error>")
+        } else {
+            r
+        }
+    });
+    let file = builder()
+        .read_ahead_max(0)
+        .open(server.url("/api/asset"))
+        .unwrap();
+    let mut buf = vec![0; 1000];
+    for k in 1..6u64 {
+        file.read_exact_at(k * MIB, &mut buf).unwrap();
+        assert_eq!(buf, data[(k * MIB) as usize..][..1000]);
+    }
+    assert!(signed.load(Ordering::SeqCst) >= 3, "re-resolved");
+    assert_eq!(file.stats().requests as usize, server.requests());
+}
+
+#[test]
+fn a_re_resolved_target_serving_another_file_is_refused() {
+    let data = test_data(3 * MIB as usize, 6);
+    let other = test_data(5 * MIB as usize, 7);
+    let resolutions = Arc::new(AtomicUsize::new(0));
+    let r2 = resolutions.clone();
+    let server = RangeServer::new(data.clone()).with_hook(move |req, r| match req.path.as_str() {
+        "/api" => {
+            let n = r2.fetch_add(1, Ordering::SeqCst);
+            Reply::redirect(302, if n == 0 { "/old?sig=1" } else { "/new?sig=2" })
+        }
+        "/old" if req.n > 2 => Reply::new(403),
+        "/new" => {
+            let (first, last) = req.range().unwrap();
+            let last = last.min(other.len() as u64 - 1);
+            Reply::new(206)
+                .header(
+                    "Content-Range",
+                    format!("bytes {first}-{last}/{}", other.len()),
+                )
+                .header("ETag", "\"v1\"")
+                .body(&other[first as usize..=last as usize])
+        }
+        _ => r,
+    });
+    let file = builder().open(server.url("/api")).unwrap();
+    let mut buf = [0u8; 10];
+    let e = file.read_exact_at(2 * MIB, &mut buf).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::RemoteChanged, "{e}");
+}
+
+#[test]
+fn a_signed_url_refused_without_a_redirect_says_it_may_have_expired() {
+    let server = RangeServer::new(test_data(10, 8))
+        .with_hook(|_, _| Reply::new(403).body("<Error><Code>AccessDenied</Code></Error>"));
+    let e = builder()
+        .open(server.url("/blob?X-Amz-Signature=TOPSECRET"))
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::HttpStatus(403));
+    let text = e.to_string();
+    assert!(text.contains("expired"), "{text}");
+    assert!(text.contains("AccessDenied"), "{text}");
+    assert!(!text.contains("TOPSECRET"), "{text}");
+    assert!(!format!("{e:?}").contains("TOPSECRET"));
+    let io: std::io::Error = e.into();
+    assert_eq!(io.kind(), std::io::ErrorKind::PermissionDenied);
+}
