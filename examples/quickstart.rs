@@ -1,0 +1,81 @@
+//! Reads a file over HTTP with `remfile` and prints what it cost.
+//!
+//! ```text
+//! cargo run --example quickstart             # a generated file, served locally
+//! cargo run --example quickstart -- URL      # any http(s) URL
+//! ```
+//!
+//! Without a URL, a 48 MiB file is generated and served by a small range
+//! server on 127.0.0.1 (no network needed); every byte read is checked
+//! against the original.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::io::{Read, Seek, SeekFrom};
+
+use remfile::{RemoteFile, Stats};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    match std::env::args().nth(1) {
+        Some(url) => remote(&url),
+        None => demo(),
+    }
+}
+
+fn remote(url: &str) -> Result<(), Box<dyn std::error::Error>> {
+    let file = RemoteFile::open(url)?;
+    println!("{}: {} bytes, ETag {:?}", file.url(), file.len(), file.etag());
+    let mut head = vec![0u8; file.len().min(64) as usize];
+    file.read_exact_at(0, &mut head)?;
+    println!("first bytes: {}", hex(&head));
+    report("open + first bytes", file.stats());
+    Ok(())
+}
+
+fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    let data = support::test_data(48 << 20, 7);
+    let server = support::RangeServer::new(data.clone());
+    let url = server.url("/demo.bin");
+    println!("serving a {} MiB file at {url}", data.len() >> 20);
+
+    let mut file = RemoteFile::builder().proxy_from_env(false).open(&url)?;
+    report("open", file.stats());
+
+    // Scattered small reads, like the metadata of an HDF5 file.
+    let before = file.stats();
+    for pos in [0, 40 << 20, 1 << 20, 25 << 20, 40 << 20] {
+        let mut buf = [0u8; 512];
+        file.read_exact_at(pos, &mut buf)?;
+        assert_eq!(buf[..], data[pos as usize..][..512]);
+    }
+    report("5 scattered 512-byte reads", file.stats().since(&before));
+
+    // One large read: all its blocks in one round trip.
+    let before = file.stats();
+    let mut big = vec![0u8; 23_000_000];
+    file.read_exact_at(10 << 20, &mut big)?;
+    assert!(big[..] == data[10 << 20..][..big.len()]);
+    report("one 23 MB read", file.stats().since(&before));
+
+    // A sequential scan through `Read`, in 64 KiB pieces: read-ahead grows.
+    let before = file.stats();
+    file.seek(SeekFrom::Start(0))?;
+    let mut all = Vec::new();
+    file.read_to_end(&mut all)?;
+    assert!(all == data);
+    report("sequential scan of the whole file", file.stats().since(&before));
+    println!("all bytes match the original");
+    Ok(())
+}
+
+fn report(what: &str, s: Stats) {
+    println!(
+        "{what:>36}: {:>3} requests, {:>3} round trips, {:>9} bytes fetched, {} cache hits",
+        s.requests, s.round_trips, s.bytes_fetched, s.cache_hits
+    );
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
