@@ -50,7 +50,8 @@ fn main() {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            file.read_exact_at(x % (SIZE - 4096), &mut buf).expect("read");
+            file.read_exact_at(x % (SIZE - 4096), &mut buf)
+                .expect("read");
         }
     });
 
@@ -96,7 +97,12 @@ fn cpu_time() -> Duration {
     // Fields after the parenthesised command name; utime and stime are 14 and 15.
     let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
     let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
     // Field n of the whole line is index n - 3 here; clock ticks are 1/100 s on Linux.
     Duration::from_millis((ticks(11) + ticks(12)) * 10)
 }

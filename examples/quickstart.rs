@@ -25,7 +25,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 fn remote(url: &str) -> Result<(), Box<dyn std::error::Error>> {
     let file = RemoteFile::open(url)?;
-    println!("{}: {} bytes, ETag {:?}", file.url(), file.len(), file.etag());
+    println!(
+        "{}: {} bytes, ETag {:?}",
+        file.url(),
+        file.len(),
+        file.etag()
+    );
     let mut head = vec![0u8; file.len().min(64) as usize];
     file.read_exact_at(0, &mut head)?;
     println!("first bytes: {}", hex(&head));
@@ -64,7 +69,10 @@ fn demo() -> Result<(), Box<dyn std::error::Error>> {
     let mut all = Vec::new();
     file.read_to_end(&mut all)?;
     assert!(all == data);
-    report("sequential scan of the whole file", file.stats().since(&before));
+    report(
+        "sequential scan of the whole file",
+        file.stats().since(&before),
+    );
     println!("all bytes match the original");
     Ok(())
 }

@@ -105,3 +105,8 @@ pub use error::{Error, ErrorKind, Result};
 pub use file::RemoteFile;
 pub use retry::RetryPolicy;
 pub use stats::Stats;
+
+/// The README's examples, compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
