@@ -246,6 +246,27 @@ impl RemoteFile {
         }
         Ok(())
     }
+
+    /// Fetches the blocks covering `ranges` that are not cached yet, in one
+    /// round: one request per contiguous run of missing blocks, up to
+    /// [`max_concurrent_requests`](Builder::max_concurrent_requests) at once.
+    ///
+    /// Use it when the positions of several upcoming reads are known (the
+    /// chunks of a dataset slice, say): the reads then hit the cache instead
+    /// of costing a round trip each. Parts of ranges past the end of the file
+    /// are ignored. The blocks go to the cache, so they stay only while it has
+    /// room for them.
+    ///
+    /// ```no_run
+    /// # let file = remfile::RemoteFile::open("https://example.com/data.h5")?;
+    /// file.prefetch(&[10_000_000..12_000_000, 40_000_000..40_004_096])?;
+    /// let mut buf = vec![0u8; 2_000_000];
+    /// file.read_exact_at(10_000_000, &mut buf)?; // no request
+    /// # Ok::<(), remfile::Error>(())
+    /// ```
+    pub fn prefetch(&self, ranges: &[Range<u64>]) -> Result<()> {
+        self.shared.prefetch(ranges)
+    }
 }
 
 impl Shared {
@@ -274,7 +295,9 @@ impl Shared {
             let ahead_end = (pos + len).saturating_add(ahead).min(self.identity.size);
             let optional: Vec<u64> = (needed.end..ahead_end.div_ceil(self.block_size)).collect();
             let claim = self.cache.claim(&self.key, &missing, &optional);
-            self.complete(claim, &needed, &mut have)?;
+            for (i, block) in self.complete(claim, |i| needed.contains(&i))? {
+                have[(i - needed.start) as usize] = Some(block);
+            }
         }
         copy_out(
             &have,
@@ -287,18 +310,15 @@ impl Shared {
         Ok(())
     }
 
-    /// Fetches what `claim` owns and waits for what others fetch, filling the
-    /// needed blocks into `have`.
+    /// Fetches what `claim` owns and waits for what others fetch. Returns the
+    /// blocks for which `is_needed` holds; a failure matters only if it hits
+    /// one of those (a failed read-ahead costs nothing but its bytes).
     fn complete(
         &self,
         mut claim: Claim,
-        needed: &Range<u64>,
-        have: &mut [Option<Block>],
-    ) -> Result<()> {
-        let slot = |i: u64| (i - needed.start) as usize;
-        for (i, block) in claim.found.drain(..) {
-            have[slot(i)] = Some(block);
-        }
+        is_needed: impl Fn(u64) -> bool,
+    ) -> Result<Vec<(u64, Block)>> {
+        let mut got = std::mem::take(&mut claim.found);
         let deadline = Instant::now() + self.read_timeout;
         let parts: Vec<Range<u64>> = plan::runs(&claim.owned)
             .into_iter()
@@ -317,8 +337,8 @@ impl Shared {
                     Ok((blocks, _)) => {
                         for (i, data) in part.clone().zip(blocks) {
                             let block = Arc::new(data);
-                            if needed.contains(&i) {
-                                have[slot(i)] = Some(block.clone());
+                            if is_needed(i) {
+                                got.push((i, block.clone()));
                             }
                             claim.fulfil(i, block);
                         }
@@ -327,8 +347,7 @@ impl Shared {
                         for i in part.clone() {
                             claim.fail(i, &e);
                         }
-                        // A failed read-ahead costs nothing but its bytes.
-                        if part.start < needed.end && failure.is_none() {
+                        if failure.is_none() && part.clone().any(&is_needed) {
                             failure = Some(e);
                         }
                     }
@@ -342,7 +361,27 @@ impl Shared {
             let block = pending
                 .wait(deadline)
                 .map_err(|e| e.with_url(self.transport.redacted_url()))?;
-            have[slot(i)] = Some(block);
+            got.push((i, block));
+        }
+        Ok(got)
+    }
+
+    /// Makes sure the blocks covering `ranges` are fetched, all missing runs
+    /// at once.
+    fn prefetch(&self, ranges: &[Range<u64>]) -> Result<()> {
+        let size = self.identity.size;
+        let mut blocks: Vec<u64> = ranges
+            .iter()
+            .map(|r| r.start.min(size)..r.end.min(size))
+            .filter(|r| r.end > r.start)
+            .flat_map(|r| plan::blocks_covering(r.start, r.end - r.start, self.block_size))
+            .collect();
+        blocks.sort_unstable();
+        blocks.dedup();
+        blocks.retain(|&i| self.cache.get(&self.key, i).is_none());
+        if !blocks.is_empty() {
+            let claim = self.cache.claim(&self.key, &blocks, &[]);
+            self.complete(claim, |_| true)?;
         }
         Ok(())
     }

@@ -401,3 +401,34 @@ fn positioned_io_traits_work() {
     let e = ReadAt::read_exact_at(&file, 3 * MIB - 1, &mut buf).unwrap_err();
     assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof);
 }
+
+#[test]
+fn prefetch_fetches_scattered_ranges_in_one_round() {
+    let data = test_data(32 * MIB as usize, 19);
+    let server = RangeServer::new(data.clone());
+    let file = builder().open(server.url("/f")).unwrap();
+    let before = file.stats();
+    let wanted = [
+        5 * MIB + 10..5 * MIB + 5000,
+        20 * MIB..22 * MIB,
+        31 * MIB..40 * MIB,
+    ];
+    file.prefetch(&wanted).unwrap();
+    let d = file.stats().since(&before);
+    assert_eq!((d.requests, d.round_trips), (3, 1), "{:?}", server.ranges());
+    assert_eq!(server.ranges()[1..].len(), 3);
+    let n = server.requests();
+    for r in &wanted[..2] {
+        let mut buf = vec![0; (r.end - r.start) as usize];
+        file.read_exact_at(r.start, &mut buf).unwrap();
+        assert!(buf == data[r.start as usize..r.end as usize]);
+    }
+    assert_eq!(server.requests(), n, "the reads hit the cache");
+    // Already cached: nothing to do.
+    file.prefetch(&wanted).unwrap();
+    assert_eq!(server.requests(), n);
+    // A failure of a prefetch is reported.
+    server.set_hook(|_, _| support::Reply::new(404));
+    let e = file.prefetch(&[9 * MIB..9 * MIB + 1]).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::HttpStatus(404));
+}

@@ -114,6 +114,13 @@ impl Sink {
     }
 }
 
+/// Which attempt this is (1-based), and the count of sequential requests
+/// so far, which every request sent adds to.
+struct Try<'a> {
+    number: u32,
+    rounds: &'a mut u32,
+}
+
 /// Why one attempt failed, and whether to try again.
 struct Failure {
     error: Error,
@@ -220,8 +227,8 @@ impl Transport {
     pub fn open(&self, first_len: u64) -> Result<Opened, Error> {
         let deadline = Instant::now() + self.timeouts.per_read;
         let mut rounds = 0;
-        let result = self.with_retries(0..first_len, deadline, &mut rounds, |t, seq| {
-            t.try_open(first_len, deadline, seq)
+        let result = self.with_retries(0..first_len, deadline, &mut rounds, |t, at| {
+            t.try_open(first_len, deadline, at)
         });
         Counters::add(&self.counters.round_trips, rounds.into());
         result.map_err(|e| e.with_url(&self.redacted))
@@ -239,9 +246,9 @@ impl Transport {
     ) -> Result<(Vec<Vec<u8>>, u32), Error> {
         let mut sink = Sink::new(range.end - range.start, block_size);
         let mut rounds = 0;
-        let result = self.with_retries(range.clone(), deadline, &mut rounds, |t, seq| {
+        let result = self.with_retries(range.clone(), deadline, &mut rounds, |t, at| {
             let from = range.start + sink.filled;
-            t.try_fetch(from..range.end, identity, deadline, &mut sink, seq)
+            t.try_fetch(from..range.end, identity, deadline, &mut sink, at)
         });
         result
             .map(|()| (sink.into_blocks(), rounds))
@@ -253,14 +260,20 @@ impl Transport {
         range: Range<u64>,
         deadline: Instant,
         rounds: &mut u32,
-        mut attempt: impl FnMut(&Self, &mut u32) -> Result<T, Failure>,
+        mut attempt: impl FnMut(&Self, Try<'_>) -> Result<T, Failure>,
     ) -> Result<T, Error> {
         let mut attempts = 0u32;
         let mut reresolved = false;
         let mut retries = 0u32;
         loop {
             attempts += 1;
-            let failure = match attempt(self, rounds) {
+            let failure = match attempt(
+                self,
+                Try {
+                    number: attempts,
+                    rounds,
+                },
+            ) {
                 Ok(v) => return Ok(v),
                 Err(f) => f,
             };
@@ -303,13 +316,8 @@ impl Transport {
         }
     }
 
-    fn try_open(
-        &self,
-        first_len: u64,
-        deadline: Instant,
-        seq: &mut u32,
-    ) -> Result<Opened, Failure> {
-        let (mut resp, url) = self.send(0..first_len, None, deadline, seq)?;
+    fn try_open(&self, first_len: u64, deadline: Instant, at: Try<'_>) -> Result<Opened, Failure> {
+        let (mut resp, url) = self.send(0..first_len, None, deadline, at)?;
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
         reject_encoded(&headers)?;
@@ -391,9 +399,9 @@ impl Transport {
         identity: &Identity,
         deadline: Instant,
         sink: &mut Sink,
-        seq: &mut u32,
+        at: Try<'_>,
     ) -> Result<(), Failure> {
-        let (mut resp, url) = self.send(range.clone(), identity.strong_etag(), deadline, seq)?;
+        let (mut resp, url) = self.send(range.clone(), identity.strong_etag(), deadline, at)?;
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
         match status {
@@ -494,7 +502,7 @@ impl Transport {
         range: Range<u64>,
         if_match: Option<&str>,
         deadline: Instant,
-        seq: &mut u32,
+        at: Try<'_>,
     ) -> Result<(Response<Body>, Url), Failure> {
         let mut url = self.target.read().clone();
         let mut hops = 0;
@@ -539,7 +547,7 @@ impl Transport {
                 .timeout_per_read(Some(self.timeouts.idle))
                 .build();
             Counters::add(&self.counters.requests, 1);
-            *seq += 1;
+            *at.rounds += 1;
             let started = Instant::now();
             let result = req.call();
             let elapsed_ms = started.elapsed().as_millis() as u64;
@@ -550,7 +558,7 @@ impl Transport {
                     f.error = f.error.with_url(&redact(&url));
                     tracing::debug!(
                         url = %redact(&url), range = %format_args!("{}-{}", range.start, range.end - 1),
-                        elapsed_ms, error = %f.error, "http request failed"
+                        elapsed_ms, attempt = at.number, error = %f.error, "http request failed"
                     );
                     return Err(f);
                 }
@@ -562,6 +570,7 @@ impl Transport {
                 status,
                 bytes = content_length(resp.headers()).ok().flatten(),
                 elapsed_ms,
+                attempt = at.number,
                 "http request"
             );
             if !REDIRECT_STATUSES.contains(&status) {
