@@ -259,12 +259,12 @@ impl RemoteFile {
     ///
     /// ```no_run
     /// # let file = remfile::RemoteFile::open("https://example.com/data.h5")?;
-    /// file.prefetch(&[10_000_000..12_000_000, 40_000_000..40_004_096])?;
+    /// file.prefetch([10_000_000..12_000_000, 40_000_000..40_004_096])?;
     /// let mut buf = vec![0u8; 2_000_000];
     /// file.read_exact_at(10_000_000, &mut buf)?; // no request
     /// # Ok::<(), remfile::Error>(())
     /// ```
-    pub fn prefetch(&self, ranges: &[Range<u64>]) -> Result<()> {
+    pub fn prefetch(&self, ranges: impl IntoIterator<Item = Range<u64>>) -> Result<()> {
         self.shared.prefetch(ranges)
     }
 }
@@ -368,10 +368,10 @@ impl Shared {
 
     /// Makes sure the blocks covering `ranges` are fetched, all missing runs
     /// at once.
-    fn prefetch(&self, ranges: &[Range<u64>]) -> Result<()> {
+    fn prefetch(&self, ranges: impl IntoIterator<Item = Range<u64>>) -> Result<()> {
         let size = self.identity.size;
         let mut blocks: Vec<u64> = ranges
-            .iter()
+            .into_iter()
             .map(|r| r.start.min(size)..r.end.min(size))
             .filter(|r| r.end > r.start)
             .flat_map(|r| plan::blocks_covering(r.start, r.end - r.start, self.block_size))

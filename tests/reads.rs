@@ -413,7 +413,7 @@ fn prefetch_fetches_scattered_ranges_in_one_round() {
         20 * MIB..22 * MIB,
         31 * MIB..40 * MIB,
     ];
-    file.prefetch(&wanted).unwrap();
+    file.prefetch(wanted.clone()).unwrap();
     let d = file.stats().since(&before);
     assert_eq!((d.requests, d.round_trips), (3, 1), "{:?}", server.ranges());
     assert_eq!(server.ranges()[1..].len(), 3);
@@ -425,10 +425,12 @@ fn prefetch_fetches_scattered_ranges_in_one_round() {
     }
     assert_eq!(server.requests(), n, "the reads hit the cache");
     // Already cached: nothing to do.
-    file.prefetch(&wanted).unwrap();
+    file.prefetch(wanted.clone()).unwrap();
     assert_eq!(server.requests(), n);
     // A failure of a prefetch is reported.
     server.set_hook(|_, _| support::Reply::new(404));
-    let e = file.prefetch(&[9 * MIB..9 * MIB + 1]).unwrap_err();
+    let e = file
+        .prefetch([9 * MIB..9 * MIB + 1, 30 * MIB..30 * MIB + 1])
+        .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::HttpStatus(404));
 }
