@@ -761,6 +761,16 @@ fn classify_ureq(e: ureq::Error, doing: &str) -> Failure {
         ),
         U::Tls(msg) => (ErrorKind::Network, format!("TLS error: {msg}"), false),
         U::Pem(_) | U::Rustls(_) => (ErrorKind::Network, "TLS error".to_owned(), false),
+        // Only with ureq's `gzip` or `brotli` feature, which Cargo's feature
+        // unification can switch on: the variant cannot be named without it.
+        other if other.to_string().contains("decompression failed") => (
+            ErrorKind::MalformedResponse,
+            format!(
+                "the server sent an encoded body though asked for identity ({})",
+                other.to_string().chars().take(100).collect::<String>()
+            ),
+            false,
+        ),
         _ => (ErrorKind::Network, "connection error".to_owned(), true),
     };
     let error = Error::new(kind, format!("{what} while {doing}"));
