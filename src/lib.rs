@@ -87,6 +87,11 @@
 //!
 //! * `positioned-io` (default): implements `positioned_io::ReadAt` and
 //!   `positioned_io::Size` for [`RemoteFile`].
+//! * `hdf5`: the `hdf5` module, which opens remote HDF5/NWB files with the
+//!   `hdf5` crate through a read-only virtual file driver. Links the system
+//!   libhdf5 (1.10 or later, found by pkg-config).
+//! * `hdf5-static`: as `hdf5`, with HDF5 built from bundled sources (needs
+//!   CMake 3.26 or later).
 
 #![warn(missing_docs)]
 
@@ -94,6 +99,8 @@ mod builder;
 mod cache;
 mod error;
 mod file;
+#[cfg(feature = "hdf5")]
+pub mod hdf5;
 mod http;
 mod plan;
 mod retry;

@@ -1,0 +1,500 @@
+//! The read-only virtual file driver: HDF5's callbacks, answered by a
+//! [`RemoteFile`].
+//!
+//! HDF5 calls these functions with its global lock held, so they never wait on
+//! a thread that calls HDF5. Every callback catches panics (unwinding into C
+//! aborts) and reports failures on HDF5's error stack, where the caller's
+//! `hdf5::Error` finds them.
+
+use std::ffi::{CString, c_char, c_int, c_uint, c_ulong, c_void};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+
+use parking_lot::Mutex;
+
+use super::ffi::*;
+use crate::{Error, RemoteFile};
+
+/// What a driver file reads from, shared by every open of it and the fapl
+/// copies HDF5 keeps. Freed when the last of those goes.
+pub(crate) struct Source {
+    pub file: RemoteFile,
+    /// The last error a read met, for the error returned to the caller.
+    pub last_error: Mutex<Option<Error>>,
+    pub read_calls: AtomicU64,
+    pub vector_calls: AtomicU64,
+}
+
+static LIVE_READERS: AtomicUsize = AtomicUsize::new(0);
+
+impl Source {
+    pub fn new(file: RemoteFile) -> Arc<Source> {
+        LIVE_READERS.fetch_add(1, Relaxed);
+        Arc::new(Source {
+            file,
+            last_error: Mutex::new(None),
+            read_calls: AtomicU64::new(0),
+            vector_calls: AtomicU64::new(0),
+        })
+    }
+}
+
+impl Drop for Source {
+    fn drop(&mut self) {
+        LIVE_READERS.fetch_sub(1, Relaxed);
+    }
+}
+
+/// How many remote files the driver holds now.
+pub(crate) fn live_readers() -> usize {
+    LIVE_READERS.load(Relaxed)
+}
+
+/// The driver's part of a file access property list: one pointer, no padding
+/// (HDF5 compares driver infos with `memcmp`).
+#[repr(C)]
+pub(crate) struct FaplInfo {
+    pub reader: *const Source,
+}
+
+/// An open file: HDF5's public part first, then the driver's.
+#[repr(C)]
+struct DriverFile {
+    base: H5FD_t,
+    eoa: haddr_t,
+    reader: Arc<Source>,
+}
+
+/// Largest address the driver accepts (that of `sec2`).
+const MAXADDR: haddr_t = (1 << 63) - 1;
+
+struct Class<T>(T);
+// SAFETY: the classes hold only pointers to static strings and functions.
+unsafe impl<T> Sync for Class<T> {}
+
+static CLASS_V1: Class<ClassV1> = Class(ClassV1 {
+    name: c"remfile".as_ptr(),
+    maxaddr: MAXADDR,
+    fc_degree: H5F_CLOSE_WEAK,
+    terminate: None,
+    sb_size: None,
+    sb_encode: None,
+    sb_decode: None,
+    fapl_size: std::mem::size_of::<FaplInfo>(),
+    fapl_get: Some(fapl_get),
+    fapl_copy: Some(fapl_copy),
+    fapl_free: Some(fapl_free),
+    dxpl_size: 0,
+    dxpl_copy: None,
+    dxpl_free: None,
+    open: Some(open),
+    close: Some(close),
+    cmp: Some(cmp),
+    query: Some(query),
+    get_type_map: None,
+    alloc: None,
+    free: None,
+    get_eoa: Some(get_eoa),
+    set_eoa: Some(set_eoa),
+    get_eof: Some(get_eof),
+    get_handle: Some(get_handle),
+    read: Some(read),
+    write: Some(write),
+    flush: None,
+    truncate: None,
+    lock: None,
+    unlock: None,
+    fl_map: FLMAP_DICHOTOMY,
+});
+
+/// The driver's value in 1.14+: 256 to 511 are for drivers not registered
+/// with The HDF Group.
+const DRIVER_VALUE: c_int = 0x1F5;
+
+static CLASS_V2: Class<ClassV2> = Class(ClassV2 {
+    version: H5FD_CLASS_VERSION,
+    value: DRIVER_VALUE,
+    name: c"remfile".as_ptr(),
+    maxaddr: MAXADDR,
+    fc_degree: H5F_CLOSE_WEAK,
+    terminate: None,
+    sb_size: None,
+    sb_encode: None,
+    sb_decode: None,
+    fapl_size: std::mem::size_of::<FaplInfo>(),
+    fapl_get: Some(fapl_get),
+    fapl_copy: Some(fapl_copy),
+    fapl_free: Some(fapl_free),
+    dxpl_size: 0,
+    dxpl_copy: None,
+    dxpl_free: None,
+    open: Some(open),
+    close: Some(close),
+    cmp: Some(cmp),
+    query: Some(query),
+    get_type_map: None,
+    alloc: None,
+    free: None,
+    get_eoa: Some(get_eoa),
+    set_eoa: Some(set_eoa),
+    get_eof: Some(get_eof),
+    get_handle: Some(get_handle),
+    read: Some(read),
+    write: Some(write),
+    read_vector: Some(read_vector),
+    write_vector: None,
+    read_selection: None,
+    write_selection: None,
+    flush: None,
+    truncate: None,
+    lock: None,
+    unlock: None,
+    del: None,
+    ctl: None,
+    fl_map: FLMAP_DICHOTOMY,
+});
+
+/// The linked library's version, `(major, minor, release)`.
+pub(crate) fn library_version() -> (u32, u32, u32) {
+    let (mut major, mut minor, mut release) = (0, 0, 0);
+    // SAFETY: plain out-parameters.
+    unsafe { hdf5_sys::h5::H5get_libversion(&mut major, &mut minor, &mut release) };
+    (major, minor, release)
+}
+
+/// Whether the library uses the class layout of 1.13.2 and later.
+pub(crate) fn uses_class_v2() -> bool {
+    library_version() >= (1, 13, 2)
+}
+
+/// Registers the driver once per process; returns its id. Call with the
+/// HDF5 lock held.
+pub(crate) fn driver_id() -> Result<hid_t, String> {
+    static ID: OnceLock<hid_t> = OnceLock::new();
+    if let Some(&id) = ID.get() {
+        return Ok(id);
+    }
+    let class: *const c_void = if uses_class_v2() {
+        &CLASS_V2.0 as *const ClassV2 as *const c_void
+    } else {
+        &CLASS_V1.0 as *const ClassV1 as *const c_void
+    };
+    // SAFETY: the class is a static of the layout this library version reads.
+    let id = unsafe { hdf5_sys::h5fd::H5FDregister(class.cast()) };
+    if id < 0 {
+        let (a, b, c) = library_version();
+        return Err(format!(
+            "could not register the remfile driver with HDF5 {a}.{b}.{c}"
+        ));
+    }
+    Ok(*ID.get_or_init(|| id))
+}
+
+/// Pushes `message` on HDF5's error stack, as the driver's error.
+fn push_error(minor: hid_t, message: &str) {
+    let text = CString::new(message.replace('\0', " ")).unwrap_or_default();
+    // SAFETY: the format is "%s" and its one argument a valid C string; the
+    // error class and codes are the library's own, initialized by now.
+    unsafe {
+        hdf5_sys::h5e::H5Epush2(
+            hdf5_sys::h5e::H5E_DEFAULT,
+            c"remfile".as_ptr(),
+            c"remfile driver".as_ptr(),
+            line!(),
+            *hdf5_sys::h5e::H5E_ERR_CLS,
+            *hdf5_sys::h5e::H5E_VFL,
+            minor,
+            c"%s".as_ptr(),
+            text.as_ptr(),
+        );
+    }
+}
+
+fn read_error() -> hid_t {
+    *hdf5_sys::h5e::H5E_READERROR
+}
+
+/// Runs a callback body, turning a panic into an HDF5 error.
+fn guard<T>(failed: T, body: impl FnOnce() -> T) -> T {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(v) => v,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".to_owned());
+            push_error(
+                read_error(),
+                &format!("the remfile driver panicked: {what}"),
+            );
+            failed
+        }
+    }
+}
+
+/// # Safety
+/// `file` is a pointer this driver's `open` returned and `close` has not freed.
+unsafe fn driver_file<'a>(file: *const H5FD_t) -> &'a DriverFile {
+    // SAFETY: DriverFile starts with H5FD_t (repr(C)), per the caller.
+    unsafe { &*(file as *const DriverFile) }
+}
+
+unsafe extern "C" fn fapl_get(file: *mut H5FD_t) -> *mut c_void {
+    guard(std::ptr::null_mut(), || {
+        // SAFETY: called by HDF5 on an open file of this driver.
+        let f = unsafe { driver_file(file) };
+        let info = FaplInfo {
+            reader: Arc::into_raw(f.reader.clone()),
+        };
+        Box::into_raw(Box::new(info)).cast()
+    })
+}
+
+unsafe extern "C" fn fapl_copy(old: *const c_void) -> *mut c_void {
+    guard(std::ptr::null_mut(), || {
+        // SAFETY: HDF5 passes an info this driver made (or the caller's
+        // FaplInfo given to H5Pset_driver), whose reader is a live Arc.
+        let reader = unsafe { (*(old as *const FaplInfo)).reader };
+        unsafe { Arc::increment_strong_count(reader) };
+        Box::into_raw(Box::new(FaplInfo { reader })).cast()
+    })
+}
+
+unsafe extern "C" fn fapl_free(info: *mut c_void) -> herr_t {
+    guard(-1, || {
+        // SAFETY: `info` came from fapl_copy or fapl_get, each a Box holding
+        // one strong count.
+        let info = unsafe { Box::from_raw(info as *mut FaplInfo) };
+        unsafe { drop(Arc::from_raw(info.reader)) };
+        0
+    })
+}
+
+unsafe extern "C" fn open(
+    _name: *const c_char,
+    flags: c_uint,
+    fapl: hid_t,
+    _maxaddr: haddr_t,
+) -> *mut H5FD_t {
+    guard(std::ptr::null_mut(), || {
+        let cant_open = *hdf5_sys::h5e::H5E_CANTOPENFILE;
+        if flags & WRITE_FLAGS != 0 {
+            push_error(
+                cant_open,
+                "remote files are read-only: the remfile driver refuses write access",
+            );
+            return std::ptr::null_mut();
+        }
+        // SAFETY: the fapl carries this driver's info (HDF5 chose the driver
+        // from it).
+        let info = unsafe { hdf5_sys::h5p::H5Pget_driver_info(fapl) } as *const FaplInfo;
+        if info.is_null() {
+            push_error(
+                cant_open,
+                "the file access property list has no remfile reader",
+            );
+            return std::ptr::null_mut();
+        }
+        // SAFETY: a live FaplInfo of this driver.
+        let reader = unsafe { (*info).reader };
+        unsafe { Arc::increment_strong_count(reader) };
+        let file = Box::new(DriverFile {
+            // SAFETY: all-zero is a valid H5FD_t (integers and a null pointer);
+            // HDF5 fills it in after open returns.
+            base: unsafe { std::mem::zeroed() },
+            eoa: 0,
+            reader: unsafe { Arc::from_raw(reader) },
+        });
+        Box::into_raw(file).cast()
+    })
+}
+
+unsafe extern "C" fn close(file: *mut H5FD_t) -> herr_t {
+    guard(-1, || {
+        // SAFETY: HDF5 closes each file it opened once.
+        drop(unsafe { Box::from_raw(file as *mut DriverFile) });
+        0
+    })
+}
+
+unsafe extern "C" fn cmp(a: *const H5FD_t, b: *const H5FD_t) -> c_int {
+    // Each open is its own file to HDF5; an order is all it needs.
+    (a as usize).cmp(&(b as usize)) as c_int
+}
+
+unsafe extern "C" fn query(_file: *const H5FD_t, flags: *mut c_ulong) -> herr_t {
+    if !flags.is_null() {
+        // SAFETY: an out-parameter.
+        unsafe {
+            *flags = H5FD_FEAT_AGGREGATE_METADATA
+                | H5FD_FEAT_ACCUMULATE_METADATA
+                | H5FD_FEAT_DATA_SIEVE
+                | H5FD_FEAT_AGGREGATE_SMALLDATA
+        };
+    }
+    0
+}
+
+unsafe extern "C" fn get_eoa(file: *const H5FD_t, _kind: H5FD_mem_t) -> haddr_t {
+    // SAFETY: an open file of this driver.
+    unsafe { driver_file(file) }.eoa
+}
+
+unsafe extern "C" fn set_eoa(file: *mut H5FD_t, _kind: H5FD_mem_t, addr: haddr_t) -> herr_t {
+    // SAFETY: an open file of this driver, which HDF5 does not share across
+    // threads while it holds its lock.
+    unsafe { (*(file as *mut DriverFile)).eoa = addr };
+    0
+}
+
+unsafe extern "C" fn get_eof(file: *const H5FD_t, _kind: H5FD_mem_t) -> haddr_t {
+    // SAFETY: an open file of this driver.
+    unsafe { driver_file(file) }.reader.file.len()
+}
+
+unsafe extern "C" fn get_handle(
+    file: *mut H5FD_t,
+    _fapl: hid_t,
+    handle: *mut *mut c_void,
+) -> herr_t {
+    if handle.is_null() {
+        return -1;
+    }
+    // SAFETY: an open file of this driver; the handle is valid while it is.
+    unsafe { *handle = Arc::as_ptr(&driver_file(file).reader) as *mut c_void };
+    0
+}
+
+/// Reads `buf.len()` bytes at `addr`: bytes past the end of the file (but
+/// within the allocated space) read as zeros, as HDF5 expects.
+fn read_into(f: &DriverFile, addr: haddr_t, buf: &mut [u8]) -> Result<(), String> {
+    let size = buf.len() as u64;
+    let end = addr
+        .checked_add(size)
+        .filter(|&end| end <= f.eoa)
+        .ok_or_else(|| {
+            format!(
+                "read of {size} bytes at {addr} lies past the end of allocated space ({})",
+                f.eoa
+            )
+        })?;
+    let len = f.reader.file.len();
+    let present = (len.min(end).saturating_sub(addr)) as usize;
+    if present > 0 {
+        f.reader
+            .file
+            .read_exact_at(addr, &mut buf[..present])
+            .map_err(|e| {
+                let text = format!("remote read of bytes {addr}-{} failed: {e}", end - 1);
+                *f.reader.last_error.lock() = Some(e);
+                text
+            })?;
+    }
+    buf[present..].fill(0);
+    Ok(())
+}
+
+unsafe extern "C" fn read(
+    file: *mut H5FD_t,
+    _kind: H5FD_mem_t,
+    _dxpl: hid_t,
+    addr: haddr_t,
+    size: usize,
+    buf: *mut c_void,
+) -> herr_t {
+    guard(-1, || {
+        // SAFETY: an open file of this driver, and a buffer of `size` bytes.
+        let f = unsafe { driver_file(file) };
+        f.reader.read_calls.fetch_add(1, Relaxed);
+        if size == 0 {
+            return 0;
+        }
+        let buf = unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, size) };
+        match read_into(f, addr, buf) {
+            Ok(()) => 0,
+            Err(message) => {
+                push_error(read_error(), &message);
+                -1
+            }
+        }
+    })
+}
+
+unsafe extern "C" fn read_vector(
+    file: *mut H5FD_t,
+    _dxpl: hid_t,
+    count: u32,
+    _types: *mut H5FD_mem_t,
+    addrs: *mut haddr_t,
+    sizes: *mut usize,
+    bufs: *mut *mut c_void,
+) -> herr_t {
+    guard(-1, || {
+        // SAFETY: an open file of this driver and arrays of `count` entries.
+        let f = unsafe { driver_file(file) };
+        f.reader.vector_calls.fetch_add(1, Relaxed);
+        let n = count as usize;
+        if n == 0 {
+            return 0;
+        }
+        let (addrs, sizes, bufs) = unsafe {
+            (
+                std::slice::from_raw_parts(addrs, n),
+                std::slice::from_raw_parts(sizes, n),
+                std::slice::from_raw_parts(bufs, n),
+            )
+        };
+        // A size of 0 means "as the previous one" for the rest of the vector.
+        let mut size = 0;
+        let requests: Vec<(haddr_t, usize)> = addrs
+            .iter()
+            .zip(sizes)
+            .map(|(&addr, &s)| {
+                if s != 0 {
+                    size = s;
+                }
+                (addr, size)
+            })
+            .collect();
+        let len = f.reader.file.len();
+        let ranges = requests
+            .iter()
+            .map(|&(addr, size)| addr.min(len)..addr.saturating_add(size as u64).min(len));
+        if let Err(e) = f.reader.file.prefetch(ranges) {
+            let text = format!("remote vector read of {n} ranges failed: {e}");
+            *f.reader.last_error.lock() = Some(e);
+            push_error(read_error(), &text);
+            return -1;
+        }
+        for (&(addr, size), &buf) in requests.iter().zip(bufs) {
+            if size == 0 {
+                continue;
+            }
+            // SAFETY: HDF5 gives a buffer of `size` bytes per entry.
+            let buf = unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, size) };
+            if let Err(message) = read_into(f, addr, buf) {
+                push_error(read_error(), &message);
+                return -1;
+            }
+        }
+        0
+    })
+}
+
+unsafe extern "C" fn write(
+    _file: *mut H5FD_t,
+    _kind: H5FD_mem_t,
+    _dxpl: hid_t,
+    _addr: haddr_t,
+    _size: usize,
+    _buf: *const c_void,
+) -> herr_t {
+    push_error(
+        *hdf5_sys::h5e::H5E_UNSUPPORTED,
+        "remote files are read-only: the remfile driver cannot write",
+    );
+    -1
+}

@@ -1,0 +1,197 @@
+//! `#[repr(C)]` mirrors of HDF5's virtual file driver structs.
+//!
+//! The sys crate's `H5FD_class_t` and `H5FD_t` do not match the C layout of any
+//! HDF5 version, so the driver declares its own. `H5FD_class_t` comes in two
+//! layouts, chosen at run time from the library's version:
+//!
+//! * up to 1.13.1 ([`ClassV1`], 280 bytes on x86-64);
+//! * from 1.13.2 on ([`ClassV2`], 336 bytes): a `version` and a `value` come
+//!   first, and the vector and selection callbacks and `del` and `ctl` are new.
+//!
+//! Enumerations (memory type, close degree) are taken as plain C ints.
+#![allow(non_camel_case_types)]
+
+use std::ffi::{c_char, c_int, c_uint, c_ulong, c_void};
+
+pub use hdf5_sys::h5::{haddr_t, herr_t, hsize_t};
+pub use hdf5_sys::h5i::hid_t;
+
+/// `H5FD_mem_t`, an `enum` in C.
+pub type H5FD_mem_t = c_int;
+/// `hbool_t`: C99 `bool` in every build this crate supports.
+pub type hbool_t = u8;
+
+pub const H5FD_MEM_NTYPES: usize = 7;
+pub const H5FD_MEM_SUPER: H5FD_mem_t = 1;
+pub const H5FD_MEM_DRAW: H5FD_mem_t = 3;
+/// Raw data in its own free list, all metadata in another (as `sec2` does).
+pub const FLMAP_DICHOTOMY: [H5FD_mem_t; H5FD_MEM_NTYPES] = [
+    H5FD_MEM_SUPER,
+    H5FD_MEM_SUPER,
+    H5FD_MEM_SUPER,
+    H5FD_MEM_DRAW,
+    H5FD_MEM_DRAW,
+    H5FD_MEM_SUPER,
+    H5FD_MEM_SUPER,
+];
+
+pub const H5F_CLOSE_WEAK: c_int = 1;
+
+pub const H5F_ACC_RDWR: c_uint = 0x0001;
+pub const H5F_ACC_TRUNC: c_uint = 0x0002;
+pub const H5F_ACC_EXCL: c_uint = 0x0004;
+pub const H5F_ACC_CREAT: c_uint = 0x0010;
+pub const H5F_ACC_SWMR_WRITE: c_uint = 0x0020;
+/// Every flag that asks for write access.
+pub const WRITE_FLAGS: c_uint =
+    H5F_ACC_RDWR | H5F_ACC_TRUNC | H5F_ACC_EXCL | H5F_ACC_CREAT | H5F_ACC_SWMR_WRITE;
+
+pub const H5FD_FEAT_AGGREGATE_METADATA: c_ulong = 0x0001;
+pub const H5FD_FEAT_ACCUMULATE_METADATA: c_ulong = 0x0002 | 0x0004;
+pub const H5FD_FEAT_DATA_SIEVE: c_ulong = 0x0008;
+pub const H5FD_FEAT_AGGREGATE_SMALLDATA: c_ulong = 0x0010;
+
+/// The version of [`ClassV2`] (`H5FD_CLASS_VERSION`).
+pub const H5FD_CLASS_VERSION: c_uint = 1;
+
+/// The public part of an open file, which HDF5 fills in after `open`; the
+/// driver's own fields follow it in memory.
+#[repr(C)]
+pub struct H5FD_t {
+    pub driver_id: hid_t,
+    pub cls: *const c_void,
+    pub fileno: c_ulong,
+    pub access_flags: c_uint,
+    pub feature_flags: c_ulong,
+    pub maxaddr: haddr_t,
+    pub base_addr: haddr_t,
+    pub threshold: hsize_t,
+    pub alignment: hsize_t,
+    pub paged_aggr: hbool_t,
+}
+
+pub type TerminateFn = unsafe extern "C" fn() -> herr_t;
+pub type FaplGetFn = unsafe extern "C" fn(*mut H5FD_t) -> *mut c_void;
+pub type FaplCopyFn = unsafe extern "C" fn(*const c_void) -> *mut c_void;
+pub type FaplFreeFn = unsafe extern "C" fn(*mut c_void) -> herr_t;
+pub type OpenFn = unsafe extern "C" fn(*const c_char, c_uint, hid_t, haddr_t) -> *mut H5FD_t;
+pub type CloseFn = unsafe extern "C" fn(*mut H5FD_t) -> herr_t;
+pub type CmpFn = unsafe extern "C" fn(*const H5FD_t, *const H5FD_t) -> c_int;
+pub type QueryFn = unsafe extern "C" fn(*const H5FD_t, *mut c_ulong) -> herr_t;
+pub type GetEoaFn = unsafe extern "C" fn(*const H5FD_t, H5FD_mem_t) -> haddr_t;
+pub type SetEoaFn = unsafe extern "C" fn(*mut H5FD_t, H5FD_mem_t, haddr_t) -> herr_t;
+pub type GetHandleFn = unsafe extern "C" fn(*mut H5FD_t, hid_t, *mut *mut c_void) -> herr_t;
+pub type ReadFn =
+    unsafe extern "C" fn(*mut H5FD_t, H5FD_mem_t, hid_t, haddr_t, usize, *mut c_void) -> herr_t;
+pub type WriteFn =
+    unsafe extern "C" fn(*mut H5FD_t, H5FD_mem_t, hid_t, haddr_t, usize, *const c_void) -> herr_t;
+pub type ReadVectorFn = unsafe extern "C" fn(
+    *mut H5FD_t,
+    hid_t,
+    u32,
+    *mut H5FD_mem_t,
+    *mut haddr_t,
+    *mut usize,
+    *mut *mut c_void,
+) -> herr_t;
+
+/// A callback slot the driver leaves empty (HDF5 checks for NULL).
+pub type Unused = Option<unsafe extern "C" fn()>;
+
+/// `H5FD_class_t` of HDF5 1.10 to 1.13.1.
+#[repr(C)]
+pub struct ClassV1 {
+    pub name: *const c_char,
+    pub maxaddr: haddr_t,
+    pub fc_degree: c_int,
+    pub terminate: Option<TerminateFn>,
+    pub sb_size: Unused,
+    pub sb_encode: Unused,
+    pub sb_decode: Unused,
+    pub fapl_size: usize,
+    pub fapl_get: Option<FaplGetFn>,
+    pub fapl_copy: Option<FaplCopyFn>,
+    pub fapl_free: Option<FaplFreeFn>,
+    pub dxpl_size: usize,
+    pub dxpl_copy: Unused,
+    pub dxpl_free: Unused,
+    pub open: Option<OpenFn>,
+    pub close: Option<CloseFn>,
+    pub cmp: Option<CmpFn>,
+    pub query: Option<QueryFn>,
+    pub get_type_map: Unused,
+    pub alloc: Unused,
+    pub free: Unused,
+    pub get_eoa: Option<GetEoaFn>,
+    pub set_eoa: Option<SetEoaFn>,
+    pub get_eof: Option<GetEoaFn>,
+    pub get_handle: Option<GetHandleFn>,
+    pub read: Option<ReadFn>,
+    pub write: Option<WriteFn>,
+    pub flush: Unused,
+    pub truncate: Unused,
+    pub lock: Unused,
+    pub unlock: Unused,
+    pub fl_map: [H5FD_mem_t; H5FD_MEM_NTYPES],
+}
+
+/// `H5FD_class_t` of HDF5 1.13.2 and later (1.14, 2.x).
+#[repr(C)]
+pub struct ClassV2 {
+    pub version: c_uint,
+    pub value: c_int,
+    pub name: *const c_char,
+    pub maxaddr: haddr_t,
+    pub fc_degree: c_int,
+    pub terminate: Option<TerminateFn>,
+    pub sb_size: Unused,
+    pub sb_encode: Unused,
+    pub sb_decode: Unused,
+    pub fapl_size: usize,
+    pub fapl_get: Option<FaplGetFn>,
+    pub fapl_copy: Option<FaplCopyFn>,
+    pub fapl_free: Option<FaplFreeFn>,
+    pub dxpl_size: usize,
+    pub dxpl_copy: Unused,
+    pub dxpl_free: Unused,
+    pub open: Option<OpenFn>,
+    pub close: Option<CloseFn>,
+    pub cmp: Option<CmpFn>,
+    pub query: Option<QueryFn>,
+    pub get_type_map: Unused,
+    pub alloc: Unused,
+    pub free: Unused,
+    pub get_eoa: Option<GetEoaFn>,
+    pub set_eoa: Option<SetEoaFn>,
+    pub get_eof: Option<GetEoaFn>,
+    pub get_handle: Option<GetHandleFn>,
+    pub read: Option<ReadFn>,
+    pub write: Option<WriteFn>,
+    pub read_vector: Option<ReadVectorFn>,
+    pub write_vector: Unused,
+    pub read_selection: Unused,
+    pub write_selection: Unused,
+    pub flush: Unused,
+    pub truncate: Unused,
+    pub lock: Unused,
+    pub unlock: Unused,
+    pub del: Unused,
+    pub ctl: Unused,
+    pub fl_map: [H5FD_mem_t; H5FD_MEM_NTYPES],
+}
+
+#[cfg(all(test, target_pointer_width = "64"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layouts_match_the_c_headers() {
+        assert_eq!(std::mem::size_of::<H5FD_t>(), 80);
+        assert_eq!(std::mem::size_of::<ClassV1>(), 280);
+        assert_eq!(std::mem::size_of::<ClassV2>(), 336);
+        assert_eq!(std::mem::offset_of!(ClassV1, read), 200);
+        assert_eq!(std::mem::offset_of!(ClassV2, read), 208);
+        assert_eq!(std::mem::offset_of!(ClassV2, flush), 256);
+        assert_eq!(std::mem::offset_of!(ClassV1, fl_map), 248);
+    }
+}

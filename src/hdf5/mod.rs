@@ -1,0 +1,332 @@
+//! Open remote HDF5 and NWB files with the [`hdf5`](https://docs.rs/hdf5-metno)
+//! crate (feature `hdf5`).
+//!
+//! [`open_url`] (or [`open`], for a [`RemoteFile`] opened with options of
+//! your own) gives an ordinary [`File`] whose reads go through a read-only HDF5
+//! virtual file driver backed by the remote file, with its block cache,
+//! read-ahead, retries and validation. Everything else is the `hdf5` crate's,
+//! re-exported here, so `remfile::hdf5::File` *is* `hdf5::File`:
+//!
+//! ```no_run
+//! use remfile::hdf5;
+//!
+//! let file = hdf5::open_url("https://example.com/sub-01_ecephys.nwb")?;
+//! let data = file.dataset("acquisition/ElectricalSeries/data")?;
+//! println!("shape {:?}", data.shape());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Versions
+//!
+//! The driver works with HDF5 1.10, 1.12, 1.14 and 2.x: it picks the layout of
+//! HDF5's driver structures at run time from the library version. With HDF5
+//! 1.14 and later it also answers vector reads, fetching all their ranges in
+//! one round.
+//!
+//! # Errors
+//!
+//! A failed remote read reaches the caller as an [`Error`] (the `hdf5`
+//! crate's) whose message names the failing byte range and the cause (status,
+//! timeout…). Opening returns an [`OpenError`], which also keeps the typed
+//! [`crate::Error`] of the read that failed, if one did.
+//!
+//! # Threads
+//!
+//! HDF5 runs one call at a time (the `hdf5` crate holds a global lock), so
+//! threads reading one file take turns; within a call, a large read still
+//! fetches its parts concurrently.
+
+mod driver;
+mod ffi;
+
+use std::ffi::{CString, c_void};
+use std::fmt;
+use std::sync::Arc;
+
+#[doc(inline)]
+pub use ::hdf5::*;
+
+use self::driver::{FaplInfo, Source};
+use crate::RemoteFile;
+
+/// Options for opening a remote HDF5 file: HDF5's caches, and a hook for any
+/// other file-access setting.
+///
+/// ```no_run
+/// use remfile::hdf5::OpenOptions;
+///
+/// let file = OpenOptions::new()
+///     .chunk_cache(12_421, 64 << 20, 1.0)
+///     .metadata_cache_size(32 << 20)
+///     .configure(|fapl| {
+///         fapl.sieve_buf_size(1 << 20);
+///     })
+///     .open_url("https://example.com/data.nwb")?;
+/// # Ok::<(), remfile::hdf5::OpenError>(())
+/// ```
+#[derive(Clone, Default)]
+pub struct OpenOptions {
+    chunk_cache: Option<(usize, usize, f64)>,
+    metadata_cache: Option<usize>,
+    configure: Option<Arc<dyn Fn(&mut plist::FileAccessBuilder) + Send + Sync>>,
+}
+
+impl fmt::Debug for OpenOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OpenOptions")
+            .field("chunk_cache", &self.chunk_cache)
+            .field("metadata_cache", &self.metadata_cache)
+            .field("configure", &self.configure.as_ref().map(|_| "hook"))
+            .finish()
+    }
+}
+
+impl OpenOptions {
+    /// HDF5's defaults.
+    pub fn new() -> OpenOptions {
+        OpenOptions::default()
+    }
+
+    /// HDF5's raw data chunk cache, per dataset: `slots` hash slots (a prime
+    /// about 100 times the number of chunks that fit), `bytes` in all, and the
+    /// preemption weight `w0` (1.0 when chunks are read once).
+    pub fn chunk_cache(mut self, slots: usize, bytes: usize, w0: f64) -> Self {
+        self.chunk_cache = Some((slots, bytes, w0));
+        self
+    }
+
+    /// The initial (and at least the largest) size of HDF5's metadata cache.
+    pub fn metadata_cache_size(mut self, bytes: usize) -> Self {
+        self.metadata_cache = Some(bytes);
+        self
+    }
+
+    /// A hook that receives the file-access property list's builder, after
+    /// the options above, for any other setting.
+    pub fn configure(
+        mut self,
+        hook: impl Fn(&mut plist::FileAccessBuilder) + Send + Sync + 'static,
+    ) -> Self {
+        self.configure = Some(Arc::new(hook));
+        self
+    }
+
+    /// Opens `url` with [`RemoteFile::open`]'s defaults, then as HDF5.
+    pub fn open_url(&self, url: impl AsRef<str>) -> Result<File, OpenError> {
+        let remote = RemoteFile::open(url).map_err(OpenError::from_remote)?;
+        self.open(remote)
+    }
+
+    /// Opens `file` as HDF5, read-only. The file (and its connections and
+    /// cache) stays alive until the last HDF5 object using it is dropped.
+    pub fn open(&self, file: RemoteFile) -> Result<File, OpenError> {
+        let reader = Source::new(file);
+        let name = CString::new(reader.file.url().replace('\0', "")).unwrap_or_default();
+        let result = ::hdf5::sync::sync(|| self.open_locked(&reader, &name));
+        result.map_err(|hdf5| {
+            let remote = reader.last_error.lock().take();
+            OpenError::new(hdf5, remote)
+        })
+    }
+
+    fn open_locked(&self, reader: &Arc<Source>, name: &CString) -> ::hdf5::Result<File> {
+        let id = driver::driver_id().map_err(::hdf5::Error::from)?;
+        let mut builder = plist::FileAccess::build();
+        if let Some((slots, bytes, w0)) = self.chunk_cache {
+            builder.chunk_cache(slots, bytes, w0);
+        }
+        if let Some(bytes) = self.metadata_cache {
+            let mut mdc = plist::FileAccess::try_new()?.get_mdc_config()?;
+            mdc.set_initial_size = true;
+            mdc.initial_size = bytes;
+            mdc.max_size = mdc.max_size.max(bytes);
+            mdc.min_size = mdc.min_size.min(bytes);
+            builder.mdc_config(&mdc);
+        }
+        if let Some(hook) = &self.configure {
+            hook(&mut builder);
+        }
+        let fapl = builder.finish()?;
+        let info = FaplInfo {
+            reader: Arc::as_ptr(reader),
+        };
+        // SAFETY: `info` is this driver's info; HDF5 copies it with fapl_copy,
+        // which takes its own reference on the reader.
+        let set = unsafe {
+            hdf5_sys::h5p::H5Pset_driver(fapl.id(), id, &info as *const FaplInfo as *const c_void)
+        };
+        if set < 0 {
+            return Err(::hdf5::Error::query()?);
+        }
+        // SAFETY: a valid name and property list; the lock is held.
+        let fid = unsafe { hdf5_sys::h5f::H5Fopen(name.as_ptr(), 0, fapl.id()) };
+        if fid < 0 {
+            return Err(::hdf5::Error::query()?);
+        }
+        // SAFETY: a new file id, owned from here by the returned File.
+        unsafe { from_id::<File>(fid) }
+    }
+}
+
+/// Opens `file` as an HDF5 file, read-only, with [`OpenOptions`]' defaults.
+///
+/// ```no_run
+/// let remote = remfile::RemoteFile::builder()
+///     .block_size(2 << 20)
+///     .open("https://example.com/data.nwb")?;
+/// let file = remfile::hdf5::open(remote.clone())?;
+/// println!("{} groups; {:?}", file.groups()?.len(), remote.stats());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn open(file: RemoteFile) -> Result<File, OpenError> {
+    OpenOptions::new().open(file)
+}
+
+/// Opens the HDF5 file at `url`, read-only, with the defaults of
+/// [`RemoteFile::open`] and [`OpenOptions`].
+///
+/// ```no_run
+/// let file = remfile::hdf5::open_url("https://example.com/data.h5")?;
+/// # Ok::<(), remfile::hdf5::OpenError>(())
+/// ```
+pub fn open_url(url: impl AsRef<str>) -> Result<File, OpenError> {
+    OpenOptions::new().open_url(url)
+}
+
+/// What the driver knows of an open file: see [`driver_info`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct DriverInfo {
+    /// The remote file the HDF5 file reads from (a clone: its
+    /// [`stats`](RemoteFile::stats) are the file's).
+    pub remote: RemoteFile,
+    /// How many read callbacks HDF5 made.
+    pub read_calls: u64,
+    /// How many vector read callbacks HDF5 made (HDF5 1.14 and later).
+    pub vector_calls: u64,
+}
+
+/// The remote file behind an HDF5 file opened by this module, with the
+/// driver's counters; `None` for a file opened otherwise.
+///
+/// ```no_run
+/// let file = remfile::hdf5::open_url("https://example.com/data.h5")?;
+/// let info = remfile::hdf5::driver_info(&file).unwrap();
+/// println!("{} HDF5 reads, {} HTTP requests", info.read_calls, info.remote.stats().requests);
+/// # Ok::<(), remfile::hdf5::OpenError>(())
+/// ```
+pub fn driver_info(file: &File) -> Option<DriverInfo> {
+    ::hdf5::sync::sync(|| {
+        let ours = driver::driver_id().ok()?;
+        // SAFETY: a valid file id; the plist is closed again below.
+        let driver = unsafe {
+            let fapl = hdf5_sys::h5f::H5Fget_access_plist(file.id());
+            if fapl < 0 {
+                return None;
+            }
+            let driver = hdf5_sys::h5p::H5Pget_driver(fapl);
+            hdf5_sys::h5p::H5Pclose(fapl);
+            driver
+        };
+        if driver != ours {
+            return None;
+        }
+        let mut handle: *mut c_void = std::ptr::null_mut();
+        // SAFETY: the file uses this driver, whose get_handle gives its Source,
+        // alive while the file is open.
+        let reader = unsafe {
+            if hdf5_sys::h5f::H5Fget_vfd_handle(file.id(), hdf5_sys::h5p::H5P_DEFAULT, &mut handle)
+                < 0
+                || handle.is_null()
+            {
+                return None;
+            }
+            &*(handle as *const Source)
+        };
+        Some(DriverInfo {
+            remote: reader.file.clone(),
+            read_calls: reader.read_calls.load(std::sync::atomic::Ordering::Relaxed),
+            vector_calls: reader
+                .vector_calls
+                .load(std::sync::atomic::Ordering::Relaxed),
+        })
+    })
+}
+
+/// How many remote files the driver holds open now, across all HDF5 files.
+/// It drops to zero once every HDF5 object of every file is dropped.
+pub fn open_remote_files() -> usize {
+    driver::live_readers()
+}
+
+/// The version of the linked HDF5 library, `(major, minor, release)`.
+pub fn library_version() -> (u32, u32, u32) {
+    ::hdf5::sync::sync(driver::library_version)
+}
+
+/// Why a remote HDF5 file could not be opened: HDF5's message, and the
+/// remote read's error if a read failed.
+#[derive(Debug, Clone)]
+pub struct OpenError {
+    message: String,
+    remote: Option<crate::Error>,
+    hdf5: Option<::hdf5::Error>,
+}
+
+impl OpenError {
+    fn new(hdf5: ::hdf5::Error, remote: Option<crate::Error>) -> OpenError {
+        let message = match &remote {
+            Some(r) => format!("cannot open as HDF5: {r} (HDF5: {hdf5})"),
+            None => format!("cannot open as HDF5: {hdf5}"),
+        };
+        OpenError {
+            message,
+            remote,
+            hdf5: Some(hdf5),
+        }
+    }
+
+    fn from_remote(e: crate::Error) -> OpenError {
+        OpenError {
+            message: format!("cannot open: {e}"),
+            remote: Some(e),
+            hdf5: None,
+        }
+    }
+
+    /// The error of the remote read that failed, if one did (a network error,
+    /// an HTTP status…), with its [`kind`](crate::Error::kind).
+    pub fn remote(&self) -> Option<&crate::Error> {
+        self.remote.as_ref()
+    }
+
+    /// HDF5's own error, if HDF5 was reached.
+    pub fn hdf5(&self) -> Option<&::hdf5::Error> {
+        self.hdf5.as_ref()
+    }
+}
+
+impl fmt::Display for OpenError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for OpenError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match (&self.remote, &self.hdf5) {
+            (Some(r), _) => Some(r),
+            (None, Some(h)) => Some(h),
+            (None, None) => None,
+        }
+    }
+}
+
+impl From<OpenError> for std::io::Error {
+    fn from(e: OpenError) -> std::io::Error {
+        match e.remote {
+            Some(remote) => remote.into(),
+            None => std::io::Error::other(e),
+        }
+    }
+}

@@ -1,0 +1,215 @@
+//! Remote HDF5 files read through the driver equal the same files read from disk.
+#![cfg(feature = "hdf5")]
+
+#[path = "support/h5files.rs"]
+mod h5files;
+mod support;
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use h5files::{
+    NWB_CHUNK_ROWS, NWB_COLS, describe, nwb_value, temp_path, write_nwb_like, write_rich,
+};
+use remfile::hdf5 as h5;
+use support::{RangeServer, Reply, builder};
+
+fn rich_file() -> &'static PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let p = temp_path("rich.h5");
+        write_rich(&p).expect("write the rich test file");
+        p
+    })
+}
+
+fn nwb_file() -> &'static PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let p = temp_path("nwb-like.nwb");
+        write_nwb_like(&p).expect("write the NWB-like test file");
+        p
+    })
+}
+
+fn serve(path: &PathBuf) -> RangeServer {
+    RangeServer::new(std::fs::read(path).expect("read the test file"))
+}
+
+fn open_remote(server: &RangeServer, name: &str) -> (h5::File, remfile::RemoteFile) {
+    let remote = builder().open(server.url(name)).expect("open over HTTP");
+    let file = h5::open(remote.clone()).expect("open as HDF5");
+    (file, remote)
+}
+
+#[test]
+fn a_rich_file_reads_the_same_remotely_and_locally() {
+    let server = serve(rich_file());
+    let (remote, _) = open_remote(&server, "/rich.h5");
+    let local = h5::File::open(rich_file()).unwrap();
+    let (r, l) = (describe(&remote).unwrap(), describe(&local).unwrap());
+    assert!(l.len() > 100, "the walk saw everything: {}", l.len());
+    assert_eq!(r, l);
+}
+
+#[test]
+fn an_nwb_like_file_reads_the_same_remotely_and_locally() {
+    let server = serve(nwb_file());
+    let (remote, _) = open_remote(&server, "/f.nwb");
+    let local = h5::File::open(nwb_file()).unwrap();
+    assert_eq!(describe(&remote).unwrap(), describe(&local).unwrap());
+}
+
+#[test]
+fn open_and_one_chunk_cost_few_requests_and_a_re_read_none() {
+    let server = serve(nwb_file());
+    let (file, remote) = open_remote(&server, "/f.nwb");
+    let opened = remote.stats();
+    assert!(opened.requests <= 3, "open: {opened:?}");
+    let ds = file.dataset("acquisition/ElectricalSeries/data").unwrap();
+    let before = remote.stats();
+    let rows = 5 * NWB_CHUNK_ROWS + 100..5 * NWB_CHUNK_ROWS + 200;
+    let got: Vec<i16> = ds
+        .read_slice_2d::<i16, _>((rows.clone(), ..))
+        .unwrap()
+        .into_iter()
+        .collect();
+    let want: Vec<i16> = rows
+        .clone()
+        .flat_map(|r| (0..NWB_COLS).map(move |c| nwb_value(r, c)))
+        .collect();
+    assert_eq!(got, want);
+    let one = remote.stats().since(&before);
+    eprintln!("open: {opened:?}\none chunk: {one:?}");
+    assert!(one.round_trips <= 2, "one chunk: {one:?}");
+    let before = remote.stats();
+    let again: Vec<i16> = ds
+        .read_slice_2d::<i16, _>((rows.start + 1..rows.end, ..))
+        .unwrap()
+        .into_iter()
+        .collect();
+    assert_eq!(again, want[NWB_COLS..]);
+    assert_eq!(
+        remote.stats().since(&before).requests,
+        0,
+        "a cached re-read"
+    );
+}
+
+#[test]
+fn a_persistent_503_becomes_an_error_naming_the_status() {
+    let server = serve(nwb_file());
+    let remote = builder()
+        .retry_policy(
+            remfile::RetryPolicy::default()
+                .max_retries(1)
+                .initial_backoff(std::time::Duration::from_millis(1)),
+        )
+        .open(server.url("/f.nwb"))
+        .unwrap();
+    let file = h5::open(remote).unwrap();
+    let ds = file.dataset("acquisition/ElectricalSeries/data").unwrap();
+    server.set_hook(|_, _| Reply::new(503).body("try later"));
+    let err = ds
+        .read_slice_2d::<i16, _>((200_000..200_010, ..))
+        .unwrap_err();
+    let text = err.to_string();
+    eprintln!("{text}");
+    assert!(text.contains("503"), "{text}");
+    assert!(text.contains("bytes"), "names the range: {text}");
+}
+
+#[test]
+fn write_access_is_refused() {
+    let server = serve(rich_file());
+    let (file, _) = open_remote(&server, "/rich.h5");
+    assert!(file.create_group("new").is_err());
+    assert!(file.new_attr::<i32>().create("new").is_err());
+}
+
+#[test]
+fn opening_a_file_that_is_not_hdf5_fails_cleanly() {
+    let server = RangeServer::new(b"definitely not an HDF5 file".repeat(1000));
+    let remote = builder().open(server.url("/x")).unwrap();
+    let err = h5::open(remote).unwrap_err();
+    assert!(err.hdf5().is_some());
+    assert!(err.remote().is_none());
+    assert!(err.to_string().contains("HDF5"), "{err}");
+}
+
+#[test]
+fn a_network_failure_at_open_keeps_the_typed_error() {
+    let server = serve(rich_file());
+    let remote = builder()
+        .block_size(64)
+        .retry_policy(remfile::RetryPolicy::never())
+        .open(server.url("/rich.h5"))
+        .unwrap();
+    server.set_hook(|_, _| Reply::new(404));
+    let err = h5::open(remote).unwrap_err();
+    let typed = err.remote().expect("the remote error");
+    assert_eq!(typed.kind(), remfile::ErrorKind::HttpStatus(404));
+    let io: std::io::Error = err.into();
+    assert_eq!(io.kind(), std::io::ErrorKind::NotFound);
+}
+
+#[test]
+fn four_threads_read_through_one_file() {
+    let server = serve(nwb_file());
+    let (file, _) = open_remote(&server, "/f.nwb");
+    let ds = file.dataset("acquisition/ElectricalSeries/data").unwrap();
+    std::thread::scope(|s| {
+        for t in 0..4usize {
+            let ds = ds.clone();
+            s.spawn(move || {
+                for k in 0..5 {
+                    let start = (t * 61_000 + k * 9_000) % 290_000;
+                    let rows = start..start + 500;
+                    let got: Vec<i16> = ds
+                        .read_slice_2d::<i16, _>((rows.clone(), ..))
+                        .unwrap()
+                        .into_iter()
+                        .collect();
+                    let want: Vec<i16> = rows
+                        .flat_map(|r| (0..NWB_COLS).map(move |c| nwb_value(r, c)))
+                        .collect();
+                    assert_eq!(got, want, "thread {t}, read {k}");
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn driver_info_counts_reads() {
+    let server = serve(rich_file());
+    let (file, remote) = open_remote(&server, "/rich.h5");
+    let info = h5::driver_info(&file).expect("a file of this driver");
+    assert!(info.read_calls > 0);
+    assert_eq!(info.remote.url(), remote.url());
+    let local = h5::File::open(rich_file()).unwrap();
+    assert!(h5::driver_info(&local).is_none());
+}
+
+#[test]
+fn the_driver_refuses_to_open_for_writing() {
+    let server = serve(rich_file());
+    let (file, _) = open_remote(&server, "/rich.h5");
+    // A copy of the file's access property list carries the driver and its reader.
+    let refused = h5::sync::sync(|| unsafe {
+        let fapl = hdf5_sys::h5f::H5Fget_access_plist(file.id());
+        assert!(fapl >= 0);
+        let name = c"remote".as_ptr();
+        let rdwr = hdf5_sys::h5f::H5Fopen(name, hdf5_sys::h5f::H5F_ACC_RDWR, fapl);
+        let trunc = hdf5_sys::h5f::H5Fcreate(name, hdf5_sys::h5f::H5F_ACC_TRUNC, 0, fapl);
+        let stack = h5::Error::query()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        hdf5_sys::h5p::H5Pclose(fapl);
+        (rdwr, trunc, stack)
+    });
+    assert!(refused.0 < 0 && refused.1 < 0, "{refused:?}");
+    assert!(refused.2.contains("read-only"), "{}", refused.2);
+    // The file itself is still fine.
+    assert!(file.dataset("contiguous").is_ok());
+}

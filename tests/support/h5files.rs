@@ -1,0 +1,295 @@
+//! HDF5 files written by the tests themselves (no binary fixtures), and a
+//! walker that describes a file completely, to compare a remote read with a
+//! local one.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+use remfile::hdf5::types::{FloatSize, IntSize, TypeDescriptor, VarLenAscii, VarLenUnicode};
+use remfile::hdf5::{self as h5, Attribute, Dataset, Group, H5Type};
+
+/// A path for a generated file, unique to this process: under cargo's
+/// temporary directory for tests (`target/tmp`) when there is one. Files that
+/// earlier, finished runs left under the same name are removed.
+pub fn temp_path(name: &str) -> PathBuf {
+    let dir = option_env!("CARGO_TARGET_TMPDIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let prefix = format!("remfile-{name}-");
+    // Where /proc tells which processes live (Linux), files of dead ones go.
+    let proc = Path::new("/proc");
+    if let (true, Ok(entries)) = (proc.join("self").exists(), std::fs::read_dir(&dir)) {
+        for e in entries.flatten() {
+            let file_name = e.file_name().to_string_lossy().into_owned();
+            if let Some(pid) = file_name.strip_prefix(&prefix) {
+                if !proc.join(pid).exists() {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
+    }
+    dir.join(format!("{prefix}{}", std::process::id()))
+}
+
+fn vlu(s: &str) -> VarLenUnicode {
+    s.parse().expect("valid string")
+}
+
+fn str_attr(loc: &h5::Location, name: &str, value: &str) -> h5::Result<()> {
+    loc.new_attr::<VarLenUnicode>()
+        .create(name)?
+        .write_scalar(&vlu(value))
+}
+
+/// Nested groups, many attributes of several types, a contiguous dataset, a
+/// chunked dataset with deflate and shuffle, a variable-length string dataset.
+pub fn write_rich(path: &Path) -> h5::Result<()> {
+    let file = h5::File::create(path)?;
+    str_attr(&file, "title", "a file with a little of everything")?;
+    file.new_attr::<i64>().create("version")?.write_scalar(&3)?;
+    let mut g = file.create_group("a")?;
+    for depth in 0..5 {
+        g.new_attr::<f64>()
+            .create("depth")?
+            .write_scalar(&(depth as f64 * 0.5))?;
+        str_attr(&g, "note", &format!("level {depth}: ünïcødé ✓"))?;
+        g = g.create_group(&format!("level{depth}"))?;
+    }
+    let attrs = file.create_group("attributes")?;
+    for i in 0..40 {
+        attrs
+            .new_attr::<i32>()
+            .create(format!("int{i}").as_str())?
+            .write_scalar(&(i * 7))?;
+        str_attr(&attrs, &format!("str{i}"), &"x".repeat(i as usize))?;
+    }
+    attrs
+        .new_attr::<u16>()
+        .shape(5)
+        .create("array")?
+        .write_raw(&[1u16, 2, 3, 4, 5])?;
+    attrs
+        .new_attr::<VarLenAscii>()
+        .create("ascii")?
+        .write_scalar(&VarLenAscii::from_ascii("plain").unwrap())?;
+
+    let contiguous: Vec<f64> = (0..200_000).map(|i| (i as f64).sin()).collect();
+    let ds = file
+        .new_dataset::<f64>()
+        .shape(contiguous.len())
+        .create("contiguous")?;
+    ds.write_raw(&contiguous)?;
+    str_attr(&ds, "units", "volts")?;
+
+    let chunked: Vec<i32> = (0..400 * 300).map(|i| (i % 977) * (i % 13) - 500).collect();
+    let ds = file
+        .new_dataset::<i32>()
+        .shape((400, 300))
+        .chunk((50, 75))
+        .shuffle()
+        .deflate(4)
+        .create("chunked")?;
+    ds.write_raw(&chunked)?;
+
+    let strings: Vec<VarLenUnicode> = (0..500)
+        .map(|i| vlu(&format!("row {i}: {}", "é".repeat(i % 17))))
+        .collect();
+    let ds = file
+        .new_dataset::<VarLenUnicode>()
+        .shape(strings.len())
+        .create("strings")?;
+    ds.write_raw(&strings)?;
+    Ok(())
+}
+
+/// Rows and columns of the NWB-like file's `ElectricalSeries/data`.
+pub const NWB_ROWS: usize = 300_000;
+pub const NWB_COLS: usize = 64;
+/// Rows per chunk: 16384 x 64 x 2 bytes = 2 MiB chunks.
+pub const NWB_CHUNK_ROWS: usize = 16_384;
+
+/// The value at (row, col) of the NWB-like data.
+pub fn nwb_value(row: usize, col: usize) -> i16 {
+    ((row * 31 + col * 1009) % 65_521) as i16
+}
+
+/// An NWB-like layout: a large chunked int16 `acquisition/ElectricalSeries/data`
+/// written first, then most object headers (units, trials, processing,
+/// general metadata) after the bulk data, as NWB writers do.
+pub fn write_nwb_like(path: &Path) -> h5::Result<()> {
+    let file = h5::File::create(path)?;
+    let acq = file.create_group("acquisition")?;
+    let es = acq.create_group("ElectricalSeries")?;
+    let data = es
+        .new_dataset::<i16>()
+        .shape((NWB_ROWS, NWB_COLS))
+        .chunk((NWB_CHUNK_ROWS, NWB_COLS))
+        .create("data")?;
+    let all: Vec<i16> = (0..NWB_ROWS * NWB_COLS)
+        .map(|i| nwb_value(i / NWB_COLS, i % NWB_COLS))
+        .collect();
+    data.write_raw(&all)?;
+    // Everything below lands after the bulk data.
+    for (name, value) in [
+        ("neurodata_type", "ElectricalSeries"),
+        ("namespace", "core"),
+        ("object_id", "5f1e0a6c-9d43-4b0e-8f6e-2b0c3a9d1e77"),
+        ("description", "raw voltage traces"),
+    ] {
+        str_attr(&es, name, value)?;
+    }
+    es.new_attr::<f64>()
+        .create("rate")?
+        .write_scalar(&30_000.0)?;
+    es.new_dataset::<f64>()
+        .shape(1)
+        .create("starting_time")?
+        .write_raw(&[0.0f64])?;
+    let electrodes: Vec<i64> = (0..NWB_COLS as i64).collect();
+    es.new_dataset::<i64>()
+        .shape(NWB_COLS)
+        .create("electrodes")?
+        .write_raw(&electrodes)?;
+
+    let units = file.create_group("units")?;
+    str_attr(&units, "neurodata_type", "Units")?;
+    str_attr(&units, "colnames", "spike_times")?;
+    let spike_times: Vec<f64> = (0..20_000).map(|i| i as f64 * 0.0137).collect();
+    let index: Vec<u64> = (1..=40).map(|i| i * 500).collect();
+    units
+        .new_dataset::<f64>()
+        .shape(spike_times.len())
+        .create("spike_times")?
+        .write_raw(&spike_times)?;
+    units
+        .new_dataset::<u64>()
+        .shape(index.len())
+        .create("spike_times_index")?
+        .write_raw(&index)?;
+    units
+        .new_dataset::<i64>()
+        .shape(40)
+        .create("id")?
+        .write_raw(&(0..40i64).collect::<Vec<_>>())?;
+
+    let intervals = file.create_group("intervals")?;
+    let trials = intervals.create_group("trials")?;
+    str_attr(&trials, "neurodata_type", "TimeIntervals")?;
+    str_attr(&trials, "colnames", "start_time stop_time")?;
+    let starts: Vec<f64> = (0..300).map(|i| i as f64 * 2.0).collect();
+    let stops: Vec<f64> = starts.iter().map(|s| s + 1.5).collect();
+    for (name, values) in [("start_time", &starts), ("stop_time", &stops)] {
+        let ds = trials
+            .new_dataset::<f64>()
+            .shape(values.len())
+            .create(name)?;
+        ds.write_raw(values)?;
+        str_attr(&ds, "description", name)?;
+    }
+    trials
+        .new_dataset::<i64>()
+        .shape(300)
+        .create("id")?
+        .write_raw(&(0..300i64).collect::<Vec<_>>())?;
+
+    let general = file.create_group("general")?;
+    for i in 0..20 {
+        let g = general.create_group(&format!("device{i}"))?;
+        str_attr(&g, "description", &format!("probe {i}"))?;
+        str_attr(&g, "manufacturer", "acme")?;
+    }
+    let processing = file.create_group("processing")?;
+    for name in ["behavior", "ecephys"] {
+        let g = processing.create_group(name)?;
+        str_attr(&g, "neurodata_type", "ProcessingModule")?;
+    }
+    str_attr(&file, "nwb_version", "2.7.0")?;
+    str_attr(&file, "identifier", "test-session")?;
+    Ok(())
+}
+
+/// Describes every group, dataset and attribute with all values (large data
+/// as a checksum), in a stable order.
+pub fn describe(file: &h5::File) -> h5::Result<Vec<String>> {
+    let mut out = Vec::new();
+    describe_group(file, "/", &mut out)?;
+    Ok(out)
+}
+
+fn describe_group(g: &Group, path: &str, out: &mut Vec<String>) -> h5::Result<()> {
+    out.push(format!("group {path}"));
+    describe_attrs(g, path, out)?;
+    let mut names = g.member_names()?;
+    names.sort();
+    for name in names {
+        let child = format!("{}/{name}", path.trim_end_matches('/'));
+        if let Ok(sub) = g.group(&name) {
+            describe_group(&sub, &child, out)?;
+        } else {
+            let ds = g.dataset(&name)?;
+            describe_dataset(&ds, &child, out)?;
+        }
+    }
+    Ok(())
+}
+
+fn describe_attrs(loc: &h5::Location, path: &str, out: &mut Vec<String>) -> h5::Result<()> {
+    let mut names = loc.attr_names()?;
+    names.sort();
+    for name in names {
+        let a: Attribute = loc.attr(&name)?;
+        let value = values(&a)?;
+        out.push(format!("attr {path}@{name} {:?} = {value}", a.shape()));
+    }
+    Ok(())
+}
+
+fn describe_dataset(ds: &Dataset, path: &str, out: &mut Vec<String>) -> h5::Result<()> {
+    let value = values(ds)?;
+    out.push(format!(
+        "dataset {path} {:?} chunks {:?} filters {:?} = {value}",
+        ds.shape(),
+        ds.chunk(),
+        ds.filters().len()
+    ));
+    describe_attrs(ds, path, out)
+}
+
+fn values(c: &h5::Container) -> h5::Result<String> {
+    fn show<T: H5Type + std::fmt::Debug>(c: &h5::Container) -> h5::Result<String> {
+        let v: Vec<T> = c.read_raw()?;
+        let text = format!("{v:?}");
+        Ok(if text.len() > 200 {
+            format!(
+                "{} values, checksum {:016x}",
+                v.len(),
+                checksum(text.as_bytes())
+            )
+        } else {
+            text
+        })
+    }
+    let desc = c.dtype()?.to_descriptor()?;
+    match desc {
+        TypeDescriptor::Integer(IntSize::U1) => show::<i8>(c),
+        TypeDescriptor::Integer(IntSize::U2) => show::<i16>(c),
+        TypeDescriptor::Integer(IntSize::U4) => show::<i32>(c),
+        TypeDescriptor::Integer(IntSize::U8) => show::<i64>(c),
+        TypeDescriptor::Unsigned(IntSize::U1) => show::<u8>(c),
+        TypeDescriptor::Unsigned(IntSize::U2) => show::<u16>(c),
+        TypeDescriptor::Unsigned(IntSize::U4) => show::<u32>(c),
+        TypeDescriptor::Unsigned(IntSize::U8) => show::<u64>(c),
+        TypeDescriptor::Float(FloatSize::U4) => show::<f32>(c),
+        TypeDescriptor::Float(FloatSize::U8) => show::<f64>(c),
+        TypeDescriptor::VarLenUnicode => show::<VarLenUnicode>(c),
+        TypeDescriptor::VarLenAscii => show::<VarLenAscii>(c),
+        other => Ok(format!("<{other}>")),
+    }
+}
+
+/// FNV-1a, enough to tell two large values apart.
+pub fn checksum(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
