@@ -113,7 +113,7 @@ pub use file::RemoteFile;
 pub use retry::RetryPolicy;
 pub use stats::Stats;
 
-/// The README's examples, compiled as doc tests.
-#[cfg(doctest)]
+/// The README's examples, compiled as doc tests (they use every feature).
+#[cfg(all(doctest, feature = "hdf5"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;

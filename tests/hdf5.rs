@@ -141,7 +141,8 @@ fn opening_a_file_that_is_not_hdf5_fails_cleanly() {
 fn a_network_failure_at_open_keeps_the_typed_error() {
     let server = serve(rich_file());
     let remote = builder()
-        .block_size(64)
+        // Smaller than the superblock, which every HDF5 version reads at open.
+        .block_size(8)
         .retry_policy(remfile::RetryPolicy::never())
         .open(server.url("/rich.h5"))
         .unwrap();
@@ -212,4 +213,29 @@ fn the_driver_refuses_to_open_for_writing() {
     assert!(refused.2.contains("read-only"), "{}", refused.2);
     // The file itself is still fine.
     assert!(file.dataset("contiguous").is_ok());
+}
+
+#[test]
+fn opening_and_walking_all_metadata_costs_few_requests() {
+    let server = serve(nwb_file());
+    let (file, remote) = open_remote(&server, "/f.nwb");
+    let objects = h5files::walk_metadata(&file).unwrap();
+    let s = remote.stats();
+    let info = h5::driver_info(&file).unwrap();
+    eprintln!(
+        "open + metadata walk of {objects} objects: {} requests, {} round trips, {} bytes fetched, \
+         {} HDF5 read callbacks, {} vector reads (HDF5 {:?})",
+        s.requests,
+        s.round_trips,
+        s.bytes_fetched,
+        info.read_calls,
+        info.vector_calls,
+        h5::library_version()
+    );
+    assert!(objects > 30, "{objects}");
+    assert!(
+        info.read_calls > 2 * s.requests,
+        "the cache absorbs most reads"
+    );
+    assert!(s.requests <= 6, "{s:?}");
 }

@@ -68,8 +68,11 @@ use crate::RemoteFile;
 pub struct OpenOptions {
     chunk_cache: Option<(usize, usize, f64)>,
     metadata_cache: Option<usize>,
-    configure: Option<Arc<dyn Fn(&mut plist::FileAccessBuilder) + Send + Sync>>,
+    configure: Option<Arc<FaplHook>>,
 }
+
+/// The hook of [`OpenOptions::configure`].
+type FaplHook = dyn Fn(&mut plist::FileAccessBuilder) + Send + Sync;
 
 impl fmt::Debug for OpenOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -1,0 +1,70 @@
+//! Lists the tree of a remote HDF5/NWB file: groups, datasets with shape and
+//! type, attribute names, and at the end what it cost.
+//!
+//! ```text
+//! cargo run --features hdf5 --example h5ls -- URL
+//! cargo run --features hdf5 --example h5ls          # a generated NWB-like demo file
+//! ```
+//!
+//! Without a URL, an NWB-like file is generated and served from a range server
+//! on 127.0.0.1, so it runs with no network.
+
+#[path = "../tests/support/h5files.rs"]
+mod h5files;
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use remfile::RemoteFile;
+use remfile::hdf5::{self as h5, Group};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let (url, _server) = match std::env::args().nth(1) {
+        Some(url) => (url, None),
+        None => {
+            let path = h5files::temp_path("h5ls-demo.nwb");
+            h5files::write_nwb_like(&path)?;
+            let server = support::RangeServer::new(std::fs::read(&path)?);
+            let _ = std::fs::remove_file(&path);
+            (server.url("/demo.nwb"), Some(server))
+        }
+    };
+    let remote = RemoteFile::builder().proxy_from_env(false).open(&url)?;
+    println!("{} ({} bytes)", remote.url(), remote.len());
+    let file = h5::open(remote.clone())?;
+    list(&file, 0)?;
+    let info = h5::driver_info(&file).expect("opened by remfile");
+    let s = remote.stats();
+    println!(
+        "requests: {}, round trips: {}, bytes fetched: {}, HDF5 read callbacks: {}",
+        s.requests, s.round_trips, s.bytes_fetched, info.read_calls
+    );
+    Ok(())
+}
+
+fn list(group: &Group, depth: usize) -> h5::Result<()> {
+    let pad = "  ".repeat(depth);
+    for name in group.attr_names()? {
+        println!("{pad}@{name}");
+    }
+    let mut names = group.member_names()?;
+    names.sort();
+    for name in names {
+        if let Ok(sub) = group.group(&name) {
+            println!("{pad}{name}/");
+            list(&sub, depth + 1)?;
+        } else if let Ok(ds) = group.dataset(&name) {
+            let dtype = ds
+                .dtype()
+                .and_then(|t| t.to_descriptor())
+                .map(|d| d.to_string())
+                .unwrap_or_else(|_| "?".into());
+            println!("{pad}{name}  {:?} {dtype}", ds.shape());
+            for attr in ds.attr_names()? {
+                println!("{pad}  @{attr}");
+            }
+        } else {
+            println!("{pad}{name}  (other object)");
+        }
+    }
+    Ok(())
+}
