@@ -95,6 +95,14 @@
 
 #![warn(missing_docs)]
 
+// Lets the shared test support (written against the public API) build inside
+// unit tests too.
+#[cfg(test)]
+extern crate self as remfile;
+#[cfg(test)]
+#[path = "../tests/support/mod.rs"]
+mod test_support;
+
 mod builder;
 mod cache;
 mod error;

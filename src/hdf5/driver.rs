@@ -498,3 +498,92 @@ unsafe extern "C" fn write(
     );
     -1
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support as support;
+
+    fn driver_file(data: &[u8], eoa: u64) -> (Box<DriverFile>, support::RangeServer) {
+        let server = support::RangeServer::new(data.to_vec());
+        let remote = support::builder()
+            .block_size(4096)
+            .open(server.url("/v.h5"))
+            .unwrap();
+        let file = Box::new(DriverFile {
+            // SAFETY: all-zero is a valid H5FD_t.
+            base: unsafe { std::mem::zeroed() },
+            eoa,
+            reader: Source::new(remote),
+        });
+        (file, server)
+    }
+
+    #[test]
+    fn a_vector_read_fetches_all_ranges_in_one_round() {
+        let data = support::test_data(100_000, 3);
+        let (mut file, server) = driver_file(&data, 120_000);
+        let ptr = &mut *file as *mut DriverFile as *mut H5FD_t;
+        let before = file.reader.file.stats();
+        let mut addrs: Vec<haddr_t> = vec![10_000, 50_000, 99_990, 70_000];
+        // 0 repeats the previous size; the third range runs past the end of
+        // the file (into allocated space) and reads zeros there.
+        let mut sizes: Vec<usize> = vec![300, 0, 20, 5000];
+        let mut types = vec![H5FD_MEM_DRAW; 4];
+        let mut out: Vec<Vec<u8>> = vec![vec![1; 300], vec![1; 300], vec![1; 20], vec![1; 5000]];
+        let mut bufs: Vec<*mut c_void> = out.iter_mut().map(|b| b.as_mut_ptr().cast()).collect();
+        // SAFETY: a driver file of this module and arrays of 4 entries.
+        let status = unsafe {
+            read_vector(
+                ptr,
+                0,
+                4,
+                types.as_mut_ptr(),
+                addrs.as_mut_ptr(),
+                sizes.as_mut_ptr(),
+                bufs.as_mut_ptr(),
+            )
+        };
+        assert_eq!(status, 0);
+        assert_eq!(out[0], data[10_000..10_300]);
+        assert_eq!(out[1], data[50_000..50_300]);
+        assert_eq!(out[2][..10], data[99_990..]);
+        assert_eq!(out[2][10..], [0; 10]);
+        assert_eq!(out[3], data[70_000..75_000]);
+        let cost = file.reader.file.stats().since(&before);
+        assert_eq!(cost.round_trips, 1, "{cost:?}");
+        assert_eq!(server.requests() as u64, 1 + cost.requests);
+        assert_eq!(file.reader.vector_calls.load(Relaxed), 1);
+        // Nothing new to fetch the second time.
+        let status = unsafe {
+            read_vector(
+                ptr,
+                0,
+                1,
+                types.as_mut_ptr(),
+                addrs.as_mut_ptr(),
+                sizes.as_mut_ptr(),
+                bufs.as_mut_ptr(),
+            )
+        };
+        assert_eq!(status, 0);
+        assert_eq!(
+            file.reader.file.stats().since(&before).requests,
+            cost.requests
+        );
+    }
+
+    #[test]
+    fn reads_zero_fill_past_eof_and_refuse_past_eoa() {
+        let data = support::test_data(10_000, 4);
+        let (file, _server) = driver_file(&data, 12_000);
+        let mut buf = vec![7u8; 3000];
+        read_into(&file, 8_000, &mut buf).unwrap();
+        assert_eq!(buf[..2000], data[8000..]);
+        assert_eq!(buf[2000..], [0; 1000]);
+        let e = read_into(&file, 11_000, &mut buf).unwrap_err();
+        assert!(e.contains("past the end of allocated space"), "{e}");
+        let e = read_into(&file, u64::MAX - 5, &mut buf).unwrap_err();
+        assert!(e.contains("past the end"), "{e}");
+    }
+}
