@@ -477,6 +477,7 @@ impl Seek for RemoteFile {
 }
 
 #[cfg(feature = "positioned-io")]
+#[cfg_attr(docsrs, doc(cfg(feature = "positioned-io")))]
 impl positioned_io::ReadAt for RemoteFile {
     fn read_at(&self, pos: u64, buf: &mut [u8]) -> io::Result<usize> {
         Ok(RemoteFile::read_at(self, pos, buf)?)
@@ -488,6 +489,7 @@ impl positioned_io::ReadAt for RemoteFile {
 }
 
 #[cfg(feature = "positioned-io")]
+#[cfg_attr(docsrs, doc(cfg(feature = "positioned-io")))]
 impl positioned_io::Size for RemoteFile {
     fn size(&self) -> io::Result<Option<u64>> {
         Ok(Some(self.len()))

@@ -48,6 +48,46 @@
 //!   get none.
 //! * **Concurrent readers** of the same missing block cause one fetch: the
 //!   others wait for it.
+//! * [`RemoteFile::prefetch`] fetches the missing blocks of several ranges in
+//!   one concurrent round, for callers that know their next reads.
+//!
+//! # Tuning
+//!
+//! The defaults suit files of any size on a cloud object store:
+//!
+//! | option | default | why |
+//! |---|---|---|
+//! | [`block_size`](Builder::block_size) | 1 MiB | scattered small reads (HDF5 metadata) cost one round trip per 1 MiB region; on a fast link a 1 MiB fetch costs little more than a 4 KiB one, and blocks of 16 MiB or more waste bandwidth on random access |
+//! | [`cache_capacity`](Builder::cache_capacity) | 256 MiB | holds the metadata of even very large files plus read-ahead |
+//! | [`read_ahead_min`](Builder::read_ahead_min) … [`read_ahead_max`](Builder::read_ahead_max) | 1 … 64 MiB | a sequential scan reaches large requests after a few misses (1 + 2 + 4 + 8 … MiB), and random access pays none |
+//! | [`max_concurrent_requests`](Builder::max_concurrent_requests), [`split_size`](Builder::split_size) | 4, 4 MiB | object stores cap each connection's throughput; four connections fill most links |
+//!
+//! Count requests, not seconds, when tuning: [`RemoteFile::stats`] gives
+//! requests, round trips, bytes fetched and cache hits, and
+//! [`Stats::since`] the cost of one operation:
+//!
+//! ```no_run
+//! # let file = remfile::RemoteFile::open("https://example.com/big.bin")?;
+//! let before = file.stats();
+//! let mut buf = vec![0u8; 23_000_000];
+//! file.read_exact_at(1 << 30, &mut buf)?;
+//! let cost = file.stats().since(&before);
+//! assert_eq!(cost.round_trips, 1); // all parts fetched at once
+//! # Ok::<(), remfile::Error>(())
+//! ```
+//!
+//! Smaller blocks (64–256 KiB) suit slow links and purely random small reads;
+//! larger blocks suit fast links with high latency. A program that opens many
+//! files can give them one [`BlockCache`] and so one memory budget.
+//!
+//! # Threads
+//!
+//! `RemoteFile` is `Send + Sync` and cheap to clone. Positioned reads take
+//! `&self`, so one file can serve many threads, which share its cache and
+//! connections; each clone has its own cursor for [`Read`](std::io::Read) and
+//! [`Seek`](std::io::Seek). Read-ahead tracks up to eight interleaved
+//! sequential streams, so threads scanning different regions do not disturb
+//! each other.
 //!
 //! # Correctness
 //!
@@ -80,8 +120,18 @@
 //! # Logging
 //!
 //! The crate emits [`tracing`] events: one at `debug` level per HTTP request
-//! (URL redacted, range, status, bytes, elapsed time) and one at `warn` level
-//! per retry.
+//! (URL redacted, range, status, bytes, elapsed time, attempt) and one at
+//! `warn` level per retry.
+//!
+//! # Environment
+//!
+//! * **Proxies**: by default the crate's own HTTP agent honours
+//!   `HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY` and `NO_PROXY`;
+//!   [`Builder::proxy_from_env(false)`](Builder::proxy_from_env) turns that
+//!   off, and [`Builder::agent`] takes an agent configured any other way.
+//! * **TLS**: `rustls` with the Mozilla root certificates built in
+//!   (`webpki-roots`); certificates are always verified. For other roots,
+//!   pass an agent of your own with [`Builder::agent`].
 //!
 //! # Features
 //!
@@ -93,7 +143,8 @@
 //! * `hdf5-static`: as `hdf5`, with HDF5 built from bundled sources (needs
 //!   CMake 3.26 or later).
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 // Lets the shared test support (written against the public API) build inside
 // unit tests too.
@@ -108,6 +159,7 @@ mod cache;
 mod error;
 mod file;
 #[cfg(feature = "hdf5")]
+#[cfg_attr(docsrs, doc(cfg(feature = "hdf5")))]
 pub mod hdf5;
 mod http;
 mod plan;

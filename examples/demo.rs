@@ -1,8 +1,8 @@
 //! Reads a file over HTTP with `remfile` and prints what it cost.
 //!
 //! ```text
-//! cargo run --example quickstart             # a generated file, served locally
-//! cargo run --example quickstart -- URL      # any http(s) URL
+//! cargo run --example demo             # a generated file, served locally
+//! cargo run --example demo -- URL      # any http(s) URL
 //! ```
 //!
 //! Without a URL, a 48 MiB file is generated and served by a small range
