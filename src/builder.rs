@@ -39,6 +39,7 @@ const RESERVED_HEADERS: [&str; 5] = [
 /// | [`cache_capacity`](Builder::cache_capacity) | 256 MiB, private to the file |
 /// | [`read_ahead_min`](Builder::read_ahead_min) / [`read_ahead_max`](Builder::read_ahead_max) | 1 MiB / 64 MiB (at most a quarter of the cache) |
 /// | [`max_concurrent_requests`](Builder::max_concurrent_requests) | 4 |
+/// | [`max_connections`](Builder::max_connections) | 16 |
 /// | [`split_size`](Builder::split_size) | 4 MiB |
 /// | [`retry_policy`](Builder::retry_policy) | [`RetryPolicy::default`] |
 /// | [`connect_timeout`](Builder::connect_timeout) | 10 s |
@@ -74,6 +75,7 @@ pub struct Builder {
     read_ahead_min: u64,
     read_ahead_max: u64,
     max_concurrent_requests: u64,
+    max_connections: u64,
     split_size: u64,
     retry: RetryPolicy,
     connect_timeout: Duration,
@@ -96,6 +98,7 @@ impl Default for Builder {
             read_ahead_min: MIB,
             read_ahead_max: 64 * MIB,
             max_concurrent_requests: 4,
+            max_connections: 16,
             split_size: 4 * MIB,
             retry: RetryPolicy::default(),
             connect_timeout: Duration::from_secs(10),
@@ -121,6 +124,7 @@ impl fmt::Debug for Builder {
             .field("read_ahead_min", &self.read_ahead_min)
             .field("read_ahead_max", &self.read_ahead_max)
             .field("max_concurrent_requests", &self.max_concurrent_requests)
+            .field("max_connections", &self.max_connections)
             .field("split_size", &self.split_size)
             .field("retry", &self.retry)
             .field("connect_timeout", &self.connect_timeout)
@@ -179,6 +183,15 @@ impl Builder {
     /// faster over several.
     pub fn max_concurrent_requests(mut self, n: u64) -> Self {
         self.max_concurrent_requests = n;
+        self
+    }
+
+    /// The most requests one file (with all its clones and threads) has in
+    /// flight at once, and so the most connections it opens (1 to 256).
+    /// Requests beyond it wait for a free connection, within the read's
+    /// deadline.
+    pub fn max_connections(mut self, n: u64) -> Self {
+        self.max_connections = n;
         self
     }
 
@@ -271,6 +284,12 @@ impl Builder {
                 self.max_concurrent_requests
             ));
         }
+        if !(1..=256).contains(&self.max_connections) {
+            return bad(format!(
+                "max_connections must be 1 to 256, not {}",
+                self.max_connections
+            ));
+        }
         if self.split_size == 0 {
             return bad("split_size must be positive".into());
         }
@@ -311,7 +330,7 @@ impl Builder {
         };
         Agent::config_builder()
             .proxy(proxy)
-            .max_idle_connections_per_host((2 * self.max_concurrent_requests as usize).max(8))
+            .max_idle_connections_per_host(self.max_connections as usize)
             .max_idle_connections(100)
             .build()
             .new_agent()
@@ -343,6 +362,7 @@ impl Builder {
                 retry: self.retry,
                 https_only: self.https_only,
                 max_redirects: self.max_redirects,
+                max_connections: self.max_connections as usize,
             },
             counters.clone(),
         );

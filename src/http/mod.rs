@@ -2,6 +2,7 @@
 //! pure helpers they rest on (`Content-Range` parsing, URL redaction).
 
 pub(crate) mod content_range;
+mod permits;
 pub(crate) mod redact;
 mod transport;
 

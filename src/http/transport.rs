@@ -14,6 +14,7 @@ use ureq::{Agent, Body};
 use url::Url;
 
 use super::content_range::{self, ContentRange};
+use super::permits::Permits;
 use super::redact::{redact, same_origin};
 use crate::error::{BODY_EXCERPT_LEN, Error, ErrorKind};
 use crate::retry::{RetryPolicy, jitter};
@@ -182,6 +183,8 @@ pub(crate) struct Transport {
     retry: RetryPolicy,
     https_only: bool,
     max_redirects: u32,
+    /// Bounds the requests in flight, and so the connections open.
+    permits: Permits,
     counters: Arc<Counters>,
 }
 
@@ -194,6 +197,7 @@ pub(crate) struct TransportConfig {
     pub retry: RetryPolicy,
     pub https_only: bool,
     pub max_redirects: u32,
+    pub max_connections: usize,
 }
 
 const REDIRECT_STATUSES: [u16; 5] = [301, 302, 303, 307, 308];
@@ -213,6 +217,7 @@ impl Transport {
             retry: config.retry,
             https_only: config.https_only,
             max_redirects: config.max_redirects,
+            permits: Permits::new(config.max_connections),
             counters,
         }
     }
@@ -267,13 +272,16 @@ impl Transport {
         let mut retries = 0u32;
         loop {
             attempts += 1;
-            let failure = match attempt(
+            let permit = self.permits.acquire(deadline)?;
+            let outcome = attempt(
                 self,
                 Try {
                     number: attempts,
                     rounds,
                 },
-            ) {
+            );
+            drop(permit);
+            let failure = match outcome {
                 Ok(v) => return Ok(v),
                 Err(f) => f,
             };
