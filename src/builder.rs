@@ -10,7 +10,7 @@ use url::Url;
 use crate::cache::{BlockCache, FileKey};
 use crate::error::{Error, ErrorKind, Result};
 use crate::file::{Parts, RemoteFile};
-use crate::http::{Timeouts, Transport, TransportConfig};
+use crate::http::{Timeouts, Transport, TransportConfig, UrlProvider};
 use crate::plan::ReadAhead;
 use crate::retry::RetryPolicy;
 use crate::stats::Counters;
@@ -87,6 +87,7 @@ pub struct Builder {
     agent: Option<Agent>,
     proxy_from_env: bool,
     https_only: bool,
+    url_provider: Option<Arc<UrlProvider>>,
 }
 
 impl Default for Builder {
@@ -110,6 +111,7 @@ impl Default for Builder {
             agent: None,
             proxy_from_env: true,
             https_only: false,
+            url_provider: None,
         }
     }
 }
@@ -136,6 +138,7 @@ impl fmt::Debug for Builder {
             .field("agent", &self.agent.as_ref().map(|_| "caller-supplied"))
             .field("proxy_from_env", &self.proxy_from_env)
             .field("https_only", &self.https_only)
+            .field("url_provider", &self.url_provider.as_ref().map(|_| "set"))
             .finish()
     }
 }
@@ -270,6 +273,39 @@ impl Builder {
         self
     }
 
+    /// A source of fresh URLs for the same file, for presigned URLs that
+    /// expire (S3, DANDI). When a URL that worked is refused (`401` or `403`),
+    /// the provider is asked for a new one, once per failing request; the new
+    /// URL is used only if it serves the same file (same size and validator,
+    /// checked as every response is), otherwise the read fails with
+    /// [`ErrorKind::RemoteChanged`]. An error from the provider is reported
+    /// with the refusal.
+    ///
+    /// Without a provider, a refused redirect target is resolved again from
+    /// the original URL once, and a refusal after that is an error whose
+    /// message says the URL has probably expired.
+    ///
+    /// ```no_run
+    /// fn sign_again() -> Result<String, Box<dyn std::error::Error + Send + Sync>> {
+    ///     // Ask your storage service for a newly signed URL here.
+    ///     Ok("https://bucket.example.com/data.nwb?X-Amz-Signature=…".to_owned())
+    /// }
+    /// let file = remfile::RemoteFile::builder()
+    ///     .url_provider(sign_again)
+    ///     .open(sign_again().unwrap())?;
+    /// # Ok::<(), remfile::Error>(())
+    /// ```
+    pub fn url_provider(
+        mut self,
+        provider: impl Fn() -> std::result::Result<String, Box<dyn std::error::Error + Send + Sync>>
+        + Send
+        + Sync
+        + 'static,
+    ) -> Self {
+        self.url_provider = Some(Arc::new(provider));
+        self
+    }
+
     fn validate(&self) -> Result<()> {
         let bad = |what: String| Err(Error::new(ErrorKind::InvalidConfig, what));
         if self.block_size == 0 || self.block_size > MAX_BLOCK_SIZE {
@@ -363,6 +399,7 @@ impl Builder {
                 https_only: self.https_only,
                 max_redirects: self.max_redirects,
                 max_connections: self.max_connections as usize,
+                url_provider: self.url_provider.clone(),
             },
             counters.clone(),
         );

@@ -166,3 +166,99 @@ fn a_signed_url_refused_without_a_redirect_says_it_may_have_expired() {
     let io: std::io::Error = e.into();
     assert_eq!(io.kind(), std::io::ErrorKind::PermissionDenied);
 }
+
+/// A storage server whose signatures (`?sig=N`) are good for `uses` requests.
+fn expiring_store(data: Vec<u8>, uses: usize) -> RangeServer {
+    let used = Arc::new(parking_lot::Mutex::new(std::collections::HashMap::<
+        String,
+        usize,
+    >::new()));
+    RangeServer::new(data).with_hook(move |req, r| {
+        let sig = req.query.clone().unwrap_or_default();
+        let mut used = used.lock();
+        let count = used.entry(sig).or_insert(0);
+        *count += 1;
+        if *count > uses {
+            Reply::new(403).body(
+                "<Error><Code>AccessDenied</Code><Message>Request has expired</Message></Error>",
+            )
+        } else {
+            r
+        }
+    })
+}
+
+#[test]
+fn a_url_provider_renews_an_expired_url() {
+    let data = test_data(6 * MIB as usize, 9);
+    let server = expiring_store(data.clone(), 2);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let (c, base) = (calls.clone(), server.url("/blob"));
+    let provider = move || {
+        let n = c.fetch_add(1, Ordering::SeqCst) + 1;
+        Ok(format!("{base}?sig=S{n}"))
+    };
+    let file = builder()
+        .read_ahead_max(0)
+        .url_provider(provider)
+        .open(server.url("/blob?sig=S0"))
+        .unwrap();
+    let mut buf = vec![0; 1000];
+    for k in 1..6u64 {
+        file.read_exact_at(k * MIB, &mut buf).unwrap();
+        assert_eq!(buf, data[(k * MIB) as usize..][..1000]);
+    }
+    // Five reads after the open, two requests a signature: two renewals.
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    assert_eq!(file.stats().requests as usize, server.requests());
+    assert_eq!(
+        file.url(),
+        server.url("/blob?…"),
+        "the URL shown stays redacted"
+    );
+}
+
+#[test]
+fn a_renewed_url_serving_another_file_is_refused() {
+    let data = test_data(3 * MIB as usize, 10);
+    let server = expiring_store(data, 1);
+    let other = RangeServer::new(test_data(3 * MIB as usize + 1, 11));
+    let other_url = other.url("/blob?sig=x");
+    let file = builder()
+        .url_provider(move || Ok(other_url.clone()))
+        .open(server.url("/blob?sig=first"))
+        .unwrap();
+    let mut buf = [0u8; 10];
+    let e = file.read_exact_at(2 * MIB, &mut buf).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::RemoteChanged, "{e}");
+}
+
+#[test]
+fn a_failing_url_provider_is_reported() {
+    let server = expiring_store(test_data(3 * MIB as usize, 12), 1);
+    let file = builder()
+        .url_provider(|| Err("the signing service is down".into()))
+        .open(server.url("/blob?sig=first"))
+        .unwrap();
+    let mut buf = [0u8; 10];
+    let e = file.read_exact_at(2 * MIB, &mut buf).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::HttpStatus(403));
+    assert!(e.to_string().contains("signing service is down"), "{e}");
+}
+
+#[test]
+fn a_url_refused_at_open_is_not_renewed() {
+    let server = expiring_store(test_data(1000, 13), 0);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    let e = builder()
+        .url_provider(move || {
+            c.fetch_add(1, Ordering::SeqCst);
+            Ok("http://127.0.0.1:9/never".into())
+        })
+        .open(server.url("/blob?sig=dead"))
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::HttpStatus(403));
+    assert!(e.to_string().contains("expired"), "{e}");
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+}

@@ -6,4 +6,4 @@ mod permits;
 pub(crate) mod redact;
 mod transport;
 
-pub(crate) use transport::{Identity, Timeouts, Transport, TransportConfig};
+pub(crate) use transport::{Identity, Timeouts, Transport, TransportConfig, UrlProvider};

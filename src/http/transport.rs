@@ -133,8 +133,8 @@ struct Failure {
 enum Retry {
     No,
     Yes,
-    /// A 401/403 from a remembered redirect target: resolve the original URL again.
-    Reresolve,
+    /// 401 or 403: re-resolve a remembered redirect, or renew the URL.
+    Denied,
 }
 
 impl Failure {
@@ -173,7 +173,8 @@ impl From<Error> for Failure {
 /// Everything needed to send requests for one file.
 pub(crate) struct Transport {
     agent: Agent,
-    original: Url,
+    /// The URL given at open, or the last one the URL provider gave.
+    original: RwLock<Url>,
     redacted: String,
     /// Where requests go: the original URL, or where it last redirected to.
     target: RwLock<Url>,
@@ -183,6 +184,9 @@ pub(crate) struct Transport {
     retry: RetryPolicy,
     https_only: bool,
     max_redirects: u32,
+    url_provider: Option<Arc<UrlProvider>>,
+    /// Whether the file was opened: only a URL that worked may be renewed.
+    opened: std::sync::atomic::AtomicBool,
     /// Bounds the requests in flight, and so the connections open.
     permits: Permits,
     counters: Arc<Counters>,
@@ -198,7 +202,12 @@ pub(crate) struct TransportConfig {
     pub https_only: bool,
     pub max_redirects: u32,
     pub max_connections: usize,
+    pub url_provider: Option<Arc<UrlProvider>>,
 }
+
+/// Gives a fresh URL for the same file, such as a newly signed one.
+pub(crate) type UrlProvider =
+    dyn Fn() -> Result<String, Box<dyn std::error::Error + Send + Sync>> + Send + Sync;
 
 const REDIRECT_STATUSES: [u16; 5] = [301, 302, 303, 307, 308];
 const EXPIRED_HINT: &str =
@@ -210,7 +219,7 @@ impl Transport {
             agent: config.agent,
             redacted: redact(&url),
             target: RwLock::new(url.clone()),
-            original: url,
+            original: RwLock::new(url),
             headers: config.headers,
             user_agent: config.user_agent,
             timeouts: config.timeouts,
@@ -218,6 +227,8 @@ impl Transport {
             https_only: config.https_only,
             max_redirects: config.max_redirects,
             permits: Permits::new(config.max_connections),
+            url_provider: config.url_provider,
+            opened: std::sync::atomic::AtomicBool::new(false),
             counters,
         }
     }
@@ -236,6 +247,10 @@ impl Transport {
             t.try_open(first_len, deadline, at)
         });
         Counters::add(&self.counters.round_trips, rounds.into());
+        if result.is_ok() {
+            self.opened
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         result.map_err(|e| e.with_url(&self.redacted))
     }
 
@@ -269,6 +284,7 @@ impl Transport {
     ) -> Result<T, Error> {
         let mut attempts = 0u32;
         let mut reresolved = false;
+        let mut renewed = false;
         let mut retries = 0u32;
         loop {
             attempts += 1;
@@ -288,18 +304,34 @@ impl Transport {
             let give_up = |f: Failure| Err(f.error.with_attempts(attempts));
             match failure.retry {
                 Retry::No => return give_up(failure),
-                Retry::Reresolve if !reresolved => {
-                    reresolved = true;
-                    tracing::warn!(
-                        url = %self.redacted, status = ?failure.error.status(),
-                        "redirect target refused access; resolving the original URL again"
-                    );
-                    *self.target.write() = self.original.clone();
-                    Counters::add(&self.counters.retries, 1);
-                    continue;
-                }
-                Retry::Reresolve => {
-                    return give_up(Failure::fatal(failure.error.with_hint(EXPIRED_HINT)));
+                Retry::Denied => {
+                    let original = self.original.read().clone();
+                    if *self.target.read() != original && !reresolved {
+                        reresolved = true;
+                        tracing::warn!(
+                            url = %self.redacted, status = ?failure.error.status(),
+                            "redirect target refused access; resolving the original URL again"
+                        );
+                        *self.target.write() = original;
+                        Counters::add(&self.counters.retries, 1);
+                        continue;
+                    }
+                    let worked_before = self.opened.load(std::sync::atomic::Ordering::Relaxed);
+                    if let (Some(provider), false, true) =
+                        (&self.url_provider, renewed, worked_before)
+                    {
+                        renewed = true;
+                        self.renew(provider.as_ref())
+                            .map_err(|e| e.with_attempts(attempts))?;
+                        Counters::add(&self.counters.retries, 1);
+                        continue;
+                    }
+                    let hinted = if reresolved || original.query().is_some() {
+                        failure.error.with_hint(EXPIRED_HINT)
+                    } else {
+                        failure.error
+                    };
+                    return give_up(Failure::fatal(hinted));
                 }
                 Retry::Yes if retries >= self.retry.retries() => return give_up(failure),
                 Retry::Yes => {}
@@ -465,6 +497,35 @@ impl Transport {
         }
     }
 
+    /// Replaces the URL with a fresh one from the provider. The next request
+    /// checks, as every response is checked, that it serves the same file.
+    fn renew(&self, provider: &UrlProvider) -> Result<(), Error> {
+        let fresh = provider().map_err(|e| {
+            Error::new(
+                ErrorKind::HttpStatus(403),
+                format!("access was refused, and the URL provider failed: {e}"),
+            )
+            .with_url(&self.redacted)
+        })?;
+        let url = Url::parse(&fresh).map_err(|e| {
+            Error::new(
+                ErrorKind::InvalidUrl,
+                format!("the URL provider gave an invalid URL: {e}"),
+            )
+        })?;
+        if !matches!(url.scheme(), "http" | "https") || (self.https_only && url.scheme() != "https")
+        {
+            return Err(Error::new(
+                ErrorKind::InvalidUrl,
+                format!("the URL provider gave an unusable URL {}", redact(&url)),
+            ));
+        }
+        tracing::warn!(url = %redact(&url), "access refused; continuing with a fresh URL from the provider");
+        *self.original.write() = url.clone();
+        *self.target.write() = url;
+        Ok(())
+    }
+
     fn remember(&self, url: Url) {
         if *self.target.read() != url {
             *self.target.write() = url;
@@ -488,13 +549,10 @@ impl Transport {
             error = error.with_body(excerpt);
         }
         let retry = match status {
-            401 | 403 if *url != self.original => Retry::Reresolve,
+            401 | 403 => Retry::Denied,
             429 | 500..=599 => Retry::Yes,
             _ => Retry::No,
         };
-        if matches!(status, 401 | 403) && retry == Retry::No && url.query().is_some() {
-            error = error.with_hint(EXPIRED_HINT);
-        }
         Failure {
             error,
             retry,
@@ -540,7 +598,7 @@ impl Transport {
             if let Some(tag) = if_match {
                 req = req.header("If-Match", tag);
             }
-            if same_origin(&url, &self.original) {
+            if same_origin(&url, &self.original.read()) {
                 for (name, value) in &self.headers {
                     req = req.header(name, value);
                 }
