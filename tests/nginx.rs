@@ -1,0 +1,140 @@
+//! The whole public API against a real static file server: nginx.
+
+mod support;
+#[path = "support/nginx.rs"]
+mod nginx;
+
+use std::io::{Read, Seek, SeekFrom};
+
+use nginx::Nginx;
+use remfile::{ErrorKind, RemoteFile};
+use support::{builder, test_data};
+
+const KIB: u64 = 1024;
+const MIB: u64 = 1024 * KIB;
+
+#[test]
+fn files_of_every_size_read_back_exactly() {
+    let Some(nginx) = Nginx::start() else { return };
+    let bs = 64 * KIB;
+    let sizes = [0, 1, 1000, bs - 1, bs, bs + 1, 5 * MIB + 3];
+    for (i, &size) in sizes.iter().enumerate() {
+        let data = test_data(size as usize, i as u64);
+        let name = format!("f{i}.bin");
+        nginx.put(&name, &data);
+        let mut file = builder().block_size(bs).open(nginx.url(&name)).unwrap();
+        assert_eq!(file.len(), size, "size {size}");
+        assert!(file.etag().is_some(), "nginx sends an ETag");
+        let mut all = Vec::new();
+        file.read_to_end(&mut all).unwrap();
+        assert!(all == data, "size {size}");
+        // Past the end: nothing, and no request.
+        let before = file.stats();
+        let mut buf = [0u8; 10];
+        assert_eq!(file.read_at(size, &mut buf).unwrap(), 0);
+        assert_eq!(file.stats().since(&before).requests, 0);
+    }
+}
+
+#[test]
+fn ranges_across_block_boundaries_match() {
+    let Some(nginx) = Nginx::start() else { return };
+    let data = test_data(3 * MIB as usize + 777, 40);
+    nginx.put("r.bin", &data);
+    let bs = 100_000u64;
+    let file = builder().block_size(bs).open(nginx.url("r.bin")).unwrap();
+    let mut x = 99u64;
+    for _ in 0..200 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let len = (x % (3 * bs)) as usize + 1;
+        // Start near a boundary, before or after it.
+        let boundary = (x >> 16) % (data.len() as u64 / bs) * bs;
+        let pos = (boundary + (x >> 40) % 7).saturating_sub(3);
+        let mut buf = vec![0u8; len];
+        let n = file.read_at(pos, &mut buf).unwrap();
+        let want = &data[pos as usize..(pos as usize + len).min(data.len())];
+        assert_eq!(&buf[..n], want);
+    }
+    let mut cursor = file.clone();
+    cursor.seek(SeekFrom::End(-10)).unwrap();
+    let mut tail = Vec::new();
+    cursor.read_to_end(&mut tail).unwrap();
+    assert_eq!(tail, data[data.len() - 10..]);
+    let e = file.read_exact_at(data.len() as u64 - 5, &mut [0u8; 10]).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::UnexpectedEof);
+}
+
+#[test]
+fn concurrent_readers_get_their_bytes_and_share_fetches() {
+    let Some(nginx) = Nginx::start() else { return };
+    let data = test_data(16 * MIB as usize, 41);
+    nginx.put("c.bin", &data);
+    let file = builder().open(nginx.url("c.bin")).unwrap();
+    std::thread::scope(|s| {
+        for t in 0..8u64 {
+            let (file, data) = (file.clone(), &data);
+            s.spawn(move || {
+                for k in 0..10u64 {
+                    let pos = (t * 1_900_000 + k * 1_300_000) % (15 * MIB);
+                    let mut buf = vec![0u8; 700_000];
+                    file.read_exact_at(pos, &mut buf).unwrap();
+                    assert!(buf == data[pos as usize..][..buf.len()]);
+                }
+            });
+        }
+    });
+    let log = nginx.access_log();
+    assert_eq!(file.stats().requests as usize, log.len());
+    let fetched: u64 = log
+        .iter()
+        .map(|l| l.split_whitespace().last().unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert!(fetched <= data.len() as u64, "no block fetched twice: {fetched}");
+}
+
+#[test]
+fn sequential_requests_reuse_one_connection() {
+    let Some(nginx) = Nginx::start() else { return };
+    nginx.put("k.bin", &test_data(8 * MIB as usize, 42));
+    let file = builder()
+        .block_size(64 * KIB)
+        .read_ahead_max(0)
+        .open(nginx.url("k.bin"))
+        .unwrap();
+    let mut buf = [0u8; 100];
+    for i in 1..40u64 {
+        file.read_exact_at(i * 200 * KIB, &mut buf).unwrap();
+    }
+    assert_eq!(nginx.access_log().len(), 40);
+    assert_eq!(nginx.connections(), 1, "{:?}", nginx.access_log());
+}
+
+#[test]
+fn a_file_replaced_on_the_server_is_detected() {
+    let Some(nginx) = Nginx::start() else { return };
+    nginx.put("v.bin", &test_data(3 * MIB as usize, 43));
+    let file = builder().open(nginx.url("v.bin")).unwrap();
+    let etag = file.etag().unwrap().to_owned();
+    assert!(!etag.starts_with("W/"), "nginx's ETag is strong: {etag}");
+    // Same size, new content and modification time: a new ETag.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    nginx.put("v.bin", &test_data(3 * MIB as usize, 44));
+    let mut buf = [0u8; 10];
+    let e = file.read_exact_at(2 * MIB, &mut buf).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::RemoteChanged, "{e}");
+    assert!(nginx.access_log().last().unwrap().contains(" 412 "), "If-Match refused");
+}
+
+#[test]
+fn a_missing_file_is_not_found_after_one_request() {
+    let Some(nginx) = Nginx::start() else { return };
+    let e = RemoteFile::builder()
+        .proxy_from_env(false)
+        .open(nginx.url("nope.bin"))
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::HttpStatus(404));
+    assert!(e.body_excerpt().is_some_and(|b| b.contains("404")));
+    assert_eq!(nginx.access_log().len(), 1);
+}

@@ -1,0 +1,147 @@
+//! A real nginx, started by the test in a temporary directory on 127.0.0.1.
+//!
+//! If the `nginx` binary is missing, `Nginx::start` returns `None` after
+//! printing why, so the test can be skipped; under `CI=true` it panics
+//! instead, so a missing install step cannot pass unnoticed.
+#![allow(dead_code)]
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Nginx {
+    child: Child,
+    dir: PathBuf,
+    port: u16,
+}
+
+/// Finds a server binary, or explains why the test is skipped (failing under CI).
+pub fn require_binary(name: &str, candidates: &[&str]) -> Option<PathBuf> {
+    let found = candidates
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .or_else(|| {
+            std::env::var_os("PATH").and_then(|paths| {
+                std::env::split_paths(&paths)
+                    .map(|d| d.join(name))
+                    .find(|p| p.exists())
+            })
+        });
+    if found.is_none() {
+        let msg = format!("{name} is not installed: skipping this test (.ci/run installs it)");
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("{msg}; under CI=true this is a failure");
+        }
+        eprintln!("{msg}");
+    }
+    found
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+impl Nginx {
+    /// Starts nginx serving an empty document root; put files there with
+    /// [`Nginx::put`].
+    pub fn start() -> Option<Nginx> {
+        let bin = require_binary("nginx", &["/usr/sbin/nginx"])?;
+        let dir = std::env::temp_dir().join(format!(
+            "remfile-nginx-{}-{}",
+            std::process::id(),
+            free_port()
+        ));
+        std::fs::create_dir_all(dir.join("www")).unwrap();
+        let port = free_port();
+        let d = dir.display();
+        let conf = format!(
+            "daemon off;\nmaster_process off;\nworker_processes 1;\npid {d}/nginx.pid;\n\
+             error_log {d}/error.log warn;\n\
+             events {{ worker_connections 512; }}\n\
+             http {{\n\
+               log_format conn '$connection $request_method $uri \"$http_range\" $status $body_bytes_sent';\n\
+               access_log {d}/access.log conn;\n\
+               client_body_temp_path {d}/tmp-body; proxy_temp_path {d}/tmp-proxy;\n\
+               fastcgi_temp_path {d}/tmp-fcgi; uwsgi_temp_path {d}/tmp-uwsgi; scgi_temp_path {d}/tmp-scgi;\n\
+               keepalive_requests 100000; keepalive_timeout 60s;\n\
+               server {{ listen 127.0.0.1:{port}; root {d}/www; }}\n\
+             }}\n"
+        );
+        std::fs::write(dir.join("nginx.conf"), conf).unwrap();
+        let child = Command::new(bin)
+            .arg("-p")
+            .arg(&dir)
+            .arg("-c")
+            .arg(dir.join("nginx.conf"))
+            .arg("-e")
+            .arg(dir.join("error.log"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start nginx");
+        let server = Nginx { child, dir, port };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "nginx did not start: {}", server.error_log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(server)
+    }
+
+    /// Writes a file into the document root.
+    pub fn put(&self, name: &str, data: &[u8]) {
+        std::fs::write(self.dir.join("www").join(name), data).unwrap();
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.join("www").join(name)
+    }
+
+    pub fn url(&self, name: &str) -> String {
+        format!("http://127.0.0.1:{}/{name}", self.port)
+    }
+
+    /// The access log: one line per request, `$connection` first.
+    pub fn access_log(&self) -> Vec<String> {
+        // nginx writes the line after the response; give it a moment.
+        std::thread::sleep(Duration::from_millis(50));
+        std::fs::read_to_string(self.dir.join("access.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Distinct connections in the access log.
+    pub fn connections(&self) -> usize {
+        let mut ids: Vec<String> = self
+            .access_log()
+            .iter()
+            .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+            .collect();
+        ids.sort();
+        ids.dedup();
+        ids.len()
+    }
+
+    fn error_log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("error.log")).unwrap_or_default()
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
