@@ -88,6 +88,7 @@ pub struct Builder {
     proxy_from_env: bool,
     https_only: bool,
     url_provider: Option<Arc<UrlProvider>>,
+    extra_roots: Vec<Vec<u8>>,
 }
 
 impl Default for Builder {
@@ -112,6 +113,7 @@ impl Default for Builder {
             proxy_from_env: true,
             https_only: false,
             url_provider: None,
+            extra_roots: Vec::new(),
         }
     }
 }
@@ -139,6 +141,7 @@ impl fmt::Debug for Builder {
             .field("proxy_from_env", &self.proxy_from_env)
             .field("https_only", &self.https_only)
             .field("url_provider", &self.url_provider.as_ref().map(|_| "set"))
+            .field("extra_roots", &self.extra_roots.len())
             .finish()
     }
 }
@@ -267,6 +270,24 @@ impl Builder {
         self
     }
 
+    /// Trusts the CA certificates in `pem` (one or more, PEM-encoded) beside
+    /// the built-in Mozilla roots: for servers whose certificates an
+    /// institution's own CA issued. Verification stays on; there is no option
+    /// to turn it off. Not combinable with [`agent`](Builder::agent): give
+    /// such an agent its roots yourself.
+    ///
+    /// ```no_run
+    /// let ca = std::fs::read("/etc/ssl/my-institution-ca.pem")?;
+    /// let file = remfile::RemoteFile::builder()
+    ///     .add_root_certificates(ca)
+    ///     .open("https://data.my-institution.example/file.h5")?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn add_root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.extra_roots.push(pem.into());
+        self
+    }
+
     /// Refuses plain `http` URLs, and redirects to them.
     pub fn https_only(mut self, yes: bool) -> Self {
         self.https_only = yes;
@@ -355,21 +376,63 @@ impl Builder {
         Ok(())
     }
 
-    fn make_agent(&self) -> Agent {
+    /// The root store: the Mozilla roots plus the extra ones, if any.
+    fn root_certs(&self) -> Result<Option<ureq::tls::RootCerts>> {
+        if self.extra_roots.is_empty() {
+            return Ok(None);
+        }
+        let mut roots: Vec<ureq::tls::Certificate<'static>> =
+            webpki_root_certs::TLS_SERVER_ROOT_CERTS
+                .iter()
+                .map(|der| ureq::tls::Certificate::from_der(der.as_ref()).to_owned())
+                .collect();
+        for pem in &self.extra_roots {
+            let before = roots.len();
+            for item in ureq::tls::parse_pem(pem) {
+                match item {
+                    Ok(ureq::tls::PemItem::Certificate(cert)) => roots.push(cert),
+                    Ok(_) => {}
+                    Err(_) => {
+                        return Err(Error::new(
+                            ErrorKind::InvalidConfig,
+                            "add_root_certificates: the PEM data could not be parsed",
+                        ));
+                    }
+                }
+            }
+            if roots.len() == before {
+                return Err(Error::new(
+                    ErrorKind::InvalidConfig,
+                    "add_root_certificates: no certificate in the PEM data",
+                ));
+            }
+        }
+        Ok(Some(ureq::tls::RootCerts::new_with_certs(&roots)))
+    }
+
+    fn make_agent(&self) -> Result<Agent> {
         if let Some(agent) = &self.agent {
-            return agent.clone();
+            if !self.extra_roots.is_empty() {
+                return Err(Error::new(
+                    ErrorKind::InvalidConfig,
+                    "add_root_certificates cannot change a caller-supplied agent: configure its roots instead",
+                ));
+            }
+            return Ok(agent.clone());
         }
         let proxy = if self.proxy_from_env {
             ureq::Proxy::try_from_env()
         } else {
             None
         };
-        Agent::config_builder()
+        let mut config = Agent::config_builder()
             .proxy(proxy)
             .max_idle_connections_per_host(self.max_connections as usize)
-            .max_idle_connections(100)
-            .build()
-            .new_agent()
+            .max_idle_connections(100);
+        if let Some(roots) = self.root_certs()? {
+            config = config.tls_config(ureq::tls::TlsConfig::builder().root_certs(roots).build());
+        }
+        Ok(config.build().new_agent())
     }
 
     /// Opens the file at `url`: one request, which learns its size and
@@ -387,7 +450,7 @@ impl Builder {
         let transport = Transport::new(
             url.clone(),
             TransportConfig {
-                agent: self.make_agent(),
+                agent: self.make_agent()?,
                 headers: self.headers.clone(),
                 user_agent: self.user_agent.clone(),
                 timeouts: Timeouts {

@@ -130,8 +130,9 @@
 //!   [`Builder::proxy_from_env(false)`](Builder::proxy_from_env) turns that
 //!   off, and [`Builder::agent`] takes an agent configured any other way.
 //! * **TLS**: `rustls` with the Mozilla root certificates built in
-//!   (`webpki-roots`); certificates are always verified. For other roots,
-//!   pass an agent of your own with [`Builder::agent`].
+//!   (`webpki-roots`); certificates are always verified.
+//!   [`Builder::add_root_certificates`] trusts an institution's own CA beside
+//!   them.
 //!
 //! # Features
 //!

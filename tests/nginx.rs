@@ -1,8 +1,8 @@
 //! The whole public API against a real static file server: nginx.
 
-mod support;
 #[path = "support/nginx.rs"]
 mod nginx;
+mod support;
 
 use std::io::{Read, Seek, SeekFrom};
 
@@ -62,7 +62,9 @@ fn ranges_across_block_boundaries_match() {
     let mut tail = Vec::new();
     cursor.read_to_end(&mut tail).unwrap();
     assert_eq!(tail, data[data.len() - 10..]);
-    let e = file.read_exact_at(data.len() as u64 - 5, &mut [0u8; 10]).unwrap_err();
+    let e = file
+        .read_exact_at(data.len() as u64 - 5, &mut [0u8; 10])
+        .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::UnexpectedEof);
 }
 
@@ -91,7 +93,10 @@ fn concurrent_readers_get_their_bytes_and_share_fetches() {
         .iter()
         .map(|l| l.split_whitespace().last().unwrap().parse::<u64>().unwrap())
         .sum();
-    assert!(fetched <= data.len() as u64, "no block fetched twice: {fetched}");
+    assert!(
+        fetched <= data.len() as u64,
+        "no block fetched twice: {fetched}"
+    );
 }
 
 #[test]
@@ -124,7 +129,10 @@ fn a_file_replaced_on_the_server_is_detected() {
     let mut buf = [0u8; 10];
     let e = file.read_exact_at(2 * MIB, &mut buf).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::RemoteChanged, "{e}");
-    assert!(nginx.access_log().last().unwrap().contains(" 412 "), "If-Match refused");
+    assert!(
+        nginx.access_log().last().unwrap().contains(" 412 "),
+        "If-Match refused"
+    );
 }
 
 #[test]

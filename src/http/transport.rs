@@ -796,6 +796,11 @@ fn classify_ureq(e: ureq::Error, doing: &str) -> Failure {
         U::Io(io) if io.kind() == std::io::ErrorKind::TimedOut => {
             (ErrorKind::Timeout, "timed out".to_owned(), true)
         }
+        // rustls reports a failed handshake (an untrusted certificate, say)
+        // as invalid data on the socket: retrying cannot help.
+        U::Io(io) if io.kind() == std::io::ErrorKind::InvalidData => {
+            (ErrorKind::Network, format!("TLS error: {io}"), false)
+        }
         U::Io(io) => (ErrorKind::Network, format!("I/O error: {io}"), true),
         U::HostNotFound => (ErrorKind::Network, "host not found (DNS)".to_owned(), true),
         U::ConnectionFailed => (ErrorKind::Network, "connection failed".to_owned(), true),

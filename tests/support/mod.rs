@@ -241,21 +241,33 @@ impl RangeServer {
 
 /// The answer a correct range server gives.
 fn normal_reply(state: &State, req: &Req) -> Reply {
-    if req.method != "GET" {
-        return Reply::new(403).body("only GET is allowed here (like a presigned URL)");
-    }
     let data = state.data.lock().clone();
     let etag = state.etag.lock().clone();
     let last_modified = state.last_modified.lock().clone();
+    range_reply(&data, etag.as_deref(), last_modified.as_deref(), req)
+}
+
+/// The answer of a correct range server holding `data`: `206` for a range,
+/// `416` past the end, `412` for a failed `If-Match`, `403` for anything but
+/// `GET` (as a presigned URL answers `HEAD`).
+pub fn range_reply(
+    data: &[u8],
+    etag: Option<&str>,
+    last_modified: Option<&str>,
+    req: &Req,
+) -> Reply {
+    if req.method != "GET" {
+        return Reply::new(403).body("only GET is allowed here (like a presigned URL)");
+    }
     let size = data.len() as u64;
     let mut base = Reply::new(200);
-    if let Some(e) = &etag {
-        base = base.header("ETag", e.clone());
+    if let Some(e) = etag {
+        base = base.header("ETag", e);
     }
-    if let Some(lm) = &last_modified {
-        base = base.header("Last-Modified", lm.clone());
+    if let Some(lm) = last_modified {
+        base = base.header("Last-Modified", lm);
     }
-    if let (Some(want), Some(have)) = (req.header("if-match"), &etag) {
+    if let (Some(want), Some(have)) = (req.header("if-match"), etag) {
         if want != have {
             return Reply::new(412).body("precondition failed");
         }
@@ -276,6 +288,30 @@ fn normal_reply(state: &State, req: &Req) -> Reply {
             }
             _ => Reply::new(400).body("bad range"),
         },
+    }
+}
+
+/// Reads one request head (up to the blank line) from a stream; `None` at
+/// the end of the stream.
+pub fn read_head(stream: &mut impl std::io::Read) -> Option<String> {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match stream.read(&mut byte) {
+            Ok(1) => head.push(byte[0]),
+            _ => return None,
+        }
+        if head.len() > 64 * 1024 {
+            return None;
+        }
+    }
+    Some(String::from_utf8_lossy(&head).into_owned())
+}
+
+impl Req {
+    /// Parses a request head read with [`read_head`].
+    pub fn from_head(n: usize, conn: usize, head: &str) -> Req {
+        Req::parse(n, conn, head)
     }
 }
 

@@ -87,7 +87,11 @@ impl Nginx {
         let server = Nginx { child, dir, port };
         let deadline = Instant::now() + Duration::from_secs(10);
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "nginx did not start: {}", server.error_log());
+            assert!(
+                Instant::now() < deadline,
+                "nginx did not start: {}",
+                server.error_log()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         Some(server)
