@@ -446,3 +446,129 @@ fn a_failed_fetch_reaches_every_waiting_reader() {
     }
     assert_eq!(server.requests(), 2, "the waiters shared one fetch");
 }
+
+#[test]
+fn a_dns_failure_is_a_network_error() {
+    // `.invalid` never resolves (RFC 6761).
+    let e = builder()
+        .retry_policy(quick_retries(1))
+        .open("http://no-such-host.invalid/f")
+        .unwrap_err();
+    assert!(
+        matches!(e.kind(), ErrorKind::Network | ErrorKind::Timeout),
+        "{e}"
+    );
+    assert_eq!(e.attempts(), 2);
+}
+
+#[test]
+fn a_connect_that_never_completes_times_out() {
+    // A listener that never accepts, its backlog filled: further connects hang.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut held = Vec::new();
+    let mut full = false;
+    for _ in 0..4096 {
+        match std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(100)) {
+            Ok(s) => held.push(s),
+            Err(_) => {
+                full = true;
+                break;
+            }
+        }
+    }
+    if !full {
+        eprintln!("the backlog never filled here: a connect timeout cannot be provoked; skipping");
+        return;
+    }
+    let e = builder()
+        .connect_timeout(Duration::from_millis(200))
+        .retry_policy(quick_retries(1))
+        .open(format!("http://{addr}/f"))
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+    assert_eq!(e.attempts(), 2);
+}
+
+#[test]
+fn extra_bytes_after_the_body_never_reach_a_read() {
+    let data = Arc::new(test_data(3 * MIB as usize, 21));
+    let d = data.clone();
+    let server = RawServer::new(move |req, out| {
+        let (first, last) = req.range().unwrap();
+        let mut bytes = raw_206(&d, first, last);
+        if req.n == 2 {
+            // Ten bytes more than Content-Length says.
+            bytes.extend_from_slice(b"GARBAGE!!!");
+        }
+        let _ = out.write_all(&bytes);
+        After::KeepAlive
+    });
+    let file = builder().open(server.url("/f")).unwrap();
+    let mut buf = vec![0; 1000];
+    file.read_exact_at(MIB, &mut buf).unwrap();
+    assert_eq!(buf, data[MIB as usize..][..1000]);
+    file.read_exact_at(2 * MIB, &mut buf).unwrap();
+    assert_eq!(buf, data[2 * MIB as usize..][..1000]);
+}
+
+#[test]
+fn a_416_for_a_range_inside_the_file_is_malformed() {
+    let data = test_data(3 * MIB as usize, 22);
+    let server = RangeServer::new(data.clone());
+    let file = builder().open(server.url("/f")).unwrap();
+    let size = data.len();
+    server.set_hook(move |_, _| Reply::new(416).header("Content-Range", format!("bytes */{size}")));
+    let e = file.read_exact_at(MIB, &mut [0u8; 10]).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::MalformedResponse, "{e}");
+    assert_eq!(e.attempts(), 1);
+}
+
+#[test]
+fn every_5xx_is_retried_then_reported() {
+    for status in [500, 502, 503, 504] {
+        let data = test_data(1000, 23);
+        // Transient: two failures, then the answer.
+        let calls = Arc::new(AtomicUsize::new(0));
+        let c = calls.clone();
+        let server = RangeServer::new(data.clone()).with_hook(move |_, r| {
+            if c.fetch_add(1, Ordering::SeqCst) < 2 {
+                Reply::new(status)
+            } else {
+                r
+            }
+        });
+        let file = builder()
+            .retry_policy(quick_retries(3))
+            .open(server.url("/f"))
+            .unwrap();
+        assert_eq!(file.len(), 1000, "{status}");
+        assert_eq!(server.requests(), 3, "{status}");
+        // Persistent: the policy's attempts, then the status.
+        server.set_hook(move |_, _| Reply::new(status));
+        let e = builder()
+            .retry_policy(quick_retries(3))
+            .open(server.url("/f"))
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::HttpStatus(status));
+        assert_eq!(e.attempts(), 4, "{status}");
+    }
+}
+
+#[test]
+fn very_large_response_headers_are_refused() {
+    let server = RawServer::new(|_, out| {
+        let huge = "x".repeat(200 * 1024);
+        let _ = write!(
+            out,
+            "HTTP/1.1 206 Partial Content\r\nX-Huge: {huge}\r\nContent-Length: 0\r\n\r\n"
+        );
+        After::Close
+    });
+    let e = builder()
+        .retry_policy(quick_retries(2))
+        .open(server.url("/f"))
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::MalformedResponse, "{e}");
+    assert_eq!(e.attempts(), 1, "not retried");
+}

@@ -608,6 +608,7 @@ impl Transport {
                 .http_status_as_error(false)
                 .max_redirects(0)
                 .timeout_global(Some(remaining))
+                .timeout_resolve(Some(self.timeouts.connect))
                 .timeout_connect(Some(self.timeouts.connect))
                 .timeout_recv_response(Some(self.timeouts.idle))
                 .timeout_per_read(Some(self.timeouts.idle))
