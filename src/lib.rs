@@ -159,6 +159,9 @@ mod builder;
 mod cache;
 mod error;
 mod file;
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzzing;
 #[cfg(feature = "hdf5")]
 #[cfg_attr(docsrs, doc(cfg(feature = "hdf5")))]
 pub mod hdf5;

@@ -572,3 +572,68 @@ fn very_large_response_headers_are_refused() {
     assert_eq!(e.kind(), ErrorKind::MalformedResponse, "{e}");
     assert_eq!(e.attempts(), 1, "not retried");
 }
+
+/// Writes a chunked body that never ends (until the client hangs up).
+fn endless_chunked(out: &mut std::net::TcpStream, head: &str) {
+    if out.write_all(head.as_bytes()).is_err() {
+        return;
+    }
+    let chunk = vec![b'z'; 64 * 1024];
+    for _ in 0..100_000 {
+        let ok = write!(out, "{:x}\r\n", chunk.len()).is_ok()
+            && out.write_all(&chunk).is_ok()
+            && out.write_all(b"\r\n").is_ok();
+        if !ok {
+            return;
+        }
+    }
+}
+
+#[test]
+fn an_endless_body_cannot_grow_memory_past_the_range() {
+    // A 206 without Content-Length whose chunked body never ends.
+    let server = RawServer::new(|req, out| {
+        let (first, last) = req.range().unwrap();
+        let head = format!(
+            "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes {first}-{last}/1000000000000\r\n\
+             Transfer-Encoding: chunked\r\n\r\n"
+        );
+        endless_chunked(out, &head);
+        After::Close
+    });
+    let e = builder()
+        .block_size(4096)
+        .open(server.url("/f"))
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::MalformedResponse, "{e}");
+    assert!(e.to_string().contains("longer"), "{e}");
+    assert_eq!(e.attempts(), 1);
+}
+
+#[test]
+fn an_endless_error_body_is_cut_short() {
+    let server = RawServer::new(|_, out| {
+        endless_chunked(
+            out,
+            "HTTP/1.1 500 Internal Server Error\r\nTransfer-Encoding: chunked\r\n\r\n",
+        );
+        After::Close
+    });
+    let e = builder()
+        .retry_policy(quick_retries(1))
+        .open(server.url("/f"))
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::HttpStatus(500));
+    assert_eq!(e.body_excerpt().map(str::len), Some(512));
+}
+
+#[test]
+fn a_lying_content_length_on_200_is_refused_unread() {
+    // Announces a terabyte: refused from the headers alone.
+    let server = RawServer::new(|_, out| {
+        let _ = out.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000000000\r\n\r\nabc");
+        After::Close
+    });
+    let e = builder().open(server.url("/f")).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::RangeNotSupported, "{e}");
+}

@@ -1,0 +1,146 @@
+//! Entry points for fuzzing the pure parts of the crate (feature `fuzzing`).
+//! Not a stable API: each function decodes arbitrary bytes into inputs for
+//! an internal function and panics if one of its invariants breaks.
+
+use crate::http::content_range::{self, ContentRange};
+use crate::plan::{self, ReadAhead};
+
+/// Parses `data` as a `Content-Range` value: it never panics, and what it
+/// accepts is consistent and survives formatting and parsing again.
+pub fn content_range(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    match content_range::parse(text) {
+        None => {}
+        Some(ContentRange::Bytes { first, last, total }) => {
+            assert!(first <= last, "{text:?}");
+            if let Some(total) = total {
+                assert!(last < total, "{text:?}");
+            }
+            let shown = match total {
+                Some(t) => format!("bytes {first}-{last}/{t}"),
+                None => format!("bytes {first}-{last}/*"),
+            };
+            assert_eq!(content_range::parse(&shown), content_range::parse(text));
+        }
+        Some(ContentRange::Unsatisfied { total }) => {
+            let shown = format!("bytes */{total}");
+            assert_eq!(content_range::parse(&shown), content_range::parse(text));
+        }
+    }
+}
+
+/// Decodes `data` into a file size, a block size, read-ahead bounds and a
+/// sequence of reads, and checks the planner on each: the blocks cover the
+/// read exactly, read-ahead stays within its bounds, runs and parts cover the
+/// blocks exactly, and byte ranges stay inside the file.
+pub fn planner(data: &[u8]) {
+    let mut input = Bytes(data);
+    let size = input.u64() % (1 << 40) + 1;
+    let block_size = input.u64() % (1 << 24) + 1;
+    let max = input.u64() % (1 << 30);
+    let min = input.u64() % (max + 1);
+    let max_parts = input.u64() % 16 + 1;
+    let min_part = input.u64() % 64 + 1;
+    let mut ahead = ReadAhead::new(min, max);
+    while !input.0.is_empty() {
+        let pos = input.u64() % size;
+        let len = (input.u64() % (1 << 26)).min(size - pos).max(1);
+        let missed = input.u64() % 2 == 0;
+        let blocks = plan::blocks_covering(pos, len, block_size);
+        assert!(blocks.start * block_size <= pos);
+        assert!(blocks.end * block_size >= pos + len);
+        assert!(blocks.end > blocks.start);
+        let extra = ahead.on_read(pos, len, missed);
+        assert!(extra <= max);
+        if !missed {
+            assert_eq!(extra, 0);
+        }
+        // A sparse selection of the blocks, as a cache would leave missing.
+        let mask = input.u64();
+        let wanted: Vec<u64> = blocks
+            .clone()
+            .take(64)
+            .enumerate()
+            .filter(|(i, _)| mask >> i & 1 == 1)
+            .map(|(_, b)| b)
+            .collect();
+        let runs = plan::runs(&wanted);
+        let covered: Vec<u64> = runs.iter().flat_map(|r| r.clone()).collect();
+        assert_eq!(covered, wanted);
+        for run in runs {
+            let parts = plan::split(run.clone(), max_parts, min_part);
+            assert!(parts.len() as u64 <= max_parts);
+            assert_eq!(parts.first().map(|p| p.start), Some(run.start));
+            assert_eq!(parts.last().map(|p| p.end), Some(run.end));
+            for w in parts.windows(2) {
+                assert_eq!(w[0].end, w[1].start);
+            }
+            for p in &parts {
+                let bytes = plan::byte_range(p, block_size, size);
+                assert!(bytes.start <= bytes.end && bytes.end <= size);
+            }
+        }
+    }
+}
+
+/// Little-endian integers from a byte string, zero once it runs out.
+struct Bytes<'a>(&'a [u8]);
+
+impl Bytes<'_> {
+    fn u64(&mut self) -> u64 {
+        let n = self.0.len().min(8);
+        let mut buf = [0u8; 8];
+        buf[..n].copy_from_slice(&self.0[..n]);
+        self.0 = &self.0[n..];
+        u64::from_le_bytes(buf)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    /// Replays the committed fuzz corpus as an ordinary test.
+    fn replay(target: &str, run: fn(&[u8])) {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fuzz/corpus")
+            .join(target);
+        if !Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz").exists() {
+            eprintln!("no fuzz/ directory (a packaged crate): nothing to replay");
+            return;
+        }
+        let mut count = 0;
+        for entry in std::fs::read_dir(&dir).expect("the committed corpus") {
+            let data = std::fs::read(entry.unwrap().path()).unwrap();
+            run(&data);
+            count += 1;
+        }
+        assert!(count >= 20, "the {target} corpus has only {count} inputs");
+    }
+
+    #[test]
+    fn the_content_range_corpus_passes() {
+        replay("content_range", super::content_range);
+    }
+
+    #[test]
+    fn the_planner_corpus_passes() {
+        replay("planner", super::planner);
+    }
+
+    #[test]
+    fn hand_picked_inputs_pass() {
+        for s in [
+            "bytes 0-0/1",
+            "bytes */0",
+            "bytes 5-9/*",
+            "bytes 18446744073709551614-18446744073709551614/18446744073709551615",
+        ] {
+            super::content_range(s.as_bytes());
+        }
+        super::planner(&[0xff; 200]);
+        super::planner(&[]);
+    }
+}
