@@ -32,6 +32,20 @@ fn nwb_file() -> &'static PathBuf {
     })
 }
 
+/// Rows of the NWB-like data, read through HDF5, flattened.
+fn read_rows(ds: &h5::Dataset, rows: std::ops::Range<usize>) -> Vec<i16> {
+    ds.read_slice_2d::<i16, _>((rows, ..))
+        .unwrap()
+        .into_iter()
+        .collect()
+}
+
+/// The same rows as written.
+fn expected_rows(rows: std::ops::Range<usize>) -> Vec<i16> {
+    rows.flat_map(|r| (0..NWB_COLS).map(move |c| nwb_value(r, c)))
+        .collect()
+}
+
 fn serve(path: &PathBuf) -> RangeServer {
     RangeServer::new(std::fs::read(path).expect("read the test file"))
 }
@@ -69,25 +83,14 @@ fn open_and_one_chunk_cost_few_requests_and_a_re_read_none() {
     let ds = file.dataset("acquisition/ElectricalSeries/data").unwrap();
     let before = remote.stats();
     let rows = 5 * NWB_CHUNK_ROWS + 100..5 * NWB_CHUNK_ROWS + 200;
-    let got: Vec<i16> = ds
-        .read_slice_2d::<i16, _>((rows.clone(), ..))
-        .unwrap()
-        .into_iter()
-        .collect();
-    let want: Vec<i16> = rows
-        .clone()
-        .flat_map(|r| (0..NWB_COLS).map(move |c| nwb_value(r, c)))
-        .collect();
+    let got = read_rows(&ds, rows.clone());
+    let want = expected_rows(rows.clone());
     assert_eq!(got, want);
     let one = remote.stats().since(&before);
     eprintln!("open: {opened:?}\none chunk: {one:?}");
     assert!(one.round_trips <= 2, "one chunk: {one:?}");
     let before = remote.stats();
-    let again: Vec<i16> = ds
-        .read_slice_2d::<i16, _>((rows.start + 1..rows.end, ..))
-        .unwrap()
-        .into_iter()
-        .collect();
+    let again = read_rows(&ds, rows.start + 1..rows.end);
     assert_eq!(again, want[NWB_COLS..]);
     assert_eq!(
         remote.stats().since(&before).requests,
@@ -166,14 +169,8 @@ fn four_threads_read_through_one_file() {
                 for k in 0..5 {
                     let start = (t * 61_000 + k * 9_000) % 290_000;
                     let rows = start..start + 500;
-                    let got: Vec<i16> = ds
-                        .read_slice_2d::<i16, _>((rows.clone(), ..))
-                        .unwrap()
-                        .into_iter()
-                        .collect();
-                    let want: Vec<i16> = rows
-                        .flat_map(|r| (0..NWB_COLS).map(move |c| nwb_value(r, c)))
-                        .collect();
+                    let got = read_rows(&ds, rows.clone());
+                    let want = expected_rows(rows);
                     assert_eq!(got, want, "thread {t}, read {k}");
                 }
             });

@@ -25,10 +25,16 @@ pub struct S3Server {
 
 impl S3Server {
     pub fn start() -> Option<S3Server> {
-        let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
+        let home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_default();
         let cargo_bin = home.join(".cargo/bin/s3s-fs");
         let bin = require_binary("s3s-fs", &[cargo_bin.to_str().unwrap_or("")])?;
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
         let dir = std::env::temp_dir().join(format!("remfile-s3-{}-{port}", std::process::id()));
         std::fs::create_dir_all(dir.join(BUCKET)).unwrap();
         let child = Command::new(bin)
@@ -74,9 +80,8 @@ impl S3Server {
             .map(|(k, v)| format!("{}={}", encode(k), encode(v)))
             .collect::<Vec<_>>()
             .join("&");
-        let canonical = format!(
-            "GET\n{path}\n{canonical_query}\nhost:{host}\n\nhost\nUNSIGNED-PAYLOAD"
-        );
+        let canonical =
+            format!("GET\n{path}\n{canonical_query}\nhost:{host}\n\nhost\nUNSIGNED-PAYLOAD");
         let to_sign = format!(
             "AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{}",
             hex(digest::digest(&digest::SHA256, canonical.as_bytes()).as_ref())

@@ -1,0 +1,92 @@
+//! Presigned URLs against an S3-compatible server that checks signatures and
+//! expiry (`s3s-fs`): `HEAD` refused, ranges served, expiry renewed.
+
+#[path = "support/nginx.rs"]
+mod nginx;
+#[path = "support/s3.rs"]
+mod s3;
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, SystemTime};
+
+use remfile::ErrorKind;
+use s3::S3Server;
+use support::{builder, test_data};
+
+const MIB: u64 = 1024 * 1024;
+
+#[test]
+fn a_presigned_url_opens_without_head_and_reads_right() {
+    let Some(s3) = S3Server::start() else { return };
+    let data = test_data(5 * MIB as usize + 11, 1);
+    s3.put("data.bin", &data);
+    let url = s3.presign("data.bin", SystemTime::now(), 3600);
+
+    // The server refuses HEAD on a GET-signed URL, as S3 does.
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .proxy(None)
+        .http_status_as_error(false)
+        .build()
+        .new_agent();
+    let head = agent.head(&url).call().unwrap();
+    assert!(
+        head.status().is_client_error(),
+        "HEAD answered {}",
+        head.status()
+    );
+
+    let file = builder().read_ahead_max(0).open(&url).unwrap();
+    assert_eq!(file.len(), data.len() as u64);
+    let mut buf = vec![0u8; 1_500_000];
+    for pos in [0, 2 * MIB - 7, 4 * MIB] {
+        let n = file.read_at(pos, &mut buf).unwrap();
+        assert!(buf[..n] == data[pos as usize..][..n]);
+    }
+    assert!(!format!("{file:?}").contains("X-Amz-Signature"));
+}
+
+#[test]
+fn a_tampered_signature_is_refused() {
+    let Some(s3) = S3Server::start() else { return };
+    s3.put("t.bin", b"secret");
+    let url = s3.presign("t.bin", SystemTime::now(), 3600);
+    let tampered = format!("{}0", &url[..url.len() - 1]);
+    let e = builder().open(&tampered).unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::HttpStatus(400 | 403)), "{e}");
+    assert!(!e.to_string().contains("X-Amz-Signature="), "{e}");
+}
+
+#[test]
+fn an_expired_url_is_renewed_by_the_url_provider() {
+    let Some(s3) = S3Server::start() else { return };
+    let data = test_data(4 * MIB as usize, 2);
+    s3.put("exp.bin", &data);
+    let short = s3.presign("exp.bin", SystemTime::now(), 1);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let s3 = Arc::new(s3);
+    let (c, signer) = (calls.clone(), s3.clone());
+    let file = builder()
+        .read_ahead_max(0)
+        .url_provider(move || {
+            c.fetch_add(1, Ordering::SeqCst);
+            Ok(signer.presign("exp.bin", SystemTime::now(), 3600))
+        })
+        .open(&short)
+        .unwrap();
+    // Let the one-second signature expire.
+    std::thread::sleep(Duration::from_millis(2100));
+    let mut buf = vec![0u8; 100_000];
+    file.read_exact_at(3 * MIB, &mut buf).unwrap();
+    assert!(buf == data[3 * MIB as usize..][..buf.len()]);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+
+    // Without a provider the same expiry is an error that says what happened.
+    let short = s3.presign("exp.bin", SystemTime::now(), 1);
+    let file = builder().read_ahead_max(0).open(&short).unwrap();
+    std::thread::sleep(Duration::from_millis(2100));
+    let e = file.read_exact_at(3 * MIB, &mut buf).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::HttpStatus(403), "{e}");
+    assert!(e.to_string().contains("expired"), "{e}");
+}
