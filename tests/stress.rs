@@ -22,7 +22,7 @@ fn sixteen_threads_of_random_reads_over_a_small_cache() {
         .open(server.url("/stress.bin"))
         .unwrap();
     const THREADS: u64 = 16;
-    const READS: u64 = 1500;
+    const READS: u64 = 2000;
     std::thread::scope(|s| {
         for t in 0..THREADS {
             let (file, data) = (file.clone(), data.clone());
