@@ -472,7 +472,7 @@ impl Builder {
             .clone()
             .unwrap_or_else(|| BlockCache::new(self.cache_capacity));
         let id = &opened.identity;
-        let key: FileKey = Arc::from(format!(
+        let key: FileKey = cache.file_key(&format!(
             "{url}\n{}\n{}\n{}",
             id.etag.as_deref().unwrap_or(""),
             id.last_modified.as_deref().unwrap_or(""),

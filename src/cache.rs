@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -15,8 +16,10 @@ use crate::error::{Error, ErrorKind};
 /// (slices of one shared response buffer would keep the whole response alive).
 pub(crate) type Block = Arc<Vec<u8>>;
 
-/// Identifies one version of one file: URL, validator and size.
-pub(crate) type FileKey = Arc<str>;
+/// Identifies one version of one file (URL, validator and size) by a 128-bit
+/// keyed hash of them, so that looking a block up hashes two integers, not a
+/// URL. The keys are random per cache, so no one can aim for a collision.
+pub(crate) type FileKey = u128;
 
 type Key = (FileKey, u64);
 
@@ -51,6 +54,8 @@ pub struct BlockCache {
 
 struct Inner {
     blocks: moka::sync::Cache<Key, Block>,
+    /// Two independently keyed hashers for [`FileKey`]s.
+    key_hashers: (RandomState, RandomState),
     capacity: u64,
     in_flight: Mutex<HashMap<Key, Arc<Pending>>>,
 }
@@ -80,6 +85,7 @@ impl BlockCache {
         BlockCache {
             inner: Arc::new(Inner {
                 blocks,
+                key_hashers: (RandomState::new(), RandomState::new()),
                 capacity: capacity_bytes,
                 in_flight: Mutex::new(HashMap::new()),
             }),
@@ -115,12 +121,18 @@ impl BlockCache {
         self.inner.blocks.invalidate_all();
     }
 
+    /// The key of a file version described by `identity`.
+    pub(crate) fn file_key(&self, identity: &str) -> FileKey {
+        let (a, b) = &self.inner.key_hashers;
+        (u128::from(a.hash_one(identity)) << 64) | u128::from(b.hash_one(identity))
+    }
+
     pub(crate) fn get(&self, file: &FileKey, index: u64) -> Option<Block> {
-        self.inner.blocks.get(&(file.clone(), index))
+        self.inner.blocks.get(&(*file, index))
     }
 
     pub(crate) fn insert(&self, file: &FileKey, index: u64, block: Block) {
-        self.inner.blocks.insert((file.clone(), index), block);
+        self.inner.blocks.insert((*file, index), block);
     }
 
     /// For each of `needed` (blocks the read must have), finds it cached, finds
@@ -130,14 +142,14 @@ impl BlockCache {
     pub(crate) fn claim(&self, file: &FileKey, needed: &[u64], optional: &[u64]) -> Claim {
         let mut claim = Claim {
             cache: self.clone(),
-            file: file.clone(),
+            file: *file,
             found: Vec::new(),
             waiting: Vec::new(),
             owned: Vec::new(),
         };
         let mut table = self.inner.in_flight.lock();
         for &index in needed {
-            let key = (file.clone(), index);
+            let key = (*file, index);
             // A fetcher inserts into the cache before leaving the table, so
             // looking again under the lock cannot miss a block just fetched.
             if let Some(block) = self.inner.blocks.get(&key) {
@@ -150,7 +162,7 @@ impl BlockCache {
             }
         }
         for &index in optional {
-            let key = (file.clone(), index);
+            let key = (*file, index);
             if !table.contains_key(&key) && !self.inner.blocks.contains_key(&key) {
                 table.insert(key, Arc::new(Pending::default()));
                 claim.owned.push(index);
@@ -161,7 +173,7 @@ impl BlockCache {
     }
 
     fn settle(&self, file: &FileKey, index: u64, outcome: Result<Block, Error>) {
-        let key = (file.clone(), index);
+        let key = (*file, index);
         if let Ok(block) = &outcome {
             self.inner.blocks.insert(key.clone(), block.clone());
         }
@@ -244,14 +256,10 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    fn key(s: &str) -> FileKey {
-        Arc::from(s)
-    }
-
     #[test]
     fn a_block_is_claimed_once_and_others_wait_for_it() {
         let cache = BlockCache::new(1 << 20);
-        let f = key("f");
+        let f = cache.file_key("f");
         let mut first = cache.claim(&f, &[1, 2], &[3]);
         assert_eq!(first.owned, [1, 2, 3]);
         let second = cache.claim(&f, &[2, 3], &[4]);
@@ -270,7 +278,7 @@ mod tests {
     #[test]
     fn a_dropped_claim_releases_waiters_with_an_error() {
         let cache = BlockCache::new(1 << 20);
-        let f = key("f");
+        let f = cache.file_key("f");
         let first = cache.claim(&f, &[1], &[]);
         let second = cache.claim(&f, &[1], &[]);
         drop(first);
@@ -284,7 +292,7 @@ mod tests {
     #[test]
     fn optional_blocks_skip_cached_and_in_flight_ones() {
         let cache = BlockCache::new(1 << 20);
-        let f = key("f");
+        let f = cache.file_key("f");
         cache.insert(&f, 5, Arc::new(vec![0; 8]));
         let _held = cache.claim(&f, &[6], &[]);
         let c = cache.claim(&f, &[], &[4, 5, 6, 7]);
@@ -296,14 +304,16 @@ mod tests {
     #[test]
     fn files_do_not_share_blocks() {
         let cache = BlockCache::new(1 << 20);
-        cache.insert(&key("a"), 0, Arc::new(vec![1]));
-        assert!(cache.get(&key("b"), 0).is_none());
+        cache.insert(&cache.file_key("a"), 0, Arc::new(vec![1]));
+        assert!(cache.get(&cache.file_key("b"), 0).is_none());
+        assert_eq!(cache.file_key("a"), cache.file_key("a"));
+        assert_ne!(cache.file_key("a"), cache.file_key("b"));
     }
 
     #[test]
     fn the_cache_stays_within_its_capacity() {
         let cache = BlockCache::new(10_000);
-        let f = key("f");
+        let f = cache.file_key("f");
         for i in 0..100 {
             cache.insert(&f, i, Arc::new(vec![0; 1000]));
         }

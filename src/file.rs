@@ -274,6 +274,17 @@ impl Shared {
     fn read_into(&self, pos: u64, buf: &mut [u8]) -> Result<()> {
         let len = buf.len() as u64;
         let needed = plan::blocks_covering(pos, len, self.block_size);
+        if needed.end - needed.start == 1 {
+            // The common case of a small cached read, without allocations.
+            if let Some(block) = self.cache.get(&self.key, needed.start) {
+                let offset = (pos - needed.start * self.block_size) as usize;
+                buf.copy_from_slice(&block[offset..offset + buf.len()]);
+                self.read_ahead.lock().on_read(pos, len, false);
+                Counters::add(&self.counters.cache_hits, 1);
+                Counters::add(&self.counters.bytes_read, len);
+                return Ok(());
+            }
+        }
         let mut have: Vec<Option<Block>> = needed
             .clone()
             .map(|i| self.cache.get(&self.key, i))
