@@ -175,7 +175,7 @@ impl BlockCache {
     fn settle(&self, file: &FileKey, index: u64, outcome: Result<Block, Error>) {
         let key = (*file, index);
         if let Ok(block) = &outcome {
-            self.inner.blocks.insert(key.clone(), block.clone());
+            self.inner.blocks.insert(key, block.clone());
         }
         let pending = self.inner.in_flight.lock().remove(&key);
         if let Some(p) = pending {
