@@ -110,25 +110,65 @@ pub const NWB_CHUNK_ROWS: usize = 16_384;
 
 /// The value at (row, col) of the NWB-like data.
 pub fn nwb_value(row: usize, col: usize) -> i16 {
-    ((row * 31 + col * 1009) % 65_521) as i16
+    // A slowly varying signal plus a little noise: compresses like recordings do.
+    let base = ((row / 4) * 31 + col * 1009) % 8191;
+    let noise = (row * 7 + col * 13) % 4;
+    (base + noise) as i16 - 4096
+}
+
+/// The shape of an NWB-like file.
+#[derive(Debug, Clone, Copy)]
+pub struct NwbShape {
+    /// Rows of `ElectricalSeries/data` (64 int16 columns each).
+    pub rows: usize,
+    /// Rows per chunk.
+    pub chunk_rows: usize,
+    /// gzip level of the data, if compressed.
+    pub deflate: Option<u8>,
+    /// Extra processing groups, each with 3 datasets and 12 attributes.
+    pub extra_groups: usize,
+}
+
+impl NwbShape {
+    /// The test suite's file: 300,000 rows (about 38 MB), uncompressed.
+    pub const TEST: NwbShape = NwbShape {
+        rows: NWB_ROWS,
+        chunk_rows: NWB_CHUNK_ROWS,
+        deflate: None,
+        extra_groups: 0,
+    };
 }
 
 /// An NWB-like layout: a large chunked int16 `acquisition/ElectricalSeries/data`
 /// written first, then most object headers (units, trials, processing,
 /// general metadata) after the bulk data, as NWB writers do.
 pub fn write_nwb_like(path: &Path) -> h5::Result<()> {
+    write_nwb(path, NwbShape::TEST)
+}
+
+/// [`write_nwb_like`] in any shape.
+pub fn write_nwb(path: &Path, shape: NwbShape) -> h5::Result<()> {
     let file = h5::File::create(path)?;
     let acq = file.create_group("acquisition")?;
     let es = acq.create_group("ElectricalSeries")?;
-    let data = es
+    let mut builder = es
         .new_dataset::<i16>()
-        .shape((NWB_ROWS, NWB_COLS))
-        .chunk((NWB_CHUNK_ROWS, NWB_COLS))
-        .create("data")?;
-    let all: Vec<i16> = (0..NWB_ROWS * NWB_COLS)
-        .map(|i| nwb_value(i / NWB_COLS, i % NWB_COLS))
-        .collect();
-    data.write_raw(&all)?;
+        .shape((shape.rows, NWB_COLS))
+        .chunk((shape.chunk_rows, NWB_COLS));
+    if let Some(level) = shape.deflate {
+        builder = builder.deflate(level);
+    }
+    let data = builder.create("data")?;
+    // Written in slabs of whole chunks, to bound memory for large files.
+    let slab_rows = shape.chunk_rows * 16;
+    for start in (0..shape.rows).step_by(slab_rows) {
+        let end = (start + slab_rows).min(shape.rows);
+        let slab: Vec<i16> = (start * NWB_COLS..end * NWB_COLS)
+            .map(|i| nwb_value(i / NWB_COLS, i % NWB_COLS))
+            .collect();
+        let slab = ndarray::Array2::from_shape_vec((end - start, NWB_COLS), slab).unwrap();
+        data.write_slice(&slab, (start..end, ..))?;
+    }
     // Everything below lands after the bulk data.
     for (name, value) in [
         ("neurodata_type", "ElectricalSeries"),
@@ -202,6 +242,27 @@ pub fn write_nwb_like(path: &Path) -> h5::Result<()> {
     for name in ["behavior", "ecephys"] {
         let g = processing.create_group(name)?;
         str_attr(&g, "neurodata_type", "ProcessingModule")?;
+    }
+    for i in 0..shape.extra_groups {
+        let g = processing.create_group(&format!("module{i:03}"))?;
+        for a in 0..6 {
+            str_attr(&g, &format!("attr{a}"), &format!("value {i}.{a}"))?;
+        }
+        for d in 0..3 {
+            let ds = g
+                .new_dataset::<f64>()
+                .shape(100 + d * 50)
+                .create(format!("series{d}").as_str())?;
+            ds.write_raw(
+                &(0..100 + d * 50)
+                    .map(|v| v as f64 / 7.0)
+                    .collect::<Vec<_>>(),
+            )?;
+            str_attr(&ds, "unit", "seconds")?;
+            ds.new_attr::<f64>()
+                .create("conversion")?
+                .write_scalar(&1.0)?;
+        }
     }
     str_attr(&file, "nwb_version", "2.7.0")?;
     str_attr(&file, "identifier", "test-session")?;

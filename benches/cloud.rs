@@ -1,0 +1,255 @@
+//! Remote HDF5/NWB reading against a server that behaves like the cloud.
+//!
+//! ```text
+//! cargo bench --features hdf5 --bench cloud
+//! ```
+//!
+//! Generates (once, under `target/bench-data`) an NWB-like file of 256 MB —
+//! an int16 `ElectricalSeries/data` of 2,000,000 × 64 in 2 MiB chunks, and a
+//! gzip variant — with about 80 groups, 200+ datasets and 900+ attributes,
+//! the object headers written after the bulk data. Serves it from a separate
+//! process (so the CPU time below is the reader's alone) with a delay per
+//! request, an extra delay per new connection and, in some rows, a cap of
+//! 25 MB/s per connection. For each phase it prints wall time, requests,
+//! round trips, bytes fetched, the over-fetch ratio and CPU time, beside the
+//! floor: for the bulk read, one request of exactly the stored bytes.
+
+#[path = "support/cloud_server.rs"]
+mod cloud_server;
+#[path = "../tests/support/h5files.rs"]
+mod h5files;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cloud_server::{CloudServer, Shape};
+use h5files::{NWB_CHUNK_ROWS, NwbShape};
+use remfile::hdf5 as h5;
+use remfile::{RemoteFile, Stats};
+
+const ROWS: usize = 2_000_000;
+const SLICE: std::ops::Range<usize> = 1_000_000..1_180_000;
+
+fn main() {
+    if let Ok(spec) = std::env::var("REMFILE_BENCH_SERVE") {
+        return serve(&spec);
+    }
+    let plain = data_file("nwb-plain.nwb", None);
+    let gzip = data_file("nwb-gzip.nwb", Some(4));
+    println!(
+        "{:<32} {:<9} {:>8} {:>5} {:>6} {:>7} {:>5} {:>7}",
+        "server, file", "phase", "wall ms", "reqs", "rounds", "MB", "over", "cpu ms"
+    );
+    for (label, delay_ms, cap) in [
+        ("0 ms", 0, None),
+        ("30 ms", 30, None),
+        ("30 ms, 25 MB/s per conn", 30, Some(25e6)),
+    ] {
+        for (file, name) in [(&plain, "plain"), (&gzip, "gzip")] {
+            let server = ServerProcess::start(file, delay_ms, cap);
+            run(&format!("{label}, {name}"), &server.url);
+            floor(&format!("{label}, {name}"), file, &server.url);
+        }
+    }
+}
+
+fn data_file(name: &str, deflate: Option<u8>) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench-data");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    if !path.exists() {
+        eprintln!("writing {} (once)…", path.display());
+        let tmp = path.with_extension("partial");
+        let shape = NwbShape {
+            rows: ROWS,
+            chunk_rows: NWB_CHUNK_ROWS,
+            deflate,
+            extra_groups: 70,
+        };
+        h5files::write_nwb(&tmp, shape).expect("write the benchmark file");
+        std::fs::rename(&tmp, &path).unwrap();
+    }
+    path
+}
+
+/// One run of every phase through remfile.
+fn run(label: &str, url: &str) {
+    let cpu0 = cpu_time();
+    let t0 = Instant::now();
+    let remote = RemoteFile::builder()
+        .proxy_from_env(false)
+        .open(url)
+        .unwrap();
+    let file = h5::open(remote.clone()).unwrap();
+    report(label, "open", t0, cpu0, remote.stats(), None);
+
+    let (before, cpu0, t0) = (remote.stats(), cpu_time(), Instant::now());
+    let objects = h5files::walk_metadata(&file).unwrap();
+    assert!(objects > 200, "{objects} objects");
+    report(
+        label,
+        "metadata",
+        t0,
+        cpu0,
+        remote.stats().since(&before),
+        None,
+    );
+
+    let ds = file.dataset("acquisition/ElectricalSeries/data").unwrap();
+    let stored = stored_span(&ds);
+    let (before, cpu0, t0) = (remote.stats(), cpu_time(), Instant::now());
+    let rows = ds.read_slice_2d::<i16, _>((SLICE, ..)).unwrap();
+    assert_eq!(rows.len(), (SLICE.end - SLICE.start) * 64);
+    let stats = remote.stats().since(&before);
+    report(
+        label,
+        "bulk",
+        t0,
+        cpu0,
+        stats,
+        Some(stored.end - stored.start),
+    );
+}
+
+/// The byte span the slice's chunks occupy in the file.
+fn stored_span(ds: &h5::Dataset) -> std::ops::Range<u64> {
+    let first = SLICE.start / NWB_CHUNK_ROWS;
+    let last = (SLICE.end - 1) / NWB_CHUNK_ROWS;
+    let infos: Vec<_> = (0..ds.num_chunks().unwrap())
+        .filter_map(|i| ds.chunk_info(i))
+        .filter(|c| (first..=last).contains(&(c.offset[0] as usize / NWB_CHUNK_ROWS)))
+        .collect();
+    let start = infos.iter().map(|c| c.addr).min().unwrap();
+    let end = infos.iter().map(|c| c.addr + c.size).max().unwrap();
+    start..end
+}
+
+/// The physical floor of the bulk read: one request of exactly its bytes.
+fn floor(label: &str, path: &PathBuf, url: &str) {
+    let span = {
+        let file = h5::File::open(path).unwrap();
+        stored_span(&file.dataset("acquisition/ElectricalSeries/data").unwrap())
+    };
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .proxy(None)
+        .build()
+        .new_agent();
+    let (cpu0, t0) = (cpu_time(), Instant::now());
+    let mut resp = agent
+        .get(url)
+        .header("Range", format!("bytes={}-{}", span.start, span.end - 1))
+        .call()
+        .unwrap();
+    let body = resp
+        .body_mut()
+        .with_config()
+        .limit(span.end - span.start + 1)
+        .read_to_vec()
+        .unwrap();
+    assert_eq!(body.len() as u64, span.end - span.start);
+    println!(
+        "{:<32} {:<9} {:>8.0} {:>5} {:>6} {:>7.1} {:>5.2} {:>7.0}",
+        label,
+        "floor",
+        t0.elapsed().as_secs_f64() * 1e3,
+        1,
+        1,
+        body.len() as f64 / 1e6,
+        1.0,
+        cpu_time().saturating_sub(cpu0).as_secs_f64() * 1e3
+    );
+}
+
+fn report(label: &str, phase: &str, t0: Instant, cpu0: Duration, s: Stats, needed: Option<u64>) {
+    let over = needed.map_or("-".to_owned(), |n| {
+        format!("{:.2}", s.bytes_fetched as f64 / n as f64)
+    });
+    println!(
+        "{:<32} {:<9} {:>8.0} {:>5} {:>6} {:>7.1} {:>5} {:>7.0}",
+        label,
+        phase,
+        t0.elapsed().as_secs_f64() * 1e3,
+        s.requests,
+        s.round_trips,
+        s.bytes_fetched as f64 / 1e6,
+        over,
+        cpu_time().saturating_sub(cpu0).as_secs_f64() * 1e3
+    );
+}
+
+/// The server, in a child process of this same binary.
+struct ServerProcess {
+    child: Child,
+    url: String,
+}
+
+impl ServerProcess {
+    fn start(file: &Path, delay_ms: u64, cap: Option<f64>) -> ServerProcess {
+        let spec = format!(
+            "{}|{delay_ms}|{}",
+            file.display(),
+            cap.map_or(String::from("-"), |c| c.to_string())
+        );
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .env("REMFILE_BENCH_SERVE", spec)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the server process");
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        ServerProcess {
+            child,
+            url: line.trim().to_owned(),
+        }
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The child's side: serve the file, print the URL, run until killed.
+fn serve(spec: &str) {
+    let mut parts = spec.split('|');
+    let path = parts.next().unwrap();
+    let delay: u64 = parts.next().unwrap().parse().unwrap();
+    let cap = parts.next().unwrap().parse::<f64>().ok();
+    let data = Arc::new(std::fs::read(path).unwrap());
+    let server = CloudServer::start(
+        data,
+        Shape {
+            request_delay: Duration::from_millis(delay),
+            connect_delay: Duration::from_millis(delay),
+            per_connection_bps: cap,
+            total_bps: None,
+        },
+    );
+    println!("{}", server.url("/data.nwb"));
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+}
+
+/// User + system CPU time of this process, from /proc (Linux), or zero.
+fn cpu_time() -> Duration {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return Duration::ZERO;
+    };
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    Duration::from_millis((ticks(11) + ticks(12)) * 10)
+}

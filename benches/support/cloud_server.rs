@@ -1,0 +1,174 @@
+//! A range server that behaves like a cloud object store: a delay per
+//! request (the round trip), an extra delay per new connection (the
+//! handshake), optional bandwidth caps per connection and in total, and a log
+//! of every request. Listens on 127.0.0.1 only.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+/// What makes the server slow.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Shape {
+    /// Added before each response's headers.
+    pub request_delay: Duration,
+    /// Added once per new connection, before its first response.
+    pub connect_delay: Duration,
+    /// Bytes per second for each connection, if capped.
+    pub per_connection_bps: Option<f64>,
+    /// Bytes per second for all connections together, if capped.
+    pub total_bps: Option<f64>,
+}
+
+/// One request as served.
+#[derive(Debug, Clone, Copy)]
+pub struct Logged {
+    pub conn: usize,
+    pub first: u64,
+    pub last: u64,
+}
+
+pub struct CloudServer {
+    addr: SocketAddr,
+    log: Arc<Mutex<Vec<Logged>>>,
+    connections: Arc<AtomicUsize>,
+}
+
+impl CloudServer {
+    pub fn start(data: Arc<Vec<u8>>, shape: Shape) -> CloudServer {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let connections = Arc::new(AtomicUsize::new(0));
+        let total_sent = Arc::new(AtomicU64::new(0));
+        let started = Instant::now();
+        let (l, c) = (log.clone(), connections.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let conn = c.fetch_add(1, Ordering::SeqCst) + 1;
+                let (data, log, total_sent) = (data.clone(), l.clone(), total_sent.clone());
+                std::thread::spawn(move || {
+                    serve(stream, conn, &data, shape, &log, &total_sent, started)
+                });
+            }
+        });
+        CloudServer {
+            addr,
+            log,
+            connections,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub fn log(&self) -> Vec<Logged> {
+        self.log.lock().clone()
+    }
+
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
+
+    pub fn reset(&self) {
+        self.log.lock().clear();
+        self.connections.store(0, Ordering::SeqCst);
+    }
+}
+
+fn serve(
+    stream: TcpStream,
+    conn: usize,
+    data: &[u8],
+    shape: Shape,
+    log: &Mutex<Vec<Logged>>,
+    total_sent: &AtomicU64,
+    started: Instant,
+) {
+    let mut out = stream.try_clone().expect("clone");
+    let mut reader = BufReader::new(stream);
+    let mut first_request = true;
+    loop {
+        let mut range = None;
+        let mut line = String::new();
+        let mut head_lines = 0;
+        loop {
+            line.clear();
+            match reader.read_line(&mut line) {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+            head_lines += 1;
+            if line == "\r\n" {
+                break;
+            }
+            let lower = line.to_ascii_lowercase();
+            if let Some(spec) = lower.strip_prefix("range: bytes=") {
+                let (a, b) = spec.trim().split_once('-').unwrap_or(("0", ""));
+                let first: u64 = a.parse().unwrap_or(0);
+                let last: u64 = b.parse().unwrap_or(u64::MAX);
+                range = Some((first, last));
+            }
+        }
+        if head_lines == 0 {
+            return;
+        }
+        if first_request {
+            std::thread::sleep(shape.connect_delay);
+            first_request = false;
+        }
+        std::thread::sleep(shape.request_delay);
+        let size = data.len() as u64;
+        let (first, last) = range.unwrap_or((0, size.saturating_sub(1)));
+        if first >= size {
+            let _ = write!(
+                out,
+                "HTTP/1.1 416 Range Not Satisfiable\r\nContent-Range: bytes */{size}\r\nContent-Length: 0\r\n\r\n"
+            );
+            continue;
+        }
+        let last = last.min(size - 1);
+        log.lock().push(Logged { conn, first, last });
+        let status = if range.is_some() {
+            "206 Partial Content"
+        } else {
+            "200 OK"
+        };
+        let head = format!(
+            "HTTP/1.1 {status}\r\nContent-Range: bytes {first}-{last}/{size}\r\nContent-Length: {}\r\nETag: \"bench\"\r\n\r\n",
+            last - first + 1
+        );
+        if out.write_all(head.as_bytes()).is_err() {
+            return;
+        }
+        let body = &data[first as usize..=last as usize];
+        let conn_start = Instant::now();
+        let mut sent = 0u64;
+        for piece in body.chunks(64 * 1024) {
+            if out.write_all(piece).is_err() {
+                return;
+            }
+            sent += piece.len() as u64;
+            let all =
+                total_sent.fetch_add(piece.len() as u64, Ordering::Relaxed) + piece.len() as u64;
+            let mut wait = Duration::ZERO;
+            if let Some(bps) = shape.per_connection_bps {
+                let due = Duration::from_secs_f64(sent as f64 / bps);
+                wait = wait.max(due.saturating_sub(conn_start.elapsed()));
+            }
+            if let Some(bps) = shape.total_bps {
+                let due = Duration::from_secs_f64(all as f64 / bps);
+                wait = wait.max(due.saturating_sub(started.elapsed()));
+            }
+            if !wait.is_zero() {
+                std::thread::sleep(wait);
+            }
+        }
+    }
+}
