@@ -112,6 +112,28 @@ fn run(label: &str, url: &str) {
         stats,
         Some(stored.end - stored.start),
     );
+
+    // The same slice in a fresh file, its chunks prefetched in one round.
+    let remote = RemoteFile::builder()
+        .proxy_from_env(false)
+        .open(url)
+        .unwrap();
+    let file = h5::open(remote.clone()).unwrap();
+    let ds = file.dataset("acquisition/ElectricalSeries/data").unwrap();
+    let (before, cpu0, t0) = (remote.stats(), cpu_time(), Instant::now());
+    let hyperslab = [SLICE.start as u64..SLICE.end as u64, 0..64];
+    h5::prefetch_hyperslab(&ds, &hyperslab).unwrap();
+    let rows = ds.read_slice_2d::<i16, _>((SLICE, ..)).unwrap();
+    assert_eq!(rows.len(), (SLICE.end - SLICE.start) * 64);
+    let stats = remote.stats().since(&before);
+    report(
+        label,
+        "bulk, pf",
+        t0,
+        cpu0,
+        stats,
+        Some(stored.end - stored.start),
+    );
 }
 
 /// The byte span the slice's chunks occupy in the file.

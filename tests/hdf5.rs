@@ -236,3 +236,39 @@ fn opening_and_walking_all_metadata_costs_few_requests() {
     );
     assert!(s.requests <= 6, "{s:?}");
 }
+
+#[test]
+fn prefetching_a_hyperslab_makes_reading_it_free() {
+    let server = serve(nwb_file());
+    let (file, remote) = open_remote(&server, "/f.nwb");
+    let ds = file.dataset("acquisition/ElectricalSeries/data").unwrap();
+    let rows = 100_000..180_000usize;
+    let before = remote.stats();
+    let chunks = h5::prefetch_hyperslab(&ds, &[rows.start as u64..rows.end as u64, 0..64]).unwrap();
+    let expected = (rows.end - 1) / NWB_CHUNK_ROWS - rows.start / NWB_CHUNK_ROWS + 1;
+    assert_eq!(chunks, expected);
+    let fetch = remote.stats().since(&before);
+    eprintln!("prefetch of {chunks} chunks: {fetch:?}");
+    assert!(fetch.round_trips <= 2, "{fetch:?}");
+    let before = remote.stats();
+    assert_eq!(read_rows(&ds, rows.clone()), expected_rows(rows));
+    assert_eq!(
+        remote.stats().since(&before).requests,
+        0,
+        "the read hit the cache"
+    );
+
+    assert!(h5::prefetch_hyperslab(&ds, &[0..10]).is_err(), "wrong rank");
+    assert!(
+        h5::prefetch_hyperslab(&ds, &[0..10, 0..65]).is_err(),
+        "past the extent"
+    );
+    let local = h5::File::open(nwb_file()).unwrap();
+    let local_ds = local.dataset("acquisition/ElectricalSeries/data").unwrap();
+    assert!(
+        h5::prefetch_hyperslab(&local_ds, &[0..10, 0..64]).is_err(),
+        "not remote"
+    );
+    let contiguous = file.dataset("units/spike_times").unwrap();
+    assert_eq!(h5::prefetch_hyperslab(&contiguous, &[0..100]).unwrap(), 0);
+}

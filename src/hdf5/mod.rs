@@ -256,6 +256,114 @@ pub fn driver_info(file: &File) -> Option<DriverInfo> {
     })
 }
 
+/// The most chunks [`prefetch_hyperslab`] looks up for one call.
+const MAX_PREFETCH_CHUNKS: u64 = 1 << 20;
+
+/// Fetches, in one round of concurrent requests, every stored chunk of
+/// `dataset` that the hyperslab `ranges` (one range of element indices per
+/// dimension) touches, so that reading the hyperslab next costs no round trip
+/// per chunk. Chunk addresses come from HDF5's chunk index
+/// (`H5Dget_chunk_info_by_coord`). Returns the number of chunks fetched or
+/// found cached; contiguous and compact datasets return 0 and are left to
+/// the block cache and read-ahead.
+///
+/// ```no_run
+/// use remfile::hdf5;
+///
+/// let file = hdf5::open_url("https://example.com/sub-01_ecephys.nwb")?;
+/// let data = file.dataset("acquisition/ElectricalSeries/data")?;
+/// hdf5::prefetch_hyperslab(&data, &[1_000_000..1_180_000, 0..64])?;
+/// let slice = data.read_slice_2d::<i16, _>((1_000_000..1_180_000, ..))?; // from the cache
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # Errors
+///
+/// An `hdf5::Error` if the dataset is not from a file this module opened,
+/// `ranges` does not match its rank or extent, the hyperslab spans more than
+/// a million chunks, or a fetch fails (its message then names the cause).
+pub fn prefetch_hyperslab(dataset: &Dataset, ranges: &[std::ops::Range<u64>]) -> Result<usize> {
+    let info = driver_info(&dataset.file()?)
+        .ok_or_else(|| Error::from("the dataset is not from a file opened by remfile::hdf5"))?;
+    let shape = dataset.shape();
+    if ranges.len() != shape.len() {
+        return Err(Error::from(format!(
+            "{} ranges given for a dataset of rank {}",
+            ranges.len(),
+            shape.len()
+        )));
+    }
+    if ranges
+        .iter()
+        .zip(&shape)
+        .any(|(r, &n)| r.start >= r.end || r.end > n as u64)
+    {
+        return Err(Error::from("a range is empty or outside the dataset"));
+    }
+    let Some(chunk) = dataset.chunk() else {
+        return Ok(0);
+    };
+    let chunk: Vec<u64> = chunk.iter().map(|&c| c as u64).collect();
+    let first: Vec<u64> = ranges
+        .iter()
+        .zip(&chunk)
+        .map(|(r, c)| r.start / c)
+        .collect();
+    let last: Vec<u64> = ranges
+        .iter()
+        .zip(&chunk)
+        .map(|(r, c)| (r.end - 1) / c)
+        .collect();
+    let count = first
+        .iter()
+        .zip(&last)
+        .try_fold(1u64, |n, (a, b)| n.checked_mul(b - a + 1))
+        .filter(|&n| n <= MAX_PREFETCH_CHUNKS)
+        .ok_or_else(|| Error::from("the hyperslab spans too many chunks to prefetch"))?;
+    let stored = ::hdf5::sync::sync(|| -> Result<Vec<std::ops::Range<u64>>> {
+        let mut stored = Vec::with_capacity(count as usize);
+        let mut coord = first.clone();
+        loop {
+            let offset: Vec<u64> = coord.iter().zip(&chunk).map(|(i, c)| i * c).collect();
+            let (mut mask, mut addr, mut size) = (0, 0, 0);
+            // SAFETY: a valid dataset id and an offset of its rank.
+            let status = unsafe {
+                hdf5_sys::h5d::H5Dget_chunk_info_by_coord(
+                    dataset.id(),
+                    offset.as_ptr(),
+                    &mut mask,
+                    &mut addr,
+                    &mut size,
+                )
+            };
+            if status < 0 {
+                return Err(Error::query()?);
+            }
+            if addr != hdf5_sys::h5::HADDR_UNDEF && size > 0 {
+                stored.push(addr..addr + size);
+            }
+            // The next chunk coordinate, last dimension fastest.
+            let mut d = coord.len();
+            loop {
+                if d == 0 {
+                    return Ok(stored);
+                }
+                d -= 1;
+                if coord[d] < last[d] {
+                    coord[d] += 1;
+                    break;
+                }
+                coord[d] = first[d];
+            }
+        }
+    })?;
+    let chunks = stored.len();
+    info.remote
+        .prefetch(stored)
+        .map_err(|e| Error::from(format!("prefetching {chunks} chunks failed: {e}")))?;
+    Ok(chunks)
+}
+
 /// How many remote files the driver holds open now, across all HDF5 files.
 /// It drops to zero once every HDF5 object of every file is dropped.
 pub fn open_remote_files() -> usize {
