@@ -258,7 +258,10 @@ fn prefetching_a_hyperslab_makes_reading_it_free() {
         "the read hit the cache"
     );
 
-    assert!(h5::prefetch_hyperslab(&ds, &[0..10]).is_err(), "wrong rank");
+    assert!(
+        h5::prefetch_hyperslab(&ds, std::slice::from_ref(&(0..10))).is_err(),
+        "wrong rank"
+    );
     assert!(
         h5::prefetch_hyperslab(&ds, &[0..10, 0..65]).is_err(),
         "past the extent"
@@ -270,5 +273,8 @@ fn prefetching_a_hyperslab_makes_reading_it_free() {
         "not remote"
     );
     let contiguous = file.dataset("units/spike_times").unwrap();
-    assert_eq!(h5::prefetch_hyperslab(&contiguous, &[0..100]).unwrap(), 0);
+    assert_eq!(
+        h5::prefetch_hyperslab(&contiguous, std::slice::from_ref(&(0..100))).unwrap(),
+        0
+    );
 }
