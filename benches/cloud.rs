@@ -52,6 +52,9 @@ fn main() {
             let server = ServerProcess::start(file, delay_ms, cap);
             run(&format!("{label}, {name}"), &server.url);
             floor(&format!("{label}, {name}"), file, &server.url);
+            if delay_ms > 0 {
+                peers(&format!("{label}, {name}"), file, &server.url);
+            }
         }
     }
 }
@@ -199,6 +202,63 @@ fn report(label: &str, phase: &str, t0: Instant, cpu0: Duration, s: Stats, neede
         s.bytes_fetched as f64 / 1e6,
         over,
         cpu_time().saturating_sub(cpu0).as_secs_f64() * 1e3
+    );
+}
+
+/// The other readers, by `benches/peers.py`, if `benches/setup-peers.sh` ran.
+fn peers(label: &str, file: &Path, url: &str) {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let venv = root.join("target/peers-venv/bin/python");
+    let script = root.join("benches/peers.py");
+    if !venv.exists() {
+        println!("{label:<32} peers: run benches/setup-peers.sh first");
+        return;
+    }
+    let runs: [(&Path, &[&str]); 2] = [
+        (&venv, &["remfile-py", "fsspec", "local"]),
+        (Path::new("/usr/bin/python3"), &["ros3"]),
+    ];
+    for (python, names) in runs {
+        let out = Command::new(python)
+            .arg(&script)
+            .arg(url)
+            .arg(file)
+            .args(names)
+            .output();
+        let Ok(out) = out else {
+            println!("{label:<32} peers {names:?}: cannot run {}", python.display());
+            continue;
+        };
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            print_peer_line(label, line);
+        }
+    }
+}
+
+/// Prints one JSON line of peers.py as a table row.
+fn print_peer_line(label: &str, line: &str) {
+    let field = |name: &str| -> Option<&str> {
+        let at = line.find(&format!("\"{name}\": "))? + name.len() + 4;
+        let rest = &line[at..];
+        let end = rest.find([',', '}']).unwrap_or(rest.len());
+        Some(rest[..end].trim().trim_matches('"'))
+    };
+    let peer = field("peer").unwrap_or("?");
+    if let Some(err) = field("error") {
+        println!("{label:<32} {peer}: {err}");
+        return;
+    }
+    let num = |name: &str| field(name).and_then(|v| v.parse::<f64>().ok()).unwrap_or(f64::NAN);
+    println!(
+        "{:<32} {:<9} {:>8.0} {:>5} {:>6} {:>7.1} {:>5} {:>7.0}",
+        format!("{label} [{peer}]"),
+        field("phase").unwrap_or("?"),
+        num("wall") * 1e3,
+        num("requests"),
+        "-",
+        num("bytes") / 1e6,
+        "-",
+        num("cpu") * 1e3
     );
 }
 

@@ -31,6 +31,8 @@ pub struct Logged {
     pub conn: usize,
     pub first: u64,
     pub last: u64,
+    /// Body bytes actually sent (a client may hang up early).
+    pub sent: u64,
 }
 
 pub struct CloudServer {
@@ -51,9 +53,10 @@ impl CloudServer {
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
                 let conn = c.fetch_add(1, Ordering::SeqCst) + 1;
-                let (data, log, total_sent) = (data.clone(), l.clone(), total_sent.clone());
+                let (data, log, total_sent, c) =
+                    (data.clone(), l.clone(), total_sent.clone(), c.clone());
                 std::thread::spawn(move || {
-                    serve(stream, conn, &data, shape, &log, &total_sent, started)
+                    serve(stream, conn, &c, &data, shape, &log, &total_sent, started)
                 });
             }
         });
@@ -82,9 +85,11 @@ impl CloudServer {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn serve(
     stream: TcpStream,
     conn: usize,
+    connections: &AtomicUsize,
     data: &[u8],
     shape: Shape,
     log: &Mutex<Vec<Logged>>,
@@ -96,6 +101,8 @@ fn serve(
     let mut first_request = true;
     loop {
         let mut range = None;
+        let mut stats_request = false;
+        let mut head_request = false;
         let mut line = String::new();
         let mut head_lines = 0;
         loop {
@@ -105,6 +112,12 @@ fn serve(
                 Ok(_) => {}
             }
             head_lines += 1;
+            if head_lines == 1 && line.starts_with("GET /__stats ") {
+                stats_request = true;
+            }
+            if head_lines == 1 && line.starts_with("HEAD ") {
+                head_request = true;
+            }
             if line == "\r\n" {
                 break;
             }
@@ -119,12 +132,34 @@ fn serve(
         if head_lines == 0 {
             return;
         }
+        if stats_request {
+            // Counts for peers in other processes: requests, bytes, connections.
+            let (requests, bytes) = {
+                let log = log.lock();
+                (log.len(), log.iter().map(|l| l.sent).sum::<u64>())
+            };
+            let body = format!(
+                "{{\"requests\": {requests}, \"bytes\": {bytes}, \"connections\": {}}}",
+                connections.load(Ordering::SeqCst)
+            );
+            let _ = write!(
+                out,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            continue;
+        }
         if first_request {
             std::thread::sleep(shape.connect_delay);
             first_request = false;
         }
         std::thread::sleep(shape.request_delay);
         let size = data.len() as u64;
+        if head_request {
+            log.lock().push(Logged { conn, first: 0, last: 0, sent: 0 });
+            let _ = write!(out, "HTTP/1.1 200 OK\r\nContent-Length: {size}\r\nAccept-Ranges: bytes\r\nETag: \"bench\"\r\n\r\n");
+            continue;
+        }
         let (first, last) = range.unwrap_or((0, size.saturating_sub(1)));
         if first >= size {
             let _ = write!(
@@ -134,7 +169,6 @@ fn serve(
             continue;
         }
         let last = last.min(size - 1);
-        log.lock().push(Logged { conn, first, last });
         let status = if range.is_some() {
             "206 Partial Content"
         } else {
@@ -150,10 +184,16 @@ fn serve(
         let body = &data[first as usize..=last as usize];
         let conn_start = Instant::now();
         let mut sent = 0u64;
+        let at = {
+            let mut log = log.lock();
+            log.push(Logged { conn, first, last, sent: 0 });
+            log.len() - 1
+        };
         for piece in body.chunks(64 * 1024) {
             if out.write_all(piece).is_err() {
                 return;
             }
+            log.lock()[at].sent += piece.len() as u64;
             sent += piece.len() as u64;
             let all =
                 total_sent.fetch_add(piece.len() as u64, Ordering::Relaxed) + piece.len() as u64;

@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""Other remote HDF5 readers on the same server and file, phase by phase.
+
+    peers.py URL LOCAL_PATH PEER [PEER ...]
+
+PEER is one of: remfile-py (Python remfile + h5py), fsspec (fsspec's HTTP file
+with a block cache + h5py), ros3 (h5py's ros3 driver), local (the file on
+disk). Prints one JSON object per peer and phase: wall and CPU seconds, and
+the requests, bytes and connections the server counted (from its /__stats
+endpoint). A peer whose package is missing prints an "error" line instead.
+The cloud benchmark (benches/cloud.rs) runs this script and merges its lines
+into its table.
+"""
+
+import json
+import resource
+import sys
+import time
+import urllib.request
+
+SLICE = (1_000_000, 1_180_000)
+DATA = "acquisition/ElectricalSeries/data"
+
+
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def server_stats(url):
+    if not url:
+        return {"requests": 0, "bytes": 0, "connections": 0}
+    base = url.split("/", 3)
+    with urllib.request.urlopen(f"{base[0]}//{base[2]}/__stats") as resp:
+        return json.load(resp)
+
+
+def walk(f):
+    """Visits every group and dataset and reads every attribute."""
+    count = 0
+
+    def visit(name, obj):
+        nonlocal count
+        count += 1
+        for key in obj.attrs:
+            obj.attrs[key]
+
+    for key in f.attrs:
+        f.attrs[key]
+    f.visititems(visit)
+    return count
+
+
+def opener(peer, url, path):
+    import h5py
+
+    if peer == "remfile-py":
+        import remfile
+
+        return lambda: h5py.File(remfile.File(url), "r")
+    if peer == "fsspec":
+        import fsspec
+
+        def open_fsspec():
+            fs = fsspec.filesystem("http")
+            handle = fs.open(url, "rb", block_size=1 << 20, cache_type="blockcache")
+            return h5py.File(handle, "r")
+
+        return open_fsspec
+    if peer == "ros3":
+        if "ros3" not in h5py.registered_drivers():
+            raise RuntimeError("this h5py has no ros3 driver")
+        return lambda: h5py.File(url, "r", driver="ros3")
+    if peer == "local":
+        return lambda: h5py.File(path, "r")
+    raise ValueError(f"unknown peer {peer}")
+
+
+def run(peer, url, path):
+    remote = None if peer == "local" else url
+    open_file = opener(peer, url, path)
+
+    def measure(phase, work):
+        before, c0, t0 = server_stats(remote), cpu(), time.perf_counter()
+        result = work()
+        wall, used = time.perf_counter() - t0, cpu() - c0
+        after = server_stats(remote)
+        print(
+            json.dumps(
+                {
+                    "peer": peer,
+                    "phase": phase,
+                    "wall": wall,
+                    "cpu": used,
+                    "requests": after["requests"] - before["requests"],
+                    "bytes": after["bytes"] - before["bytes"],
+                    # The /__stats call itself opens one connection.
+                    "connections": max(0, after["connections"] - before["connections"] - 1),
+                }
+            ),
+            flush=True,
+        )
+        return result
+
+    f = measure("open", open_file)
+    measure("metadata", lambda: walk(f))
+    measure("bulk", lambda: f[DATA][SLICE[0] : SLICE[1], :])
+
+
+def main():
+    url, path, peers = sys.argv[1], sys.argv[2], sys.argv[3:]
+    for peer in peers:
+        try:
+            run(peer, url, path)
+        except Exception as e:  # report and go on with the next peer
+            print(json.dumps({"peer": peer, "error": f"{type(e).__name__}: {e}"}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
