@@ -226,7 +226,10 @@ fn peers(label: &str, file: &Path, url: &str) {
             .args(names)
             .output();
         let Ok(out) = out else {
-            println!("{label:<32} peers {names:?}: cannot run {}", python.display());
+            println!(
+                "{label:<32} peers {names:?}: cannot run {}",
+                python.display()
+            );
             continue;
         };
         for line in String::from_utf8_lossy(&out.stdout).lines() {
@@ -248,7 +251,11 @@ fn print_peer_line(label: &str, line: &str) {
         println!("{label:<32} {peer}: {err}");
         return;
     }
-    let num = |name: &str| field(name).and_then(|v| v.parse::<f64>().ok()).unwrap_or(f64::NAN);
+    let num = |name: &str| {
+        field(name)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(f64::NAN)
+    };
     println!(
         "{:<32} {:<9} {:>8.0} {:>5} {:>6} {:>7.1} {:>5} {:>7.0}",
         format!("{label} [{peer}]"),

@@ -156,8 +156,16 @@ fn serve(
         std::thread::sleep(shape.request_delay);
         let size = data.len() as u64;
         if head_request {
-            log.lock().push(Logged { conn, first: 0, last: 0, sent: 0 });
-            let _ = write!(out, "HTTP/1.1 200 OK\r\nContent-Length: {size}\r\nAccept-Ranges: bytes\r\nETag: \"bench\"\r\n\r\n");
+            log.lock().push(Logged {
+                conn,
+                first: 0,
+                last: 0,
+                sent: 0,
+            });
+            let _ = write!(
+                out,
+                "HTTP/1.1 200 OK\r\nContent-Length: {size}\r\nAccept-Ranges: bytes\r\nETag: \"bench\"\r\n\r\n"
+            );
             continue;
         }
         let (first, last) = range.unwrap_or((0, size.saturating_sub(1)));
@@ -186,7 +194,12 @@ fn serve(
         let mut sent = 0u64;
         let at = {
             let mut log = log.lock();
-            log.push(Logged { conn, first, last, sent: 0 });
+            log.push(Logged {
+                conn,
+                first,
+                last,
+                sent: 0,
+            });
             log.len() - 1
         };
         for piece in body.chunks(64 * 1024) {
