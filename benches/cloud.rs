@@ -19,6 +19,10 @@ mod cloud_server;
 #[path = "../tests/support/h5files.rs"]
 mod h5files;
 
+#[path = "support/cpu.rs"]
+mod cpu;
+
+use cpu::cpu_time;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -325,20 +329,4 @@ fn serve(spec: &str) {
     loop {
         std::thread::sleep(Duration::from_secs(3600));
     }
-}
-
-/// User + system CPU time of this process, from /proc (Linux), or zero.
-fn cpu_time() -> Duration {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-        return Duration::ZERO;
-    };
-    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    Duration::from_millis((ticks(11) + ticks(12)) * 10)
 }

@@ -12,8 +12,12 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+#[path = "support/cpu.rs"]
+mod cpu;
+
+use cpu::{children_cpu_time, cpu_time};
 use std::io::Read;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use remfile::{RemoteFile, Stats};
 
@@ -156,31 +160,4 @@ fn measure(name: &str, file: &RemoteFile, needed: u64, work: impl FnOnce()) {
         s.requests,
         s.bytes_fetched as f64 / needed as f64
     );
-}
-
-/// User + system CPU time of this process, from /proc (Linux), or zero.
-fn cpu_time() -> Duration {
-    proc_stat_ticks(11, 12)
-}
-
-/// User + system CPU time of waited-for child processes.
-fn children_cpu_time() -> Duration {
-    proc_stat_ticks(13, 14)
-}
-
-fn proc_stat_ticks(user: usize, system: usize) -> Duration {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-        return Duration::ZERO;
-    };
-    // Fields after the parenthesised command name; utime and stime are 14 and 15.
-    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    // Field n of the whole line is index n - 3 here; clock ticks are 1/100 s on Linux.
-    Duration::from_millis((ticks(user) + ticks(system)) * 10)
 }
