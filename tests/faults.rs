@@ -426,7 +426,8 @@ fn a_failed_fetch_reaches_every_waiting_reader() {
         .open(server.url("/f"))
         .unwrap();
     server.set_hook(|_, _| {
-        std::thread::sleep(Duration::from_millis(300));
+        // Long enough for every reader to find the fetch in flight.
+        std::thread::sleep(Duration::from_millis(800));
         Reply::new(500)
     });
     let errors: Vec<_> = std::thread::scope(|s| {
