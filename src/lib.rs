@@ -42,8 +42,10 @@
 //!   fetched in one request per contiguous run; a run longer than twice
 //!   [`Builder::split_size`] is split into parts fetched concurrently, since
 //!   object stores cap each connection's throughput.
-//! * **Read-ahead** is added on top when a read continues a sequential stream,
-//!   doubling at each further miss up to [`Builder::read_ahead_max`]. Several
+//! * **Read-ahead** is added on top when a read continues a sequential stream:
+//!   at least four reads of the stream's own size (so a stream of 2 MiB HDF5
+//!   chunks fetches 8 MiB ahead at once), doubling at each further miss up to
+//!   [`Builder::read_ahead_max`]. Several
 //!   interleaved streams (cursors, threads) each keep their own. Random reads
 //!   get none.
 //! * **Concurrent readers** of the same missing block cause one fetch: the

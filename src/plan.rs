@@ -12,6 +12,9 @@ use std::ops::Range;
 /// How many interleaved sequential streams are tracked at once.
 pub const MAX_STREAMS: usize = 8;
 
+/// A sequential miss reads ahead at least this many reads of its own size.
+pub const READS_AHEAD: u64 = 4;
+
 /// The read-ahead state of one file: a few recent sequential streams.
 #[derive(Debug, Clone)]
 pub struct ReadAhead {
@@ -58,8 +61,10 @@ impl ReadAhead {
             if !missed {
                 return 0;
             }
-            let ahead = s.window;
-            s.window = s.window.saturating_mul(2).min(self.max);
+            // Size-aware: a stream of large reads (HDF5 chunks, say) reads
+            // ahead at least a few of them at once.
+            let ahead = s.window.max(len.saturating_mul(READS_AHEAD)).min(self.max);
+            s.window = ahead.saturating_mul(2).min(self.max);
             return ahead;
         }
         let fresh = Stream {
@@ -149,6 +154,18 @@ mod tests {
             assert_eq!(ra.on_read(i * 10, 10, false), 0);
         }
         assert_eq!(ra.on_read(1000, 10, true), MIB);
+    }
+
+    #[test]
+    fn large_sequential_reads_read_ahead_several_of_themselves() {
+        let mut ra = ReadAhead::new(MIB, 64 * MIB);
+        let chunk = 2 * MIB;
+        ra.on_read(0, chunk, true);
+        assert_eq!(ra.on_read(chunk, chunk, true), 4 * chunk);
+        assert_eq!(ra.on_read(2 * chunk, chunk, true), 16 * MIB);
+        assert_eq!(ra.on_read(3 * chunk, chunk, true), 32 * MIB);
+        assert_eq!(ra.on_read(4 * chunk, chunk, true), 64 * MIB);
+        assert_eq!(ra.on_read(5 * chunk, chunk, true), 64 * MIB, "capped");
     }
 
     #[test]
