@@ -322,7 +322,11 @@ fn the_overall_read_deadline_bounds_retries() {
         )
         .open(server.url("/f"))
         .unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::HttpStatus(503));
+    // Usually the last 503; a timeout if the deadline fell inside an attempt.
+    assert!(
+        matches!(e.kind(), ErrorKind::HttpStatus(503) | ErrorKind::Timeout),
+        "{e}"
+    );
     assert!(
         e.attempts() < 1000,
         "stopped by the deadline: {}",

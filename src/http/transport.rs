@@ -351,8 +351,12 @@ impl Transport {
                 error = %failure.error,
                 "retrying request"
             );
-            Counters::add(&self.counters.retries, 1);
             std::thread::sleep(delay);
+            if Instant::now() >= deadline {
+                // The last real failure says more than "deadline passed".
+                return give_up(failure);
+            }
+            Counters::add(&self.counters.retries, 1);
         }
     }
 

@@ -112,13 +112,21 @@ impl Nginx {
 
     /// The access log: one line per request, `$connection` first.
     pub fn access_log(&self) -> Vec<String> {
-        // nginx writes the line after the response; give it a moment.
-        std::thread::sleep(Duration::from_millis(50));
-        std::fs::read_to_string(self.dir.join("access.log"))
-            .unwrap_or_default()
-            .lines()
-            .map(str::to_owned)
-            .collect()
+        // nginx writes a line after its response has gone out: wait until the
+        // log has stopped growing for a while (at most a few seconds).
+        let read = || std::fs::read_to_string(self.dir.join("access.log")).unwrap_or_default();
+        let deadline = Instant::now() + Duration::from_secs(3);
+        let mut text = read();
+        let mut stable_since = Instant::now();
+        while Instant::now() < deadline && stable_since.elapsed() < Duration::from_millis(150) {
+            std::thread::sleep(Duration::from_millis(25));
+            let now = read();
+            if now != text {
+                text = now;
+                stable_since = Instant::now();
+            }
+        }
+        text.lines().map(str::to_owned).collect()
     }
 
     /// Distinct connections in the access log.
