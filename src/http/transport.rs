@@ -675,10 +675,7 @@ impl Transport {
         while !sink.is_full() {
             match reader.read(sink.spare()) {
                 Ok(0) => {
-                    return Err(Failure::transient(Error::new(
-                        ErrorKind::MalformedResponse,
-                        format!("the body ended after {} of {} bytes", sink.filled, sink.len),
-                    )));
+                    return Err(Failure::transient(short_body(sink.filled, Some(sink.len))));
                 }
                 Ok(n) => {
                     sink.filled += n as u64;
