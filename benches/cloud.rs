@@ -107,17 +107,13 @@ fn run(label: &str, url: &str) {
 
     let ds = file.dataset("acquisition/ElectricalSeries/data").unwrap();
     let stored = stored_span(&ds);
-    let (before, cpu0, t0) = (remote.stats(), cpu_time(), Instant::now());
-    let rows = ds.read_slice_2d::<i16, _>((SLICE, ..)).unwrap();
-    assert_eq!(rows.len(), (SLICE.end - SLICE.start) * 64);
-    let stats = remote.stats().since(&before);
-    report(
+    read_slice(
         label,
         "bulk",
-        t0,
-        cpu0,
-        stats,
-        Some(stored.end - stored.start),
+        &remote,
+        &ds,
+        stored.end - stored.start,
+        false,
     );
 
     // The same slice in a fresh file, its chunks prefetched in one round.
@@ -127,19 +123,39 @@ fn run(label: &str, url: &str) {
         .unwrap();
     let file = h5::open(remote.clone()).unwrap();
     let ds = file.dataset("acquisition/ElectricalSeries/data").unwrap();
-    let (before, cpu0, t0) = (remote.stats(), cpu_time(), Instant::now());
-    let hyperslab = [SLICE.start as u64..SLICE.end as u64, 0..64];
-    h5::prefetch_hyperslab(&ds, &hyperslab).unwrap();
-    let rows = ds.read_slice_2d::<i16, _>((SLICE, ..)).unwrap();
-    assert_eq!(rows.len(), (SLICE.end - SLICE.start) * 64);
-    let stats = remote.stats().since(&before);
-    report(
+    read_slice(
         label,
         "bulk, pf",
+        &remote,
+        &ds,
+        stored.end - stored.start,
+        true,
+    );
+}
+
+/// Reads the slice (after prefetching its chunks, if asked) and reports it.
+fn read_slice(
+    label: &str,
+    phase: &str,
+    remote: &RemoteFile,
+    ds: &h5::Dataset,
+    stored: u64,
+    prefetch: bool,
+) {
+    let (before, cpu0, t0) = (remote.stats(), cpu_time(), Instant::now());
+    if prefetch {
+        let hyperslab = [SLICE.start as u64..SLICE.end as u64, 0..64];
+        h5::prefetch_hyperslab(ds, &hyperslab).unwrap();
+    }
+    let rows = ds.read_slice_2d::<i16, _>((SLICE, ..)).unwrap();
+    assert_eq!(rows.len(), (SLICE.end - SLICE.start) * 64);
+    report(
+        label,
+        phase,
         t0,
         cpu0,
-        stats,
-        Some(stored.end - stored.start),
+        remote.stats().since(&before),
+        Some(stored),
     );
 }
 
