@@ -13,6 +13,11 @@
 //! 25 MB/s per connection. For each phase it prints wall time, requests,
 //! round trips, bytes fetched, the over-fetch ratio and CPU time, beside the
 //! floor: for the bulk read, one request of exactly the stored bytes.
+//!
+//! `REMFILE_BENCH_LOG=1` prints the server's log of each phase's requests
+//! (connection, range, bytes, arrival and end times); `REMFILE_BENCH_ONLY`
+//! runs only the rows whose label contains it (e.g. `"30 ms, plain"`), and
+//! `REMFILE_BENCH_PEERS=0` skips the other readers.
 
 #[path = "support/cloud_server.rs"]
 mod cloud_server;
@@ -22,8 +27,8 @@ mod h5files;
 #[path = "support/cpu.rs"]
 mod cpu;
 
-use cpu::cpu_time;
-use std::io::{BufRead, BufReader};
+use cpu::{children_cpu_time, cpu_time};
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -35,17 +40,20 @@ use remfile::hdf5 as h5;
 use remfile::{RemoteFile, Stats};
 
 const ROWS: usize = 2_000_000;
+const MIB: u64 = 1 << 20;
 const SLICE: std::ops::Range<usize> = 1_000_000..1_180_000;
 
 fn main() {
     if let Ok(spec) = std::env::var("REMFILE_BENCH_SERVE") {
         return serve(&spec);
     }
+    let (major, minor, patch) = h5::library_version();
+    println!("HDF5 {major}.{minor}.{patch}");
     let plain = data_file("nwb-plain.nwb", None);
     let gzip = data_file("nwb-gzip.nwb", Some(4));
     println!(
-        "{:<32} {:<9} {:>8} {:>5} {:>6} {:>7} {:>5} {:>7}",
-        "server, file", "phase", "wall ms", "reqs", "rounds", "MB", "over", "cpu ms"
+        "{:<32} {:<9} {:>8} {:>5} {:>6} {:>7} {:>5} {:>7} {:>5}",
+        "server, file", "phase", "wall ms", "reqs", "rounds", "MB", "over", "cpu ms", "conns"
     );
     for (label, delay_ms, cap) in [
         ("0 ms", 0, None),
@@ -53,10 +61,24 @@ fn main() {
         ("30 ms, 25 MB/s per conn", 30, Some(25e6)),
     ] {
         for (file, name) in [(&plain, "plain"), (&gzip, "gzip")] {
+            let row = format!("{label}, {name}");
+            if std::env::var("REMFILE_BENCH_ONLY").is_ok_and(|only| !row.contains(&only)) {
+                continue;
+            }
             let server = ServerProcess::start(file, delay_ms, cap);
-            run(&format!("{label}, {name}"), &server.url);
-            floor(&format!("{label}, {name}"), file, &server.url);
-            if delay_ms > 0 {
+            let span = {
+                let local = h5::File::open(file).unwrap();
+                stored_span(&local.dataset("acquisition/ElectricalSeries/data").unwrap())
+            };
+            run(&row, &server.url, span.end - span.start);
+            floor(&row, span, &server.url);
+            if name == "plain" {
+                raw_workloads(&row, &server.url);
+            }
+            if name == "plain" && delay_ms == 0 {
+                download(&row, &server.url);
+            }
+            if delay_ms > 0 && std::env::var("REMFILE_BENCH_PEERS").map_or(true, |v| v != "0") {
                 peers(&format!("{label}, {name}"), file, &server.url);
             }
         }
@@ -82,8 +104,9 @@ fn data_file(name: &str, deflate: Option<u8>) -> PathBuf {
     path
 }
 
-/// One run of every phase through remfile.
-fn run(label: &str, url: &str) {
+/// One run of every phase through remfile; `stored` is the size of the
+/// slice's chunks in the file.
+fn run(label: &str, url: &str, stored: u64) {
     let cpu0 = cpu_time();
     let t0 = Instant::now();
     let remote = RemoteFile::builder()
@@ -106,15 +129,7 @@ fn run(label: &str, url: &str) {
     );
 
     let ds = file.dataset("acquisition/ElectricalSeries/data").unwrap();
-    let stored = stored_span(&ds);
-    read_slice(
-        label,
-        "bulk",
-        &remote,
-        &ds,
-        stored.end - stored.start,
-        false,
-    );
+    read_slice(label, "bulk", &remote, &ds, stored, false);
 
     // The same slice in a fresh file, its chunks prefetched in one round.
     let remote = RemoteFile::builder()
@@ -123,14 +138,7 @@ fn run(label: &str, url: &str) {
         .unwrap();
     let file = h5::open(remote.clone()).unwrap();
     let ds = file.dataset("acquisition/ElectricalSeries/data").unwrap();
-    read_slice(
-        label,
-        "bulk, pf",
-        &remote,
-        &ds,
-        stored.end - stored.start,
-        true,
-    );
+    read_slice(label, "bulk, pf", &remote, &ds, stored, true);
 }
 
 /// Reads the slice (after prefetching its chunks, if asked) and reports it.
@@ -142,6 +150,11 @@ fn read_slice(
     stored: u64,
     prefetch: bool,
 ) {
+    let calls = |ds: &h5::Dataset| {
+        let info = h5::driver_info(&ds.file().unwrap()).unwrap();
+        (info.read_calls, info.vector_calls)
+    };
+    let calls0 = calls(ds);
     let (before, cpu0, t0) = (remote.stats(), cpu_time(), Instant::now());
     if prefetch {
         let hyperslab = [SLICE.start as u64..SLICE.end as u64, 0..64];
@@ -156,6 +169,12 @@ fn read_slice(
         cpu0,
         remote.stats().since(&before),
         Some(stored),
+    );
+    let calls1 = calls(ds);
+    println!(
+        "    HDF5 made {} read and {} vector read calls",
+        calls1.0 - calls0.0,
+        calls1.1 - calls0.1
     );
 }
 
@@ -173,11 +192,7 @@ fn stored_span(ds: &h5::Dataset) -> std::ops::Range<u64> {
 }
 
 /// The physical floor of the bulk read: one request of exactly its bytes.
-fn floor(label: &str, path: &PathBuf, url: &str) {
-    let span = {
-        let file = h5::File::open(path).unwrap();
-        stored_span(&file.dataset("acquisition/ElectricalSeries/data").unwrap())
-    };
+fn floor(label: &str, span: std::ops::Range<u64>, url: &str) {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .proxy(None)
         .build()
@@ -196,7 +211,7 @@ fn floor(label: &str, path: &PathBuf, url: &str) {
         .unwrap();
     assert_eq!(body.len() as u64, span.end - span.start);
     println!(
-        "{:<32} {:<9} {:>8.0} {:>5} {:>6} {:>7.1} {:>5.2} {:>7.0}",
+        "{:<32} {:<9} {:>8.0} {:>5} {:>6} {:>7.1} {:>5.2} {:>7.0} {:>5}",
         label,
         "floor",
         t0.elapsed().as_secs_f64() * 1e3,
@@ -204,26 +219,184 @@ fn floor(label: &str, path: &PathBuf, url: &str) {
         1,
         body.len() as f64 / 1e6,
         1.0,
-        cpu_time().saturating_sub(cpu0).as_secs_f64() * 1e3
+        cpu_time().saturating_sub(cpu0).as_secs_f64() * 1e3,
+        new_connections()
     );
+    print_server_log();
 }
 
 fn report(label: &str, phase: &str, t0: Instant, cpu0: Duration, s: Stats, needed: Option<u64>) {
+    let wall = t0.elapsed();
+    let cpu = cpu_time().saturating_sub(cpu0);
     let over = needed.map_or("-".to_owned(), |n| {
         format!("{:.2}", s.bytes_fetched as f64 / n as f64)
     });
     println!(
-        "{:<32} {:<9} {:>8.0} {:>5} {:>6} {:>7.1} {:>5} {:>7.0}",
+        "{:<32} {:<9} {:>8.0} {:>5} {:>6} {:>7.1} {:>5} {:>7.0} {:>5}",
         label,
         phase,
-        t0.elapsed().as_secs_f64() * 1e3,
+        wall.as_secs_f64() * 1e3,
         s.requests,
         s.round_trips,
         s.bytes_fetched as f64 / 1e6,
         over,
-        cpu_time().saturating_sub(cpu0).as_secs_f64() * 1e3
+        cpu.as_secs_f64() * 1e3,
+        new_connections()
+    );
+    print_server_log();
+}
+
+/// Raw `RemoteFile` workloads on the plain file.
+fn raw_workloads(label: &str, url: &str) {
+    let open = || {
+        RemoteFile::builder()
+            .proxy_from_env(false)
+            .open(url)
+            .unwrap()
+    };
+    let file = open();
+    let size = file.len();
+    let mut cursor = file.clone();
+    let scan = 64 * MIB;
+    workload(label, "scan", &file, scan, || {
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut done = 0;
+        while done < scan {
+            done += cursor.read(&mut buf).unwrap() as u64;
+        }
+    });
+    let file = open();
+    let mut x = 12345u64;
+    workload(label, "random", &file, 100 * 4096, || {
+        let mut buf = [0u8; 4096];
+        for _ in 0..100 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            file.read_exact_at(x % (size - 4096), &mut buf).unwrap();
+        }
+    });
+    let file = open();
+    workload(label, "strided", &file, 64 * 4096, || {
+        let mut buf = [0u8; 4096];
+        for i in 0..64 {
+            file.read_exact_at(i * 3 * MIB + 100, &mut buf).unwrap();
+        }
+    });
+}
+
+fn workload(label: &str, phase: &str, file: &RemoteFile, needed: u64, work: impl FnOnce()) {
+    let (before, cpu0, t0) = (file.stats(), cpu_time(), Instant::now());
+    work();
+    report(
+        label,
+        phase,
+        t0,
+        cpu0,
+        file.stats().since(&before),
+        Some(needed),
     );
 }
+
+/// The whole file as the `download` example fetches it (32 MiB pieces over 4
+/// connections, into memory), then with curl: CPU time per GB.
+fn download(label: &str, url: &str) {
+    let file = RemoteFile::builder()
+        .proxy_from_env(false)
+        .block_size(4 * MIB)
+        .split_size(8 * MIB)
+        .cache_capacity(64 * MIB)
+        .read_ahead_max(0)
+        .open(url)
+        .unwrap();
+    let size = file.len();
+    workload(label, "download", &file, size, || {
+        let mut buf = vec![0u8; 32 * MIB as usize];
+        let mut pos = 0;
+        while pos < size {
+            let n = (size - pos).min(32 * MIB) as usize;
+            file.read_exact_at(pos, &mut buf[..n]).unwrap();
+            pos += n as u64;
+        }
+    });
+    let (cpu0, t0) = (children_cpu_time(), Instant::now());
+    let status = Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "--noproxy", "*", url])
+        .status();
+    if !status.is_ok_and(|s| s.success()) {
+        println!("{label:<32} curl: not available");
+        return;
+    }
+    println!(
+        "{:<32} {:<9} {:>8.0} {:>5} {:>6} {:>7.1} {:>5.2} {:>7.0} {:>5}",
+        format!("{label} [curl]"),
+        "download",
+        t0.elapsed().as_secs_f64() * 1e3,
+        1,
+        1,
+        size as f64 / 1e6,
+        1.0,
+        children_cpu_time().saturating_sub(cpu0).as_secs_f64() * 1e3,
+        new_connections()
+    );
+    print_server_log();
+}
+
+/// Connections the server accepted since the last call.
+fn new_connections() -> usize {
+    static SEEN: std::sync::Mutex<(String, usize)> = std::sync::Mutex::new((String::new(), 0));
+    let Some(base) = SERVER_BASE.lock().unwrap().clone() else {
+        return 0;
+    };
+    let stats = get_text(&format!("{base}/__stats"));
+    let total = stats
+        .split("\"connections\": ")
+        .nth(1)
+        .and_then(|rest| rest.trim_end_matches('}').trim().parse().ok())
+        .unwrap_or(0);
+    let mut seen = SEEN.lock().unwrap();
+    if seen.0 != base {
+        *seen = (base, 0);
+    }
+    let opened = total - seen.1;
+    seen.1 = total;
+    opened
+}
+
+fn get_text(url: &str) -> String {
+    ureq::Agent::config_builder()
+        .proxy(None)
+        .build()
+        .new_agent()
+        .get(url)
+        .call()
+        .and_then(|mut r| r.body_mut().read_to_string())
+        .unwrap_or_default()
+}
+
+/// With `REMFILE_BENCH_LOG` set, the requests the server saw since the last call.
+fn print_server_log() {
+    use std::sync::Mutex;
+    static SEEN: Mutex<(String, usize)> = Mutex::new((String::new(), 0));
+    if std::env::var_os("REMFILE_BENCH_LOG").is_none() {
+        return;
+    }
+    let Some(base) = SERVER_BASE.lock().unwrap().clone() else {
+        return;
+    };
+    let log = get_text(&format!("{base}/__log"));
+    let mut seen = SEEN.lock().unwrap();
+    if seen.0 != base {
+        *seen = (base, 0);
+    }
+    for line in log.lines().skip(seen.1) {
+        println!("    {line}");
+    }
+    seen.1 = log.lines().count();
+}
+
+/// The running server's `http://host:port`, for its request log.
+static SERVER_BASE: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
 
 /// The other readers, by `benches/peers.py`, if `benches/setup-peers.sh` ran.
 fn peers(label: &str, file: &Path, url: &str) {
@@ -277,7 +450,7 @@ fn print_peer_line(label: &str, line: &str) {
             .unwrap_or(f64::NAN)
     };
     println!(
-        "{:<32} {:<9} {:>8.0} {:>5} {:>6} {:>7.1} {:>5} {:>7.0}",
+        "{:<32} {:<9} {:>8.0} {:>5} {:>6} {:>7.1} {:>5} {:>7.0} {:>5}",
         format!("{label} [{peer}]"),
         field("phase").unwrap_or("?"),
         num("wall") * 1e3,
@@ -285,7 +458,8 @@ fn print_peer_line(label: &str, line: &str) {
         "-",
         num("bytes") / 1e6,
         "-",
-        num("cpu") * 1e3
+        num("cpu") * 1e3,
+        num("connections")
     );
 }
 
@@ -311,10 +485,9 @@ impl ServerProcess {
         BufReader::new(child.stdout.as_mut().unwrap())
             .read_line(&mut line)
             .unwrap();
-        ServerProcess {
-            child,
-            url: line.trim().to_owned(),
-        }
+        let url = line.trim().to_owned();
+        *SERVER_BASE.lock().unwrap() = url.strip_suffix("/data.nwb").map(str::to_owned);
+        ServerProcess { child, url }
     }
 }
 

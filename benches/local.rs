@@ -8,6 +8,8 @@
 //! server threads), requests, round trips and the over-fetch ratio (bytes
 //! fetched / bytes needed). Loopback has no latency, so this measures the
 //! crate's own cost; the request counts are what carry over to a real network.
+//! (The whole-file download beside curl is in the `cloud` benchmark, whose
+//! server runs in a process of its own, so that CPU times are the client's.)
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -15,7 +17,7 @@ mod support;
 #[path = "support/cpu.rs"]
 mod cpu;
 
-use cpu::{children_cpu_time, cpu_time};
+use cpu::cpu_time;
 use std::io::Read;
 use std::time::Instant;
 
@@ -73,26 +75,6 @@ fn main() {
         file.read_exact_at(100 * MIB + 7, &mut buf).expect("read");
     });
 
-    // What the download example does, without the disk: 32 MiB pieces, each
-    // fetched as parts over 4 connections.
-    let file = RemoteFile::builder()
-        .proxy_from_env(false)
-        .block_size(4 * MIB)
-        .split_size(8 * MIB)
-        .cache_capacity(64 * MIB)
-        .read_ahead_max(0)
-        .open(&url)
-        .expect("open");
-    measure("whole file in 32 MiB pieces", &file, SIZE, || {
-        let mut buf = vec![0u8; 32 * MIB as usize];
-        let mut pos = 0;
-        while pos < SIZE {
-            let n = (SIZE - pos).min(32 * MIB) as usize;
-            file.read_exact_at(pos, &mut buf[..n]).expect("read");
-            pos += n as u64;
-        }
-    });
-    curl(&url);
     cached_read_cost(&url);
 }
 
@@ -119,28 +101,6 @@ fn cached_read_cost(url: &str) {
         wall.as_nanos() as f64 / N as f64,
         cpu.as_nanos() as f64 / N as f64
     );
-}
-
-/// The same file with curl, one request, for comparison (if curl is installed).
-fn curl(url: &str) {
-    let cpu0 = children_cpu_time();
-    let t0 = Instant::now();
-    let status = std::process::Command::new("curl")
-        .args(["-s", "-o", "/dev/null", "--noproxy", "*", url])
-        .status();
-    let wall = t0.elapsed();
-    match status {
-        Ok(s) if s.success() => println!(
-            "{:<34} {:>9.1} {:>9.1} {:>9.0} {:>7} {:>7.2}",
-            "curl, whole file (client CPU only)",
-            wall.as_secs_f64() * 1e3,
-            children_cpu_time().saturating_sub(cpu0).as_secs_f64() * 1e3,
-            SIZE as f64 / wall.as_secs_f64() / 1e6,
-            1,
-            1.0
-        ),
-        _ => println!("curl: not available"),
-    }
 }
 
 fn measure(name: &str, file: &RemoteFile, needed: u64, work: impl FnOnce()) {

@@ -41,6 +41,7 @@ const RESERVED_HEADERS: [&str; 5] = [
 /// | [`max_concurrent_requests`](Builder::max_concurrent_requests) | 4 |
 /// | [`max_connections`](Builder::max_connections) | 16 |
 /// | [`split_size`](Builder::split_size) | 4 MiB |
+/// | [`coalesce_gap`](Builder::coalesce_gap) | 2 MiB |
 /// | [`retry_policy`](Builder::retry_policy) | [`RetryPolicy::default`] |
 /// | [`connect_timeout`](Builder::connect_timeout) | 10 s |
 /// | [`idle_timeout`](Builder::idle_timeout) | 30 s |
@@ -77,6 +78,7 @@ pub struct Builder {
     max_concurrent_requests: u64,
     max_connections: u64,
     split_size: u64,
+    coalesce_gap: u64,
     retry: RetryPolicy,
     connect_timeout: Duration,
     idle_timeout: Duration,
@@ -102,6 +104,7 @@ impl Default for Builder {
             max_concurrent_requests: 4,
             max_connections: 16,
             split_size: 4 * MIB,
+            coalesce_gap: 2 * MIB,
             retry: RetryPolicy::default(),
             connect_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(30),
@@ -130,6 +133,7 @@ impl fmt::Debug for Builder {
             .field("max_concurrent_requests", &self.max_concurrent_requests)
             .field("max_connections", &self.max_connections)
             .field("split_size", &self.split_size)
+            .field("coalesce_gap", &self.coalesce_gap)
             .field("retry", &self.retry)
             .field("connect_timeout", &self.connect_timeout)
             .field("idle_timeout", &self.idle_timeout)
@@ -202,9 +206,27 @@ impl Builder {
     }
 
     /// A contiguous fetch of at least twice this many bytes is split into parts
-    /// of at least this size, fetched concurrently.
+    /// of at least this size, fetched concurrently. A fetch uses at most
+    /// [`max_concurrent_requests`](Builder::max_concurrent_requests) parts, so
+    /// that it takes one round trip however large it is.
     pub fn split_size(mut self, bytes: u64) -> Self {
         self.split_size = bytes;
+        self
+    }
+
+    /// When one fetch (a [`prefetch`](RemoteFile::prefetch) of scattered
+    /// ranges, say) has more separate runs of blocks than
+    /// [`max_concurrent_requests`](Builder::max_concurrent_requests), the
+    /// closest runs are fetched as one request together with the cached blocks
+    /// between them, if those are at most this many bytes: refetching a short
+    /// gap costs less than a second round trip. `0` never fetches a byte twice.
+    ///
+    /// ```
+    /// // A fast link to a distant server: waiting costs more than bytes.
+    /// let builder = remfile::RemoteFile::builder().coalesce_gap(8 << 20);
+    /// ```
+    pub fn coalesce_gap(mut self, bytes: u64) -> Self {
+        self.coalesce_gap = bytes;
         self
     }
 
@@ -490,6 +512,7 @@ impl Builder {
             read_ahead: ReadAhead::new(ahead_min, ahead_max),
             max_concurrency: self.max_concurrent_requests,
             split_blocks: self.split_size.div_ceil(self.block_size),
+            gap_blocks: self.coalesce_gap / self.block_size,
             read_timeout: self.read_timeout,
             counters,
         }))

@@ -4,7 +4,8 @@
 use std::fmt;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -77,6 +78,7 @@ pub(crate) struct Parts {
     pub read_ahead: ReadAhead,
     pub max_concurrency: u64,
     pub split_blocks: u64,
+    pub gap_blocks: u64,
     pub read_timeout: Duration,
     pub counters: Arc<Counters>,
 }
@@ -90,6 +92,7 @@ struct Shared {
     read_ahead: Mutex<ReadAhead>,
     max_concurrency: u64,
     split_blocks: u64,
+    gap_blocks: u64,
     read_timeout: Duration,
     counters: Arc<Counters>,
 }
@@ -142,6 +145,7 @@ impl RemoteFile {
                 read_ahead: Mutex::new(p.read_ahead),
                 max_concurrency: p.max_concurrency,
                 split_blocks: p.split_blocks,
+                gap_blocks: p.gap_blocks,
                 read_timeout: p.read_timeout,
                 counters: p.counters,
             }),
@@ -331,42 +335,54 @@ impl Shared {
     ) -> Result<Vec<(u64, Block)>> {
         let mut got = std::mem::take(&mut claim.found);
         let deadline = Instant::now() + self.read_timeout;
-        let parts: Vec<Range<u64>> = plan::runs(&claim.owned)
-            .into_iter()
-            .flat_map(|run| plan::split(run, self.max_concurrency, self.split_blocks))
-            .collect();
+        let owned = claim.owned.clone();
+        let parts = plan::parts(
+            &owned,
+            self.max_concurrency,
+            self.split_blocks,
+            self.gap_blocks,
+        );
         let mut failure = None;
-        for wave in parts.chunks(self.max_concurrency as usize) {
-            let results = self.fetch_wave(wave, deadline);
-            let rounds = results
-                .iter()
-                .map(|r| r.as_ref().map_or(1, |(_, n)| *n))
-                .max();
-            Counters::add(&self.counters.round_trips, rounds.unwrap_or(0).into());
-            for (part, result) in wave.iter().zip(results) {
-                match result {
-                    Ok((blocks, _)) => {
-                        for (i, data) in part.clone().zip(blocks) {
-                            let block = Arc::new(data);
-                            if is_needed(i) {
-                                got.push((i, block.clone()));
-                            }
-                            claim.fulfil(i, block);
+        let mut delivered = 0;
+        let rounds = self.fetch_parts(&parts, deadline, |part, result| {
+            delivered += 1;
+            match result {
+                Ok(blocks) => {
+                    // Gap blocks fetched to save a request are cached or
+                    // fetched by others already: only owned ones are kept.
+                    for (i, data) in part.clone().zip(blocks) {
+                        if owned.binary_search(&i).is_err() {
+                            continue;
                         }
+                        let block = Arc::new(data);
+                        if is_needed(i) {
+                            got.push((i, block.clone()));
+                        }
+                        claim.fulfil(i, block);
                     }
-                    Err(e) => {
-                        for i in part.clone() {
-                            claim.fail(i, &e);
-                        }
-                        if failure.is_none() && part.clone().any(&is_needed) {
-                            failure = Some(e);
-                        }
+                    false
+                }
+                Err(e) => {
+                    for i in part.clone() {
+                        claim.fail(i, &e);
                     }
+                    let fatal = part
+                        .clone()
+                        .any(|i| owned.binary_search(&i).is_ok() && is_needed(i));
+                    if fatal && failure.is_none() {
+                        failure = Some(e);
+                    }
+                    fatal
                 }
             }
-        }
+        });
+        Counters::add(&self.counters.round_trips, rounds.into());
         if let Some(e) = failure {
             return Err(e);
+        }
+        if delivered < parts.len() {
+            return Err(Error::new(ErrorKind::Network, "a fetch thread panicked")
+                .with_url(self.transport.redacted_url()));
         }
         for (i, pending) in std::mem::take(&mut claim.waiting) {
             let block = pending
@@ -397,31 +413,71 @@ impl Shared {
         Ok(())
     }
 
-    /// Fetches `parts` concurrently (the first on this thread).
-    fn fetch_wave(
+    /// Fetches `parts`, at most `max_concurrency` at a time, each on the next
+    /// free worker, and hands every result to `on_done` on this thread as it
+    /// arrives (so waiting readers get their blocks early). `on_done` returns
+    /// true to stop: parts not started yet are then not fetched. Returns the
+    /// round trips as planned (one per `max_concurrency` parts, not per
+    /// worker, which would depend on timing) plus the most retries of a part.
+    fn fetch_parts(
         &self,
         parts: &[Range<u64>],
         deadline: Instant,
-    ) -> Vec<Result<(Vec<Vec<u8>>, u32)>> {
+        mut on_done: impl FnMut(&Range<u64>, Result<Vec<Vec<u8>>>) -> bool,
+    ) -> u32 {
         let fetch = |part: &Range<u64>| {
             let bytes = plan::byte_range(part, self.block_size, self.identity.size);
             self.transport
                 .fetch(bytes, self.block_size, &self.identity, deadline)
         };
-        match parts {
-            [] => Vec::new(),
-            [only] => vec![fetch(only)],
-            [first, rest @ ..] => std::thread::scope(|s| {
-                let handles: Vec<_> = rest.iter().map(|p| s.spawn(move || fetch(p))).collect();
-                let mut out = vec![fetch(first)];
-                out.extend(handles.into_iter().map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(Error::new(ErrorKind::Network, "a fetch thread panicked"))
-                    })
-                }));
-                out
-            }),
+        let attempts = |r: &Result<(Vec<Vec<u8>>, u32)>| r.as_ref().map_or(1, |(_, n)| *n);
+        if parts.is_empty() {
+            return 0;
         }
+        if let [only] = parts {
+            let result = fetch(only);
+            let rounds = attempts(&result);
+            on_done(only, result.map(|(blocks, _)| blocks));
+            return rounds;
+        }
+        let next = AtomicUsize::new(0);
+        let stop = AtomicBool::new(false);
+        let workers = (self.max_concurrency as usize).min(parts.len());
+        let (sender, results) = mpsc::channel();
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..workers)
+                .map(|_| {
+                    let sender = sender.clone();
+                    let (next, stop, fetch) = (&next, &stop, &fetch);
+                    s.spawn(move || {
+                        let mut rounds = 0;
+                        while !stop.load(Ordering::Relaxed) {
+                            let Some(part) = parts.get(next.fetch_add(1, Ordering::Relaxed)) else {
+                                break;
+                            };
+                            let result = fetch(part);
+                            rounds += attempts(&result);
+                            if sender.send((part, result)).is_err() {
+                                break;
+                            }
+                        }
+                        rounds
+                    })
+                })
+                .collect();
+            drop(sender);
+            for (part, result) in results {
+                if on_done(part, result.map(|(blocks, _)| blocks)) {
+                    stop.store(true, Ordering::Relaxed);
+                }
+            }
+            let most_attempts = handles
+                .into_iter()
+                .filter_map(|h| h.join().ok())
+                .max()
+                .unwrap_or(1);
+            parts.len().div_ceil(workers) as u32 - 1 + most_attempts
+        })
     }
 }
 

@@ -5,7 +5,8 @@
 //! On top of that, [`ReadAhead`] adds a window after the read when the read
 //! continues a sequential stream, doubling on every further sequential miss up
 //! to a maximum. [`runs`] groups the blocks to fetch into contiguous runs, one
-//! request each, and [`split`] cuts a long run into parts fetched concurrently.
+//! request each, [`split`] cuts a long run into parts fetched concurrently, and
+//! [`parts`] does both for a whole fetch so that it takes one round when it can.
 
 use std::ops::Range;
 
@@ -119,6 +120,64 @@ pub fn split(run: Range<u64>, max_parts: u64, min_part: u64) -> Vec<Range<u64>> 
     out
 }
 
+/// Plans the requests that fetch `blocks` (sorted, distinct indices) with at
+/// most `max_parts` requests in flight: ideally one round.
+///
+/// While there are more runs than requests can go at once, the two closest
+/// runs are merged if at most `max_gap` blocks lie between them (refetching a
+/// short gap costs less than waiting for a second round). If fewer runs than
+/// `max_parts` remain, the spare requests split the longest runs, each part at
+/// least `min_part` blocks. The returned parts may include gap blocks that
+/// `blocks` does not list; they are in order and never overlap.
+pub fn parts(blocks: &[u64], max_parts: u64, min_part: u64, max_gap: u64) -> Vec<Range<u64>> {
+    let max_parts = max_parts.max(1) as usize;
+    let min_part = min_part.max(1);
+    let mut runs = runs(blocks);
+    while runs.len() > max_parts {
+        let Some((at, gap)) = runs
+            .windows(2)
+            .map(|w| w[1].start - w[0].end)
+            .enumerate()
+            .min_by_key(|&(_, gap)| gap)
+        else {
+            break;
+        };
+        if gap > max_gap {
+            break;
+        }
+        runs[at].end = runs[at + 1].end;
+        runs.remove(at + 1);
+    }
+    let mut counts = vec![1u64; runs.len()];
+    for _ in runs.len()..max_parts {
+        // The spare part goes to the run with the longest parts (on a tie, the
+        // one whose parts stay longer after the split).
+        let per_part = |i: usize, extra: u64| (len(&runs[i]), counts[i] + extra);
+        let longer = |(la, na): (u64, u64), (lb, nb): (u64, u64)| {
+            (u128::from(la) * u128::from(nb)).cmp(&(u128::from(lb) * u128::from(na)))
+        };
+        let best = (0..runs.len())
+            .filter(|&i| len(&runs[i]) >= min_part * (counts[i] + 1))
+            .max_by(|&a, &b| {
+                longer(per_part(a, 0), per_part(b, 0))
+                    .then(longer(per_part(a, 1), per_part(b, 1)))
+                    .then(b.cmp(&a))
+            });
+        match best {
+            Some(i) => counts[i] += 1,
+            None => break,
+        }
+    }
+    runs.into_iter()
+        .zip(counts)
+        .flat_map(|(run, n)| split(run, n, 1))
+        .collect()
+}
+
+fn len(run: &Range<u64>) -> u64 {
+    run.end - run.start
+}
+
 /// The byte range of a run of blocks, clamped to the file size.
 pub fn byte_range(blocks: &Range<u64>, block_size: u64, size: u64) -> Range<u64> {
     let start = blocks.start.saturating_mul(block_size).min(size);
@@ -219,6 +278,31 @@ mod tests {
     }
 
     #[test]
+    fn parts_share_the_requests_among_runs_for_one_round() {
+        // One long run: split as before.
+        assert_eq!(
+            parts(&(0..23).collect::<Vec<_>>(), 4, 4, 0),
+            split(0..23, 4, 4)
+        );
+        // Two runs of 8 and 16 blocks with 4 requests: 1 + 3 parts, not 2 + 4.
+        let blocks: Vec<u64> = (0..8).chain(9..25).collect();
+        assert_eq!(parts(&blocks, 4, 4, 0), vec![0..8, 9..15, 15..20, 20..25]);
+        // Short runs are never split below the minimum part.
+        assert_eq!(parts(&[1, 2, 5], 4, 4, 0), vec![1..3, 5..6]);
+    }
+
+    #[test]
+    fn parts_merge_the_closest_runs_only_when_there_are_too_many() {
+        let blocks = [0, 2, 3, 7, 20];
+        // Enough requests: nothing merged, no gap fetched.
+        assert_eq!(parts(&blocks, 4, 1, 10), vec![0..1, 2..4, 7..8, 20..21]);
+        // Two requests: the one-block gap goes first, then the three-block one.
+        assert_eq!(parts(&blocks, 2, 1, 10), vec![0..8, 20..21]);
+        // Gaps longer than allowed are never fetched; the extra runs queue.
+        assert_eq!(parts(&blocks, 2, 1, 1), vec![0..4, 7..8, 20..21]);
+    }
+
+    #[test]
     fn byte_ranges_are_clamped_to_the_size() {
         assert_eq!(byte_range(&(2..4), 10, 35), 20..35);
         assert_eq!(byte_range(&(0..1), 10, 5), 0..5);
@@ -238,6 +322,28 @@ mod tests {
                 at = p.end;
             }
             prop_assert_eq!(at, start + len);
+        }
+
+        #[test]
+        fn parts_cover_every_block_in_order(mut blocks in proptest::collection::vec(0u64..400, 0..60),
+                                            max_parts in 1u64..9, min in 1u64..20, gap in 0u64..30) {
+            blocks.sort_unstable();
+            blocks.dedup();
+            let got = parts(&blocks, max_parts, min, gap);
+            let mut end = 0;
+            for p in &got {
+                prop_assert!(p.end > p.start);
+                prop_assert!(p.start >= end, "in order, no overlap");
+                end = p.end;
+            }
+            for b in &blocks {
+                prop_assert!(got.iter().any(|p| p.contains(b)));
+            }
+            let fetched: u64 = got.iter().map(len).sum();
+            let run_count = runs(&blocks).len() as u64;
+            // Gap blocks are fetched only to save requests.
+            prop_assert!(fetched == blocks.len() as u64 || run_count > max_parts);
+            prop_assert!(got.len() as u64 <= max_parts.max(run_count));
         }
 
         #[test]

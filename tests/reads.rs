@@ -439,3 +439,54 @@ fn prefetch_fetches_scattered_ranges_in_one_round() {
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::HttpStatus(404));
 }
+
+#[test]
+fn a_prefetch_shares_its_requests_among_runs_for_one_round() {
+    let data = test_data(40 * MIB as usize, 23);
+    let server = RangeServer::new(data);
+    let file = builder().open(server.url("/f")).unwrap();
+    file.read_exact_at(8 * MIB, &mut [0; 1]).unwrap();
+    let before = file.stats();
+    // Runs of 7 and 16 blocks beside the cached blocks 0 (from the open) and
+    // 8: with 4 requests at once, 1 + 3 parts in one round, not 2 + 4 in two.
+    file.prefetch(std::iter::once(0..25 * MIB)).unwrap();
+    let d = file.stats().since(&before);
+    assert_eq!((d.requests, d.round_trips), (4, 1));
+    let mut ranges = server.ranges()[2..].to_vec();
+    ranges.sort_unstable();
+    let parts = [1..8, 9..15, 15..20, 20..25].map(|r| (r.start * MIB, r.end * MIB - 1));
+    assert_eq!(ranges, parts);
+    assert_eq!(
+        d.bytes_fetched,
+        23 * MIB,
+        "cached blocks are not fetched again"
+    );
+}
+
+#[test]
+fn a_prefetch_of_many_runs_merges_the_closest_ones() {
+    let data = test_data(64 * MIB as usize, 29);
+    let server = RangeServer::new(data.clone());
+    let file = builder()
+        .coalesce_gap(2 * MIB)
+        .open(server.url("/f"))
+        .unwrap();
+    // Eight one-block runs, 4 requests at once: the gaps of 1 block merge
+    // (refetching nothing: those blocks are not cached), those of 10 do not.
+    let starts = [2, 4, 6, 8, 20, 30, 40, 42];
+    file.prefetch(starts.map(|b| b * MIB..b * MIB + 100))
+        .unwrap();
+    let mut ranges = server.ranges()[1..].to_vec();
+    ranges.sort_unstable();
+    let expected = [2..9, 20..21, 30..31, 40..43].map(|r| (r.start * MIB, r.end * MIB - 1));
+    assert_eq!(ranges, expected);
+    let d = file.stats();
+    assert_eq!((d.requests - 1, d.round_trips - 1), (4, 1));
+    let n = server.requests();
+    for b in starts {
+        let mut buf = vec![0; 100];
+        file.read_exact_at(b * MIB, &mut buf).unwrap();
+        assert!(buf == data[(b * MIB) as usize..(b * MIB + 100) as usize]);
+    }
+    assert_eq!(server.requests(), n, "every range was cached");
+}

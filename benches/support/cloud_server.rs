@@ -33,6 +33,9 @@ pub struct Logged {
     pub last: u64,
     /// Body bytes actually sent (a client may hang up early).
     pub sent: u64,
+    /// When the request arrived and when its body ended, since the server started.
+    pub arrived: Duration,
+    pub done: Duration,
 }
 
 pub struct CloudServer {
@@ -51,8 +54,8 @@ impl CloudServer {
         let started = Instant::now();
         let (l, c) = (log.clone(), connections.clone());
         std::thread::spawn(move || {
-            for stream in listener.incoming().flatten() {
-                let conn = c.fetch_add(1, Ordering::SeqCst) + 1;
+            for (accepted, stream) in listener.incoming().flatten().enumerate() {
+                let conn = accepted + 1;
                 let (data, log, total_sent, c) =
                     (data.clone(), l.clone(), total_sent.clone(), c.clone());
                 std::thread::spawn(move || {
@@ -75,6 +78,7 @@ impl CloudServer {
         self.log.lock().clone()
     }
 
+    /// Connections that made at least one request for the file.
     pub fn connections(&self) -> usize {
         self.connections.load(Ordering::SeqCst)
     }
@@ -102,6 +106,7 @@ fn serve(
     loop {
         let mut range = None;
         let mut stats_request = false;
+        let mut log_request = false;
         let mut head_request = false;
         let mut line = String::new();
         let mut head_lines = 0;
@@ -114,6 +119,9 @@ fn serve(
             head_lines += 1;
             if head_lines == 1 && line.starts_with("GET /__stats ") {
                 stats_request = true;
+            }
+            if head_lines == 1 && line.starts_with("GET /__log ") {
+                log_request = true;
             }
             if head_lines == 1 && line.starts_with("HEAD ") {
                 head_request = true;
@@ -131,6 +139,31 @@ fn serve(
         }
         if head_lines == 0 {
             return;
+        }
+        let arrived = started.elapsed();
+        if log_request {
+            // Every request so far, one per line.
+            let body: String = log
+                .lock()
+                .iter()
+                .map(|l| {
+                    format!(
+                        "conn {:>2}  {:>10}-{:<10} {:>9} B  {:>7.1}..{:>7.1} ms\n",
+                        l.conn,
+                        l.first,
+                        l.last,
+                        l.sent,
+                        l.arrived.as_secs_f64() * 1e3,
+                        l.done.as_secs_f64() * 1e3
+                    )
+                })
+                .collect();
+            let _ = write!(
+                out,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            continue;
         }
         if stats_request {
             // Counts for peers in other processes: requests, bytes, connections.
@@ -150,6 +183,9 @@ fn serve(
             continue;
         }
         if first_request {
+            // Counted here, so that connections asking only for the stats or
+            // the log are not.
+            connections.fetch_add(1, Ordering::SeqCst);
             std::thread::sleep(shape.connect_delay);
             first_request = false;
         }
@@ -161,6 +197,8 @@ fn serve(
                 first: 0,
                 last: 0,
                 sent: 0,
+                arrived,
+                done: started.elapsed(),
             });
             let _ = write!(
                 out,
@@ -199,6 +237,8 @@ fn serve(
                 first,
                 last,
                 sent: 0,
+                arrived,
+                done: arrived,
             });
             log.len() - 1
         };
@@ -206,7 +246,11 @@ fn serve(
             if out.write_all(piece).is_err() {
                 return;
             }
-            log.lock()[at].sent += piece.len() as u64;
+            {
+                let mut log = log.lock();
+                log[at].sent += piece.len() as u64;
+                log[at].done = started.elapsed();
+            }
             sent += piece.len() as u64;
             let all =
                 total_sent.fetch_add(piece.len() as u64, Ordering::Relaxed) + piece.len() as u64;
