@@ -109,11 +109,7 @@ fn data_file(name: &str, deflate: Option<u8>) -> PathBuf {
 fn run(label: &str, url: &str, stored: u64) {
     let cpu0 = cpu_time();
     let t0 = Instant::now();
-    let remote = RemoteFile::builder()
-        .proxy_from_env(false)
-        .open(url)
-        .unwrap();
-    let file = h5::open(remote.clone()).unwrap();
+    let (file, remote) = open_h5(url);
     report(label, "open", t0, cpu0, remote.stats(), None);
 
     let (before, cpu0, t0) = (remote.stats(), cpu_time(), Instant::now());
@@ -132,13 +128,23 @@ fn run(label: &str, url: &str, stored: u64) {
     read_slice(label, "bulk", &remote, &ds, stored, false);
 
     // The same slice in a fresh file, its chunks prefetched in one round.
-    let remote = RemoteFile::builder()
-        .proxy_from_env(false)
-        .open(url)
-        .unwrap();
-    let file = h5::open(remote.clone()).unwrap();
+    let (file, remote) = open_h5(url);
     let ds = file.dataset("acquisition/ElectricalSeries/data").unwrap();
     read_slice(label, "bulk, pf", &remote, &ds, stored, true);
+}
+
+/// Opens `url` as `hdf5::open_url` does (the superblock and the tail at once).
+fn open_h5(url: &str) -> (h5::File, RemoteFile) {
+    let file = h5::OpenOptions::new()
+        .remote(
+            RemoteFile::builder()
+                .proxy_from_env(false)
+                .open_tail(h5::OPEN_TAIL),
+        )
+        .open_url(url)
+        .unwrap();
+    let remote = h5::driver_info(&file).unwrap().remote;
+    (file, remote)
 }
 
 /// Reads the slice (after prefetching its chunks, if asked) and reports it.

@@ -72,6 +72,8 @@ pub(crate) struct Parts {
     pub transport: Transport,
     pub identity: Identity,
     pub first_block: Vec<u8>,
+    /// Blocks from the end of the file, fetched at open.
+    pub tail_blocks: Vec<(u64, Vec<u8>)>,
     pub cache: BlockCache,
     pub key: FileKey,
     pub block_size: u64,
@@ -134,6 +136,11 @@ impl RemoteFile {
     pub(crate) fn from_parts(p: Parts) -> RemoteFile {
         if !p.first_block.is_empty() {
             p.cache.insert(&p.key, 0, Arc::new(p.first_block));
+        }
+        for (index, block) in p.tail_blocks {
+            if index > 0 {
+                p.cache.insert(&p.key, index, Arc::new(block));
+            }
         }
         RemoteFile {
             shared: Arc::new(Shared {

@@ -278,3 +278,34 @@ fn prefetching_a_hyperslab_makes_reading_it_free() {
         0
     );
 }
+
+#[test]
+fn open_url_fetches_the_superblock_and_the_tail_in_one_round() {
+    let server = serve(nwb_file());
+    let file = h5::OpenOptions::new()
+        .remote(builder().open_tail(h5::OPEN_TAIL))
+        .open_url(server.url("/f.nwb"))
+        .unwrap();
+    let remote = h5::driver_info(&file).unwrap().remote;
+    let opened = remote.stats();
+    let size = std::fs::metadata(nwb_file()).unwrap().len();
+    let asked: Vec<_> = server
+        .log()
+        .iter()
+        .map(|r| r.header("range").unwrap().to_owned())
+        .collect();
+    assert!(
+        asked.contains(&format!("bytes=-{}", h5::OPEN_TAIL)),
+        "{asked:?}"
+    );
+    // The writer put the root group's header at the end: the tail has it.
+    assert_eq!((opened.requests, opened.round_trips), (2, 1), "{opened:?}");
+    let objects = h5files::walk_metadata(&file).unwrap();
+    let walked = remote.stats();
+    eprintln!("file of {size} bytes; open: {opened:?}; + walk of {objects} objects: {walked:?}");
+    assert!(walked.round_trips <= 2, "{walked:?}");
+    assert_eq!(
+        describe(&file).unwrap(),
+        describe(&h5::File::open(nwb_file()).unwrap()).unwrap()
+    );
+}

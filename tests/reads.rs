@@ -490,3 +490,75 @@ fn a_prefetch_of_many_runs_merges_the_closest_ones() {
     }
     assert_eq!(server.requests(), n, "every range was cached");
 }
+
+#[test]
+fn open_tail_fetches_the_end_beside_the_first_block() {
+    let size = 10 * MIB + MIB / 2;
+    let data = test_data(size as usize, 31);
+    let server = RangeServer::new(data.clone());
+    let file = builder().open_tail(2 * MIB).open(server.url("/f")).unwrap();
+    let mut asked: Vec<String> = server
+        .log()
+        .iter()
+        .map(|r| r.header("range").unwrap().to_owned())
+        .collect();
+    asked.sort();
+    assert_eq!(asked, ["bytes=-2097152", "bytes=0-1048575"]);
+    let s = file.stats();
+    assert_eq!((s.requests, s.round_trips), (2, 1), "sent at the same time");
+    // The whole blocks in the last 2 MiB (9 and the partial 10) are cached;
+    // block 8, partly in the tail, is not.
+    let mut buf = vec![0; (size - 9 * MIB) as usize];
+    file.read_exact_at(9 * MIB, &mut buf).unwrap();
+    assert!(buf == data[9 * MIB as usize..]);
+    assert_eq!(server.requests(), 2);
+    file.read_exact_at(9 * MIB - 1, &mut [0; 1]).unwrap();
+    assert_eq!(server.requests(), 3);
+}
+
+#[test]
+fn a_tail_that_does_not_match_the_head_is_dropped() {
+    let data = test_data(4 * MIB as usize, 37);
+    let server = RangeServer::new(data.clone());
+    // The suffix request sees another version of the file.
+    server.set_hook(|req, reply| {
+        if req
+            .header("range")
+            .is_some_and(|r| r.starts_with("bytes=-"))
+        {
+            reply.header("ETag", "\"v2\"")
+        } else {
+            reply
+        }
+    });
+    let file = builder().open_tail(MIB).open(server.url("/f")).unwrap();
+    assert_eq!(file.etag(), Some("\"v1\""));
+    let mut buf = vec![0; MIB as usize];
+    server.set_hook(|_, reply| reply);
+    file.read_exact_at(3 * MIB, &mut buf).unwrap();
+    assert!(buf == data[3 * MIB as usize..]);
+    assert_eq!(server.requests(), 3, "the tail was fetched again");
+}
+
+#[test]
+fn a_failed_tail_does_not_fail_the_open() {
+    for status in [416, 500, 200] {
+        let data = test_data(3 * MIB as usize, 41);
+        let server = RangeServer::new(data.clone());
+        server.set_hook(move |req, reply| {
+            if req
+                .header("range")
+                .is_some_and(|r| r.starts_with("bytes=-"))
+            {
+                support::Reply::new(status).body(vec![0; 3 * MIB as usize])
+            } else {
+                reply
+            }
+        });
+        let file = builder().open_tail(MIB).open(server.url("/f")).unwrap();
+        let mut buf = vec![0; MIB as usize];
+        file.read_exact_at(2 * MIB, &mut buf).unwrap();
+        assert!(buf == data[2 * MIB as usize..], "status {status}");
+        assert_eq!(file.stats().requests, 3, "status {status}");
+    }
+}

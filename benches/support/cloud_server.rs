@@ -131,10 +131,15 @@ fn serve(
             }
             let lower = line.to_ascii_lowercase();
             if let Some(spec) = lower.strip_prefix("range: bytes=") {
+                let size = data.len() as u64;
                 let (a, b) = spec.trim().split_once('-').unwrap_or(("0", ""));
-                let first: u64 = a.parse().unwrap_or(0);
-                let last: u64 = b.parse().unwrap_or(u64::MAX);
-                range = Some((first, last));
+                range = if a.is_empty() {
+                    // A suffix range: the last b bytes.
+                    let n: u64 = b.parse().unwrap_or(0);
+                    Some((size.saturating_sub(n), size.saturating_sub(1)))
+                } else {
+                    Some((a.parse().unwrap_or(0), b.parse().unwrap_or(u64::MAX)))
+                };
             }
         }
         if head_lines == 0 {

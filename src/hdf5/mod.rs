@@ -47,7 +47,7 @@ use std::sync::Arc;
 pub use ::hdf5::*;
 
 use self::driver::{FaplInfo, Source};
-use crate::RemoteFile;
+use crate::{Builder, RemoteFile};
 
 /// Options for opening a remote HDF5 file: HDF5's caches, and a hook for any
 /// other file-access setting.
@@ -66,6 +66,7 @@ use crate::RemoteFile;
 /// ```
 #[derive(Clone, Default)]
 pub struct OpenOptions {
+    remote: Option<Builder>,
     chunk_cache: Option<(usize, usize, f64)>,
     metadata_cache: Option<usize>,
     configure: Option<Arc<FaplHook>>,
@@ -77,6 +78,7 @@ type FaplHook = dyn Fn(&mut plist::FileAccessBuilder) + Send + Sync;
 impl fmt::Debug for OpenOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("OpenOptions")
+            .field("remote", &self.remote)
             .field("chunk_cache", &self.chunk_cache)
             .field("metadata_cache", &self.metadata_cache)
             .field("configure", &self.configure.as_ref().map(|_| "hook"))
@@ -114,9 +116,33 @@ impl OpenOptions {
         self
     }
 
-    /// Opens `url` with [`RemoteFile::open`]'s defaults, then as HDF5.
+    /// The options with which [`open_url`](Self::open_url) opens the remote
+    /// file. The default is [`RemoteFile::builder`] with
+    /// [`open_tail`](Builder::open_tail) of [`OPEN_TAIL`]: HDF5 writers often
+    /// leave the root group's header and other metadata at the end of the
+    /// file, which that fetches beside the superblock.
+    ///
+    /// ```no_run
+    /// use remfile::{RemoteFile, hdf5::OpenOptions};
+    ///
+    /// let file = OpenOptions::new()
+    ///     .remote(RemoteFile::builder().header("Authorization", "Bearer token"))
+    ///     .open_url("https://example.com/data.nwb")?;
+    /// # Ok::<(), remfile::hdf5::OpenError>(())
+    /// ```
+    pub fn remote(mut self, builder: Builder) -> Self {
+        self.remote = Some(builder);
+        self
+    }
+
+    /// Opens `url` as a [`RemoteFile`] (with the [`remote`](Self::remote)
+    /// options), then as HDF5.
     pub fn open_url(&self, url: impl AsRef<str>) -> Result<File, OpenError> {
-        let remote = RemoteFile::open(url).map_err(OpenError::from_remote)?;
+        let builder = self
+            .remote
+            .clone()
+            .unwrap_or_else(|| RemoteFile::builder().open_tail(OPEN_TAIL));
+        let remote = builder.open(url).map_err(OpenError::from_remote)?;
         self.open(remote)
     }
 
@@ -185,8 +211,13 @@ pub fn open(file: RemoteFile) -> Result<File, OpenError> {
     OpenOptions::new().open(file)
 }
 
+/// How much of the end of the file [`open_url`] fetches beside the
+/// superblock (see [`OpenOptions::remote`]).
+pub const OPEN_TAIL: u64 = 1 << 20;
+
 /// Opens the HDF5 file at `url`, read-only, with the defaults of
-/// [`RemoteFile::open`] and [`OpenOptions`].
+/// [`OpenOptions`]: the superblock and the last [`OPEN_TAIL`] bytes are
+/// fetched at the same time.
 ///
 /// ```no_run
 /// let file = remfile::hdf5::open_url("https://example.com/data.h5")?;

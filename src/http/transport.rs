@@ -66,6 +66,32 @@ impl Identity {
     }
 }
 
+/// The bytes one request asks for.
+#[derive(Debug, Clone)]
+enum Want {
+    /// These bytes (never empty).
+    Bytes(Range<u64>),
+    /// The last this many bytes, whatever the size (a suffix range).
+    Last(u64),
+}
+
+impl std::fmt::Display for Want {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Want::Bytes(r) => write!(f, "{}-{}", r.start, r.end - 1),
+            Want::Last(n) => write!(f, "-{n}"),
+        }
+    }
+}
+
+/// The end of a file, fetched beside the opening request: whole blocks only.
+#[derive(Debug)]
+pub(crate) struct Tail {
+    pub identity: Identity,
+    /// Block index and bytes, in order.
+    pub blocks: Vec<(u64, Vec<u8>)>,
+}
+
 /// The answer to the opening request: the file's identity and its first bytes.
 #[derive(Debug)]
 pub(crate) struct Opened {
@@ -257,6 +283,73 @@ impl Transport {
     /// Fetches exactly `range` of the file identified by `identity` into
     /// buffers of `block_size` bytes, retrying as the policy allows. Returns
     /// the buffers and the number of sequential requests it took.
+    /// Fetches the last `len` bytes of the file with a suffix range, once (it
+    /// is an optimisation: the caller drops it on any failure), and keeps the
+    /// whole blocks of `block_size` in it. Counts a request but no round trip:
+    /// it runs beside [`open`](Self::open).
+    pub fn tail(&self, len: u64, block_size: u64) -> Result<Tail, Error> {
+        let deadline = Instant::now() + self.timeouts.per_read;
+        let permit = self.permits.acquire(deadline)?;
+        let mut rounds = 0;
+        let at = Try {
+            number: 1,
+            rounds: &mut rounds,
+        };
+        let result = self.try_tail(len, block_size, deadline, at);
+        drop(permit);
+        result.map_err(|f| f.error.with_url(&self.redacted))
+    }
+
+    fn try_tail(
+        &self,
+        len: u64,
+        block_size: u64,
+        deadline: Instant,
+        at: Try<'_>,
+    ) -> Result<Tail, Failure> {
+        let (mut resp, _) = self.send(Want::Last(len), None, deadline, at)?;
+        let status = resp.status().as_u16();
+        if status != 206 {
+            // Dropped unread: a whole body sent by a server that ignores the
+            // range is not worth reading (the open reports such servers).
+            return Err(Failure::fatal(malformed(format!(
+                "HTTP {status} to a suffix range"
+            ))));
+        }
+        let headers = resp.headers().clone();
+        reject_encoded(&headers)?;
+        let ContentRange::Bytes {
+            first,
+            last,
+            total: Some(total),
+        } = parse_content_range(&headers)?
+        else {
+            return Err(Failure::fatal(malformed(
+                "a suffix range answered without the file's size",
+            )));
+        };
+        if last + 1 != total || total - first != len.min(total) {
+            return Err(Failure::fatal(malformed(format!(
+                "asked for the last {len} bytes, got Content-Range bytes {first}-{last}/{total}"
+            ))));
+        }
+        check_content_length(&headers, total - first)?;
+        let mut sink = Sink::new(total - first, total - first);
+        self.read_body(&mut resp, &mut sink)?;
+        let bytes = sink.into_blocks().pop().unwrap_or_default();
+        let blocks = (first.div_ceil(block_size)..total.div_ceil(block_size))
+            .map(|i| {
+                let start = (i * block_size - first) as usize;
+                let end = ((i + 1) * block_size).min(total) - first;
+                (i, bytes[start..end as usize].to_vec())
+            })
+            .collect();
+        Ok(Tail {
+            identity: Identity::from_headers(total, &headers),
+            blocks,
+        })
+    }
+
     pub fn fetch(
         &self,
         range: Range<u64>,
@@ -361,7 +454,7 @@ impl Transport {
     }
 
     fn try_open(&self, first_len: u64, deadline: Instant, at: Try<'_>) -> Result<Opened, Failure> {
-        let (mut resp, url) = self.send(0..first_len, None, deadline, at)?;
+        let (mut resp, url) = self.send(Want::Bytes(0..first_len), None, deadline, at)?;
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
         reject_encoded(&headers)?;
@@ -445,7 +538,12 @@ impl Transport {
         sink: &mut Sink,
         at: Try<'_>,
     ) -> Result<(), Failure> {
-        let (mut resp, url) = self.send(range.clone(), identity.strong_etag(), deadline, at)?;
+        let (mut resp, url) = self.send(
+            Want::Bytes(range.clone()),
+            identity.strong_etag(),
+            deadline,
+            at,
+        )?;
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
         match status {
@@ -569,7 +667,7 @@ impl Transport {
     /// final response and the URL that gave it.
     fn send(
         &self,
-        range: Range<u64>,
+        want: Want,
         if_match: Option<&str>,
         deadline: Instant,
         at: Try<'_>,
@@ -596,7 +694,7 @@ impl Transport {
             let mut req = self
                 .agent
                 .get(url.as_str())
-                .header("Range", format!("bytes={}-{}", range.start, range.end - 1))
+                .header("Range", format!("bytes={want}"))
                 .header("Accept-Encoding", "identity")
                 .header("User-Agent", &self.user_agent);
             if let Some(tag) = if_match {
@@ -628,7 +726,7 @@ impl Transport {
                     let mut f = classify_ureq(e, "sending the request");
                     f.error = f.error.with_url(&redact(&url));
                     tracing::debug!(
-                        url = %redact(&url), range = %format_args!("{}-{}", range.start, range.end - 1),
+                        url = %redact(&url), range = %want,
                         elapsed_ms, attempt = at.number, error = %f.error, "http request failed"
                     );
                     return Err(f);
@@ -637,7 +735,7 @@ impl Transport {
             let status = resp.status().as_u16();
             tracing::debug!(
                 url = %redact(&url),
-                range = %format_args!("{}-{}", range.start, range.end - 1),
+                range = %want,
                 status,
                 bytes = content_length(resp.headers()).ok().flatten(),
                 elapsed_ms,

@@ -272,9 +272,16 @@ pub fn range_reply(
             return Reply::new(412).body("precondition failed");
         }
     }
+    // A suffix range, `bytes=-N`: the last N bytes.
+    let suffix = req
+        .header("range")
+        .and_then(|r| r.strip_prefix("bytes=-"))
+        .and_then(|n| n.parse::<u64>().ok())
+        .filter(|&n| n > 0 && size > 0)
+        .map(|n| (size - n.min(size), size - 1));
     match req.header("range") {
         None => base.body(data.to_vec()),
-        Some(r) => match parse_range(r) {
+        Some(r) => match suffix.or_else(|| parse_range(r)) {
             Some((first, _)) if first >= size => Reply::new(416)
                 .header("Content-Range", format!("bytes */{size}"))
                 .body(Vec::new()),
