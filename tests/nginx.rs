@@ -146,3 +146,20 @@ fn a_missing_file_is_not_found_after_one_request() {
     assert!(e.body_excerpt().is_some_and(|b| b.contains("404")));
     assert_eq!(nginx.access_log().len(), 1);
 }
+
+#[test]
+fn the_tail_comes_with_the_open() {
+    let Some(nginx) = Nginx::start() else { return };
+    let data = test_data(3 * MIB as usize + 5, 43);
+    nginx.put("tail.bin", &data);
+    let file = builder()
+        .open_tail(MIB + 5)
+        .open(nginx.url("tail.bin"))
+        .unwrap();
+    let mut buf = vec![0u8; MIB as usize + 5];
+    file.read_exact_at(2 * MIB, &mut buf).unwrap();
+    assert!(buf == data[2 * MIB as usize..]);
+    let s = file.stats();
+    assert_eq!((s.requests, s.round_trips), (2, 1), "{s:?}");
+    assert_eq!(nginx.access_log().len(), 2);
+}

@@ -94,3 +94,19 @@ fn an_expired_url_is_renewed_by_the_url_provider() {
     assert_eq!(e.kind(), ErrorKind::HttpStatus(403), "{e}");
     assert!(e.to_string().contains("expired"), "{e}");
 }
+
+#[test]
+fn the_tail_comes_with_the_open_from_a_presigned_url() {
+    let Some(s3) = S3Server::start() else { return };
+    let data = test_data(5 * MIB as usize + 11, 3);
+    s3.put("tail.bin", &data);
+    let url = s3.presign("tail.bin", SystemTime::now(), 3600);
+    let file = builder().open_tail(2 * MIB).open(&url).unwrap();
+    let s = file.stats();
+    assert_eq!((s.requests, s.round_trips), (2, 1), "{s:?}");
+    // The blocks wholly in the last 2 MiB: 4 and the partial 5.
+    let mut buf = vec![0u8; (data.len() as u64 - 4 * MIB) as usize];
+    file.read_exact_at(4 * MIB, &mut buf).unwrap();
+    assert!(buf == data[4 * MIB as usize..]);
+    assert_eq!(file.stats().requests, 2, "served by the tail");
+}
