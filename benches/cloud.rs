@@ -177,8 +177,17 @@ fn read_slice(
         Some(stored),
     );
     let calls1 = calls(ds);
+    let link = remote
+        .link_estimate()
+        .map_or("not measured".to_owned(), |l| {
+            format!(
+                "{:.0} ms, {:.0} MB/s per connection",
+                l.round_trip.as_secs_f64() * 1e3,
+                l.bytes_per_second as f64 / 1e6
+            )
+        });
     println!(
-        "    HDF5 made {} read and {} vector read calls",
+        "    HDF5 made {} read and {} vector read calls; link: {link}",
         calls1.0 - calls0.0,
         calls1.1 - calls0.1
     );

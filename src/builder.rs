@@ -11,6 +11,7 @@ use crate::cache::{BlockCache, FileKey};
 use crate::error::{Error, ErrorKind, Result};
 use crate::file::{Parts, RemoteFile};
 use crate::http::{Timeouts, Transport, TransportConfig, UrlProvider};
+use crate::link::{Link, LinkMeter};
 use crate::plan::ReadAhead;
 use crate::retry::RetryPolicy;
 use crate::stats::Counters;
@@ -41,7 +42,8 @@ const RESERVED_HEADERS: [&str; 5] = [
 /// | [`max_concurrent_requests`](Builder::max_concurrent_requests) | 4 |
 /// | [`max_connections`](Builder::max_connections) | 16 |
 /// | [`split_size`](Builder::split_size) | 4 MiB |
-/// | [`coalesce_gap`](Builder::coalesce_gap) | 2 MiB |
+/// | [`coalesce_gap`](Builder::coalesce_gap) | the link's bandwidth-delay product, or 2 MiB |
+/// | [`link`](Builder::link) | [`Link::Measured`] |
 /// | [`open_tail`](Builder::open_tail) | 0 (off) |
 /// | [`retry_policy`](Builder::retry_policy) | [`RetryPolicy::default`] |
 /// | [`connect_timeout`](Builder::connect_timeout) | 10 s |
@@ -79,7 +81,8 @@ pub struct Builder {
     max_concurrent_requests: u64,
     max_connections: u64,
     split_size: u64,
-    coalesce_gap: u64,
+    coalesce_gap: Option<u64>,
+    link: Link,
     open_tail: u64,
     retry: RetryPolicy,
     connect_timeout: Duration,
@@ -106,7 +109,8 @@ impl Default for Builder {
             max_concurrent_requests: 4,
             max_connections: 16,
             split_size: 4 * MIB,
-            coalesce_gap: 2 * MIB,
+            coalesce_gap: None,
+            link: Link::Measured,
             open_tail: 0,
             retry: RetryPolicy::default(),
             connect_timeout: Duration::from_secs(10),
@@ -137,6 +141,7 @@ impl fmt::Debug for Builder {
             .field("max_connections", &self.max_connections)
             .field("split_size", &self.split_size)
             .field("coalesce_gap", &self.coalesce_gap)
+            .field("link", &self.link)
             .field("open_tail", &self.open_tail)
             .field("retry", &self.retry)
             .field("connect_timeout", &self.connect_timeout)
@@ -223,14 +228,40 @@ impl Builder {
     /// [`max_concurrent_requests`](Builder::max_concurrent_requests), the
     /// closest runs are fetched as one request together with the cached blocks
     /// between them, if those are at most this many bytes: refetching a short
-    /// gap costs less than a second round trip. `0` never fetches a byte twice.
+    /// gap costs less than a second round trip. By default the gap is the
+    /// link's bandwidth-delay product (see [`link`](Builder::link)), or 2 MiB
+    /// before it is known. `0` never fetches a byte twice.
     ///
     /// ```
     /// // A fast link to a distant server: waiting costs more than bytes.
     /// let builder = remfile::RemoteFile::builder().coalesce_gap(8 << 20);
     /// ```
     pub fn coalesce_gap(mut self, bytes: u64) -> Self {
-        self.coalesce_gap = bytes;
+        self.coalesce_gap = Some(bytes);
+        self
+    }
+
+    /// What to assume about the link to the server when sizing fetches.
+    ///
+    /// By default ([`Link::Measured`]) the round-trip time and each
+    /// connection's throughput are measured from the responses. Their product
+    /// — the bytes that could arrive in one round trip — is what one more
+    /// round trip costs, so a sequential stream reads ahead at least that far,
+    /// a split fetch's parts are no shorter than that (nor longer than
+    /// [`split_size`](Builder::split_size)), and runs closer than that merge
+    /// when requests are scarce (see [`coalesce_gap`](Builder::coalesce_gap)).
+    /// Reads that start no stream — random access — are never enlarged.
+    ///
+    /// Request counts then depend on timing; [`Link::Ignored`] keeps them fixed,
+    /// and [`Link::known`] fixes the link's figures.
+    ///
+    /// ```
+    /// use remfile::{Link, RemoteFile};
+    ///
+    /// let builder = RemoteFile::builder().link(Link::Ignored);
+    /// ```
+    pub fn link(mut self, link: Link) -> Self {
+        self.link = link;
         self
     }
 
@@ -496,6 +527,7 @@ impl Builder {
         self.validate()?;
         let url = parse_url(url.as_ref(), self.https_only)?;
         let counters = Arc::new(Counters::default());
+        let link = Arc::new(LinkMeter::new(self.link));
         let transport = Transport::new(
             url.clone(),
             TransportConfig {
@@ -512,6 +544,7 @@ impl Builder {
                 max_redirects: self.max_redirects,
                 max_connections: self.max_connections as usize,
                 url_provider: self.url_provider.clone(),
+                link: link.clone(),
             },
             counters.clone(),
         );
@@ -560,8 +593,9 @@ impl Builder {
             block_size: self.block_size,
             read_ahead: ReadAhead::new(ahead_min, ahead_max),
             max_concurrency: self.max_concurrent_requests,
-            split_blocks: self.split_size.div_ceil(self.block_size),
-            gap_blocks: self.coalesce_gap / self.block_size,
+            split_size: self.split_size,
+            coalesce_gap: self.coalesce_gap,
+            link,
             read_timeout: self.read_timeout,
             counters,
         }))

@@ -14,6 +14,7 @@ use crate::builder::Builder;
 use crate::cache::{Block, BlockCache, Claim, FileKey};
 use crate::error::{Error, ErrorKind, Result};
 use crate::http::{Identity, Transport};
+use crate::link::{LinkEstimate, LinkMeter};
 use crate::plan::{self, ReadAhead};
 use crate::stats::{Counters, Stats};
 
@@ -79,8 +80,9 @@ pub(crate) struct Parts {
     pub block_size: u64,
     pub read_ahead: ReadAhead,
     pub max_concurrency: u64,
-    pub split_blocks: u64,
-    pub gap_blocks: u64,
+    pub split_size: u64,
+    pub coalesce_gap: Option<u64>,
+    pub link: Arc<LinkMeter>,
     pub read_timeout: Duration,
     pub counters: Arc<Counters>,
 }
@@ -93,8 +95,9 @@ struct Shared {
     block_size: u64,
     read_ahead: Mutex<ReadAhead>,
     max_concurrency: u64,
-    split_blocks: u64,
-    gap_blocks: u64,
+    split_size: u64,
+    coalesce_gap: Option<u64>,
+    link: Arc<LinkMeter>,
     read_timeout: Duration,
     counters: Arc<Counters>,
 }
@@ -151,8 +154,9 @@ impl RemoteFile {
                 block_size: p.block_size,
                 read_ahead: Mutex::new(p.read_ahead),
                 max_concurrency: p.max_concurrency,
-                split_blocks: p.split_blocks,
-                gap_blocks: p.gap_blocks,
+                split_size: p.split_size,
+                coalesce_gap: p.coalesce_gap,
+                link: p.link,
                 read_timeout: p.read_timeout,
                 counters: p.counters,
             }),
@@ -278,9 +282,28 @@ impl RemoteFile {
     pub fn prefetch(&self, ranges: impl IntoIterator<Item = Range<u64>>) -> Result<()> {
         self.shared.prefetch(ranges)
     }
+
+    /// What is known of the link to the server (see [`Builder::link`]):
+    /// `None` before a response has shown it, or with [`Link::Ignored`](crate::Link::Ignored).
+    ///
+    /// ```no_run
+    /// let file = remfile::RemoteFile::open("https://example.com/data.bin")?;
+    /// if let Some(link) = file.link_estimate() {
+    ///     println!("{:?} away, {} MB/s", link.round_trip, link.bytes_per_second / 1_000_000);
+    /// }
+    /// # Ok::<(), remfile::Error>(())
+    /// ```
+    pub fn link_estimate(&self) -> Option<LinkEstimate> {
+        self.shared.link.estimate()
+    }
 }
 
 impl Shared {
+    fn link_sizes(&self) -> plan::LinkSizes {
+        let bdp = self.link.estimate().map(|e| e.bandwidth_delay_product());
+        plan::link_sizes(bdp, self.block_size, self.split_size, self.coalesce_gap)
+    }
+
     /// Fills `buf` with the bytes at `pos`; the range lies inside the file.
     fn read_into(&self, pos: u64, buf: &mut [u8]) -> Result<()> {
         let len = buf.len() as u64;
@@ -290,7 +313,7 @@ impl Shared {
             if let Some(block) = self.cache.get(&self.key, needed.start) {
                 let offset = (pos - needed.start * self.block_size) as usize;
                 buf.copy_from_slice(&block[offset..offset + buf.len()]);
-                self.read_ahead.lock().on_read(pos, len, false);
+                self.read_ahead.lock().on_read(pos, len, false, 0);
                 Counters::add(&self.counters.cache_hits, 1);
                 Counters::add(&self.counters.bytes_read, len);
                 return Ok(());
@@ -309,10 +332,15 @@ impl Shared {
         let c = &self.counters;
         Counters::add(&c.cache_hits, (have.len() - missing.len()) as u64);
         Counters::add(&c.cache_misses, missing.len() as u64);
+        let floor = if missing.is_empty() {
+            0
+        } else {
+            self.link_sizes().ahead_floor
+        };
         let ahead = self
             .read_ahead
             .lock()
-            .on_read(pos, len, !missing.is_empty());
+            .on_read(pos, len, !missing.is_empty(), floor);
         if !missing.is_empty() {
             let ahead_end = (pos + len).saturating_add(ahead).min(self.identity.size);
             let optional: Vec<u64> = (needed.end..ahead_end.div_ceil(self.block_size)).collect();
@@ -343,12 +371,8 @@ impl Shared {
         let mut got = std::mem::take(&mut claim.found);
         let deadline = Instant::now() + self.read_timeout;
         let owned = claim.owned.clone();
-        let parts = plan::parts(
-            &owned,
-            self.max_concurrency,
-            self.split_blocks,
-            self.gap_blocks,
-        );
+        let sizes = self.link_sizes();
+        let parts = plan::parts(&owned, self.max_concurrency, sizes.min_part, sizes.max_gap);
         let mut failure = None;
         let mut delivered = 0;
         let rounds = self.fetch_parts(&parts, deadline, |part, result| {

@@ -52,7 +52,8 @@ pub fn planner(data: &[u8]) {
         assert!(blocks.start * block_size <= pos);
         assert!(blocks.end * block_size >= pos + len);
         assert!(blocks.end > blocks.start);
-        let extra = ahead.on_read(pos, len, missed);
+        let floor = input.u64() % (1 << 31);
+        let extra = ahead.on_read(pos, len, missed, floor);
         assert!(extra <= max);
         if !missed {
             assert_eq!(extra, 0);
@@ -69,6 +70,15 @@ pub fn planner(data: &[u8]) {
         let runs = plan::runs(&wanted);
         let covered: Vec<u64> = runs.iter().flat_map(|r| r.clone()).collect();
         assert_eq!(covered, wanted);
+        let gap = floor % 64;
+        let planned = plan::parts(&wanted, max_parts, min_part, gap);
+        for w in planned.windows(2) {
+            assert!(w[0].end <= w[1].start, "ordered, not overlapping");
+        }
+        for b in &wanted {
+            assert!(planned.iter().any(|p| p.contains(b)));
+        }
+        assert!(planned.len() as u64 <= max_parts.max(runs.len() as u64));
         for run in runs {
             let parts = plan::split(run.clone(), max_parts, min_part);
             assert!(parts.len() as u64 <= max_parts);

@@ -168,6 +168,7 @@ pub mod fuzzing;
 #[cfg_attr(docsrs, doc(cfg(feature = "hdf5")))]
 pub mod hdf5;
 mod http;
+mod link;
 mod plan;
 mod retry;
 mod stats;
@@ -176,6 +177,7 @@ pub use builder::{Builder, MAX_BLOCK_SIZE};
 pub use cache::BlockCache;
 pub use error::{Error, ErrorKind, Result};
 pub use file::RemoteFile;
+pub use link::{Link, LinkEstimate};
 pub use retry::RetryPolicy;
 pub use stats::Stats;
 

@@ -50,10 +50,11 @@ impl ReadAhead {
     ///
     /// `missed` says whether the read needs any block that is not cached; only
     /// a miss triggers read-ahead, so cached reads never grow the window. A read
-    /// that starts where a tracked stream ended continues that stream; any other
-    /// read starts a new stream (replacing the least recently used one) with no
-    /// read-ahead, so random access costs no extra bytes.
-    pub fn on_read(&mut self, pos: u64, len: u64, missed: bool) -> u64 {
+    /// that starts where a tracked stream ended continues that stream, reading
+    /// ahead at least `floor` bytes (the link's bandwidth-delay product, say);
+    /// any other read starts a new stream (replacing the least recently used
+    /// one) with no read-ahead, so random access costs no extra bytes.
+    pub fn on_read(&mut self, pos: u64, len: u64, missed: bool, floor: u64) -> u64 {
         self.clock += 1;
         let end = pos.saturating_add(len);
         if let Some(s) = self.streams.iter_mut().find(|s| s.next == pos && len > 0) {
@@ -64,9 +65,12 @@ impl ReadAhead {
             }
             // Size-aware: a stream of large reads (HDF5 chunks, say) reads
             // ahead at least a few of them at once.
-            let ahead = s.window.max(len.saturating_mul(READS_AHEAD)).min(self.max);
-            s.window = ahead.saturating_mul(2).min(self.max);
-            return ahead;
+            let grown = s.window.max(len.saturating_mul(READS_AHEAD)).min(self.max);
+            // The floor keeps a stream at the link's speed from its first
+            // miss on, but does not feed the doubling: a stream that stops
+            // soon after wastes at most the floor.
+            s.window = grown.saturating_mul(2).min(self.max);
+            return grown.max(floor).min(self.max);
         }
         let fresh = Stream {
             next: end,
@@ -178,6 +182,49 @@ fn len(run: &Range<u64>) -> u64 {
     run.end - run.start
 }
 
+/// The sizes that follow from the link, in blocks (but `ahead_floor`, in bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkSizes {
+    /// The smallest part a fetch is split into.
+    pub min_part: u64,
+    /// The longest gap between runs fetched together when requests are scarce.
+    pub max_gap: u64,
+    /// The least a sequential miss reads ahead.
+    pub ahead_floor: u64,
+}
+
+/// Sizes for a link whose bandwidth-delay product is `bdp` bytes (if known).
+///
+/// Without an estimate the builder's sizes hold. With one, a part is no
+/// smaller than a product (shorter parts spend most of their time waiting),
+/// but no larger than `split_size` either, so a slow link — whose product is
+/// small — spreads a fetch over more connections; gaps up to a product are
+/// worth refetching (unless `coalesce_gap` was set); and a sequential stream
+/// reads ahead at least a product.
+pub fn link_sizes(
+    bdp: Option<u64>,
+    block_size: u64,
+    split_size: u64,
+    coalesce_gap: Option<u64>,
+) -> LinkSizes {
+    let blocks = |bytes: u64| bytes.div_ceil(block_size).max(1);
+    match bdp {
+        None => LinkSizes {
+            min_part: blocks(split_size),
+            max_gap: coalesce_gap.unwrap_or(DEFAULT_COALESCE_GAP) / block_size,
+            ahead_floor: 0,
+        },
+        Some(bdp) => LinkSizes {
+            min_part: blocks(bdp.min(split_size)),
+            max_gap: coalesce_gap.unwrap_or(bdp) / block_size,
+            ahead_floor: bdp,
+        },
+    }
+}
+
+/// The gap refetched to save a request when the link is not known.
+pub const DEFAULT_COALESCE_GAP: u64 = 2 << 20;
+
 /// The byte range of a run of blocks, clamped to the file size.
 pub fn byte_range(blocks: &Range<u64>, block_size: u64, size: u64) -> Range<u64> {
     let start = blocks.start.saturating_mul(block_size).min(size);
@@ -195,11 +242,15 @@ mod tests {
     #[test]
     fn sequential_misses_double_the_window_up_to_the_maximum() {
         let mut ra = ReadAhead::new(MIB, 8 * MIB);
-        assert_eq!(ra.on_read(0, 100, true), 0, "a new stream reads no further");
+        assert_eq!(
+            ra.on_read(0, 100, true, 0),
+            0,
+            "a new stream reads no further"
+        );
         let mut pos = 100;
         let mut seen = Vec::new();
         for _ in 0..6 {
-            seen.push(ra.on_read(pos, 100, true));
+            seen.push(ra.on_read(pos, 100, true, 0));
             pos += 100;
         }
         assert_eq!(seen, [MIB, 2 * MIB, 4 * MIB, 8 * MIB, 8 * MIB, 8 * MIB]);
@@ -208,30 +259,30 @@ mod tests {
     #[test]
     fn cache_hits_neither_read_ahead_nor_grow_the_window() {
         let mut ra = ReadAhead::new(MIB, 8 * MIB);
-        ra.on_read(0, 10, false);
+        ra.on_read(0, 10, false, 0);
         for i in 1..100 {
-            assert_eq!(ra.on_read(i * 10, 10, false), 0);
+            assert_eq!(ra.on_read(i * 10, 10, false, 0), 0);
         }
-        assert_eq!(ra.on_read(1000, 10, true), MIB);
+        assert_eq!(ra.on_read(1000, 10, true, 0), MIB);
     }
 
     #[test]
     fn large_sequential_reads_read_ahead_several_of_themselves() {
         let mut ra = ReadAhead::new(MIB, 64 * MIB);
         let chunk = 2 * MIB;
-        ra.on_read(0, chunk, true);
-        assert_eq!(ra.on_read(chunk, chunk, true), 4 * chunk);
-        assert_eq!(ra.on_read(2 * chunk, chunk, true), 16 * MIB);
-        assert_eq!(ra.on_read(3 * chunk, chunk, true), 32 * MIB);
-        assert_eq!(ra.on_read(4 * chunk, chunk, true), 64 * MIB);
-        assert_eq!(ra.on_read(5 * chunk, chunk, true), 64 * MIB, "capped");
+        ra.on_read(0, chunk, true, 0);
+        assert_eq!(ra.on_read(chunk, chunk, true, 0), 4 * chunk);
+        assert_eq!(ra.on_read(2 * chunk, chunk, true, 0), 16 * MIB);
+        assert_eq!(ra.on_read(3 * chunk, chunk, true, 0), 32 * MIB);
+        assert_eq!(ra.on_read(4 * chunk, chunk, true, 0), 64 * MIB);
+        assert_eq!(ra.on_read(5 * chunk, chunk, true, 0), 64 * MIB, "capped");
     }
 
     #[test]
     fn random_reads_never_read_ahead() {
         let mut ra = ReadAhead::new(MIB, 8 * MIB);
         for pos in [5000, 100, 90_000, 7, 123_456] {
-            assert_eq!(ra.on_read(pos, 10, true), 0);
+            assert_eq!(ra.on_read(pos, 10, true, 0), 0);
         }
     }
 
@@ -240,11 +291,11 @@ mod tests {
         let mut ra = ReadAhead::new(MIB, 64 * MIB);
         let starts = [0, 1 << 30, 2 << 30];
         for &s in &starts {
-            ra.on_read(s, 10, true);
+            ra.on_read(s, 10, true, 0);
         }
         for round in 1..5u64 {
             for &s in &starts {
-                let got = ra.on_read(s + round * 10, 10, true);
+                let got = ra.on_read(s + round * 10, 10, true, 0);
                 assert_eq!(got, MIB << (round - 1), "stream at {s}, round {round}");
             }
         }
@@ -253,12 +304,15 @@ mod tests {
     #[test]
     fn the_least_recently_used_stream_is_forgotten() {
         let mut ra = ReadAhead::new(MIB, 64 * MIB);
-        ra.on_read(0, 10, true);
+        ra.on_read(0, 10, true, 0);
         for i in 1..=MAX_STREAMS as u64 {
-            ra.on_read(i << 30, 10, true);
+            ra.on_read(i << 30, 10, true, 0);
         }
-        assert_eq!(ra.on_read(10, 10, true), 0, "stream 0 was replaced");
-        assert_eq!(ra.on_read((MAX_STREAMS as u64) << 30 | 10, 10, true), MIB);
+        assert_eq!(ra.on_read(10, 10, true, 0), 0, "stream 0 was replaced");
+        assert_eq!(
+            ra.on_read((MAX_STREAMS as u64) << 30 | 10, 10, true, 0),
+            MIB
+        );
     }
 
     #[test]
@@ -300,6 +354,53 @@ mod tests {
         assert_eq!(parts(&blocks, 2, 1, 10), vec![0..8, 20..21]);
         // Gaps longer than allowed are never fetched; the extra runs queue.
         assert_eq!(parts(&blocks, 2, 1, 1), vec![0..4, 7..8, 20..21]);
+    }
+
+    #[test]
+    fn link_sizes_follow_the_bandwidth_delay_product() {
+        let unknown = link_sizes(None, MIB, 4 * MIB, None);
+        assert_eq!(
+            unknown,
+            LinkSizes {
+                min_part: 4,
+                max_gap: 2,
+                ahead_floor: 0
+            }
+        );
+        // 30 ms at 500 MB/s: 15 MB. Parts stay at most split_size.
+        let fast = link_sizes(Some(15_000_000), MIB, 4 * MIB, None);
+        assert_eq!(
+            fast,
+            LinkSizes {
+                min_part: 4,
+                max_gap: 14,
+                ahead_floor: 15_000_000
+            }
+        );
+        // 30 ms at 25 MB/s: 750 kB. Parts of one block spread a fetch wider.
+        let slow = link_sizes(Some(750_000), MIB, 4 * MIB, None);
+        assert_eq!(
+            slow,
+            LinkSizes {
+                min_part: 1,
+                max_gap: 0,
+                ahead_floor: 750_000
+            }
+        );
+        // A gap set by the caller stays.
+        assert_eq!(
+            link_sizes(Some(15_000_000), MIB, 4 * MIB, Some(0)).max_gap,
+            0
+        );
+    }
+
+    #[test]
+    fn a_sequential_miss_reads_ahead_at_least_the_floor() {
+        let mut ra = ReadAhead::new(MIB, 64 * MIB);
+        ra.on_read(0, 100, true, 10 * MIB);
+        assert_eq!(ra.on_read(100, 100, true, 10 * MIB), 10 * MIB);
+        assert_eq!(ra.on_read(5000, 100, true, 10 * MIB), 0, "a new stream");
+        assert_eq!(ra.on_read(200, 100, true, 100 * MIB), 64 * MIB, "capped");
     }
 
     #[test]
@@ -359,7 +460,7 @@ mod tests {
         fn read_ahead_stays_within_bounds(reads in proptest::collection::vec((0u64..1000, 1u64..100, any::<bool>()), 1..200)) {
             let mut ra = ReadAhead::new(64, 4096);
             for (pos, len, missed) in reads {
-                let got = ra.on_read(pos, len, missed);
+                let got = ra.on_read(pos, len, missed, 0);
                 prop_assert!(got <= 4096);
                 if !missed { prop_assert_eq!(got, 0); }
             }

@@ -17,6 +17,7 @@ use super::content_range::{self, ContentRange};
 use super::permits::Permits;
 use super::redact::{redact, same_origin};
 use crate::error::{BODY_EXCERPT_LEN, Error, ErrorKind};
+use crate::link::LinkMeter;
 use crate::retry::{RetryPolicy, jitter};
 use crate::stats::Counters;
 
@@ -65,6 +66,10 @@ impl Identity {
         }
     }
 }
+
+/// How long a response's headers took to arrive, kept with the response.
+#[derive(Debug, Clone, Copy)]
+struct Waited(Duration);
 
 /// The bytes one request asks for.
 #[derive(Debug, Clone)]
@@ -216,6 +221,7 @@ pub(crate) struct Transport {
     /// Bounds the requests in flight, and so the connections open.
     permits: Permits,
     counters: Arc<Counters>,
+    link: Arc<LinkMeter>,
 }
 
 /// The settings [`Transport::new`] takes.
@@ -229,6 +235,7 @@ pub(crate) struct TransportConfig {
     pub max_redirects: u32,
     pub max_connections: usize,
     pub url_provider: Option<Arc<UrlProvider>>,
+    pub link: Arc<LinkMeter>,
 }
 
 /// Gives a fresh URL for the same file, such as a newly signed one.
@@ -253,6 +260,7 @@ impl Transport {
             https_only: config.https_only,
             max_redirects: config.max_redirects,
             permits: Permits::new(config.max_connections),
+            link: config.link,
             url_provider: config.url_provider,
             opened: std::sync::atomic::AtomicBool::new(false),
             counters,
@@ -719,7 +727,8 @@ impl Transport {
             *at.rounds += 1;
             let started = Instant::now();
             let result = req.call();
-            let elapsed_ms = started.elapsed().as_millis() as u64;
+            let waited = started.elapsed();
+            let elapsed_ms = waited.as_millis() as u64;
             let mut resp = match result {
                 Ok(r) => r,
                 Err(e) => {
@@ -732,6 +741,8 @@ impl Transport {
                     return Err(f);
                 }
             };
+            self.link.record_wait(waited);
+            resp.extensions_mut().insert(Waited(waited));
             let status = resp.status().as_u16();
             tracing::debug!(
                 url = %redact(&url),
@@ -769,6 +780,8 @@ impl Transport {
     /// Reads a body of exactly the sink's remaining length, then confirms the
     /// body ends there (which also returns the connection to the pool).
     fn read_body(&self, resp: &mut Response<Body>, sink: &mut Sink) -> Result<(), Failure> {
+        let (started, from) = (Instant::now(), sink.filled);
+        let waited = resp.extensions().get::<Waited>().map(|w| w.0);
         let mut reader = resp.body_mut().as_reader();
         while !sink.is_full() {
             match reader.read(sink.spare()) {
@@ -783,6 +796,8 @@ impl Transport {
                 Err(e) => return Err(classify_io(e, "reading the response body")),
             }
         }
+        self.link
+            .record_body(sink.filled - from, started.elapsed(), waited);
         let mut probe = [0u8; 1];
         match reader.read(&mut probe) {
             Ok(0) | Err(_) => Ok(()),
