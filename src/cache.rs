@@ -11,6 +11,11 @@ use moka::policy::EvictionPolicy;
 use parking_lot::{Condvar, Mutex};
 
 use crate::error::{Error, ErrorKind};
+use crate::pool::BufferPool;
+
+/// The most bytes of evicted blocks' buffers kept for reuse (and at most a
+/// quarter of the cache's capacity).
+const MAX_POOL_BYTES: u64 = 64 << 20;
 
 /// One block of a file. Each block owns its own buffer, so evicting one frees it
 /// (slices of one shared response buffer would keep the whole response alive).
@@ -54,6 +59,8 @@ pub struct BlockCache {
 
 struct Inner {
     blocks: moka::sync::Cache<Key, Block>,
+    /// Buffers of evicted blocks, for new ones.
+    pool: Arc<BufferPool>,
     /// Two independently keyed hashers for [`FileKey`]s.
     key_hashers: (RandomState, RandomState),
     capacity: u64,
@@ -75,15 +82,19 @@ impl BlockCache {
     /// A read larger than the capacity still succeeds: its blocks are handed
     /// to the reader directly, and the cache keeps what fits.
     pub fn new(capacity_bytes: u64) -> BlockCache {
+        let pool = Arc::new(BufferPool::new((capacity_bytes / 4).min(MAX_POOL_BYTES)));
+        let recycle = pool.clone();
         let blocks = moka::sync::Cache::builder()
             .max_capacity(capacity_bytes)
             // TinyLFU refuses fresh read-ahead blocks when the cache is full of
             // older, more frequent keys; LRU admits them.
             .eviction_policy(EvictionPolicy::lru())
             .weigher(|_: &Key, block: &Block| u32::try_from(block.len()).unwrap_or(u32::MAX))
+            .eviction_listener(move |_, block: Block, _| recycle.give(block))
             .build();
         BlockCache {
             inner: Arc::new(Inner {
+                pool,
                 blocks,
                 key_hashers: (RandomState::new(), RandomState::new()),
                 capacity: capacity_bytes,
@@ -122,6 +133,11 @@ impl BlockCache {
     }
 
     /// The key of a file version described by `identity`.
+    /// Where fetches take their block buffers from.
+    pub(crate) fn buffers(&self) -> &BufferPool {
+        &self.inner.pool
+    }
+
     pub(crate) fn file_key(&self, identity: &str) -> FileKey {
         let (a, b) = &self.inner.key_hashers;
         (u128::from(a.hash_one(identity)) << 64) | u128::from(b.hash_one(identity))

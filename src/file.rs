@@ -458,8 +458,13 @@ impl Shared {
     ) -> u32 {
         let fetch = |part: &Range<u64>| {
             let bytes = plan::byte_range(part, self.block_size, self.identity.size);
-            self.transport
-                .fetch(bytes, self.block_size, &self.identity, deadline)
+            self.transport.fetch(
+                bytes,
+                self.block_size,
+                &self.identity,
+                deadline,
+                self.cache.buffers(),
+            )
         };
         let attempts = |r: &Result<(Vec<Vec<u8>>, u32)>| r.as_ref().map_or(1, |(_, n)| *n);
         if parts.is_empty() {

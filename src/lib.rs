@@ -170,6 +170,7 @@ pub mod hdf5;
 mod http;
 mod link;
 mod plan;
+mod pool;
 mod retry;
 mod stats;
 

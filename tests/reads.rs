@@ -562,3 +562,35 @@ fn a_failed_tail_does_not_fail_the_open() {
         assert_eq!(file.stats().requests, 3, "status {status}");
     }
 }
+
+#[test]
+fn recycled_block_buffers_never_show_old_bytes() {
+    // Two files streamed in turn through one small cache: evicted blocks'
+    // buffers are reused for new blocks, of the other file too.
+    let (a, b) = (
+        test_data(12 * MIB as usize, 43),
+        test_data(12 * MIB as usize, 47),
+    );
+    let (sa, sb) = (RangeServer::new(a.clone()), RangeServer::new(b.clone()));
+    let cache = BlockCache::new(8 * MIB);
+    let open = |s: &RangeServer| {
+        builder()
+            .cache(cache.clone())
+            .read_ahead_max(2 * MIB)
+            .open(s.url("/f"))
+            .unwrap()
+    };
+    let (fa, fb) = (open(&sa), open(&sb));
+    let mut buf = vec![0u8; 300_000];
+    for round in 0..3u64 {
+        for (file, data) in [(&fa, &a), (&fb, &b)] {
+            let mut pos = round * 1000;
+            while pos < data.len() as u64 {
+                let n = file.read_at(pos, &mut buf).unwrap();
+                assert!(buf[..n] == data[pos as usize..][..n], "at {pos}");
+                pos += n as u64;
+            }
+        }
+    }
+    assert!(cache.weighted_size() <= 8 * MIB);
+}

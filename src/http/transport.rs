@@ -18,6 +18,7 @@ use super::permits::Permits;
 use super::redact::{redact, same_origin};
 use crate::error::{BODY_EXCERPT_LEN, Error, ErrorKind};
 use crate::link::LinkMeter;
+use crate::pool::BufferPool;
 use crate::retry::{RetryPolicy, jitter};
 use crate::stats::Counters;
 
@@ -115,12 +116,15 @@ pub(crate) struct Sink {
 }
 
 impl Sink {
-    pub fn new(len: u64, block_size: u64) -> Sink {
+    pub fn new(len: u64, block_size: u64, buffers: Option<&BufferPool>) -> Sink {
         let mut blocks = Vec::new();
         let mut left = len;
         while left > 0 {
             let n = left.min(block_size);
-            blocks.push(vec![0; n as usize]);
+            blocks.push(match buffers {
+                Some(pool) => pool.take(n as usize),
+                None => vec![0; n as usize],
+            });
             left -= n;
         }
         Sink {
@@ -342,7 +346,7 @@ impl Transport {
             ))));
         }
         check_content_length(&headers, total - first)?;
-        let mut sink = Sink::new(total - first, total - first);
+        let mut sink = Sink::new(total - first, total - first, None);
         self.read_body(&mut resp, &mut sink)?;
         let bytes = sink.into_blocks().pop().unwrap_or_default();
         let blocks = (first.div_ceil(block_size)..total.div_ceil(block_size))
@@ -364,8 +368,9 @@ impl Transport {
         block_size: u64,
         identity: &Identity,
         deadline: Instant,
+        buffers: &BufferPool,
     ) -> Result<(Vec<Vec<u8>>, u32), Error> {
-        let mut sink = Sink::new(range.end - range.start, block_size);
+        let mut sink = Sink::new(range.end - range.start, block_size, Some(buffers));
         let mut rounds = 0;
         let result = self.with_retries(range.clone(), deadline, &mut rounds, |t, at| {
             let from = range.start + sink.filled;
@@ -489,7 +494,7 @@ impl Transport {
                 }
                 check_content_length(&headers, last + 1)?;
                 self.remember(url);
-                let mut sink = Sink::new(last + 1, first_len);
+                let mut sink = Sink::new(last + 1, first_len, None);
                 self.read_body(&mut resp, &mut sink)?;
                 Ok(Opened {
                     identity: Identity::from_headers(total, &headers),
@@ -973,7 +978,7 @@ mod tests {
 
     #[test]
     fn a_sink_fills_block_by_block() {
-        let mut s = Sink::new(10, 4);
+        let mut s = Sink::new(10, 4, None);
         assert_eq!(s.spare().len(), 4);
         s.spare()[..3].copy_from_slice(b"abc");
         s.filled = 3;
