@@ -41,7 +41,9 @@
 //! * **A read never fetches less than it needs.** All its missing blocks are
 //!   fetched in one request per contiguous run; a run longer than twice
 //!   [`Builder::split_size`] is split into parts fetched concurrently, since
-//!   object stores cap each connection's throughput.
+//!   object stores cap each connection's throughput. A fetch never makes more
+//!   parts than [`Builder::max_concurrent_requests`], so it takes one round
+//!   trip however large it is.
 //! * **Read-ahead** is added on top when a read continues a sequential stream:
 //!   at least four reads of the stream's own size (so a stream of 2 MiB HDF5
 //!   chunks fetches 8 MiB ahead at once), doubling at each further miss up to
@@ -52,6 +54,14 @@
 //!   others wait for it.
 //! * [`RemoteFile::prefetch`] fetches the missing blocks of several ranges in
 //!   one concurrent round, for callers that know their next reads.
+//! * **Sizes fit the link** ([`Builder::link`]): the round-trip time and each
+//!   connection's throughput are measured from the responses; a sequential
+//!   stream then reads ahead at least their product (the bytes one round trip
+//!   could have carried), and on a slow link a fetch is split into smaller
+//!   parts, so that more connections share it.
+//! * [`Builder::open_tail`] fetches the end of the file beside the first block
+//!   (formats with an index at the end: HDF5 files whose metadata came last,
+//!   ZIP, Parquet).
 //!
 //! # Tuning
 //!
@@ -63,6 +73,7 @@
 //! | [`cache_capacity`](Builder::cache_capacity) | 256 MiB | holds the metadata of even very large files plus read-ahead |
 //! | [`read_ahead_min`](Builder::read_ahead_min) … [`read_ahead_max`](Builder::read_ahead_max) | 1 … 64 MiB | a sequential scan reaches large requests after a few misses (1 + 2 + 4 + 8 … MiB), and random access pays none |
 //! | [`max_concurrent_requests`](Builder::max_concurrent_requests), [`split_size`](Builder::split_size) | 4, 4 MiB | object stores cap each connection's throughput; four connections fill most links |
+//! | [`link`](Builder::link) | [`Link::Measured`] | sizes follow the link; [`Link::Ignored`] keeps request counts independent of timing |
 //!
 //! Count requests, not seconds, when tuning: [`RemoteFile::stats`] gives
 //! requests, round trips, bytes fetched and cache hits, and
