@@ -14,6 +14,8 @@
 //! round trips, bytes fetched, the over-fetch ratio and CPU time, beside the
 //! floor: for the bulk read, one request of exactly the stored bytes.
 //!
+//! The remfile phases and the floor run three times
+//! (`REMFILE_BENCH_REPEAT`); each row is the run of median wall time.
 //! `REMFILE_BENCH_LOG=1` prints the server's log of each phase's requests
 //! (connection, range, bytes, arrival and end times); `REMFILE_BENCH_ONLY`
 //! runs only the rows whose label contains it (e.g. `"30 ms, plain"`), and
@@ -70,8 +72,10 @@ fn main() {
                 let local = h5::File::open(file).unwrap();
                 stored_span(&local.dataset("acquisition/ElectricalSeries/data").unwrap())
             };
-            run(&row, &server.url, span.end - span.start);
-            floor(&row, span, &server.url);
+            for _ in 0..repeats() {
+                run(&row, &server.url, span.end - span.start);
+                floor(&row, span.clone(), &server.url);
+            }
             if name == "plain" {
                 raw_workloads(&row, &server.url);
             }
@@ -81,6 +85,7 @@ fn main() {
             if delay_ms > 0 && std::env::var("REMFILE_BENCH_PEERS").map_or(true, |v| v != "0") {
                 peers(&format!("{label}, {name}"), file, &server.url);
             }
+            print_medians();
         }
     }
 }
@@ -195,11 +200,11 @@ fn read_slice(
                 l.bytes_per_second as f64 / 1e6
             )
         });
-    println!(
+    note(format!(
         "    HDF5 made {} read and {} vector read calls; link: {link}",
         calls1.0 - calls0.0,
         calls1.1 - calls0.1
-    );
+    ));
 }
 
 /// The byte span the slice's chunks occupy in the file.
@@ -234,17 +239,23 @@ fn floor(label: &str, span: std::ops::Range<u64>, url: &str) {
         .read_to_vec()
         .unwrap();
     assert_eq!(body.len() as u64, span.end - span.start);
-    println!(
-        "{:<32} {:<9} {:>8.0} {:>5} {:>6} {:>7.1} {:>5.2} {:>7.0} {:>5}",
+    let wall = t0.elapsed();
+    emit(
         label,
         "floor",
-        t0.elapsed().as_secs_f64() * 1e3,
-        1,
-        1,
-        body.len() as f64 / 1e6,
-        1.0,
-        cpu_time().saturating_sub(cpu0).as_secs_f64() * 1e3,
-        new_connections()
+        wall,
+        format!(
+            "{:<32} {:<9} {:>8.0} {:>5} {:>6} {:>7.1} {:>5.2} {:>7.0} {:>5}",
+            label,
+            "floor",
+            wall.as_secs_f64() * 1e3,
+            1,
+            1,
+            body.len() as f64 / 1e6,
+            1.0,
+            cpu_time().saturating_sub(cpu0).as_secs_f64() * 1e3,
+            new_connections()
+        ),
     );
     print_server_log();
 }
@@ -255,17 +266,22 @@ fn report(label: &str, phase: &str, t0: Instant, cpu0: Duration, s: Stats, neede
     let over = needed.map_or("-".to_owned(), |n| {
         format!("{:.2}", s.bytes_fetched as f64 / n as f64)
     });
-    println!(
-        "{:<32} {:<9} {:>8.0} {:>5} {:>6} {:>7.1} {:>5} {:>7.0} {:>5}",
+    emit(
         label,
         phase,
-        wall.as_secs_f64() * 1e3,
-        s.requests,
-        s.round_trips,
-        s.bytes_fetched as f64 / 1e6,
-        over,
-        cpu.as_secs_f64() * 1e3,
-        new_connections()
+        wall,
+        format!(
+            "{:<32} {:<9} {:>8.0} {:>5} {:>6} {:>7.1} {:>5} {:>7.0} {:>5}",
+            label,
+            phase,
+            wall.as_secs_f64() * 1e3,
+            s.requests,
+            s.round_trips,
+            s.bytes_fetched as f64 / 1e6,
+            over,
+            cpu.as_secs_f64() * 1e3,
+            new_connections()
+        ),
     );
     print_server_log();
 }
@@ -351,19 +367,82 @@ fn download(label: &str, url: &str) {
         println!("{label:<32} curl: not available");
         return;
     }
-    println!(
-        "{:<32} {:<9} {:>8.0} {:>5} {:>6} {:>7.1} {:>5.2} {:>7.0} {:>5}",
-        format!("{label} [curl]"),
+    let wall = t0.elapsed();
+    let label = format!("{label} [curl]");
+    emit(
+        &label,
         "download",
-        t0.elapsed().as_secs_f64() * 1e3,
-        1,
-        1,
-        size as f64 / 1e6,
-        1.0,
-        children_cpu_time().saturating_sub(cpu0).as_secs_f64() * 1e3,
-        new_connections()
+        wall,
+        format!(
+            "{:<32} {:<9} {:>8.0} {:>5} {:>6} {:>7.1} {:>5.2} {:>7.0} {:>5}",
+            label,
+            "download",
+            wall.as_secs_f64() * 1e3,
+            1,
+            1,
+            size as f64 / 1e6,
+            1.0,
+            children_cpu_time().saturating_sub(cpu0).as_secs_f64() * 1e3,
+            new_connections()
+        ),
     );
     print_server_log();
+}
+
+/// How many times the remfile phases and the floor run; the table shows the
+/// run of median wall time (`REMFILE_BENCH_REPEAT`, 3 by default).
+fn repeats() -> usize {
+    std::env::var("REMFILE_BENCH_REPEAT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3)
+}
+
+/// One measured row of the table, with the lines that explain it.
+struct Row {
+    key: (String, String),
+    wall: Duration,
+    line: String,
+    notes: Vec<String>,
+}
+
+static TABLE: std::sync::Mutex<Vec<Row>> = std::sync::Mutex::new(Vec::new());
+
+fn emit(label: &str, phase: &str, wall: Duration, line: String) {
+    TABLE.lock().unwrap().push(Row {
+        key: (label.to_owned(), phase.to_owned()),
+        wall,
+        line,
+        notes: Vec::new(),
+    });
+}
+
+/// A line printed under the last row.
+fn note(text: String) {
+    match TABLE.lock().unwrap().last_mut() {
+        Some(row) => row.notes.push(text),
+        None => println!("{text}"),
+    }
+}
+
+/// Prints, for every label and phase, the run of median wall time.
+fn print_medians() {
+    let rows = std::mem::take(&mut *TABLE.lock().unwrap());
+    let mut keys: Vec<&(String, String)> = Vec::new();
+    for row in &rows {
+        if !keys.contains(&&row.key) {
+            keys.push(&row.key);
+        }
+    }
+    for key in keys {
+        let mut runs: Vec<&Row> = rows.iter().filter(|r| &r.key == key).collect();
+        runs.sort_by_key(|r| r.wall);
+        let median = runs[(runs.len() - 1) / 2];
+        println!("{}", median.line);
+        for text in &median.notes {
+            println!("{text}");
+        }
+    }
 }
 
 /// Connections the server accepted since the last call.
@@ -414,7 +493,7 @@ fn print_server_log() {
         *seen = (base, 0);
     }
     for line in log.lines().skip(seen.1) {
-        println!("    {line}");
+        note(format!("    {line}"));
     }
     seen.1 = log.lines().count();
 }
@@ -465,7 +544,7 @@ fn print_peer_line(label: &str, line: &str) {
     };
     let peer = field("peer").unwrap_or("?");
     if let Some(err) = field("error") {
-        println!("{label:<32} {peer}: {err}");
+        note(format!("{label:<32} {peer}: {err}"));
         return;
     }
     let num = |name: &str| {
@@ -473,17 +552,24 @@ fn print_peer_line(label: &str, line: &str) {
             .and_then(|v| v.parse::<f64>().ok())
             .unwrap_or(f64::NAN)
     };
-    println!(
-        "{:<32} {:<9} {:>8.0} {:>5} {:>6} {:>7.1} {:>5} {:>7.0} {:>5}",
-        format!("{label} [{peer}]"),
-        field("phase").unwrap_or("?"),
-        num("wall") * 1e3,
-        num("requests"),
-        "-",
-        num("bytes") / 1e6,
-        "-",
-        num("cpu") * 1e3,
-        num("connections")
+    let label = format!("{label} [{peer}]");
+    let phase = field("phase").unwrap_or("?");
+    emit(
+        &label,
+        phase,
+        Duration::from_secs_f64(num("wall").max(0.0)),
+        format!(
+            "{:<32} {:<9} {:>8.0} {:>5} {:>6} {:>7.1} {:>5} {:>7.0} {:>5}",
+            label,
+            phase,
+            num("wall") * 1e3,
+            num("requests"),
+            "-",
+            num("bytes") / 1e6,
+            "-",
+            num("cpu") * 1e3,
+            num("connections")
+        ),
     );
 }
 
