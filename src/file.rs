@@ -244,20 +244,82 @@ impl RemoteFile {
     /// # Ok::<(), remfile::Error>(())
     /// ```
     pub fn read_exact_at(&self, pos: u64, buf: &mut [u8]) -> Result<()> {
-        let end = pos.checked_add(buf.len() as u64);
+        self.check_within(pos, buf.len())?;
+        if !buf.is_empty() {
+            self.shared.read_into(pos, buf)?;
+        }
+        Ok(())
+    }
+
+    /// Reads several ranges at once: each `(pos, buf)` is filled exactly, as
+    /// by [`read_exact_at`](RemoteFile::read_exact_at), and all their missing
+    /// blocks are fetched together — one round trip for any number of ranges
+    /// (up to [`max_concurrent_requests`](Builder::max_concurrent_requests)
+    /// requests, neighbouring runs merged as
+    /// [`coalesce_gap`](Builder::coalesce_gap) allows). No read-ahead is added:
+    /// the caller said what it needs.
+    ///
+    /// The bytes are copied from the fetched blocks directly, so this works
+    /// with a cache smaller than the ranges (unlike [`prefetch`](RemoteFile::prefetch)
+    /// followed by reads).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::UnexpectedEof`] if any range runs past the end of the file,
+    /// before any request; otherwise as [`read_at`](RemoteFile::read_at).
+    ///
+    /// ```no_run
+    /// # let file = remfile::RemoteFile::open("https://example.com/data.h5")?;
+    /// let (mut a, mut b) = (vec![0u8; 4096], vec![0u8; 100_000]);
+    /// file.read_vectored_at(&mut [(1 << 20, &mut a[..]), (900 << 20, &mut b[..])])?;
+    /// # Ok::<(), remfile::Error>(())
+    /// ```
+    pub fn read_vectored_at(&self, reads: &mut [(u64, &mut [u8])]) -> Result<()> {
+        for (pos, buf) in reads.iter() {
+            self.check_within(*pos, buf.len())?;
+        }
+        self.shared.read_many(reads)
+    }
+
+    /// Reads the byte `ranges` at once, as [`read_vectored_at`](RemoteFile::read_vectored_at)
+    /// does, into new buffers.
+    ///
+    /// ```no_run
+    /// # let file = remfile::RemoteFile::open("https://example.com/data.h5")?;
+    /// let parts = file.read_ranges(&[0..512, 10_000_000..10_004_096])?;
+    /// assert_eq!(parts[1].len(), 4096);
+    /// # Ok::<(), remfile::Error>(())
+    /// ```
+    pub fn read_ranges(&self, ranges: &[Range<u64>]) -> Result<Vec<Vec<u8>>> {
+        let mut bufs: Vec<Vec<u8>> = Vec::with_capacity(ranges.len());
+        for r in ranges {
+            // As everywhere in Rust, a range that ends before it starts is empty.
+            let len = usize::try_from(r.end.saturating_sub(r.start)).unwrap_or(usize::MAX);
+            self.check_within(r.start, len)?;
+            bufs.push(vec![0; len]);
+        }
+        let mut reads: Vec<(u64, &mut [u8])> = ranges
+            .iter()
+            .zip(bufs.iter_mut())
+            .map(|(r, b)| (r.start, &mut b[..]))
+            .collect();
+        self.shared.read_many(&mut reads)?;
+        Ok(bufs)
+    }
+
+    /// An [`ErrorKind::UnexpectedEof`] error unless `len` bytes at `pos` lie
+    /// inside the file.
+    fn check_within(&self, pos: u64, len: usize) -> Result<()> {
+        let end = pos.checked_add(len as u64);
         if end.is_none_or(|end| end > self.len()) {
             return Err(Error::new(
                 ErrorKind::UnexpectedEof,
                 format!(
-                    "cannot read {} bytes at {pos}: the file has {} bytes",
-                    buf.len(),
+                    "cannot read {len} bytes at {pos}: the file has {} bytes",
                     self.len()
                 ),
             )
             .with_url(self.url()));
-        }
-        if !buf.is_empty() {
-            self.shared.read_into(pos, buf)?;
         }
         Ok(())
     }
@@ -357,6 +419,55 @@ impl Shared {
             self.block_size,
         );
         Counters::add(&c.bytes_read, len);
+        Ok(())
+    }
+
+    /// Fills every `(pos, buf)` (each inside the file), fetching all their
+    /// missing blocks in one round.
+    fn read_many(&self, reads: &mut [(u64, &mut [u8])]) -> Result<()> {
+        let mut needed: Vec<u64> = reads
+            .iter()
+            .filter(|(_, buf)| !buf.is_empty())
+            .flat_map(|(pos, buf)| plan::blocks_covering(*pos, buf.len() as u64, self.block_size))
+            .collect();
+        needed.sort_unstable();
+        needed.dedup();
+        let mut blocks: Vec<(u64, Block)> = Vec::with_capacity(needed.len());
+        let mut missing = Vec::new();
+        for &i in &needed {
+            match self.cache.get(&self.key, i) {
+                Some(block) => blocks.push((i, block)),
+                None => missing.push(i),
+            }
+        }
+        let c = &self.counters;
+        Counters::add(&c.cache_hits, blocks.len() as u64);
+        Counters::add(&c.cache_misses, missing.len() as u64);
+        if !missing.is_empty() {
+            let claim = self.cache.claim(&self.key, &missing, &[]);
+            blocks.extend(self.complete(claim, |_| true)?);
+            blocks.sort_unstable_by_key(|(i, _)| *i);
+        }
+        for (pos, buf) in reads.iter_mut() {
+            if buf.is_empty() {
+                continue;
+            }
+            let covering = plan::blocks_covering(*pos, buf.len() as u64, self.block_size);
+            let at = blocks.partition_point(|(i, _)| *i < covering.start);
+            let have: Vec<Option<Block>> = blocks
+                [at..at + (covering.end - covering.start) as usize]
+                .iter()
+                .map(|(_, b)| Some(b.clone()))
+                .collect();
+            copy_out(
+                &have,
+                covering.start * self.block_size,
+                *pos,
+                buf,
+                self.block_size,
+            );
+            Counters::add(&c.bytes_read, buf.len() as u64);
+        }
         Ok(())
     }
 

@@ -52,8 +52,9 @@
 //!   get none.
 //! * **Concurrent readers** of the same missing block cause one fetch: the
 //!   others wait for it.
-//! * [`RemoteFile::prefetch`] fetches the missing blocks of several ranges in
-//!   one concurrent round, for callers that know their next reads.
+//! * [`RemoteFile::read_vectored_at`] reads many ranges at once, all their
+//!   missing blocks in one round; [`RemoteFile::prefetch`] fetches them into
+//!   the cache for callers that know their next reads.
 //! * **Sizes fit the link** ([`Builder::link`]): the round-trip time and each
 //!   connection's throughput are measured from the responses; a sequential
 //!   stream then reads ahead at least their product (the bytes one round trip

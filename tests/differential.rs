@@ -39,6 +39,10 @@ enum Op {
         pos: u64,
         len: usize,
     },
+    /// Several ranges at once, with `read_vectored_at`.
+    ReadVectoredAt {
+        reads: Vec<(u64, usize)>,
+    },
     /// Replaces the other handle with a clone of this one.
     Clone {
         handle: usize,
@@ -58,7 +62,8 @@ fn op() -> impl Strategy<Value = Op> {
         (0..2usize, len.clone()).prop_map(|(handle, len)| Op::Read { handle, len }),
         (0..2usize, to).prop_map(|(handle, to)| Op::Seek { handle, to }),
         (pos.clone(), len.clone()).prop_map(|(pos, len)| Op::ReadAt { pos, len }),
-        (pos, len).prop_map(|(pos, len)| Op::ReadExactAt { pos, len }),
+        (pos.clone(), len.clone()).prop_map(|(pos, len)| Op::ReadExactAt { pos, len }),
+        proptest::collection::vec((pos, len), 0..6).prop_map(|reads| Op::ReadVectoredAt { reads }),
         (0..2usize).prop_map(|handle| Op::Clone { handle }),
     ]
 }
@@ -110,6 +115,26 @@ proptest! {
                     if pos.checked_add(len as u64).is_some_and(|end| end <= SIZE as u64) {
                         prop_assert!(got.is_ok());
                         prop_assert!(a[..] == data[pos as usize..][..len]);
+                    } else {
+                        prop_assert_eq!(got.unwrap_err().kind(), remfile::ErrorKind::UnexpectedEof);
+                    }
+                }
+                Op::ReadVectoredAt { reads } => {
+                    let mut bufs: Vec<Vec<u8>> = reads.iter().map(|&(_, len)| vec![0; len]).collect();
+                    let mut args: Vec<(u64, &mut [u8])> = reads
+                        .iter()
+                        .zip(bufs.iter_mut())
+                        .map(|(&(pos, _), b)| (pos, &mut b[..]))
+                        .collect();
+                    let got = remote[0].read_vectored_at(&mut args);
+                    let inside = reads.iter().all(|&(pos, len)| {
+                        pos.checked_add(len as u64).is_some_and(|end| end <= SIZE as u64)
+                    });
+                    if inside {
+                        prop_assert!(got.is_ok());
+                        for (&(pos, len), b) in reads.iter().zip(&bufs) {
+                            prop_assert!(b[..] == data[pos as usize..][..len]);
+                        }
                     } else {
                         prop_assert_eq!(got.unwrap_err().kind(), remfile::ErrorKind::UnexpectedEof);
                     }

@@ -309,3 +309,35 @@ fn open_url_fetches_the_superblock_and_the_tail_in_one_round() {
         describe(&h5::File::open(nwb_file()).unwrap()).unwrap()
     );
 }
+
+#[test]
+fn hdf5_1_14_reads_uncompressed_chunks_with_one_vector_read() {
+    let server = serve(nwb_file());
+    let remote = builder().open(server.url("/f.nwb")).unwrap();
+    // A chunk cache smaller than the 2 MiB chunks: they bypass it, and HDF5
+    // 1.14+ hands the driver the whole selection at once.
+    let file = h5::OpenOptions::new()
+        .chunk_cache(521, 1 << 20, 1.0)
+        .open(remote.clone())
+        .unwrap();
+    let ds = file.dataset("acquisition/ElectricalSeries/data").unwrap();
+    let rows = 100_000..180_000usize;
+    let (calls0, before) = (h5::driver_info(&file).unwrap(), remote.stats());
+    assert_eq!(read_rows(&ds, rows.clone()), expected_rows(rows));
+    let (calls, cost) = (
+        h5::driver_info(&file).unwrap(),
+        remote.stats().since(&before),
+    );
+    let vector_calls = calls.vector_calls - calls0.vector_calls;
+    eprintln!(
+        "HDF5 {:?}: {vector_calls} vector reads, {cost:?}",
+        h5::library_version()
+    );
+    if h5::library_version() >= (1, 14, 0) {
+        assert_eq!(vector_calls, 1);
+        // The chunk index, then every chunk at once.
+        assert!(cost.round_trips <= 2, "{cost:?}");
+    } else {
+        assert_eq!(vector_calls, 0, "no vector reads before 1.14");
+    }
+}

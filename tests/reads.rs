@@ -594,3 +594,51 @@ fn recycled_block_buffers_never_show_old_bytes() {
     }
     assert!(cache.weighted_size() <= 8 * MIB);
 }
+
+#[test]
+fn read_vectored_at_fetches_scattered_ranges_in_one_round() {
+    let data = test_data(64 * MIB as usize, 53);
+    let server = RangeServer::new(data.clone());
+    // A cache far smaller than the ranges: the bytes come from the fetched
+    // blocks, not from a later lookup that would miss.
+    let file = builder()
+        .cache(BlockCache::new(2 * MIB))
+        .open(server.url("/f"))
+        .unwrap();
+    let before = file.stats();
+    let wanted = [
+        40 * MIB + 5..42 * MIB + 9,
+        3 * MIB..3 * MIB + 10,
+        20 * MIB - 100..20 * MIB + 100,
+        3 * MIB + 5..3 * MIB + 6,
+        60 * MIB..60 * MIB,
+    ];
+    let got = file.read_ranges(&wanted).unwrap();
+    for (r, bytes) in wanted.iter().zip(&got) {
+        assert!(bytes[..] == data[r.start as usize..r.end as usize], "{r:?}");
+    }
+    let d = file.stats().since(&before);
+    // Blocks 40-42, 3, 19-20: three runs, no read-ahead, one round.
+    assert_eq!((d.requests, d.round_trips), (3, 1), "{d:?}");
+    assert_eq!(d.bytes_fetched, 6 * MIB);
+    assert_eq!(d.bytes_read, 2 * MIB + 4 + 10 + 200 + 1);
+
+    // Past the end: an error before any request. A range that ends before it
+    // starts is empty, as in Rust.
+    let n = server.requests();
+    let (start, end) = (5, 3);
+    let reversed = file
+        .read_ranges(std::slice::from_ref(&(start..end)))
+        .unwrap();
+    assert_eq!(reversed, [Vec::<u8>::new()]);
+    let e = file
+        .read_ranges(&[0..10, 64 * MIB - 1..64 * MIB + 1])
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::UnexpectedEof);
+    let mut buf = [0u8; 2];
+    let e = file
+        .read_vectored_at(&mut [(u64::MAX, &mut buf[..])])
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::UnexpectedEof);
+    assert_eq!(server.requests(), n);
+}
