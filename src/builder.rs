@@ -45,6 +45,7 @@ const RESERVED_HEADERS: [&str; 5] = [
 /// | [`coalesce_gap`](Builder::coalesce_gap) | the link's bandwidth-delay product, or 2 MiB |
 /// | [`link`](Builder::link) | [`Link::Measured`] |
 /// | [`open_tail`](Builder::open_tail) | 0 (off) |
+/// | [`cache_bypass`](Builder::cache_bypass) | a quarter of the cache's capacity |
 /// | [`retry_policy`](Builder::retry_policy) | [`RetryPolicy::default`] |
 /// | [`connect_timeout`](Builder::connect_timeout) | 10 s |
 /// | [`idle_timeout`](Builder::idle_timeout) | 30 s |
@@ -84,6 +85,7 @@ pub struct Builder {
     coalesce_gap: Option<u64>,
     link: Link,
     open_tail: u64,
+    cache_bypass: Option<u64>,
     retry: RetryPolicy,
     connect_timeout: Duration,
     idle_timeout: Duration,
@@ -112,6 +114,7 @@ impl Default for Builder {
             coalesce_gap: None,
             link: Link::Measured,
             open_tail: 0,
+            cache_bypass: None,
             retry: RetryPolicy::default(),
             connect_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(30),
@@ -143,6 +146,7 @@ impl fmt::Debug for Builder {
             .field("coalesce_gap", &self.coalesce_gap)
             .field("link", &self.link)
             .field("open_tail", &self.open_tail)
+            .field("cache_bypass", &self.cache_bypass)
             .field("retry", &self.retry)
             .field("connect_timeout", &self.connect_timeout)
             .field("idle_timeout", &self.idle_timeout)
@@ -285,6 +289,22 @@ impl Builder {
     /// ```
     pub fn open_tail(mut self, bytes: u64) -> Self {
         self.open_tail = bytes;
+        self
+    }
+
+    /// A read of at least `bytes`, none of whose blocks is cached, is fetched
+    /// straight into the caller's buffer (still in concurrent parts, in one
+    /// round) and not cached: a large transfer then costs neither block
+    /// buffers nor a copy out of them, and does not evict what the cache
+    /// holds. Reading those bytes again fetches them again. The default is a
+    /// quarter of the cache's capacity; `u64::MAX` caches every read.
+    ///
+    /// ```
+    /// // A download in 32 MiB pieces that should not pass through the cache.
+    /// let builder = remfile::RemoteFile::builder().cache_bypass(32 << 20);
+    /// ```
+    pub fn cache_bypass(mut self, bytes: u64) -> Self {
+        self.cache_bypass = Some(bytes);
         self
     }
 
@@ -582,6 +602,7 @@ impl Builder {
             id.size
         ));
         let ahead_max = self.read_ahead_max.min(cache.capacity() / 4);
+        let bypass_min = self.cache_bypass.unwrap_or(cache.capacity() / 4).max(1);
         let ahead_min = self.read_ahead_min.min(ahead_max);
         Ok(RemoteFile::from_parts(Parts {
             transport,
@@ -596,6 +617,7 @@ impl Builder {
             split_size: self.split_size,
             coalesce_gap: self.coalesce_gap,
             link,
+            bypass_min,
             read_timeout: self.read_timeout,
             counters,
         }))

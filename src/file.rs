@@ -83,6 +83,7 @@ pub(crate) struct Parts {
     pub split_size: u64,
     pub coalesce_gap: Option<u64>,
     pub link: Arc<LinkMeter>,
+    pub bypass_min: u64,
     pub read_timeout: Duration,
     pub counters: Arc<Counters>,
 }
@@ -98,6 +99,8 @@ struct Shared {
     split_size: u64,
     coalesce_gap: Option<u64>,
     link: Arc<LinkMeter>,
+    /// Reads at least this long, with nothing cached, skip the cache.
+    bypass_min: u64,
     read_timeout: Duration,
     counters: Arc<Counters>,
 }
@@ -157,6 +160,7 @@ impl RemoteFile {
                 split_size: p.split_size,
                 coalesce_gap: p.coalesce_gap,
                 link: p.link,
+                bypass_min: p.bypass_min,
                 read_timeout: p.read_timeout,
                 counters: p.counters,
             }),
@@ -385,6 +389,9 @@ impl Shared {
             .clone()
             .map(|i| self.cache.get(&self.key, i))
             .collect();
+        if len >= self.bypass_min && have.iter().all(Option::is_none) {
+            return self.read_direct(pos, buf);
+        }
         let missing: Vec<u64> = needed
             .clone()
             .zip(&have)
@@ -419,6 +426,50 @@ impl Shared {
             self.block_size,
         );
         Counters::add(&c.bytes_read, len);
+        Ok(())
+    }
+
+    /// Fetches the bytes at `pos` straight into `buf`, in concurrent parts of
+    /// one round, without the cache: a large transfer then costs no block
+    /// buffers, no copy out of them and no eviction of what the cache holds.
+    fn read_direct(&self, pos: u64, buf: &mut [u8]) -> Result<()> {
+        let len = buf.len() as u64;
+        // The stream goes on from here, but this read needs no read-ahead.
+        self.read_ahead.lock().on_read(pos, len, false, 0);
+        let blocks = plan::blocks_covering(pos, len, self.block_size);
+        Counters::add(&self.counters.cache_misses, blocks.end - blocks.start);
+        let min_part = self.link_sizes().min_part.saturating_mul(self.block_size);
+        let parts = plan::split(pos..pos + len, self.max_concurrency, min_part);
+        let deadline = Instant::now() + self.read_timeout;
+        let mut pieces: Vec<(Range<u64>, &mut [u8])> = Vec::with_capacity(parts.len());
+        let mut rest = buf;
+        for part in parts {
+            let (piece, after) = rest.split_at_mut((part.end - part.start) as usize);
+            pieces.push((part, piece));
+            rest = after;
+        }
+        let fetch = |(part, piece): (Range<u64>, &mut [u8])| {
+            self.transport
+                .fetch_into(part, piece, &self.identity, deadline)
+        };
+        let results: Vec<Result<u32>> = std::thread::scope(|s| {
+            let mut pieces = pieces.into_iter();
+            let first = pieces.next();
+            let handles: Vec<_> = pieces.map(|p| s.spawn(move || fetch(p))).collect();
+            let mut out: Vec<Result<u32>> = first.into_iter().map(fetch).collect();
+            out.extend(handles.into_iter().map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(Error::new(ErrorKind::Network, "a fetch thread panicked"))
+                })
+            }));
+            out
+        });
+        let rounds = results.iter().map(|r| *r.as_ref().unwrap_or(&1)).max();
+        Counters::add(&self.counters.round_trips, rounds.unwrap_or(0).into());
+        for result in results {
+            result?;
+        }
+        Counters::add(&self.counters.bytes_read, len);
         Ok(())
     }
 

@@ -44,6 +44,9 @@
 //!   object stores cap each connection's throughput. A fetch never makes more
 //!   parts than [`Builder::max_concurrent_requests`], so it takes one round
 //!   trip however large it is.
+//! * **Large reads skip the cache**: a read of at least
+//!   [`Builder::cache_bypass`] bytes (a quarter of the cache by default) with
+//!   none of its blocks cached goes straight into the caller's buffer.
 //! * **Read-ahead** is added on top when a read continues a sequential stream:
 //!   at least four reads of the stream's own size (so a stream of 2 MiB HDF5
 //!   chunks fetches 8 MiB ahead at once), doubling at each further miss up to

@@ -74,14 +74,13 @@ fn a_range_ignored_after_open_is_refused() {
     assert_eq!(e.kind(), ErrorKind::RangeNotSupported, "{e}");
 }
 
-#[test]
-fn a_body_cut_short_is_resumed_from_its_first_missing_byte() {
-    let data = Arc::new(test_data(4 * MIB as usize, 4));
+/// A server of `data` whose second answer announces the whole range, sends
+/// 100 000 bytes of it and hangs up.
+fn cutting_the_second_body_short(data: &Arc<Vec<u8>>) -> RawServer {
     let d = data.clone();
-    let server = RawServer::new(move |req, out| {
+    RawServer::new(move |req, out| {
         let (first, last) = req.range().unwrap();
         if req.n == 2 {
-            // Announce the whole range, send 100 000 bytes, hang up.
             let full = raw_206(&d, first, last);
             let head_len = full.len() - (last - first + 1) as usize;
             let _ = out.write_all(&full[..head_len + 100_000]);
@@ -89,7 +88,13 @@ fn a_body_cut_short_is_resumed_from_its_first_missing_byte() {
         }
         let _ = out.write_all(&raw_206(&d, first, last));
         After::KeepAlive
-    });
+    })
+}
+
+#[test]
+fn a_body_cut_short_is_resumed_from_its_first_missing_byte() {
+    let data = Arc::new(test_data(4 * MIB as usize, 4));
+    let server = cutting_the_second_body_short(&data);
     let file = builder().open(server.url("/f")).unwrap();
     let mut buf = vec![0; 2 * MIB as usize];
     file.read_exact_at(MIB, &mut buf).unwrap();
@@ -641,4 +646,26 @@ fn a_lying_content_length_on_200_is_refused_unread() {
     });
     let e = builder().open(server.url("/f")).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::RangeNotSupported, "{e}");
+}
+
+#[test]
+fn a_read_past_the_cache_resumes_a_body_cut_short() {
+    let data = Arc::new(test_data(8 * MIB as usize, 6));
+    let server = cutting_the_second_body_short(&data);
+    // Reads of 1 MiB or more go straight to the caller's buffer.
+    let file = builder()
+        .cache_bypass(MIB)
+        .max_concurrent_requests(1)
+        .open(server.url("/f"))
+        .unwrap();
+    let mut buf = vec![0; 3 * MIB as usize];
+    file.read_exact_at(2 * MIB + 7, &mut buf).unwrap();
+    assert!(buf == data[(2 * MIB + 7) as usize..][..buf.len()]);
+    let s = file.stats();
+    assert_eq!((s.requests, s.retries), (3, 1));
+    assert_eq!(
+        s.bytes_fetched,
+        MIB + 3 * MIB,
+        "only the missing bytes again"
+    );
 }

@@ -642,3 +642,42 @@ fn read_vectored_at_fetches_scattered_ranges_in_one_round() {
     assert_eq!(e.kind(), ErrorKind::UnexpectedEof);
     assert_eq!(server.requests(), n);
 }
+
+#[test]
+fn a_large_uncached_read_goes_straight_to_the_callers_buffer() {
+    let data = test_data(40 * MIB as usize, 59);
+    let server = RangeServer::new(data.clone());
+    let file = builder()
+        .cache_bypass(8 * MIB)
+        .open(server.url("/f"))
+        .unwrap();
+    let mut buf = vec![0u8; 20 * MIB as usize];
+    let pos = 10 * MIB + 3;
+    file.read_exact_at(pos, &mut buf).unwrap();
+    assert!(buf == data[pos as usize..][..buf.len()]);
+    let d = file.stats();
+    // Exactly the bytes asked, in four parts at once, nothing cached.
+    assert_eq!((d.requests - 1, d.round_trips - 1), (4, 1));
+    assert_eq!(d.bytes_fetched - MIB, 20 * MIB);
+    let mut ranges = server.ranges()[1..].to_vec();
+    ranges.sort_unstable();
+    let part = 5 * MIB;
+    let expected: Vec<(u64, u64)> = (0..4)
+        .map(|i| (pos + i * part, pos + (i + 1) * part - 1))
+        .collect();
+    assert_eq!(ranges, expected);
+    let n = server.requests();
+    file.read_exact_at(pos, &mut buf[..10]).unwrap();
+    assert_eq!(server.requests(), n + 1, "the bytes were not cached");
+
+    // A read whose blocks are partly cached goes through the cache.
+    let n = server.requests();
+    file.read_exact_at(pos, &mut buf).unwrap();
+    assert!(buf == data[pos as usize..][..buf.len()]);
+    let mut again = vec![0u8; MIB as usize];
+    file.read_exact_at(pos + MIB, &mut again).unwrap();
+    assert!(server.requests() > n);
+    let n = server.requests();
+    file.read_exact_at(pos + 2 * MIB, &mut again).unwrap();
+    assert_eq!(server.requests(), n, "cached this time");
+}

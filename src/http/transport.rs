@@ -105,18 +105,26 @@ pub(crate) struct Opened {
     pub first: Vec<u8>,
 }
 
-/// A destination for body bytes: consecutive buffers of `block_size` bytes
-/// (the last one shorter), filled in order, so each becomes a cache block
-/// without a copy. Bytes received survive a failed attempt, which then resumes.
-pub(crate) struct Sink {
-    block_size: usize,
-    blocks: Vec<Vec<u8>>,
+/// A destination for body bytes, filled in order: consecutive buffers of
+/// `block_size` bytes (the last one shorter), each of which becomes a cache
+/// block without a copy, or a caller's buffer. Bytes received survive a
+/// failed attempt, which then resumes.
+pub(crate) struct Sink<'a> {
+    dest: Dest<'a>,
     filled: u64,
     len: u64,
 }
 
-impl Sink {
-    pub fn new(len: u64, block_size: u64, buffers: Option<&BufferPool>) -> Sink {
+enum Dest<'a> {
+    Blocks {
+        block_size: usize,
+        blocks: Vec<Vec<u8>>,
+    },
+    Slice(&'a mut [u8]),
+}
+
+impl<'a> Sink<'a> {
+    pub fn new(len: u64, block_size: u64, buffers: Option<&BufferPool>) -> Sink<'a> {
         let mut blocks = Vec::new();
         let mut left = len;
         while left > 0 {
@@ -128,25 +136,45 @@ impl Sink {
             left -= n;
         }
         Sink {
-            block_size: block_size as usize,
-            blocks,
+            dest: Dest::Blocks {
+                block_size: block_size as usize,
+                blocks,
+            },
             filled: 0,
             len,
         }
     }
 
+    /// A sink that fills `buf`.
+    pub fn over(buf: &'a mut [u8]) -> Sink<'a> {
+        Sink {
+            len: buf.len() as u64,
+            dest: Dest::Slice(buf),
+            filled: 0,
+        }
+    }
+
     fn spare(&mut self) -> &mut [u8] {
-        let at = (self.filled / self.block_size as u64) as usize;
-        let off = (self.filled % self.block_size as u64) as usize;
-        &mut self.blocks[at][off..]
+        match &mut self.dest {
+            Dest::Blocks { block_size, blocks } => {
+                let at = (self.filled / *block_size as u64) as usize;
+                let off = (self.filled % *block_size as u64) as usize;
+                &mut blocks[at][off..]
+            }
+            Dest::Slice(buf) => &mut buf[self.filled as usize..],
+        }
     }
 
     fn is_full(&self) -> bool {
         self.filled == self.len
     }
 
+    /// The filled blocks (none for a sink over a caller's buffer).
     pub fn into_blocks(self) -> Vec<Vec<u8>> {
-        self.blocks
+        match self.dest {
+            Dest::Blocks { blocks, .. } => blocks,
+            Dest::Slice(_) => Vec::new(),
+        }
     }
 }
 
@@ -381,6 +409,28 @@ impl Transport {
             .map_err(|e| e.with_url(&self.redacted).with_range(range))
     }
 
+    /// Fetches `range` straight into `buf` (of the same length), as
+    /// [`fetch`](Self::fetch) does into blocks; returns the requests made in
+    /// sequence.
+    pub fn fetch_into(
+        &self,
+        range: Range<u64>,
+        buf: &mut [u8],
+        identity: &Identity,
+        deadline: Instant,
+    ) -> Result<u32, Error> {
+        debug_assert_eq!(buf.len() as u64, range.end - range.start);
+        let mut sink = Sink::over(buf);
+        let mut rounds = 0;
+        let result = self.with_retries(range.clone(), deadline, &mut rounds, |t, at| {
+            let from = range.start + sink.filled;
+            t.try_fetch(from..range.end, identity, deadline, &mut sink, at)
+        });
+        result
+            .map(|()| rounds)
+            .map_err(|e| e.with_url(&self.redacted).with_range(range))
+    }
+
     fn with_retries<T>(
         &self,
         range: Range<u64>,
@@ -548,7 +598,7 @@ impl Transport {
         range: Range<u64>,
         identity: &Identity,
         deadline: Instant,
-        sink: &mut Sink,
+        sink: &mut Sink<'_>,
         at: Try<'_>,
     ) -> Result<(), Failure> {
         let (mut resp, url) = self.send(
@@ -784,7 +834,7 @@ impl Transport {
 
     /// Reads a body of exactly the sink's remaining length, then confirms the
     /// body ends there (which also returns the connection to the pool).
-    fn read_body(&self, resp: &mut Response<Body>, sink: &mut Sink) -> Result<(), Failure> {
+    fn read_body(&self, resp: &mut Response<Body>, sink: &mut Sink<'_>) -> Result<(), Failure> {
         let (started, from) = (Instant::now(), sink.filled);
         let waited = resp.extensions().get::<Waited>().map(|w| w.0);
         let mut reader = resp.body_mut().as_reader();
