@@ -648,18 +648,20 @@ impl Shared {
                     let sender = sender.clone();
                     let (next, stop, fetch) = (&next, &stop, &fetch);
                     s.spawn(move || {
-                        let mut rounds = 0;
+                        // The most attempts one part took: a worker that
+                        // takes several parts does not make more rounds.
+                        let mut most_attempts = 0;
                         while !stop.load(Ordering::Relaxed) {
                             let Some(part) = parts.get(next.fetch_add(1, Ordering::Relaxed)) else {
                                 break;
                             };
                             let result = fetch(part);
-                            rounds += attempts(&result);
+                            most_attempts = most_attempts.max(attempts(&result));
                             if sender.send((part, result)).is_err() {
                                 break;
                             }
                         }
-                        rounds
+                        most_attempts
                     })
                 })
                 .collect();
