@@ -60,6 +60,15 @@ impl Link {
 
 /// What is known of the link at one moment; see
 /// [`RemoteFile::link_estimate`](crate::RemoteFile::link_estimate).
+///
+/// ```no_run
+/// let file = remfile::RemoteFile::open("https://example.com/data.bin")?;
+/// if let Some(link) = file.link_estimate() {
+///     // The bytes one more round trip costs as much time as.
+///     println!("{} bytes in flight per round trip", link.bandwidth_delay_product());
+/// }
+/// # Ok::<(), remfile::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[non_exhaustive]
 pub struct LinkEstimate {

@@ -681,3 +681,18 @@ fn a_large_uncached_read_goes_straight_to_the_callers_buffer() {
     file.read_exact_at(pos + 2 * MIB, &mut again).unwrap();
     assert_eq!(server.requests(), n, "cached this time");
 }
+
+#[test]
+fn a_tail_longer_than_the_file_is_harmless() {
+    let data = test_data(300_000, 61);
+    let server = RangeServer::new(data.clone());
+    let file = builder()
+        .block_size(64 * KIB)
+        .open_tail(10 * MIB)
+        .open(server.url("/f"))
+        .unwrap();
+    let mut buf = vec![0u8; data.len()];
+    file.read_exact_at(0, &mut buf).unwrap();
+    assert!(buf == data);
+    assert_eq!(server.requests(), 2, "the tail held the whole file");
+}

@@ -262,3 +262,26 @@ fn a_url_refused_at_open_is_not_renewed() {
     assert!(e.to_string().contains("expired"), "{e}");
     assert_eq!(calls.load(Ordering::SeqCst), 0);
 }
+
+#[test]
+fn the_tail_follows_the_redirect_too() {
+    let data = test_data(4 * MIB as usize + 3, 9);
+    let server = RangeServer::new(data.clone()).with_hook(|req, r| {
+        if req.path == "/start" {
+            Reply::redirect(302, "/real/file")
+        } else {
+            r
+        }
+    });
+    let file = builder()
+        .open_tail(MIB + 3)
+        .open(server.url("/start"))
+        .unwrap();
+    let mut buf = vec![0; MIB as usize + 3];
+    file.read_exact_at(4 * MIB - MIB, &mut buf).unwrap();
+    assert!(buf == data[3 * MIB as usize..]);
+    let mut paths: Vec<String> = server.log().iter().map(|r| r.path.clone()).collect();
+    paths.sort();
+    // Both opening requests were redirected; the tail served the read.
+    assert_eq!(paths, ["/real/file", "/real/file", "/start", "/start"]);
+}
