@@ -9,10 +9,11 @@ use url::Url;
 
 use crate::cache::{BlockCache, FileKey};
 use crate::error::{Error, ErrorKind, Result};
-use crate::file::{Parts, RemoteFile};
+use crate::file::RemoteFile;
 use crate::http::{Timeouts, Transport, TransportConfig, UrlProvider};
 use crate::link::{Link, LinkMeter};
 use crate::plan::ReadAhead;
+use crate::reader::Parts;
 use crate::retry::RetryPolicy;
 use crate::stats::Counters;
 

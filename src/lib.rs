@@ -186,6 +186,7 @@ mod http;
 mod link;
 mod plan;
 mod pool;
+mod reader;
 mod retry;
 mod stats;
 
