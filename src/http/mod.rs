@@ -1,6 +1,6 @@
 //! The HTTP transport: validated range fetches, redirects, retries, where the
-//! bodies go, and the
-//! pure helpers they rest on (`Content-Range` parsing, URL redaction).
+//! bodies go, and the pure helpers they rest on (`Content-Range` parsing, URL
+//! redaction).
 
 pub(crate) mod content_range;
 mod permits;
