@@ -24,7 +24,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 fn remote(url: &str) -> Result<(), Box<dyn std::error::Error>> {
-    let file = RemoteFile::open(url)?;
+    let file = RemoteFile::builder().open_tail(1 << 20).open(url)?;
     println!(
         "{}: {} bytes, ETag {:?}",
         file.url(),
@@ -34,7 +34,14 @@ fn remote(url: &str) -> Result<(), Box<dyn std::error::Error>> {
     let mut head = vec![0u8; file.len().min(64) as usize];
     file.read_exact_at(0, &mut head)?;
     println!("first bytes: {}", hex(&head));
-    report("open + first bytes", file.stats());
+    report("open (+ the last MiB) + first bytes", file.stats());
+    if let Some(link) = file.link_estimate() {
+        println!(
+            "link: {:?} round trip, {} MB/s per connection",
+            link.round_trip,
+            link.bytes_per_second / 1_000_000
+        );
+    }
     Ok(())
 }
 
@@ -56,7 +63,20 @@ fn demo() -> Result<(), Box<dyn std::error::Error>> {
     }
     report("5 scattered 512-byte reads", file.stats().since(&before));
 
-    // One large read: all its blocks in one round trip.
+    // The same kind of reads when their positions are known in advance: all
+    // at once, in one round trip.
+    let before = file.stats();
+    let wanted = [
+        3 << 20..(3 << 20) + 512,
+        30 << 20..(30 << 20) + 512,
+        45 << 20..(45 << 20) + 4096,
+    ];
+    for (range, bytes) in wanted.iter().zip(file.read_ranges(&wanted)?) {
+        assert_eq!(bytes[..], data[range.start as usize..range.end as usize]);
+    }
+    report("3 ranges with read_ranges", file.stats().since(&before));
+
+    // One large read: all its blocks in one round trip (in parallel parts).
     let before = file.stats();
     let mut big = vec![0u8; 23_000_000];
     file.read_exact_at(10 << 20, &mut big)?;
