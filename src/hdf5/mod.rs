@@ -16,12 +16,24 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! # Round trips
+//!
+//! * [`open_url`] fetches the superblock and the file's last [`OPEN_TAIL`]
+//!   bytes at once: writers often put the root group's header and much other
+//!   metadata at the end, so opening then costs one round trip.
+//! * [`prefetch_hyperslab`] fetches every chunk a slice touches in one round
+//!   (after looking their addresses up in the chunk index), so reading the
+//!   slice costs no round trip per chunk.
+//!
 //! # Versions
 //!
 //! The driver works with HDF5 1.10, 1.12, 1.14 and 2.x: it picks the layout of
 //! HDF5's driver structures at run time from the library version. With HDF5
 //! 1.14 and later it also answers vector reads, fetching all their ranges in
-//! one round.
+//! one round ([`RemoteFile::read_vectored_at`]). HDF5 makes them for datasets
+//! without filters whose chunks are larger than its chunk cache (8 MiB by
+//! default in 2.x): [`OpenOptions::chunk_cache`] with fewer bytes than a chunk
+//! lets a whole uncompressed slice be read in one round.
 //!
 //! # Errors
 //!
