@@ -244,18 +244,14 @@ fn floor(label: &str, span: std::ops::Range<u64>, url: &str) {
         label,
         "floor",
         wall,
-        format!(
-            "{:<32} {:<9} {:>8.0} {:>5} {:>6} {:>7.1} {:>5.2} {:>7.0} {:>5}",
-            label,
-            "floor",
-            wall.as_secs_f64() * 1e3,
-            1,
-            1,
-            body.len() as f64 / 1e6,
-            1.0,
-            cpu_time().saturating_sub(cpu0).as_secs_f64() * 1e3,
-            new_connections()
-        ),
+        Cells {
+            requests: "1".into(),
+            rounds: "1".into(),
+            bytes: body.len() as f64,
+            over: "1.00".into(),
+            cpu: cpu_time().saturating_sub(cpu0),
+            conns: new_connections().to_string(),
+        },
     );
     print_server_log();
 }
@@ -270,18 +266,14 @@ fn report(label: &str, phase: &str, t0: Instant, cpu0: Duration, s: Stats, neede
         label,
         phase,
         wall,
-        format!(
-            "{:<32} {:<9} {:>8.0} {:>5} {:>6} {:>7.1} {:>5} {:>7.0} {:>5}",
-            label,
-            phase,
-            wall.as_secs_f64() * 1e3,
-            s.requests,
-            s.round_trips,
-            s.bytes_fetched as f64 / 1e6,
+        Cells {
+            requests: s.requests.to_string(),
+            rounds: s.round_trips.to_string(),
+            bytes: s.bytes_fetched as f64,
             over,
-            cpu.as_secs_f64() * 1e3,
-            new_connections()
-        ),
+            cpu,
+            conns: new_connections().to_string(),
+        },
     );
     print_server_log();
 }
@@ -379,18 +371,14 @@ fn download(label: &str, url: &str) {
         &label,
         "download",
         wall,
-        format!(
-            "{:<32} {:<9} {:>8.0} {:>5} {:>6} {:>7.1} {:>5.2} {:>7.0} {:>5}",
-            label,
-            "download",
-            wall.as_secs_f64() * 1e3,
-            PASSES,
-            PASSES,
-            (PASSES * size) as f64 / 1e6,
-            1.0,
-            children_cpu_time().saturating_sub(cpu0).as_secs_f64() * 1e3,
-            new_connections()
-        ),
+        Cells {
+            requests: PASSES.to_string(),
+            rounds: PASSES.to_string(),
+            bytes: (PASSES * size) as f64,
+            over: "1.00".into(),
+            cpu: children_cpu_time().saturating_sub(cpu0),
+            conns: new_connections().to_string(),
+        },
     );
     print_server_log();
 }
@@ -414,7 +402,29 @@ struct Row {
 
 static TABLE: std::sync::Mutex<Vec<Row>> = std::sync::Mutex::new(Vec::new());
 
-fn emit(label: &str, phase: &str, wall: Duration, line: String) {
+/// The columns of a row after its label, phase and wall time.
+struct Cells {
+    requests: String,
+    rounds: String,
+    bytes: f64,
+    over: String,
+    cpu: Duration,
+    conns: String,
+}
+
+fn emit(label: &str, phase: &str, wall: Duration, cells: Cells) {
+    let line = format!(
+        "{:<32} {:<9} {:>8.0} {:>5} {:>6} {:>7.1} {:>5} {:>7.0} {:>5}",
+        label,
+        phase,
+        wall.as_secs_f64() * 1e3,
+        cells.requests,
+        cells.rounds,
+        cells.bytes / 1e6,
+        cells.over,
+        cells.cpu.as_secs_f64() * 1e3,
+        cells.conns
+    );
     TABLE.lock().unwrap().push(Row {
         key: (label.to_owned(), phase.to_owned()),
         wall,
@@ -564,18 +574,14 @@ fn print_peer_line(label: &str, line: &str) {
         &label,
         phase,
         Duration::from_secs_f64(num("wall").max(0.0)),
-        format!(
-            "{:<32} {:<9} {:>8.0} {:>5} {:>6} {:>7.1} {:>5} {:>7.0} {:>5}",
-            label,
-            phase,
-            num("wall") * 1e3,
-            num("requests"),
-            "-",
-            num("bytes") / 1e6,
-            "-",
-            num("cpu") * 1e3,
-            num("connections")
-        ),
+        Cells {
+            requests: num("requests").to_string(),
+            rounds: "-".into(),
+            bytes: num("bytes"),
+            over: "-".into(),
+            cpu: Duration::from_secs_f64(num("cpu").max(0.0)),
+            conns: num("connections").to_string(),
+        },
     );
 }
 
