@@ -248,9 +248,6 @@ impl Transport {
         result.map_err(|e| e.with_url(&self.redacted))
     }
 
-    /// Fetches exactly `range` of the file identified by `identity` into
-    /// buffers of `block_size` bytes, retrying as the policy allows. Returns
-    /// the buffers and the number of sequential requests it took.
     /// Fetches the last `len` bytes of the file with a suffix range, once (it
     /// is an optimisation: the caller drops it on any failure), and keeps the
     /// whole blocks of `block_size` in it. Counts a request but no round trip:
@@ -286,16 +283,7 @@ impl Transport {
         }
         let headers = resp.headers().clone();
         reject_encoded(&headers)?;
-        let ContentRange::Bytes {
-            first,
-            last,
-            total: Some(total),
-        } = parse_content_range(&headers)?
-        else {
-            return Err(Failure::fatal(malformed(
-                "a suffix range answered without the file's size",
-            )));
-        };
+        let (first, last, total) = bytes_with_size(&headers)?;
         if last + 1 != total || total - first != len.min(total) {
             return Err(Failure::fatal(malformed(format!(
                 "asked for the last {len} bytes, got Content-Range bytes {first}-{last}/{total}"
@@ -318,6 +306,9 @@ impl Transport {
         })
     }
 
+    /// Fetches exactly `range` of the file identified by `identity` into
+    /// buffers of `block_size` bytes, retrying as the policy allows. Returns
+    /// the buffers and the number of sequential requests it took.
     pub fn fetch(
         &self,
         range: Range<u64>,
@@ -451,18 +442,7 @@ impl Transport {
         reject_encoded(&headers)?;
         match status {
             206 => {
-                let (first, last, total) = match parse_content_range(&headers)? {
-                    ContentRange::Bytes {
-                        first,
-                        last,
-                        total: Some(total),
-                    } => (first, last, total),
-                    _ => {
-                        return Err(Failure::fatal(malformed(
-                            "the server did not say the file's size in Content-Range",
-                        )));
-                    }
-                };
+                let (first, last, total) = bytes_with_size(&headers)?;
                 let want_last = first_len.min(total) - 1;
                 if first != 0 || last != want_last {
                     return Err(Failure::fatal(malformed(format!(
@@ -818,6 +798,21 @@ fn short_body(got: u64, announced: Option<u64>) -> Error {
         "the body ended after {got} of {} bytes",
         announced.unwrap_or(got)
     ))
+}
+
+/// The bytes a `206` carries and the file's size, from its `Content-Range`,
+/// which must give the size (the opening requests learn it from there).
+fn bytes_with_size(headers: &HeaderMap) -> Result<(u64, u64, u64), Failure> {
+    match parse_content_range(headers)? {
+        ContentRange::Bytes {
+            first,
+            last,
+            total: Some(total),
+        } => Ok((first, last, total)),
+        _ => Err(Failure::fatal(malformed(
+            "the server did not say the file's size in Content-Range",
+        ))),
+    }
 }
 
 fn parse_content_range(headers: &HeaderMap) -> Result<ContentRange, Failure> {
