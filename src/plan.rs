@@ -93,6 +93,19 @@ pub fn blocks_covering(pos: u64, len: u64, block_size: u64) -> Range<u64> {
     first..last + 1
 }
 
+/// The blocks (by index, sorted, each once) that cover all of `ranges`;
+/// empty ranges cover none.
+pub fn blocks_of(ranges: impl IntoIterator<Item = Range<u64>>, block_size: u64) -> Vec<u64> {
+    let mut blocks: Vec<u64> = ranges
+        .into_iter()
+        .filter(|r| r.end > r.start)
+        .flat_map(|r| blocks_covering(r.start, r.end - r.start, block_size))
+        .collect();
+    blocks.sort_unstable();
+    blocks.dedup();
+    blocks
+}
+
 /// Groups sorted, distinct block indices into maximal contiguous runs.
 pub fn runs(blocks: &[u64]) -> Vec<Range<u64>> {
     let mut out: Vec<Range<u64>> = Vec::new();
@@ -313,6 +326,14 @@ mod tests {
             ra.on_read((MAX_STREAMS as u64) << 30 | 10, 10, true, 0),
             MIB
         );
+    }
+
+    #[test]
+    fn blocks_of_several_ranges_are_sorted_and_distinct() {
+        let (empty_start, empty_end) = (50, 40);
+        let ranges = [25..31, 0..5, 28..29, empty_start..empty_end, 7..7];
+        assert_eq!(blocks_of(ranges, 10), [0, 2, 3]);
+        assert_eq!(blocks_of([], 10), Vec::<u64>::new());
     }
 
     #[test]

@@ -81,6 +81,7 @@ impl Shared {
             counters: p.counters,
         }
     }
+
     fn link_sizes(&self) -> plan::LinkSizes {
         let bdp = self.link.estimate().map(|e| e.bandwidth_delay_product());
         plan::link_sizes(bdp, self.block_size, self.split_size, self.coalesce_gap)
@@ -135,7 +136,8 @@ impl Shared {
             }
         }
         copy_out(
-            &have,
+            have.iter()
+                .map(|b| b.as_ref().expect("every needed block is present")),
             needed.start * self.block_size,
             pos,
             buf,
@@ -192,27 +194,14 @@ impl Shared {
     /// Fills every `(pos, buf)` (each inside the file), fetching all their
     /// missing blocks in one round.
     pub(crate) fn read_many(&self, reads: &mut [(u64, &mut [u8])]) -> Result<()> {
-        let mut needed: Vec<u64> = reads
-            .iter()
-            .filter(|(_, buf)| !buf.is_empty())
-            .flat_map(|(pos, buf)| plan::blocks_covering(*pos, buf.len() as u64, self.block_size))
-            .collect();
-        needed.sort_unstable();
-        needed.dedup();
-        let mut blocks: Vec<(u64, Block)> = Vec::with_capacity(needed.len());
-        let mut missing = Vec::new();
-        for &i in &needed {
-            match self.cache.get(&self.key, i) {
-                Some(block) => blocks.push((i, block)),
-                None => missing.push(i),
-            }
-        }
+        let ranges = reads.iter().map(|(pos, buf)| *pos..*pos + buf.len() as u64);
+        let needed = plan::blocks_of(ranges, self.block_size);
+        let (mut blocks, missing) = self.look_up(&needed);
         let c = &self.counters;
         Counters::add(&c.cache_hits, blocks.len() as u64);
         Counters::add(&c.cache_misses, missing.len() as u64);
         if !missing.is_empty() {
-            let claim = self.cache.claim(&self.key, &missing, &[]);
-            blocks.extend(self.complete(claim, |_| true)?);
+            blocks.extend(self.fetch_missing(&missing)?);
             blocks.sort_unstable_by_key(|(i, _)| *i);
         }
         for (pos, buf) in reads.iter_mut() {
@@ -221,13 +210,9 @@ impl Shared {
             }
             let covering = plan::blocks_covering(*pos, buf.len() as u64, self.block_size);
             let at = blocks.partition_point(|(i, _)| *i < covering.start);
-            let have: Vec<Option<Block>> = blocks
-                [at..at + (covering.end - covering.start) as usize]
-                .iter()
-                .map(|(_, b)| Some(b.clone()))
-                .collect();
+            let run = &blocks[at..at + (covering.end - covering.start) as usize];
             copy_out(
-                &have,
+                run.iter().map(|(_, block)| block),
                 covering.start * self.block_size,
                 *pos,
                 buf,
@@ -236,6 +221,26 @@ impl Shared {
             Counters::add(&c.bytes_read, buf.len() as u64);
         }
         Ok(())
+    }
+
+    /// The cached blocks among `needed`, and the indices of the others.
+    fn look_up(&self, needed: &[u64]) -> (Vec<(u64, Block)>, Vec<u64>) {
+        let mut found = Vec::with_capacity(needed.len());
+        let mut missing = Vec::new();
+        for &i in needed {
+            match self.cache.get(&self.key, i) {
+                Some(block) => found.push((i, block)),
+                None => missing.push(i),
+            }
+        }
+        (found, missing)
+    }
+
+    /// Fetches `missing` blocks (or waits for them, if others are fetching
+    /// them) in one round.
+    fn fetch_missing(&self, missing: &[u64]) -> Result<Vec<(u64, Block)>> {
+        let claim = self.cache.claim(&self.key, missing, &[]);
+        self.complete(claim, |_| true)
     }
 
     /// Fetches what `claim` owns and waits for what others fetch. Returns the
@@ -306,18 +311,12 @@ impl Shared {
     /// at once.
     pub(crate) fn prefetch(&self, ranges: impl IntoIterator<Item = Range<u64>>) -> Result<()> {
         let size = self.identity.size;
-        let mut blocks: Vec<u64> = ranges
+        let inside = ranges
             .into_iter()
-            .map(|r| r.start.min(size)..r.end.min(size))
-            .filter(|r| r.end > r.start)
-            .flat_map(|r| plan::blocks_covering(r.start, r.end - r.start, self.block_size))
-            .collect();
-        blocks.sort_unstable();
-        blocks.dedup();
-        blocks.retain(|&i| self.cache.get(&self.key, i).is_none());
-        if !blocks.is_empty() {
-            let claim = self.cache.claim(&self.key, &blocks, &[]);
-            self.complete(claim, |_| true)?;
+            .map(|r| r.start.min(size)..r.end.min(size));
+        let (_, missing) = self.look_up(&plan::blocks_of(inside, self.block_size));
+        if !missing.is_empty() {
+            self.fetch_missing(&missing)?;
         }
         Ok(())
     }
@@ -399,11 +398,16 @@ impl Shared {
 
 /// Copies the bytes at `pos` from consecutive blocks, the first starting at
 /// `first_start`, into `buf`.
-fn copy_out(blocks: &[Option<Block>], first_start: u64, pos: u64, buf: &mut [u8], block_size: u64) {
+fn copy_out<'a>(
+    blocks: impl IntoIterator<Item = &'a Block>,
+    first_start: u64,
+    pos: u64,
+    buf: &mut [u8],
+    block_size: u64,
+) {
     let mut written = 0usize;
     let mut skip = (pos - first_start) as usize;
     for block in blocks {
-        let block = block.as_ref().expect("every needed block is present");
         let take = (block.len() - skip).min(buf.len() - written);
         buf[written..written + take].copy_from_slice(&block[skip..skip + take]);
         written += take;
@@ -419,10 +423,10 @@ mod tests {
 
     #[test]
     fn copy_out_spans_blocks() {
-        let blocks = vec![
-            Some(Arc::new(b"abcd".to_vec())),
-            Some(Arc::new(b"efgh".to_vec())),
-            Some(Arc::new(b"ij".to_vec())),
+        let blocks = [
+            Arc::new(b"abcd".to_vec()),
+            Arc::new(b"efgh".to_vec()),
+            Arc::new(b"ij".to_vec()),
         ];
         let mut buf = [0u8; 7];
         copy_out(&blocks, 4, 6, &mut buf, 4);
