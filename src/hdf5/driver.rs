@@ -371,6 +371,29 @@ unsafe extern "C" fn get_handle(
 /// Reads `buf.len()` bytes at `addr`: bytes past the end of the file (but
 /// within the allocated space) read as zeros, as HDF5 expects.
 fn read_into(f: &DriverFile, addr: haddr_t, buf: &mut [u8]) -> Result<(), String> {
+    let size = buf.len();
+    let inside = inside_file(f, addr, buf)?;
+    if !inside.is_empty() {
+        f.reader.file.read_exact_at(addr, inside).map_err(|e| {
+            let text = format!(
+                "remote read of bytes {addr}-{} failed: {e}",
+                addr + size as u64 - 1
+            );
+            *f.reader.last_error.lock() = Some(e);
+            text
+        })?;
+    }
+    Ok(())
+}
+
+/// The part of `buf`, read at `addr`, that lies inside the file; the rest
+/// (allocated space past the end of the file, which reads as zeros) is
+/// zeroed. An error if `buf` runs past the end of allocated space.
+fn inside_file<'b>(
+    f: &DriverFile,
+    addr: haddr_t,
+    buf: &'b mut [u8],
+) -> Result<&'b mut [u8], String> {
     let size = buf.len() as u64;
     let end = addr
         .checked_add(size)
@@ -381,20 +404,10 @@ fn read_into(f: &DriverFile, addr: haddr_t, buf: &mut [u8]) -> Result<(), String
                 f.eoa
             )
         })?;
-    let len = f.reader.file.len();
-    let present = (len.min(end).saturating_sub(addr)) as usize;
-    if present > 0 {
-        f.reader
-            .file
-            .read_exact_at(addr, &mut buf[..present])
-            .map_err(|e| {
-                let text = format!("remote read of bytes {addr}-{} failed: {e}", end - 1);
-                *f.reader.last_error.lock() = Some(e);
-                text
-            })?;
-    }
-    buf[present..].fill(0);
-    Ok(())
+    let present = (f.reader.file.len().min(end).saturating_sub(addr)) as usize;
+    let (inside, beyond) = buf.split_at_mut(present);
+    beyond.fill(0);
+    Ok(inside)
 }
 
 unsafe extern "C" fn read(
@@ -461,28 +474,20 @@ unsafe extern "C" fn read_vector(
             .collect();
         // Check every entry first, then fetch all their blocks in one round
         // and copy each entry's bytes out of them.
-        let len = f.reader.file.len();
         let mut reads: Vec<(u64, &mut [u8])> = Vec::with_capacity(n);
         for (&(addr, size), &buf) in requests.iter().zip(bufs) {
             if size == 0 {
                 continue;
             }
-            let Some(end) = addr.checked_add(size as u64).filter(|&end| end <= f.eoa) else {
-                let text = format!(
-                    "vector read of {size} bytes at {addr} lies past the end of allocated space ({})",
-                    f.eoa
-                );
-                push_error(read_error(), &text);
-                return -1;
-            };
             // SAFETY: HDF5 gives a buffer of `size` bytes per entry.
             let buf = unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, size) };
-            // Allocated space past the end of the file reads as zeros.
-            let present = (len.min(end).saturating_sub(addr)) as usize;
-            let (inside, beyond) = buf.split_at_mut(present);
-            beyond.fill(0);
-            if !inside.is_empty() {
-                reads.push((addr, inside));
+            match inside_file(f, addr, buf) {
+                Ok([]) => {}
+                Ok(inside) => reads.push((addr, inside)),
+                Err(text) => {
+                    push_error(read_error(), &format!("vector {text}"));
+                    return -1;
+                }
             }
         }
         if let Err(e) = f.reader.file.read_vectored_at(&mut reads) {
