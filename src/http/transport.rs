@@ -318,14 +318,8 @@ impl Transport {
         buffers: &BufferPool,
     ) -> Result<(Vec<Vec<u8>>, u32), Error> {
         let mut sink = Sink::new(range.end - range.start, block_size, Some(buffers));
-        let mut rounds = 0;
-        let result = self.with_retries(range.clone(), deadline, &mut rounds, |t, at| {
-            let from = range.start + sink.filled;
-            t.try_fetch(from..range.end, identity, deadline, &mut sink, at)
-        });
-        result
-            .map(|()| (sink.into_blocks(), rounds))
-            .map_err(|e| e.with_url(&self.redacted).with_range(range))
+        let rounds = self.fill(range, &mut sink, identity, deadline)?;
+        Ok((sink.into_blocks(), rounds))
     }
 
     /// Fetches `range` straight into `buf` (of the same length), as
@@ -339,11 +333,22 @@ impl Transport {
         deadline: Instant,
     ) -> Result<u32, Error> {
         debug_assert_eq!(buf.len() as u64, range.end - range.start);
-        let mut sink = Sink::over(buf);
+        self.fill(range, &mut Sink::over(buf), identity, deadline)
+    }
+
+    /// Fills `sink` with `range`, retrying as the policy allows and resuming
+    /// from the first byte missing; returns the requests made in sequence.
+    fn fill(
+        &self,
+        range: Range<u64>,
+        sink: &mut Sink<'_>,
+        identity: &Identity,
+        deadline: Instant,
+    ) -> Result<u32, Error> {
         let mut rounds = 0;
         let result = self.with_retries(range.clone(), deadline, &mut rounds, |t, at| {
             let from = range.start + sink.filled;
-            t.try_fetch(from..range.end, identity, deadline, &mut sink, at)
+            t.try_fetch(from..range.end, identity, deadline, sink, at)
         });
         result
             .map(|()| rounds)
