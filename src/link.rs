@@ -176,9 +176,7 @@ impl LinkMeter {
                 // The shortest wait is the least inflated by handshakes and
                 // queues; the fastest body the least by slow start.
                 let round_trip = samples.waits.values().min()?;
-                let rate = samples.rates.values().fold(None, |best: Option<f64>, r| {
-                    Some(best.map_or(r, |b| b.max(r)))
-                })?;
+                let rate = samples.rates.values().reduce(f64::max)?;
                 Some(LinkEstimate {
                     round_trip,
                     bytes_per_second: rate as u64,
