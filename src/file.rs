@@ -6,12 +6,11 @@ use std::io::{self, Read, Seek, SeekFrom};
 use std::ops::Range;
 use std::sync::Arc;
 
-use crate::builder::Builder;
 use crate::cache::BlockCache;
+use crate::engine::Engine;
 use crate::error::{Error, ErrorKind, Result};
-
 use crate::link::LinkEstimate;
-use crate::reader::{Parts, Shared};
+use crate::options::Builder;
 use crate::stats::Stats;
 
 /// A file on an HTTP(S) server, read like a local file.
@@ -50,18 +49,10 @@ use crate::stats::Stats;
 /// println!("{:?}", file.stats());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+#[derive(Clone)]
 pub struct RemoteFile {
-    shared: Arc<Shared>,
+    engine: Arc<Engine>,
     pos: u64,
-}
-
-impl Clone for RemoteFile {
-    fn clone(&self) -> Self {
-        RemoteFile {
-            shared: Arc::clone(&self.shared),
-            pos: self.pos,
-        }
-    }
 }
 
 impl RemoteFile {
@@ -98,16 +89,16 @@ impl RemoteFile {
         Builder::default()
     }
 
-    pub(crate) fn from_parts(p: Parts) -> RemoteFile {
+    pub(crate) fn new(engine: Engine) -> RemoteFile {
         RemoteFile {
-            shared: Arc::new(Shared::new(p)),
+            engine: Arc::new(engine),
             pos: 0,
         }
     }
 
     /// The file's size in bytes, as the server reported it at open.
     pub fn len(&self) -> u64 {
-        self.shared.identity.size
+        self.engine.identity().size
     }
 
     /// Whether the file is empty.
@@ -118,34 +109,34 @@ impl RemoteFile {
     /// The URL given at open, without its query string, fragment or
     /// credentials (fit for logs).
     pub fn url(&self) -> &str {
-        self.shared.transport.redacted_url()
+        self.engine.redacted_url()
     }
 
     /// The `ETag` the server sent at open, if any. With a strong ETag every
     /// request carries `If-Match`; in every case a response with another ETag
     /// fails with [`ErrorKind::RemoteChanged`].
     pub fn etag(&self) -> Option<&str> {
-        self.shared.identity.etag.as_deref()
+        self.engine.identity().etag.as_deref()
     }
 
     /// The `Last-Modified` date the server sent at open, if any.
     pub fn last_modified(&self) -> Option<&str> {
-        self.shared.identity.last_modified.as_deref()
+        self.engine.identity().last_modified.as_deref()
     }
 
     /// The block size in bytes.
     pub fn block_size(&self) -> u64 {
-        self.shared.block_size
+        self.engine.block_size()
     }
 
     /// The cache this file reads through (possibly shared with other files).
     pub fn cache(&self) -> &BlockCache {
-        &self.shared.cache
+        self.engine.cache()
     }
 
     /// The counters of this file and all its clones.
     pub fn stats(&self) -> Stats {
-        self.shared.counters.snapshot()
+        self.engine.stats()
     }
 
     /// Reads up to `buf.len()` bytes at `pos`; returns how many were read.
@@ -167,7 +158,7 @@ impl RemoteFile {
         let len = buf
             .len()
             .min(usize::try_from(size - pos).unwrap_or(usize::MAX));
-        self.shared.read_into(pos, &mut buf[..len])?;
+        self.engine.read_into(pos, &mut buf[..len])?;
         Ok(len)
     }
 
@@ -187,7 +178,7 @@ impl RemoteFile {
     pub fn read_exact_at(&self, pos: u64, buf: &mut [u8]) -> Result<()> {
         self.check_within(pos, buf.len())?;
         if !buf.is_empty() {
-            self.shared.read_into(pos, buf)?;
+            self.engine.read_into(pos, buf)?;
         }
         Ok(())
     }
@@ -219,7 +210,7 @@ impl RemoteFile {
         for (pos, buf) in reads.iter() {
             self.check_within(*pos, buf.len())?;
         }
-        self.shared.read_many(reads)
+        self.engine.read_many(reads)
     }
 
     /// Reads the byte `ranges` at once, as [`read_vectored_at`](RemoteFile::read_vectored_at)
@@ -244,7 +235,7 @@ impl RemoteFile {
             .zip(bufs.iter_mut())
             .map(|(r, b)| (r.start, &mut b[..]))
             .collect();
-        self.shared.read_many(&mut reads)?;
+        self.engine.read_many(&mut reads)?;
         Ok(bufs)
     }
 
@@ -283,7 +274,7 @@ impl RemoteFile {
     /// # Ok::<(), remfile::Error>(())
     /// ```
     pub fn prefetch(&self, ranges: impl IntoIterator<Item = Range<u64>>) -> Result<()> {
-        self.shared.prefetch(ranges)
+        self.engine.prefetch(ranges)
     }
 
     /// What is known of the link to the server (see [`Builder::link`]):
@@ -297,7 +288,7 @@ impl RemoteFile {
     /// # Ok::<(), remfile::Error>(())
     /// ```
     pub fn link_estimate(&self) -> Option<LinkEstimate> {
-        self.shared.link.estimate()
+        self.engine.link_estimate()
     }
 }
 
@@ -307,7 +298,7 @@ impl fmt::Debug for RemoteFile {
             .field("url", &self.url())
             .field("len", &self.len())
             .field("etag", &self.etag())
-            .field("block_size", &self.shared.block_size)
+            .field("block_size", &self.engine.block_size())
             .field("position", &self.pos)
             .finish()
     }

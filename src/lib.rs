@@ -162,6 +162,7 @@
 //!   CMake 3.26 or later).
 
 #![deny(missing_docs)]
+#![deny(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 // Lets the shared test support (written against the public API) build inside
@@ -172,30 +173,32 @@ extern crate self as remfile;
 #[path = "../tests/support/mod.rs"]
 mod test_support;
 
-mod builder;
 mod cache;
+mod engine;
 mod error;
+mod fanout;
 mod file;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
+// The one module with unsafe code: HDF5's C interface.
 #[cfg(feature = "hdf5")]
 #[cfg_attr(docsrs, doc(cfg(feature = "hdf5")))]
+#[allow(unsafe_code)]
 pub mod hdf5;
 mod http;
 mod link;
+mod open;
+mod options;
 mod plan;
-mod pool;
-mod reader;
-mod retry;
 mod stats;
 
-pub use builder::{Builder, MAX_BLOCK_SIZE};
 pub use cache::BlockCache;
 pub use error::{Error, ErrorKind, Result};
 pub use file::RemoteFile;
+pub use http::RetryPolicy;
 pub use link::{Link, LinkEstimate};
-pub use retry::RetryPolicy;
+pub use options::{Builder, MAX_BLOCK_SIZE};
 pub use stats::Stats;
 
 /// The README's examples, compiled as doc tests (they use every feature).

@@ -93,6 +93,12 @@ pub fn blocks_covering(pos: u64, len: u64, block_size: u64) -> Range<u64> {
     first..last + 1
 }
 
+/// The blocks that lie wholly inside `bytes`, a range that runs to the end
+/// of the file (so the file's last block, however short, is whole).
+pub fn blocks_within(bytes: Range<u64>, block_size: u64) -> Range<u64> {
+    bytes.start.div_ceil(block_size)..bytes.end.div_ceil(block_size)
+}
+
 /// The blocks (by index, sorted, each once) that cover all of `ranges`;
 /// empty ranges cover none.
 pub fn blocks_of(ranges: impl IntoIterator<Item = Range<u64>>, block_size: u64) -> Vec<u64> {
@@ -251,6 +257,14 @@ mod tests {
     use proptest::prelude::*;
 
     const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn blocks_within_a_tail_are_whole() {
+        assert_eq!(blocks_within(3..10, 4), 1..3);
+        assert_eq!(blocks_within(4..10, 4), 1..3);
+        assert_eq!(blocks_within(9..10, 4), 3..3, "a partial block is left");
+        assert_eq!(blocks_within(0..8, 4), 0..2);
+    }
 
     #[test]
     fn sequential_misses_double_the_window_up_to_the_maximum() {

@@ -1,11 +1,190 @@
-//! The HTTP transport: validated range fetches, redirects, retries, where the
-//! bodies go, and the pure helpers they rest on (`Content-Range` parsing, URL
-//! redaction).
+//! The HTTP transport: it speaks bytes only. It opens a file (its size,
+//! validators and first bytes, in one request), fetches its tail, and fetches
+//! a byte range of it into a [`Sink`]; every answer is validated, redirects,
+//! retries and timeouts are handled. What the bytes are for (blocks, a cache)
+//! is the engine's business.
+//!
+//! | module | its one job |
+//! |---|---|
+//! | `request` | one `GET`, following redirects hop by hop |
+//! | `response` | what a `206`, `200` or `416` must say to be believed; reading a body |
+//! | `retry` | the retry policy and loop: backoff, `Retry-After`, re-resolving, renewal |
+//! | `classify` | ureq's failures in the crate's terms |
+//! | `header` | header names the crate owns, and reading response headers |
+//! | `agent` | the ureq agent: connection pool, proxy, TLS roots |
+//! | `content_range`, `redact`, `permits`, `sink` | pure parsing, URLs fit to print, the connection bound, body destinations |
+//!
+//! Everything that touches `ureq` lives here.
 
+mod agent;
+mod classify;
 pub(crate) mod content_range;
+pub(crate) mod header;
 mod permits;
 pub(crate) mod redact;
-pub(crate) mod sink;
-mod transport;
+mod request;
+mod response;
+mod retry;
+mod sink;
 
-pub(crate) use transport::{Identity, Timeouts, Transport, TransportConfig, UrlProvider};
+use std::ops::Range;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use parking_lot::RwLock;
+use ureq::Agent;
+use url::Url;
+
+use self::permits::Permits;
+use self::redact::redact;
+use self::request::Want;
+use self::retry::Try;
+use crate::error::Error;
+use crate::link::LinkMeter;
+use crate::stats::Counters;
+
+pub(crate) use self::agent::{AgentSettings, agent};
+pub(crate) use self::response::{Identity, Opened, Tail};
+pub use self::retry::RetryPolicy;
+pub(crate) use self::sink::Sink;
+
+/// The timeouts of the transport; see the builder for their meaning.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timeouts {
+    pub connect: Duration,
+    pub idle: Duration,
+    pub per_read: Duration,
+}
+
+/// Gives a fresh URL for the same file, such as a newly signed one.
+pub(crate) type UrlProvider =
+    dyn Fn() -> Result<String, Box<dyn std::error::Error + Send + Sync>> + Send + Sync;
+
+/// The settings [`Transport::new`] takes.
+pub(crate) struct TransportConfig {
+    pub agent: Agent,
+    pub headers: Vec<(String, String)>,
+    pub user_agent: String,
+    pub timeouts: Timeouts,
+    pub retry: RetryPolicy,
+    pub https_only: bool,
+    pub max_redirects: u32,
+    pub max_connections: usize,
+    pub url_provider: Option<Arc<UrlProvider>>,
+    pub link: Arc<LinkMeter>,
+}
+
+/// Everything needed to send requests for one file.
+pub(crate) struct Transport {
+    agent: Agent,
+    /// The URL given at open, or the last one the URL provider gave.
+    original: RwLock<Url>,
+    redacted: String,
+    /// Where requests go: the original URL, or where it last redirected to.
+    target: RwLock<Url>,
+    headers: Vec<(String, String)>,
+    user_agent: String,
+    timeouts: Timeouts,
+    retry: RetryPolicy,
+    https_only: bool,
+    max_redirects: u32,
+    url_provider: Option<Arc<UrlProvider>>,
+    /// Whether the file was opened: only a URL that worked may be renewed.
+    opened: AtomicBool,
+    /// Bounds the requests in flight, and so the connections open.
+    permits: Permits,
+    counters: Arc<Counters>,
+    link: Arc<LinkMeter>,
+}
+
+impl Transport {
+    pub fn new(url: Url, config: TransportConfig, counters: Arc<Counters>) -> Transport {
+        Transport {
+            agent: config.agent,
+            redacted: redact(&url),
+            target: RwLock::new(url.clone()),
+            original: RwLock::new(url),
+            headers: config.headers,
+            user_agent: config.user_agent,
+            timeouts: config.timeouts,
+            retry: config.retry,
+            https_only: config.https_only,
+            max_redirects: config.max_redirects,
+            permits: Permits::new(config.max_connections),
+            link: config.link,
+            url_provider: config.url_provider,
+            opened: AtomicBool::new(false),
+            counters,
+        }
+    }
+
+    /// The original URL, redacted.
+    pub fn redacted_url(&self) -> &str {
+        &self.redacted
+    }
+
+    /// Learns the size and validators and fetches the first `first_len` bytes,
+    /// in one request: `Range: bytes=0-{first_len-1}`.
+    pub fn open(&self, first_len: u64) -> Result<Opened, Error> {
+        let deadline = Instant::now() + self.timeouts.per_read;
+        let mut rounds = 0;
+        let result = self.with_retries(0..first_len, deadline, &mut rounds, |t, at| {
+            let (resp, url) = t.send(Want::Bytes(0..first_len), None, deadline, at)?;
+            t.open_response(resp, url, first_len)
+        });
+        Counters::add(&self.counters.round_trips, rounds.into());
+        if result.is_ok() {
+            self.opened.store(true, Relaxed);
+        }
+        result.map_err(|e| e.with_url(&self.redacted))
+    }
+
+    /// Fetches the last `len` bytes of the file with a suffix range, once (it
+    /// is an optimisation: the caller drops it on any failure). Counts a
+    /// request but no round trip: it runs beside [`open`](Self::open).
+    pub fn tail(&self, len: u64) -> Result<Tail, Error> {
+        let deadline = Instant::now() + self.timeouts.per_read;
+        let permit = self.permits.acquire(deadline)?;
+        let mut rounds = 0;
+        let at = Try {
+            number: 1,
+            rounds: &mut rounds,
+        };
+        let result = self
+            .send(Want::Last(len), None, deadline, at)
+            .and_then(|(resp, _)| self.tail_response(resp, len));
+        drop(permit);
+        result.map_err(|f| f.error.with_url(&self.redacted))
+    }
+
+    /// Fills `sink` with exactly `range` of the file identified by
+    /// `identity`, retrying as the policy allows and resuming from the first
+    /// byte missing. Returns the requests made in sequence.
+    pub fn fetch(
+        &self,
+        range: Range<u64>,
+        sink: &mut Sink<'_>,
+        identity: &Identity,
+        deadline: Instant,
+    ) -> Result<u32, Error> {
+        debug_assert_eq!(sink.len(), range.end - range.start);
+        let mut rounds = 0;
+        let result = self.with_retries(range.clone(), deadline, &mut rounds, |t, at| {
+            let rest = range.start + sink.filled()..range.end;
+            let if_match = identity.strong_etag();
+            let (resp, url) = t.send(Want::Bytes(rest.clone()), if_match, deadline, at)?;
+            t.fetch_response(resp, url, &rest, identity, sink)
+        });
+        result
+            .map(|()| rounds)
+            .map_err(|e| e.with_url(&self.redacted).with_range(range))
+    }
+
+    /// Sends later requests straight to `url`, where the original redirected.
+    fn remember(&self, url: Url) {
+        if *self.target.read() != url {
+            *self.target.write() = url;
+        }
+    }
+}

@@ -1,44 +1,28 @@
-//! Where a response body goes: cache blocks, or a caller's buffer.
+//! Where a response body goes: a caller's buffers, filled in order.
 
-use crate::pool::BufferPool;
-
-/// A destination for body bytes, filled in order: consecutive buffers of
-/// `block_size` bytes (the last one shorter), each of which becomes a cache
-/// block without a copy, or a caller's buffer. Bytes received survive a
-/// failed attempt, which then resumes.
+/// A destination for the bytes of one range: consecutive buffers (cache
+/// blocks, or a caller's one buffer) filled in order, so each buffer holds
+/// its part of the range without a copy. Bytes received survive a failed
+/// attempt, which then resumes from the first missing one.
 pub(crate) struct Sink<'a> {
-    dest: Dest<'a>,
+    bufs: Vec<&'a mut [u8]>,
+    /// The buffer being filled, and how far.
+    at: usize,
+    offset: usize,
     /// How many bytes have arrived.
-    pub filled: u64,
+    filled: u64,
     /// How many bytes are expected.
-    pub len: u64,
-}
-
-enum Dest<'a> {
-    Blocks {
-        block_size: usize,
-        blocks: Vec<Vec<u8>>,
-    },
-    Slice(&'a mut [u8]),
+    len: u64,
 }
 
 impl<'a> Sink<'a> {
-    pub fn new(len: u64, block_size: u64, buffers: Option<&BufferPool>) -> Sink<'a> {
-        let mut blocks = Vec::new();
-        let mut left = len;
-        while left > 0 {
-            let n = left.min(block_size);
-            blocks.push(match buffers {
-                Some(pool) => pool.take(n as usize),
-                None => vec![0; n as usize],
-            });
-            left -= n;
-        }
+    /// A sink that fills `bufs`, one after the other.
+    pub fn new(bufs: Vec<&'a mut [u8]>) -> Sink<'a> {
+        let len = bufs.iter().map(|b| b.len() as u64).sum();
         Sink {
-            dest: Dest::Blocks {
-                block_size: block_size as usize,
-                blocks,
-            },
+            bufs,
+            at: 0,
+            offset: 0,
             filled: 0,
             len,
         }
@@ -46,35 +30,39 @@ impl<'a> Sink<'a> {
 
     /// A sink that fills `buf`.
     pub fn over(buf: &'a mut [u8]) -> Sink<'a> {
-        Sink {
-            len: buf.len() as u64,
-            dest: Dest::Slice(buf),
-            filled: 0,
+        Sink::new(vec![buf])
+    }
+
+    /// Where the next bytes go: empty once the sink is full.
+    pub fn spare(&mut self) -> &mut [u8] {
+        while self.at < self.bufs.len() && self.offset == self.bufs[self.at].len() {
+            self.at += 1;
+            self.offset = 0;
+        }
+        match self.bufs.get_mut(self.at) {
+            Some(buf) => &mut buf[self.offset..],
+            None => &mut [],
         }
     }
 
-    /// Where the next bytes go.
-    pub fn spare(&mut self) -> &mut [u8] {
-        match &mut self.dest {
-            Dest::Blocks { block_size, blocks } => {
-                let at = (self.filled / *block_size as u64) as usize;
-                let off = (self.filled % *block_size as u64) as usize;
-                &mut blocks[at][off..]
-            }
-            Dest::Slice(buf) => &mut buf[self.filled as usize..],
-        }
+    /// Records that `n` bytes were written at the start of [`spare`](Self::spare).
+    pub fn advance(&mut self, n: usize) {
+        self.offset += n;
+        self.filled += n as u64;
+    }
+
+    /// How many bytes have arrived.
+    pub fn filled(&self) -> u64 {
+        self.filled
+    }
+
+    /// How many bytes the sink takes in all.
+    pub fn len(&self) -> u64 {
+        self.len
     }
 
     pub fn is_full(&self) -> bool {
         self.filled == self.len
-    }
-
-    /// The filled blocks (none for a sink over a caller's buffer).
-    pub fn into_blocks(self) -> Vec<Vec<u8>> {
-        match self.dest {
-            Dest::Blocks { blocks, .. } => blocks,
-            Dest::Slice(_) => Vec::new(),
-        }
     }
 }
 
@@ -83,21 +71,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_sink_fills_block_by_block() {
-        let mut s = Sink::new(10, 4, None);
+    fn a_sink_fills_its_buffers_in_order() {
+        let (mut a, mut b, mut c) = ([0u8; 4], [0u8; 4], [0u8; 2]);
+        let mut s = Sink::new(vec![&mut a, &mut b, &mut c]);
+        assert_eq!(s.len(), 10);
         assert_eq!(s.spare().len(), 4);
         s.spare()[..3].copy_from_slice(b"abc");
-        s.filled = 3;
+        s.advance(3);
         assert_eq!(s.spare().len(), 1);
         s.spare()[0] = b'd';
-        s.filled = 4;
+        s.advance(1);
         assert_eq!(s.spare().len(), 4);
-        s.filled = 8;
+        s.spare().copy_from_slice(b"efgh");
+        s.advance(4);
         assert_eq!(s.spare().len(), 2);
-        s.filled = 10;
+        s.spare().copy_from_slice(b"ij");
+        s.advance(2);
         assert!(s.is_full());
-        let blocks = s.into_blocks();
-        assert_eq!(blocks.iter().map(Vec::len).collect::<Vec<_>>(), [4, 4, 2]);
-        assert_eq!(&blocks[0], b"abcd");
+        assert_eq!(s.filled(), 10);
+        assert!(s.spare().is_empty());
+        assert_eq!((&a, &b, &c), (b"abcd", b"efgh", b"ij"));
+    }
+
+    #[test]
+    fn empty_buffers_are_skipped() {
+        let (mut a, mut b) = ([0u8; 0], [0u8; 3]);
+        let mut s = Sink::new(vec![&mut a, &mut b]);
+        assert_eq!(s.spare().len(), 3);
     }
 }

@@ -1,36 +1,23 @@
-//! Options for opening files, with their defaults.
+//! The options for opening files, as data: their defaults, their setters and
+//! their checks. No I/O: [`Builder::open`] hands them to the open sequence.
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use ureq::Agent;
-use url::Url;
 
-use crate::cache::{BlockCache, FileKey};
+use crate::cache::BlockCache;
 use crate::error::{Error, ErrorKind, Result};
 use crate::file::RemoteFile;
-use crate::http::{Timeouts, Transport, TransportConfig, UrlProvider};
-use crate::link::{Link, LinkMeter};
-use crate::plan::ReadAhead;
-use crate::reader::Parts;
-use crate::retry::RetryPolicy;
-use crate::stats::Counters;
+use crate::http::{RetryPolicy, UrlProvider, header};
+use crate::link::Link;
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
 
 /// The largest block size accepted.
 pub const MAX_BLOCK_SIZE: u64 = 256 * MIB;
-
-/// Headers the crate sets itself, which a caller may not override.
-const RESERVED_HEADERS: [&str; 5] = [
-    "range",
-    "accept-encoding",
-    "if-match",
-    "host",
-    "content-length",
-];
 
 /// Options for opening a [`RemoteFile`]: reusable (it can open many files) and
 /// cheap to clone.
@@ -75,30 +62,30 @@ const RESERVED_HEADERS: [&str; 5] = [
 /// ```
 #[derive(Clone)]
 pub struct Builder {
-    block_size: u64,
-    cache_capacity: u64,
-    cache: Option<BlockCache>,
-    read_ahead_min: u64,
-    read_ahead_max: u64,
-    max_concurrent_requests: u64,
-    max_connections: u64,
-    split_size: u64,
-    coalesce_gap: Option<u64>,
-    link: Link,
-    open_tail: u64,
-    cache_bypass: Option<u64>,
-    retry: RetryPolicy,
-    connect_timeout: Duration,
-    idle_timeout: Duration,
-    read_timeout: Duration,
-    max_redirects: u32,
-    headers: Vec<(String, String)>,
-    user_agent: String,
-    agent: Option<Agent>,
-    proxy_from_env: bool,
-    https_only: bool,
-    url_provider: Option<Arc<UrlProvider>>,
-    extra_roots: Vec<Vec<u8>>,
+    pub(crate) block_size: u64,
+    pub(crate) cache_capacity: u64,
+    pub(crate) cache: Option<BlockCache>,
+    pub(crate) read_ahead_min: u64,
+    pub(crate) read_ahead_max: u64,
+    pub(crate) max_concurrent_requests: u64,
+    pub(crate) max_connections: u64,
+    pub(crate) split_size: u64,
+    pub(crate) coalesce_gap: Option<u64>,
+    pub(crate) link: Link,
+    pub(crate) open_tail: u64,
+    pub(crate) cache_bypass: Option<u64>,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
+    pub(crate) read_timeout: Duration,
+    pub(crate) max_redirects: u32,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) user_agent: String,
+    pub(crate) agent: Option<Agent>,
+    pub(crate) proxy_from_env: bool,
+    pub(crate) https_only: bool,
+    pub(crate) url_provider: Option<Arc<UrlProvider>>,
+    pub(crate) extra_roots: Vec<Vec<u8>>,
 }
 
 impl Default for Builder {
@@ -278,7 +265,7 @@ impl Builder {
     /// fetches. It is an optimisation only: if that request fails, or its
     /// answer does not match the first one (size, ETag, `Last-Modified`), it
     /// is dropped and the open goes on. `0` (the default) sends no such
-    /// request. [`hdf5::open_url`](crate::hdf5::open_url) uses 1 MiB.
+    /// request. `remfile::hdf5::open_url` (feature `hdf5`) uses 1 MiB.
     ///
     /// ```no_run
     /// let file = remfile::RemoteFile::builder()
@@ -428,7 +415,8 @@ impl Builder {
         self
     }
 
-    fn validate(&self) -> Result<()> {
+    /// Checks every option; the first one out of range is the error.
+    pub(crate) fn validate(&self) -> Result<()> {
         let bad = |what: String| Err(Error::new(ErrorKind::InvalidConfig, what));
         if self.block_size == 0 || self.block_size > MAX_BLOCK_SIZE {
             return bad(format!(
@@ -461,79 +449,14 @@ impl Builder {
             }
         }
         for (name, value) in &self.headers {
-            if ureq::http::HeaderName::try_from(name.as_str()).is_err() {
-                return bad(format!("invalid header name {name:?}"));
-            }
-            if ureq::http::HeaderValue::try_from(value.as_str()).is_err() {
-                return bad(format!("invalid value for header {name:?}"));
-            }
-            if RESERVED_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
-                return bad(format!("header {name:?} is set by remfile itself"));
+            if let Some(why) = header::refuse_user_header(name, value) {
+                return bad(why);
             }
         }
-        if ureq::http::HeaderValue::try_from(self.user_agent.as_str()).is_err() {
+        if !header::is_valid_value(&self.user_agent) {
             return bad("invalid user agent".into());
         }
         Ok(())
-    }
-
-    /// The root store: the Mozilla roots plus the extra ones, if any.
-    fn root_certs(&self) -> Result<Option<ureq::tls::RootCerts>> {
-        if self.extra_roots.is_empty() {
-            return Ok(None);
-        }
-        let mut roots: Vec<ureq::tls::Certificate<'static>> =
-            webpki_root_certs::TLS_SERVER_ROOT_CERTS
-                .iter()
-                .map(|der| ureq::tls::Certificate::from_der(der.as_ref()).to_owned())
-                .collect();
-        for pem in &self.extra_roots {
-            let before = roots.len();
-            for item in ureq::tls::parse_pem(pem) {
-                match item {
-                    Ok(ureq::tls::PemItem::Certificate(cert)) => roots.push(cert),
-                    Ok(_) => {}
-                    Err(_) => {
-                        return Err(Error::new(
-                            ErrorKind::InvalidConfig,
-                            "add_root_certificates: the PEM data could not be parsed",
-                        ));
-                    }
-                }
-            }
-            if roots.len() == before {
-                return Err(Error::new(
-                    ErrorKind::InvalidConfig,
-                    "add_root_certificates: no certificate in the PEM data",
-                ));
-            }
-        }
-        Ok(Some(ureq::tls::RootCerts::new_with_certs(&roots)))
-    }
-
-    fn make_agent(&self) -> Result<Agent> {
-        if let Some(agent) = &self.agent {
-            if !self.extra_roots.is_empty() {
-                return Err(Error::new(
-                    ErrorKind::InvalidConfig,
-                    "add_root_certificates cannot change a caller-supplied agent: configure its roots instead",
-                ));
-            }
-            return Ok(agent.clone());
-        }
-        let proxy = if self.proxy_from_env {
-            ureq::Proxy::try_from_env()
-        } else {
-            None
-        };
-        let mut config = Agent::config_builder()
-            .proxy(proxy)
-            .max_idle_connections_per_host(self.max_connections as usize)
-            .max_idle_connections(100);
-        if let Some(roots) = self.root_certs()? {
-            config = config.tls_config(ureq::tls::TlsConfig::builder().root_certs(roots).build());
-        }
-        Ok(config.build().new_agent())
     }
 
     /// Opens the file at `url`: one request, which learns its size and
@@ -545,109 +468,8 @@ impl Builder {
     /// [`ErrorKind::InvalidUrl`] for a URL that is not `http(s)`, and the
     /// errors of a read (see [`RemoteFile::open`]).
     pub fn open(&self, url: impl AsRef<str>) -> Result<RemoteFile> {
-        self.validate()?;
-        let url = parse_url(url.as_ref(), self.https_only)?;
-        let counters = Arc::new(Counters::default());
-        let link = Arc::new(LinkMeter::new(self.link));
-        let transport = Transport::new(
-            url.clone(),
-            TransportConfig {
-                agent: self.make_agent()?,
-                headers: self.headers.clone(),
-                user_agent: self.user_agent.clone(),
-                timeouts: Timeouts {
-                    connect: self.connect_timeout,
-                    idle: self.idle_timeout,
-                    per_read: self.read_timeout,
-                },
-                retry: self.retry,
-                https_only: self.https_only,
-                max_redirects: self.max_redirects,
-                max_connections: self.max_connections as usize,
-                url_provider: self.url_provider.clone(),
-                link: link.clone(),
-            },
-            counters.clone(),
-        );
-        let (opened, tail) = if self.open_tail == 0 {
-            (transport.open(self.block_size), None)
-        } else {
-            std::thread::scope(|s| {
-                let tail = s.spawn(|| transport.tail(self.open_tail, self.block_size));
-                let opened = transport.open(self.block_size);
-                (opened, tail.join().ok())
-            })
-        };
-        let opened = opened?;
-        let tail_blocks = match tail {
-            Some(Ok(tail)) if tail.identity == opened.identity => tail.blocks,
-            Some(Ok(_)) => {
-                tracing::debug!(url = %transport.redacted_url(), "the file's tail does not match its head; dropped");
-                Vec::new()
-            }
-            Some(Err(e)) => {
-                tracing::debug!(error = %e, "fetching the file's tail failed; dropped");
-                Vec::new()
-            }
-            None => Vec::new(),
-        };
-        let cache = self
-            .cache
-            .clone()
-            .unwrap_or_else(|| BlockCache::new(self.cache_capacity));
-        let id = &opened.identity;
-        let key: FileKey = cache.file_key(&format!(
-            "{url}\n{}\n{}\n{}",
-            id.etag.as_deref().unwrap_or(""),
-            id.last_modified.as_deref().unwrap_or(""),
-            id.size
-        ));
-        let ahead_max = self.read_ahead_max.min(cache.capacity() / 4);
-        let bypass_min = self.cache_bypass.unwrap_or(cache.capacity() / 4).max(1);
-        let ahead_min = self.read_ahead_min.min(ahead_max);
-        Ok(RemoteFile::from_parts(Parts {
-            transport,
-            identity: opened.identity,
-            first_block: opened.first,
-            tail_blocks,
-            cache,
-            key,
-            block_size: self.block_size,
-            read_ahead: ReadAhead::new(ahead_min, ahead_max),
-            max_concurrency: self.max_concurrent_requests,
-            split_size: self.split_size,
-            coalesce_gap: self.coalesce_gap,
-            link,
-            bypass_min,
-            read_timeout: self.read_timeout,
-            counters,
-        }))
+        crate::open::open(self, url.as_ref())
     }
-}
-
-fn parse_url(text: &str, https_only: bool) -> Result<Url> {
-    let url = Url::parse(text)
-        .map_err(|e| Error::new(ErrorKind::InvalidUrl, format!("invalid URL: {e}")))?;
-    match url.scheme() {
-        "https" => {}
-        "http" if !https_only => {}
-        "http" => {
-            return Err(Error::new(
-                ErrorKind::InvalidUrl,
-                "refusing a plain http URL (https_only is set)",
-            ));
-        }
-        other => {
-            return Err(Error::new(
-                ErrorKind::InvalidUrl,
-                format!("unsupported URL scheme {other:?}: only http and https"),
-            ));
-        }
-    }
-    if url.host_str().is_none_or(str::is_empty) {
-        return Err(Error::new(ErrorKind::InvalidUrl, "the URL has no host"));
-    }
-    Ok(url)
 }
 
 #[cfg(test)]
@@ -670,19 +492,6 @@ mod tests {
             let e = b.open(unreachable).unwrap_err();
             assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{e}");
         }
-    }
-
-    #[test]
-    fn urls_are_checked() {
-        for bad in ["ftp://h/x", "file:///etc/passwd", "not a url", "http://"] {
-            let e = parse_url(bad, false).unwrap_err();
-            assert_eq!(e.kind(), ErrorKind::InvalidUrl, "{bad}");
-        }
-        assert_eq!(
-            parse_url("http://h/x", true).unwrap_err().kind(),
-            ErrorKind::InvalidUrl
-        );
-        assert!(parse_url("https://h/x", true).is_ok());
     }
 
     #[test]

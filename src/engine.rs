@@ -1,0 +1,461 @@
+//! The read engine: how a read is served. It looks the read's blocks up in
+//! the cache, adds read-ahead by the [`plan`], claims what is missing (so
+//! that concurrent readers fetch each block once), fetches the claimed blocks
+//! in concurrent parts through the [`fanout`](crate::fanout) pool, and
+//! assembles the bytes out of the blocks. Large uncached reads skip the
+//! cache and go straight into the caller's buffer. All hit and miss
+//! accounting happens here. [`RemoteFile`](crate::RemoteFile) is its public
+//! face.
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::cache::{Block, BlockCache, Claim, FileKey};
+use crate::error::{Error, Result};
+use crate::fanout::{Done, Next, fan_out};
+use crate::http::{Identity, Sink, Transport};
+use crate::link::{LinkEstimate, LinkMeter};
+use crate::plan::{self, ReadAhead};
+use crate::stats::{Counters, Stats};
+
+/// How the engine sizes its fetches: the builder's options, checked.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReadOptions {
+    pub block_size: u64,
+    pub read_ahead_min: u64,
+    pub read_ahead_max: u64,
+    /// The most requests one read has in flight.
+    pub max_concurrency: u64,
+    pub split_size: u64,
+    pub coalesce_gap: Option<u64>,
+    /// Reads at least this long, with nothing cached, skip the cache.
+    pub bypass_min: u64,
+    /// The overall deadline of one read.
+    pub read_timeout: Duration,
+}
+
+/// The state all clones of a file share, and how reads are served from it.
+pub(crate) struct Engine {
+    transport: Transport,
+    identity: Identity,
+    cache: BlockCache,
+    key: FileKey,
+    options: ReadOptions,
+    read_ahead: Mutex<ReadAhead>,
+    link: Arc<LinkMeter>,
+    counters: Arc<Counters>,
+}
+
+/// A fetched run of blocks, or why it failed.
+type Fetched = (Range<u64>, Result<Vec<Vec<u8>>>);
+
+impl Engine {
+    pub(crate) fn new(
+        transport: Transport,
+        identity: Identity,
+        cache: BlockCache,
+        key: FileKey,
+        options: ReadOptions,
+        link: Arc<LinkMeter>,
+        counters: Arc<Counters>,
+    ) -> Engine {
+        Engine {
+            transport,
+            identity,
+            cache,
+            key,
+            read_ahead: Mutex::new(ReadAhead::new(
+                options.read_ahead_min,
+                options.read_ahead_max,
+            )),
+            options,
+            link,
+            counters,
+        }
+    }
+
+    /// Caches block `index`, fetched while opening the file.
+    pub(crate) fn seed(&self, index: u64, bytes: Vec<u8>) {
+        if !bytes.is_empty() {
+            self.cache.insert(&self.key, index, Arc::new(bytes));
+        }
+    }
+
+    pub(crate) fn identity(&self) -> &Identity {
+        &self.identity
+    }
+
+    pub(crate) fn redacted_url(&self) -> &str {
+        self.transport.redacted_url()
+    }
+
+    pub(crate) fn block_size(&self) -> u64 {
+        self.options.block_size
+    }
+
+    pub(crate) fn cache(&self) -> &BlockCache {
+        &self.cache
+    }
+
+    pub(crate) fn stats(&self) -> Stats {
+        self.counters.snapshot()
+    }
+
+    pub(crate) fn link_estimate(&self) -> Option<LinkEstimate> {
+        self.link.estimate()
+    }
+
+    fn link_sizes(&self) -> plan::LinkSizes {
+        let o = &self.options;
+        let bdp = self.link.estimate().map(|e| e.bandwidth_delay_product());
+        plan::link_sizes(bdp, o.block_size, o.split_size, o.coalesce_gap)
+    }
+
+    /// Records a read with the read-ahead and returns how far to read ahead
+    /// after it: only a read that `missed` a block reads ahead.
+    fn note_read(&self, pos: u64, len: u64, missed: bool) -> u64 {
+        let floor = if missed {
+            self.link_sizes().ahead_floor
+        } else {
+            0
+        };
+        self.read_ahead.lock().on_read(pos, len, missed, floor)
+    }
+
+    /// Fills `buf` with the bytes at `pos`; the range lies inside the file.
+    pub(crate) fn read_into(&self, pos: u64, buf: &mut [u8]) -> Result<()> {
+        let len = buf.len() as u64;
+        let bs = self.options.block_size;
+        let needed = plan::blocks_covering(pos, len, bs);
+        if needed.end - needed.start == 1 && self.read_one_cached(pos, buf, needed.start) {
+            return Ok(());
+        }
+        let mut have: Vec<Option<Block>> = needed
+            .clone()
+            .map(|i| self.cache.get(&self.key, i))
+            .collect();
+        if len >= self.options.bypass_min && have.iter().all(Option::is_none) {
+            return self.read_direct(pos, buf);
+        }
+        let missing: Vec<u64> = needed
+            .clone()
+            .zip(&have)
+            .filter_map(|(i, b)| b.is_none().then_some(i))
+            .collect();
+        let c = &self.counters;
+        Counters::add(&c.cache_hits, (have.len() - missing.len()) as u64);
+        Counters::add(&c.cache_misses, missing.len() as u64);
+        let ahead = self.note_read(pos, len, !missing.is_empty());
+        if !missing.is_empty() {
+            let ahead_end = (pos + len).saturating_add(ahead).min(self.identity.size);
+            let optional: Vec<u64> = (needed.end..ahead_end.div_ceil(bs)).collect();
+            let claim = self.cache.claim(&self.key, &missing, &optional);
+            for (i, block) in self.complete(claim, |i| needed.contains(&i))? {
+                have[(i - needed.start) as usize] = Some(block);
+            }
+        }
+        let blocks = have
+            .iter()
+            .map(|b| b.as_ref().expect("every needed block is present"));
+        copy_out(blocks, needed.start * bs, pos, buf);
+        Counters::add(&c.bytes_read, len);
+        Ok(())
+    }
+
+    /// The common case of a small read inside one cached block, served
+    /// without an allocation. False if the block is not cached.
+    fn read_one_cached(&self, pos: u64, buf: &mut [u8], index: u64) -> bool {
+        let Some(block) = self.cache.get(&self.key, index) else {
+            return false;
+        };
+        let offset = (pos - index * self.options.block_size) as usize;
+        buf.copy_from_slice(&block[offset..offset + buf.len()]);
+        self.note_read(pos, buf.len() as u64, false);
+        Counters::add(&self.counters.cache_hits, 1);
+        Counters::add(&self.counters.bytes_read, buf.len() as u64);
+        true
+    }
+
+    /// Fetches the bytes at `pos` straight into `buf`, in concurrent parts of
+    /// one round, without the cache: a large transfer then costs no block
+    /// buffers, no copy out of them and no eviction of what the cache holds.
+    fn read_direct(&self, pos: u64, buf: &mut [u8]) -> Result<()> {
+        let len = buf.len() as u64;
+        // The stream goes on from here, but this read needs no read-ahead.
+        self.note_read(pos, len, false);
+        let blocks = plan::blocks_covering(pos, len, self.options.block_size);
+        Counters::add(&self.counters.cache_misses, blocks.end - blocks.start);
+        let min_part = self
+            .link_sizes()
+            .min_part
+            .saturating_mul(self.options.block_size);
+        let parts = plan::split(pos..pos + len, self.options.max_concurrency, min_part);
+        let deadline = Instant::now() + self.options.read_timeout;
+        // The first failure in the order of the parts, as a sequential read
+        // would have met it.
+        let mut failure: Option<(usize, Error)> = None;
+        let rounds = fan_out(
+            cut(buf, pos, parts).into_iter().enumerate().collect(),
+            self.options.max_concurrency as usize,
+            |(n, (range, piece))| {
+                let result =
+                    self.transport
+                        .fetch(range, &mut Sink::over(piece), &self.identity, deadline);
+                Done {
+                    attempts: *result.as_ref().unwrap_or(&1),
+                    outcome: result.err().map(|e| (n, e)),
+                }
+            },
+            |failed| {
+                if let Some((n, e)) = failed {
+                    if failure.as_ref().is_none_or(|(first, _)| n < *first) {
+                        failure = Some((n, e));
+                    }
+                }
+                Next::Continue
+            },
+        );
+        Counters::add(&self.counters.round_trips, rounds.into());
+        if let Some((_, e)) = failure {
+            return Err(e);
+        }
+        Counters::add(&self.counters.bytes_read, len);
+        Ok(())
+    }
+
+    /// Fills every `(pos, buf)` (each inside the file), fetching all their
+    /// missing blocks in one round.
+    pub(crate) fn read_many(&self, reads: &mut [(u64, &mut [u8])]) -> Result<()> {
+        let bs = self.options.block_size;
+        let ranges = reads.iter().map(|(pos, buf)| *pos..*pos + buf.len() as u64);
+        let needed = plan::blocks_of(ranges, bs);
+        let (mut blocks, missing) = self.look_up(&needed);
+        let c = &self.counters;
+        Counters::add(&c.cache_hits, blocks.len() as u64);
+        Counters::add(&c.cache_misses, missing.len() as u64);
+        if !missing.is_empty() {
+            blocks.extend(self.fetch_missing(&missing)?);
+            blocks.sort_unstable_by_key(|(i, _)| *i);
+        }
+        for (pos, buf) in reads.iter_mut() {
+            if buf.is_empty() {
+                continue;
+            }
+            let covering = plan::blocks_covering(*pos, buf.len() as u64, bs);
+            let at = blocks.partition_point(|(i, _)| *i < covering.start);
+            let run = &blocks[at..at + (covering.end - covering.start) as usize];
+            copy_out(run.iter().map(|(_, b)| b), covering.start * bs, *pos, buf);
+            Counters::add(&c.bytes_read, buf.len() as u64);
+        }
+        Ok(())
+    }
+
+    /// Makes sure the blocks covering `ranges` are fetched, all missing runs
+    /// at once.
+    pub(crate) fn prefetch(&self, ranges: impl IntoIterator<Item = Range<u64>>) -> Result<()> {
+        let size = self.identity.size;
+        let inside = ranges
+            .into_iter()
+            .map(|r| r.start.min(size)..r.end.min(size));
+        let (_, missing) = self.look_up(&plan::blocks_of(inside, self.options.block_size));
+        if !missing.is_empty() {
+            self.fetch_missing(&missing)?;
+        }
+        Ok(())
+    }
+
+    /// The cached blocks among `needed`, and the indices of the others.
+    fn look_up(&self, needed: &[u64]) -> (Vec<(u64, Block)>, Vec<u64>) {
+        let mut found = Vec::with_capacity(needed.len());
+        let mut missing = Vec::new();
+        for &i in needed {
+            match self.cache.get(&self.key, i) {
+                Some(block) => found.push((i, block)),
+                None => missing.push(i),
+            }
+        }
+        (found, missing)
+    }
+
+    /// Fetches `missing` blocks (or waits for them, if others are fetching
+    /// them) in one round.
+    fn fetch_missing(&self, missing: &[u64]) -> Result<Vec<(u64, Block)>> {
+        let claim = self.cache.claim(&self.key, missing, &[]);
+        self.complete(claim, |_| true)
+    }
+
+    /// Fetches what `claim` owns and waits for what others fetch. Returns the
+    /// blocks for which `is_needed` holds; a failure matters only if it hits
+    /// one of those (a failed read-ahead costs nothing but its bytes).
+    fn complete(
+        &self,
+        mut claim: Claim,
+        is_needed: impl Fn(u64) -> bool,
+    ) -> Result<Vec<(u64, Block)>> {
+        let mut got = std::mem::take(&mut claim.found);
+        let deadline = Instant::now() + self.options.read_timeout;
+        let owned = claim.owned.clone();
+        let sizes = self.link_sizes();
+        let parts = plan::parts(
+            &owned,
+            self.options.max_concurrency,
+            sizes.min_part,
+            sizes.max_gap,
+        );
+        let mut failure = None;
+        let rounds = fan_out(
+            parts,
+            self.options.max_concurrency as usize,
+            |part| self.fetch_blocks(part, deadline),
+            |(part, result)| {
+                let fatal = deliver(&mut claim, &owned, part, result, &is_needed, &mut got);
+                match fatal {
+                    Some(e) => {
+                        failure.get_or_insert(e);
+                        Next::Stop
+                    }
+                    None => Next::Continue,
+                }
+            },
+        );
+        Counters::add(&self.counters.round_trips, rounds.into());
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        for (i, pending) in std::mem::take(&mut claim.waiting) {
+            let block = pending
+                .wait(deadline)
+                .map_err(|e| e.with_url(self.transport.redacted_url()))?;
+            got.push((i, block));
+        }
+        Ok(got)
+    }
+
+    /// Fetches the run of blocks `part` into buffers of their own (recycled
+    /// from evicted blocks where possible).
+    fn fetch_blocks(&self, part: Range<u64>, deadline: Instant) -> Done<Fetched> {
+        let (bs, size) = (self.options.block_size, self.identity.size);
+        let mut buffers: Vec<Vec<u8>> = part
+            .clone()
+            .map(|i| {
+                let block = plan::byte_range(&(i..i + 1), bs, size);
+                self.cache
+                    .buffers()
+                    .take((block.end - block.start) as usize)
+            })
+            .collect();
+        let bytes = plan::byte_range(&part, bs, size);
+        let mut sink = Sink::new(buffers.iter_mut().map(|b| &mut b[..]).collect());
+        let result = self
+            .transport
+            .fetch(bytes, &mut sink, &self.identity, deadline);
+        Done {
+            attempts: *result.as_ref().unwrap_or(&1),
+            outcome: (part, result.map(|_| buffers)),
+        }
+    }
+}
+
+/// Hands the outcome of fetching `part` to the claim: owned blocks go to the
+/// cache and their waiters (and the needed ones to `got`), or the failure
+/// goes to the waiters. Returns the failure if it hit a needed block.
+fn deliver(
+    claim: &mut Claim,
+    owned: &[u64],
+    part: Range<u64>,
+    result: Result<Vec<Vec<u8>>>,
+    is_needed: impl Fn(u64) -> bool,
+    got: &mut Vec<(u64, Block)>,
+) -> Option<Error> {
+    let is_owned = |i: &u64| owned.binary_search(i).is_ok();
+    match result {
+        Ok(blocks) => {
+            // Gap blocks fetched to save a request are cached or fetched by
+            // others already: only owned ones are kept.
+            for (i, data) in part.zip(blocks).filter(|(i, _)| is_owned(i)) {
+                let block = Arc::new(data);
+                if is_needed(i) {
+                    got.push((i, block.clone()));
+                }
+                claim.fulfil(i, block);
+            }
+            None
+        }
+        Err(e) => {
+            for i in part.clone() {
+                claim.fail(i, &e);
+            }
+            part.clone()
+                .any(|i| is_owned(&i) && is_needed(i))
+                .then_some(e)
+        }
+    }
+}
+
+/// Cuts `buf`, which holds the bytes from `pos` on, into one piece per range
+/// of `parts` (consecutive, starting at `pos`).
+fn cut(buf: &mut [u8], pos: u64, parts: Vec<Range<u64>>) -> Vec<(Range<u64>, &mut [u8])> {
+    debug_assert!(parts.first().is_none_or(|p| p.start == pos));
+    let mut pieces = Vec::with_capacity(parts.len());
+    let mut rest = buf;
+    for part in parts {
+        let (piece, after) = rest.split_at_mut((part.end - part.start) as usize);
+        pieces.push((part, piece));
+        rest = after;
+    }
+    pieces
+}
+
+/// Copies the bytes at `pos` from consecutive blocks, the first starting at
+/// `first_start`, into `buf`.
+fn copy_out<'a>(
+    blocks: impl IntoIterator<Item = &'a Block>,
+    first_start: u64,
+    pos: u64,
+    buf: &mut [u8],
+) {
+    let mut written = 0usize;
+    let mut skip = (pos - first_start) as usize;
+    for block in blocks {
+        let take = (block.len() - skip).min(buf.len() - written);
+        buf[written..written + take].copy_from_slice(&block[skip..skip + take]);
+        written += take;
+        skip = 0;
+    }
+    debug_assert_eq!(written, buf.len());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_out_spans_blocks() {
+        let blocks = [
+            Arc::new(b"abcd".to_vec()),
+            Arc::new(b"efgh".to_vec()),
+            Arc::new(b"ij".to_vec()),
+        ];
+        let mut buf = [0u8; 7];
+        copy_out(&blocks, 4, 6, &mut buf);
+        assert_eq!(&buf, b"cdefghi");
+    }
+
+    #[test]
+    fn cut_gives_each_part_its_piece() {
+        let mut buf = *b"abcdefghij";
+        let pieces = cut(&mut buf, 100, vec![100..103, 103..107, 107..110]);
+        let got: Vec<(Range<u64>, &[u8])> = pieces.into_iter().map(|(r, p)| (r, &*p)).collect();
+        assert_eq!(
+            got,
+            [
+                (100..103, &b"abc"[..]),
+                (103..107, b"defg"),
+                (107..110, b"hij")
+            ]
+        );
+    }
+}

@@ -1,0 +1,186 @@
+//! Concurrent fetches: one scoped pool of workers, used by every read that
+//! fetches several parts at once, and the one definition of how many round
+//! trips such a fetch took.
+
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::mpsc;
+
+use parking_lot::Mutex;
+
+/// What the caller wants after a part's outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Next {
+    Continue,
+    /// Start no further parts (those in flight still finish).
+    Stop,
+}
+
+/// The outcome of one part, and how many requests it made one after the
+/// other (retries included).
+pub(crate) struct Done<R> {
+    pub outcome: R,
+    pub attempts: u32,
+}
+
+/// Runs `fetch` on every part, at most `workers` at once, each part on the
+/// next free worker; hands each outcome to `on_done` on this thread as it
+/// arrives (so that waiting readers get their blocks early). A single part
+/// runs on this thread. A panic in `fetch` is resumed here, once every
+/// worker has stopped.
+///
+/// Returns the round trips the fetch took: one per `workers` parts (as
+/// planned, not as the workers happened to take them, which depends on
+/// timing), plus the retries of the part that needed the most.
+pub(crate) fn fan_out<P: Send, R: Send>(
+    parts: Vec<P>,
+    workers: usize,
+    fetch: impl Fn(P) -> Done<R> + Sync,
+    mut on_done: impl FnMut(R) -> Next,
+) -> u32 {
+    let count = parts.len();
+    let workers = workers.clamp(1, count.max(1));
+    if count <= 1 {
+        return parts.into_iter().map(fetch).fold(0, |_, done| {
+            on_done(done.outcome);
+            done.attempts
+        });
+    }
+    let queue = Mutex::new(parts.into_iter());
+    let stop = AtomicBool::new(false);
+    let (sender, outcomes) = mpsc::channel();
+    let most_attempts = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                let sender = sender.clone();
+                let (queue, stop, fetch) = (&queue, &stop, &fetch);
+                s.spawn(move || work(queue, stop, fetch, sender))
+            })
+            .collect();
+        drop(sender);
+        for outcome in outcomes {
+            if on_done(outcome) == Next::Stop {
+                stop.store(true, Relaxed);
+            }
+        }
+        let mut most = 0;
+        for handle in handles {
+            match handle.join() {
+                Ok(attempts) => most = most.max(attempts),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+        most
+    });
+    (count.div_ceil(workers) - 1) as u32 + most_attempts.max(1)
+}
+
+/// One worker: takes parts until none are left or the caller stops, and
+/// returns the most attempts one of its parts took (a worker that takes
+/// several parts does not make more rounds).
+fn work<P, R>(
+    queue: &Mutex<std::vec::IntoIter<P>>,
+    stop: &AtomicBool,
+    fetch: &impl Fn(P) -> Done<R>,
+    sender: mpsc::Sender<R>,
+) -> u32 {
+    let mut most_attempts = 0;
+    while !stop.load(Relaxed) {
+        let Some(part) = queue.lock().next() else {
+            break;
+        };
+        let done = fetch(part);
+        most_attempts = most_attempts.max(done.attempts);
+        if sender.send(done.outcome).is_err() {
+            break;
+        }
+    }
+    most_attempts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    fn once(n: u32) -> Done<u32> {
+        Done {
+            outcome: n,
+            attempts: 1,
+        }
+    }
+
+    #[test]
+    fn every_part_is_fetched_once_and_delivered() {
+        let fetched = AtomicUsize::new(0);
+        let mut got = Vec::new();
+        let rounds = fan_out(
+            (0..10).collect(),
+            4,
+            |n| {
+                fetched.fetch_add(1, Relaxed);
+                once(n)
+            },
+            |n| {
+                got.push(n);
+                Next::Continue
+            },
+        );
+        got.sort_unstable();
+        assert_eq!(got, (0..10).collect::<Vec<_>>());
+        assert_eq!(fetched.load(Relaxed), 10);
+        assert_eq!(rounds, 3, "10 parts on 4 workers: 3 rounds");
+    }
+
+    #[test]
+    fn rounds_add_the_retries_of_the_slowest_part() {
+        let fetch = |n: u32| Done {
+            outcome: n,
+            attempts: if n == 2 { 3 } else { 1 },
+        };
+        assert_eq!(fan_out(vec![1, 2, 3], 4, fetch, |_| Next::Continue), 3);
+        assert_eq!(fan_out(vec![2], 4, fetch, |_| Next::Continue), 3);
+        assert_eq!(fan_out(Vec::<u32>::new(), 4, fetch, |_| Next::Continue), 0);
+    }
+
+    #[test]
+    fn stopping_starts_no_further_parts() {
+        let fetched = AtomicUsize::new(0);
+        let stopped = (Mutex::new(false), parking_lot::Condvar::new());
+        fan_out(
+            (0..100).collect(),
+            2,
+            |n| {
+                fetched.fetch_add(1, Relaxed);
+                // Every part but the first waits for the caller's verdict on
+                // the first, so the queue cannot drain before it.
+                let mut seen = stopped.0.lock();
+                while n > 0 && !*seen {
+                    stopped.1.wait(&mut seen);
+                }
+                once(n)
+            },
+            |_| {
+                *stopped.0.lock() = true;
+                stopped.1.notify_all();
+                Next::Stop
+            },
+        );
+        // Two parts were held at the gate; after them, only what the workers
+        // could take in the instant between the verdict and the stop.
+        assert!(fetched.load(Relaxed) < 50, "{}", fetched.load(Relaxed));
+    }
+
+    #[test]
+    #[should_panic(expected = "part 3 is broken")]
+    fn a_panic_in_a_worker_reaches_the_caller() {
+        fan_out(
+            (0..6).collect(),
+            3,
+            |n| {
+                assert!(n != 3, "part 3 is broken");
+                once(n)
+            },
+            |_| Next::Continue,
+        );
+    }
+}

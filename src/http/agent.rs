@@ -1,0 +1,113 @@
+//! The HTTP agent a file's requests go through: its connection pool, proxy
+//! and TLS roots.
+
+use ureq::Agent;
+use ureq::tls::{Certificate, PemItem, RootCerts, TlsConfig};
+
+use crate::error::{Error, ErrorKind};
+
+/// How to make the agent, or which one to use.
+pub(crate) struct AgentSettings<'a> {
+    /// The caller's own agent, used as it is.
+    pub given: Option<&'a Agent>,
+    /// PEM data of CA certificates to trust beside the built-in roots.
+    pub extra_roots: &'a [Vec<u8>],
+    pub proxy_from_env: bool,
+    /// Idle connections kept per host: as many as may be in flight at once.
+    pub max_connections: usize,
+}
+
+/// The caller's agent, or a new one made to `settings`.
+pub(crate) fn agent(settings: &AgentSettings<'_>) -> Result<Agent, Error> {
+    if let Some(agent) = settings.given {
+        if !settings.extra_roots.is_empty() {
+            return Err(invalid(
+                "add_root_certificates cannot change a caller-supplied agent: configure its roots instead",
+            ));
+        }
+        return Ok(agent.clone());
+    }
+    let proxy = if settings.proxy_from_env {
+        ureq::Proxy::try_from_env()
+    } else {
+        None
+    };
+    let mut config = Agent::config_builder()
+        .proxy(proxy)
+        .max_idle_connections_per_host(settings.max_connections)
+        .max_idle_connections(100);
+    if let Some(roots) = root_certs(settings.extra_roots)? {
+        config = config.tls_config(TlsConfig::builder().root_certs(roots).build());
+    }
+    Ok(config.build().new_agent())
+}
+
+/// The Mozilla roots plus the certificates in `extra` (PEM), if any: ureq
+/// can only replace its root store, not add to it.
+fn root_certs(extra: &[Vec<u8>]) -> Result<Option<RootCerts>, Error> {
+    if extra.is_empty() {
+        return Ok(None);
+    }
+    let mut roots: Vec<Certificate<'static>> = webpki_root_certs::TLS_SERVER_ROOT_CERTS
+        .iter()
+        .map(|der| Certificate::from_der(der.as_ref()).to_owned())
+        .collect();
+    for pem in extra {
+        let before = roots.len();
+        for item in ureq::tls::parse_pem(pem) {
+            match item {
+                Ok(PemItem::Certificate(cert)) => roots.push(cert),
+                Ok(_) => {}
+                Err(_) => {
+                    return Err(invalid(
+                        "add_root_certificates: the PEM data could not be parsed",
+                    ));
+                }
+            }
+        }
+        if roots.len() == before {
+            return Err(invalid(
+                "add_root_certificates: no certificate in the PEM data",
+            ));
+        }
+    }
+    Ok(Some(RootCerts::new_with_certs(&roots)))
+}
+
+fn invalid(message: &str) -> Error {
+    Error::new(ErrorKind::InvalidConfig, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(extra_roots: &[Vec<u8>]) -> AgentSettings<'_> {
+        AgentSettings {
+            given: None,
+            extra_roots,
+            proxy_from_env: false,
+            max_connections: 4,
+        }
+    }
+
+    #[test]
+    fn pem_data_without_a_certificate_is_refused() {
+        for pem in [b"not pem at all".to_vec(), Vec::new()] {
+            let e = agent(&settings(&[pem])).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{e}");
+        }
+    }
+
+    #[test]
+    fn roots_cannot_be_added_to_a_callers_agent() {
+        let mine: Agent = Agent::config_builder().build().new_agent();
+        let pem = [b"x".to_vec()];
+        let s = AgentSettings {
+            given: Some(&mine),
+            ..settings(&pem)
+        };
+        assert_eq!(agent(&s).unwrap_err().kind(), ErrorKind::InvalidConfig);
+        assert!(agent(&settings(&[])).is_ok());
+    }
+}

@@ -1,0 +1,167 @@
+//! Sending one ranged `GET`, following redirects hop by hop (so that every
+//! hop is counted, and a caller's headers stay with the original origin).
+
+use std::ops::Range;
+use std::time::{Duration, Instant};
+
+use ureq::Body;
+use ureq::http::Response;
+use ureq::http::header::{ACCEPT_ENCODING, IF_MATCH, LOCATION, RANGE, USER_AGENT};
+use url::Url;
+
+use super::classify::classify_ureq;
+use super::redact::{redact, same_origin};
+use super::response::drain;
+use super::retry::{Failure, Try};
+use super::{Transport, header};
+use crate::error::{Error, ErrorKind};
+use crate::stats::Counters;
+
+/// The bytes one request asks for.
+#[derive(Debug, Clone)]
+pub(super) enum Want {
+    /// These bytes (never empty).
+    Bytes(Range<u64>),
+    /// The last this many bytes, whatever the size (a suffix range).
+    Last(u64),
+}
+
+impl std::fmt::Display for Want {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Want::Bytes(r) => write!(f, "{}-{}", r.start, r.end - 1),
+            Want::Last(n) => write!(f, "-{n}"),
+        }
+    }
+}
+
+/// How long a response's headers took to arrive, kept with the response.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Waited(pub Duration);
+
+const REDIRECT_STATUSES: [u16; 5] = [301, 302, 303, 307, 308];
+
+impl Transport {
+    /// Sends one GET for `want`, following redirects. Returns the final
+    /// response and the URL that gave it.
+    pub(super) fn send(
+        &self,
+        want: Want,
+        if_match: Option<&str>,
+        deadline: Instant,
+        mut at: Try<'_>,
+    ) -> Result<(Response<Body>, Url), Failure> {
+        let mut url = self.target.read().clone();
+        let mut hops = 0;
+        loop {
+            let resp = self.send_once(&url, &want, if_match, deadline, &mut at)?;
+            let status = resp.status().as_u16();
+            if !REDIRECT_STATUSES.contains(&status) {
+                return Ok((resp, url));
+            }
+            hops += 1;
+            if hops > self.max_redirects {
+                return Err(Failure::fatal(Error::new(
+                    ErrorKind::Redirect,
+                    format!("more than {} redirects", self.max_redirects),
+                )));
+            }
+            url = next_hop(resp, &url)?;
+        }
+    }
+
+    /// One request to `url`, without following a redirect.
+    fn send_once(
+        &self,
+        url: &Url,
+        want: &Want,
+        if_match: Option<&str>,
+        deadline: Instant,
+        at: &mut Try<'_>,
+    ) -> Result<Response<Body>, Failure> {
+        if self.https_only && url.scheme() != "https" {
+            return Err(Failure::fatal(Error::new(
+                ErrorKind::InvalidUrl,
+                format!("refusing plain HTTP to {} (https_only is set)", redact(url)),
+            )));
+        }
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            return Err(Failure::fatal(Error::new(
+                ErrorKind::Timeout,
+                "the read's overall deadline passed",
+            )));
+        }
+        let mut req = self
+            .agent
+            .get(url.as_str())
+            .header(RANGE, format!("bytes={want}"))
+            .header(ACCEPT_ENCODING, "identity")
+            .header(USER_AGENT, &self.user_agent);
+        if let Some(tag) = if_match {
+            req = req.header(IF_MATCH, tag);
+        }
+        if same_origin(url, &self.original.read()) {
+            for (name, value) in &self.headers {
+                req = req.header(name, value);
+            }
+        }
+        let req = req
+            .config()
+            .http_status_as_error(false)
+            .max_redirects(0)
+            .timeout_global(Some(remaining))
+            .timeout_resolve(Some(self.timeouts.connect))
+            .timeout_connect(Some(self.timeouts.connect))
+            .timeout_recv_response(Some(self.timeouts.idle))
+            .timeout_per_read(Some(self.timeouts.idle))
+            .build();
+        Counters::add(&self.counters.requests, 1);
+        *at.rounds += 1;
+        let attempt = at.number;
+        let started = Instant::now();
+        let result = req.call();
+        let waited = started.elapsed();
+        let elapsed_ms = waited.as_millis() as u64;
+        let mut resp = result.map_err(|e| {
+            let mut f = classify_ureq(e, "sending the request");
+            f.error = f.error.with_url(&redact(url));
+            tracing::debug!(
+                url = %redact(url), range = %want,
+                elapsed_ms, attempt, error = %f.error, "http request failed"
+            );
+            f
+        })?;
+        self.link.record_wait(waited);
+        resp.extensions_mut().insert(Waited(waited));
+        tracing::debug!(
+            url = %redact(url),
+            range = %want,
+            status = resp.status().as_u16(),
+            bytes = header::content_length(resp.headers()).ok().flatten(),
+            elapsed_ms,
+            attempt,
+            "http request"
+        );
+        Ok(resp)
+    }
+}
+
+/// Where a redirect response points (its body drained, so that its
+/// connection is reused).
+fn next_hop(mut resp: Response<Body>, from: &Url) -> Result<Url, Failure> {
+    let next = header::get(resp.headers(), LOCATION)
+        .and_then(|loc| from.join(loc).ok())
+        .filter(|u| matches!(u.scheme(), "http" | "https"));
+    let Some(next) = next else {
+        return Err(Failure::fatal(Error::new(
+            ErrorKind::Redirect,
+            format!(
+                "HTTP {} redirect without a usable Location",
+                resp.status().as_u16()
+            ),
+        )));
+    };
+    drain(&mut resp);
+    Ok(next)
+}

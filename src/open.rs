@@ -1,0 +1,238 @@
+//! Opening a file: from checked options and a URL to a running engine. The
+//! agent and transport are made, the first block is fetched (learning the
+//! file's size and validators) with the tail beside it, the cache and the
+//! file's key in it are chosen, and the fetched blocks are cached.
+
+use std::sync::Arc;
+
+use url::Url;
+
+use crate::cache::{BlockCache, FileKey};
+use crate::engine::{Engine, ReadOptions};
+use crate::error::{Error, ErrorKind, Result};
+use crate::file::RemoteFile;
+use crate::http::{self, Identity, Opened, Tail, Timeouts, Transport, TransportConfig};
+use crate::link::LinkMeter;
+use crate::options::Builder;
+use crate::plan;
+use crate::stats::Counters;
+
+/// Opens the file at `url` with the options of `builder`.
+pub(crate) fn open(builder: &Builder, url: &str) -> Result<RemoteFile> {
+    builder.validate()?;
+    let url = parse_url(url, builder.https_only)?;
+    let counters = Arc::new(Counters::default());
+    let link = Arc::new(LinkMeter::new(builder.link));
+    let transport = transport(builder, url.clone(), &link, &counters)?;
+    let (opened, tail) = first_request(&transport, builder.block_size, builder.open_tail);
+    let opened = opened?;
+    let cache = builder
+        .cache
+        .clone()
+        .unwrap_or_else(|| BlockCache::new(builder.cache_capacity));
+    let key = file_key(&cache, &url, &opened.identity);
+    let options = read_options(builder, &cache);
+    let tail = tail.and_then(|t| matching_tail(t, &opened.identity, &transport));
+    let engine = Engine::new(
+        transport,
+        opened.identity,
+        cache,
+        key,
+        options,
+        link,
+        counters,
+    );
+    engine.seed(0, opened.first);
+    if let Some(tail) = tail {
+        for (index, block) in tail_blocks(tail, builder.block_size) {
+            // The first block came with the opening request.
+            if index > 0 {
+                engine.seed(index, block);
+            }
+        }
+    }
+    Ok(RemoteFile::new(engine))
+}
+
+/// The transport for `url`, with the builder's agent, headers, timeouts and
+/// retry policy.
+fn transport(
+    builder: &Builder,
+    url: Url,
+    link: &Arc<LinkMeter>,
+    counters: &Arc<Counters>,
+) -> Result<Transport> {
+    let agent = http::agent(&http::AgentSettings {
+        given: builder.agent.as_ref(),
+        extra_roots: &builder.extra_roots,
+        proxy_from_env: builder.proxy_from_env,
+        max_connections: builder.max_connections as usize,
+    })?;
+    let config = TransportConfig {
+        agent,
+        headers: builder.headers.clone(),
+        user_agent: builder.user_agent.clone(),
+        timeouts: Timeouts {
+            connect: builder.connect_timeout,
+            idle: builder.idle_timeout,
+            per_read: builder.read_timeout,
+        },
+        retry: builder.retry,
+        https_only: builder.https_only,
+        max_redirects: builder.max_redirects,
+        max_connections: builder.max_connections as usize,
+        url_provider: builder.url_provider.clone(),
+        link: link.clone(),
+    };
+    Ok(Transport::new(url, config, counters.clone()))
+}
+
+/// The opening request, and the tail request beside it (if `tail_len` is
+/// not 0): one round trip for both.
+fn first_request(
+    transport: &Transport,
+    first_len: u64,
+    tail_len: u64,
+) -> (Result<Opened>, Option<Result<Tail>>) {
+    if tail_len == 0 {
+        return (transport.open(first_len), None);
+    }
+    std::thread::scope(|s| {
+        let tail = s.spawn(|| transport.tail(tail_len));
+        let opened = transport.open(first_len);
+        (opened, tail.join().ok())
+    })
+}
+
+/// The tail, if it was fetched and is of the same file version as the head;
+/// otherwise it is dropped (it is an optimisation only).
+fn matching_tail(tail: Result<Tail>, head: &Identity, transport: &Transport) -> Option<Tail> {
+    match tail {
+        Ok(tail) if tail.identity == *head => Some(tail),
+        Ok(_) => {
+            tracing::debug!(url = %transport.redacted_url(), "the file's tail does not match its head; dropped");
+            None
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "fetching the file's tail failed; dropped");
+            None
+        }
+    }
+}
+
+/// The whole blocks in the tail (the last one may end at the end of the
+/// file), by index.
+fn tail_blocks(tail: Tail, block_size: u64) -> Vec<(u64, Vec<u8>)> {
+    let size = tail.identity.size;
+    plan::blocks_within(tail.start..size, block_size)
+        .map(|i| {
+            let block = plan::byte_range(&(i..i + 1), block_size, size);
+            let at = (block.start - tail.start) as usize..(block.end - tail.start) as usize;
+            (i, tail.bytes[at].to_vec())
+        })
+        .collect()
+}
+
+/// What identifies one version of one file in a cache.
+#[derive(Hash)]
+struct Version<'a> {
+    url: &'a str,
+    identity: &'a Identity,
+}
+
+fn file_key(cache: &BlockCache, url: &Url, identity: &Identity) -> FileKey {
+    cache.file_key(&Version {
+        url: url.as_str(),
+        identity,
+    })
+}
+
+/// The engine's sizes: the builder's, bounded by the cache they work in.
+fn read_options(builder: &Builder, cache: &BlockCache) -> ReadOptions {
+    let quarter = cache.capacity() / 4;
+    let read_ahead_max = builder.read_ahead_max.min(quarter);
+    ReadOptions {
+        block_size: builder.block_size,
+        read_ahead_min: builder.read_ahead_min.min(read_ahead_max),
+        read_ahead_max,
+        max_concurrency: builder.max_concurrent_requests,
+        split_size: builder.split_size,
+        coalesce_gap: builder.coalesce_gap,
+        bypass_min: builder.cache_bypass.unwrap_or(quarter).max(1),
+        read_timeout: builder.read_timeout,
+    }
+}
+
+fn parse_url(text: &str, https_only: bool) -> Result<Url> {
+    let url = Url::parse(text)
+        .map_err(|e| Error::new(ErrorKind::InvalidUrl, format!("invalid URL: {e}")))?;
+    match url.scheme() {
+        "https" => {}
+        "http" if !https_only => {}
+        "http" => {
+            return Err(Error::new(
+                ErrorKind::InvalidUrl,
+                "refusing a plain http URL (https_only is set)",
+            ));
+        }
+        other => {
+            return Err(Error::new(
+                ErrorKind::InvalidUrl,
+                format!("unsupported URL scheme {other:?}: only http and https"),
+            ));
+        }
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(Error::new(ErrorKind::InvalidUrl, "the URL has no host"));
+    }
+    Ok(url)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_checked() {
+        for bad in ["ftp://h/x", "file:///etc/passwd", "not a url", "http://"] {
+            let e = parse_url(bad, false).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidUrl, "{bad}");
+        }
+        assert_eq!(
+            parse_url("http://h/x", true).unwrap_err().kind(),
+            ErrorKind::InvalidUrl
+        );
+        assert!(parse_url("https://h/x", true).is_ok());
+    }
+
+    fn identity(size: u64, etag: Option<&str>) -> Identity {
+        Identity {
+            size,
+            etag: etag.map(str::to_owned),
+            last_modified: None,
+        }
+    }
+
+    #[test]
+    fn a_tail_gives_its_whole_blocks() {
+        let tail = Tail {
+            identity: identity(10, None),
+            start: 3,
+            bytes: b"3456789".to_vec(),
+        };
+        let blocks = tail_blocks(tail, 4);
+        assert_eq!(blocks, [(1, b"4567".to_vec()), (2, b"89".to_vec())]);
+    }
+
+    #[test]
+    fn versions_of_a_file_have_their_own_keys() {
+        let cache = BlockCache::new(1 << 20);
+        let url = Url::parse("https://h/f.h5").unwrap();
+        let other = Url::parse("https://h/g.h5").unwrap();
+        let a = file_key(&cache, &url, &identity(10, Some("\"a\"")));
+        assert_eq!(a, file_key(&cache, &url, &identity(10, Some("\"a\""))));
+        assert_ne!(a, file_key(&cache, &url, &identity(10, Some("\"b\""))));
+        assert_ne!(a, file_key(&cache, &url, &identity(11, Some("\"a\""))));
+        assert_ne!(a, file_key(&cache, &other, &identity(10, Some("\"a\""))));
+    }
+}
