@@ -15,7 +15,10 @@ mod h5files;
 mod support;
 
 use remfile::RemoteFile;
-use remfile::hdf5::{self as h5, Group};
+use remfile::hdf5::{
+    self as h5,
+    hdf5_metno::{self as h5lib, Group},
+};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (url, _server) = match std::env::args().nth(1) {
@@ -41,7 +44,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-fn list(group: &Group, depth: usize) -> h5::Result<()> {
+fn list(group: &Group, depth: usize) -> h5lib::Result<()> {
     let pad = "  ".repeat(depth);
     for name in group.attr_names()? {
         println!("{pad}@{name}");

@@ -12,6 +12,7 @@ use h5files::{
     NWB_CHUNK_ROWS, NWB_COLS, describe, nwb_value, temp_path, write_nwb_like, write_rich,
 };
 use remfile::hdf5 as h5;
+use remfile::hdf5::hdf5_metno as h5lib;
 use support::{RangeServer, Reply, builder};
 
 fn rich_file() -> &'static PathBuf {
@@ -194,13 +195,13 @@ fn the_driver_refuses_to_open_for_writing() {
     let server = serve(rich_file());
     let (file, _) = open_remote(&server, "/rich.h5");
     // A copy of the file's access property list carries the driver and its reader.
-    let refused = h5::sync::sync(|| unsafe {
+    let refused = h5lib::sync::sync(|| unsafe {
         let fapl = hdf5_sys::h5f::H5Fget_access_plist(file.id());
         assert!(fapl >= 0);
         let name = c"remote".as_ptr();
         let rdwr = hdf5_sys::h5f::H5Fopen(name, hdf5_sys::h5f::H5F_ACC_RDWR, fapl);
         let trunc = hdf5_sys::h5f::H5Fcreate(name, hdf5_sys::h5f::H5F_ACC_TRUNC, 0, fapl);
-        let stack = h5::Error::query()
+        let stack = h5lib::Error::query()
             .map(|e| e.to_string())
             .unwrap_or_default();
         hdf5_sys::h5p::H5Pclose(fapl);

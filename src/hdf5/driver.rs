@@ -7,6 +7,8 @@
 //! `hdf5::Error` finds them.
 
 use std::ffi::{CString, c_char, c_int, c_uint, c_ulong, c_void};
+use std::fmt;
+use std::ops::Range;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::OnceLock;
@@ -70,52 +72,12 @@ struct DriverFile {
 /// Largest address the driver accepts (that of `sec2`).
 const MAXADDR: haddr_t = (1 << 63) - 1;
 
-struct Class<T>(T);
-// SAFETY: the classes hold only pointers to static strings and functions.
-unsafe impl<T> Sync for Class<T> {}
-
-static CLASS_V1: Class<ClassV1> = Class(ClassV1 {
-    name: c"remfile".as_ptr(),
-    maxaddr: MAXADDR,
-    fc_degree: H5F_CLOSE_WEAK,
-    terminate: None,
-    sb_size: None,
-    sb_encode: None,
-    sb_decode: None,
-    fapl_size: std::mem::size_of::<FaplInfo>(),
-    fapl_get: Some(fapl_get),
-    fapl_copy: Some(fapl_copy),
-    fapl_free: Some(fapl_free),
-    dxpl_size: 0,
-    dxpl_copy: None,
-    dxpl_free: None,
-    open: Some(open),
-    close: Some(close),
-    cmp: Some(cmp),
-    query: Some(query),
-    get_type_map: None,
-    alloc: None,
-    free: None,
-    get_eoa: Some(get_eoa),
-    set_eoa: Some(set_eoa),
-    get_eof: Some(get_eof),
-    get_handle: Some(get_handle),
-    read: Some(read),
-    write: Some(write),
-    flush: None,
-    truncate: None,
-    lock: None,
-    unlock: None,
-    fl_map: FLMAP_DICHOTOMY,
-});
-
 /// The driver's value in 1.14+: 256 to 511 are for drivers not registered
 /// with The HDF Group.
 const DRIVER_VALUE: c_int = 0x1F5;
 
-static CLASS_V2: Class<ClassV2> = Class(ClassV2 {
-    version: H5FD_CLASS_VERSION,
-    value: DRIVER_VALUE,
+/// What both class layouts hold: the driver's name, limits and callbacks.
+const CORE: Core = Core {
     name: c"remfile".as_ptr(),
     maxaddr: MAXADDR,
     fc_degree: H5F_CLOSE_WEAK,
@@ -143,18 +105,27 @@ static CLASS_V2: Class<ClassV2> = Class(ClassV2 {
     get_handle: Some(get_handle),
     read: Some(read),
     write: Some(write),
+};
+
+static CLASS_V1: ClassV1 = ClassV1 {
+    core: CORE,
+    unimplemented: Unimplemented::ALL,
+    fl_map: FLMAP_DICHOTOMY,
+};
+
+static CLASS_V2: ClassV2 = ClassV2 {
+    version: H5FD_CLASS_VERSION,
+    value: DRIVER_VALUE,
+    core: CORE,
     read_vector: Some(read_vector),
     write_vector: None,
     read_selection: None,
     write_selection: None,
-    flush: None,
-    truncate: None,
-    lock: None,
-    unlock: None,
+    unimplemented: Unimplemented::ALL,
     del: None,
     ctl: None,
     fl_map: FLMAP_DICHOTOMY,
-});
+};
 
 /// The linked library's version, `(major, minor, release)`.
 pub(crate) fn library_version() -> (u32, u32, u32) {
@@ -169,25 +140,41 @@ pub(crate) fn uses_class_v2() -> bool {
     library_version() >= (1, 13, 2)
 }
 
+/// HDF5 refused to register the driver.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RegisterError {
+    version: (u32, u32, u32),
+}
+
+impl fmt::Display for RegisterError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (a, b, c) = self.version;
+        write!(
+            f,
+            "could not register the remfile driver with HDF5 {a}.{b}.{c}"
+        )
+    }
+}
+
 /// Registers the driver once per process; returns its id. Call with the
 /// HDF5 lock held.
-pub(crate) fn driver_id() -> Result<hid_t, String> {
+pub(crate) fn driver_id() -> Result<hid_t, RegisterError> {
     static ID: OnceLock<hid_t> = OnceLock::new();
     if let Some(&id) = ID.get() {
         return Ok(id);
     }
     let class: *const c_void = if uses_class_v2() {
-        &CLASS_V2.0 as *const ClassV2 as *const c_void
+        &CLASS_V2 as *const ClassV2 as *const c_void
     } else {
-        &CLASS_V1.0 as *const ClassV1 as *const c_void
+        &CLASS_V1 as *const ClassV1 as *const c_void
     };
-    // SAFETY: the class is a static of the layout this library version reads.
+    // SAFETY: the class is a static of the layout this library version
+    // reads, alive for the whole process as HDF5 requires.
     let id = unsafe { hdf5_sys::h5fd::H5FDregister(class.cast()) };
     if id < 0 {
-        let (a, b, c) = library_version();
-        return Err(format!(
-            "could not register the remfile driver with HDF5 {a}.{b}.{c}"
-        ));
+        return Err(RegisterError {
+            version: library_version(),
+        });
     }
     Ok(*ID.get_or_init(|| id))
 }
@@ -238,13 +225,14 @@ fn guard<T>(failed: T, body: impl FnOnce() -> T) -> T {
 /// # Safety
 /// `file` is a pointer this driver's `open` returned and `close` has not freed.
 unsafe fn driver_file<'a>(file: *const H5FD_t) -> &'a DriverFile {
-    // SAFETY: DriverFile starts with H5FD_t (repr(C)), per the caller.
+    // SAFETY: DriverFile starts with H5FD_t (repr(C)), and `file` points to
+    // a live one, per the caller.
     unsafe { &*(file as *const DriverFile) }
 }
 
 unsafe extern "C" fn fapl_get(file: *mut H5FD_t) -> *mut c_void {
     guard(std::ptr::null_mut(), || {
-        // SAFETY: called by HDF5 on an open file of this driver.
+        // SAFETY: HDF5 calls this on an open file of this driver.
         let f = unsafe { driver_file(file) };
         let info = FaplInfo {
             reader: Arc::into_raw(f.reader.clone()),
@@ -258,6 +246,8 @@ unsafe extern "C" fn fapl_copy(old: *const c_void) -> *mut c_void {
         // SAFETY: HDF5 passes an info this driver made (or the caller's
         // FaplInfo given to H5Pset_driver), whose reader is a live Arc.
         let reader = unsafe { (*(old as *const FaplInfo)).reader };
+        // SAFETY: `reader` is a live Arc (above); the count taken here is
+        // the new info's, given back by fapl_free.
         unsafe { Arc::increment_strong_count(reader) };
         Box::into_raw(Box::new(FaplInfo { reader })).cast()
     })
@@ -266,8 +256,9 @@ unsafe extern "C" fn fapl_copy(old: *const c_void) -> *mut c_void {
 unsafe extern "C" fn fapl_free(info: *mut c_void) -> herr_t {
     guard(-1, || {
         // SAFETY: `info` came from fapl_copy or fapl_get, each a Box holding
-        // one strong count.
+        // one strong count of its reader, and HDF5 frees each info once.
         let info = unsafe { Box::from_raw(info as *mut FaplInfo) };
+        // SAFETY: that count is given back here, once.
         unsafe { drop(Arc::from_raw(info.reader)) };
         0
     })
@@ -288,8 +279,8 @@ unsafe extern "C" fn open(
             );
             return std::ptr::null_mut();
         }
-        // SAFETY: the fapl carries this driver's info (HDF5 chose the driver
-        // from it).
+        // SAFETY: HDF5 chose this driver from `fapl`, so its driver info,
+        // if any, is a FaplInfo of this driver.
         let info = unsafe { hdf5_sys::h5p::H5Pget_driver_info(fapl) } as *const FaplInfo;
         if info.is_null() {
             push_error(
@@ -298,15 +289,20 @@ unsafe extern "C" fn open(
             );
             return std::ptr::null_mut();
         }
-        // SAFETY: a live FaplInfo of this driver.
-        let reader = unsafe { (*info).reader };
-        unsafe { Arc::increment_strong_count(reader) };
+        // SAFETY: a live FaplInfo of this driver (checked non-null above),
+        // whose reader is a live Arc; the count taken here is the open
+        // file's, given back when `close` drops it.
+        let reader = unsafe {
+            let reader = (*info).reader;
+            Arc::increment_strong_count(reader);
+            Arc::from_raw(reader)
+        };
         let file = Box::new(DriverFile {
-            // SAFETY: all-zero is a valid H5FD_t (integers and a null pointer);
-            // HDF5 fills it in after open returns.
+            // SAFETY: all-zero is a valid H5FD_t (integers and a null
+            // pointer); HDF5 fills it in after open returns.
             base: unsafe { std::mem::zeroed() },
             eoa: 0,
-            reader: unsafe { Arc::from_raw(reader) },
+            reader,
         });
         Box::into_raw(file).cast()
     })
@@ -314,7 +310,8 @@ unsafe extern "C" fn open(
 
 unsafe extern "C" fn close(file: *mut H5FD_t) -> herr_t {
     guard(-1, || {
-        // SAFETY: HDF5 closes each file it opened once.
+        // SAFETY: `file` came from `open` (a Box), and HDF5 closes each file
+        // it opened once.
         drop(unsafe { Box::from_raw(file as *mut DriverFile) });
         0
     })
@@ -327,7 +324,7 @@ unsafe extern "C" fn cmp(a: *const H5FD_t, b: *const H5FD_t) -> c_int {
 
 unsafe extern "C" fn query(_file: *const H5FD_t, flags: *mut c_ulong) -> herr_t {
     if !flags.is_null() {
-        // SAFETY: an out-parameter.
+        // SAFETY: a non-null out-parameter HDF5 gives.
         unsafe {
             *flags = H5FD_FEAT_AGGREGATE_METADATA
                 | H5FD_FEAT_ACCUMULATE_METADATA
@@ -339,7 +336,7 @@ unsafe extern "C" fn query(_file: *const H5FD_t, flags: *mut c_ulong) -> herr_t 
 }
 
 unsafe extern "C" fn get_eoa(file: *const H5FD_t, _kind: H5FD_mem_t) -> haddr_t {
-    // SAFETY: an open file of this driver.
+    // SAFETY: HDF5 calls this on an open file of this driver.
     unsafe { driver_file(file) }.eoa
 }
 
@@ -351,7 +348,7 @@ unsafe extern "C" fn set_eoa(file: *mut H5FD_t, _kind: H5FD_mem_t, addr: haddr_t
 }
 
 unsafe extern "C" fn get_eof(file: *const H5FD_t, _kind: H5FD_mem_t) -> haddr_t {
-    // SAFETY: an open file of this driver.
+    // SAFETY: HDF5 calls this on an open file of this driver.
     unsafe { driver_file(file) }.reader.file.len()
 }
 
@@ -363,25 +360,77 @@ unsafe extern "C" fn get_handle(
     if handle.is_null() {
         return -1;
     }
-    // SAFETY: an open file of this driver; the handle is valid while it is.
+    // SAFETY: an open file of this driver and a non-null out-parameter; the
+    // handle stays valid while the file is open.
     unsafe { *handle = Arc::as_ptr(&driver_file(file).reader) as *mut c_void };
     0
 }
 
+/// Why the driver could not serve a read.
+#[derive(Debug)]
+pub(crate) enum ReadError {
+    /// The bytes asked for run past the end of the space HDF5 allocated.
+    PastAllocated { addr: u64, size: u64, eoa: u64 },
+    /// Fetching bytes of the remote file failed.
+    Remote { what: Wanted, error: Error },
+}
+
+/// What a failed remote read asked for.
+#[derive(Debug)]
+pub(crate) enum Wanted {
+    Bytes(Range<u64>),
+    /// This many ranges of a vector read.
+    Ranges(usize),
+}
+
+impl fmt::Display for ReadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReadError::PastAllocated { addr, size, eoa } => write!(
+                f,
+                "read of {size} bytes at {addr} lies past the end of allocated space ({eoa})"
+            ),
+            ReadError::Remote {
+                what: Wanted::Bytes(r),
+                error,
+            } => write!(
+                f,
+                "remote read of bytes {}-{} failed: {error}",
+                r.start,
+                r.end - 1
+            ),
+            ReadError::Remote {
+                what: Wanted::Ranges(n),
+                error,
+            } => write!(f, "remote vector read of {n} ranges failed: {error}"),
+        }
+    }
+}
+
+impl ReadError {
+    /// Puts the error on HDF5's error stack, and keeps a remote failure for
+    /// the caller's [`OpenError`](super::OpenError).
+    fn report(self, source: &Source, prefix: &str) {
+        push_error(read_error(), &format!("{prefix}{self}"));
+        if let ReadError::Remote { error, .. } = self {
+            *source.last_error.lock() = Some(error);
+        }
+    }
+}
+
 /// Reads `buf.len()` bytes at `addr`: bytes past the end of the file (but
 /// within the allocated space) read as zeros, as HDF5 expects.
-fn read_into(f: &DriverFile, addr: haddr_t, buf: &mut [u8]) -> Result<(), String> {
-    let size = buf.len();
+fn read_into(f: &DriverFile, addr: haddr_t, buf: &mut [u8]) -> Result<(), ReadError> {
+    let size = buf.len() as u64;
     let inside = inside_file(f, addr, buf)?;
     if !inside.is_empty() {
-        f.reader.file.read_exact_at(addr, inside).map_err(|e| {
-            let text = format!(
-                "remote read of bytes {addr}-{} failed: {e}",
-                addr + size as u64 - 1
-            );
-            *f.reader.last_error.lock() = Some(e);
-            text
-        })?;
+        f.reader
+            .file
+            .read_exact_at(addr, inside)
+            .map_err(|error| ReadError::Remote {
+                what: Wanted::Bytes(addr..addr + size),
+                error,
+            })?;
     }
     Ok(())
 }
@@ -393,17 +442,16 @@ fn inside_file<'b>(
     f: &DriverFile,
     addr: haddr_t,
     buf: &'b mut [u8],
-) -> Result<&'b mut [u8], String> {
+) -> Result<&'b mut [u8], ReadError> {
     let size = buf.len() as u64;
-    let end = addr
-        .checked_add(size)
-        .filter(|&end| end <= f.eoa)
-        .ok_or_else(|| {
-            format!(
-                "read of {size} bytes at {addr} lies past the end of allocated space ({})",
-                f.eoa
-            )
-        })?;
+    let end =
+        addr.checked_add(size)
+            .filter(|&end| end <= f.eoa)
+            .ok_or(ReadError::PastAllocated {
+                addr,
+                size,
+                eoa: f.eoa,
+            })?;
     let present = (f.reader.file.len().min(end).saturating_sub(addr)) as usize;
     let (inside, beyond) = buf.split_at_mut(present);
     beyond.fill(0);
@@ -419,21 +467,61 @@ unsafe extern "C" fn read(
     buf: *mut c_void,
 ) -> herr_t {
     guard(-1, || {
-        // SAFETY: an open file of this driver, and a buffer of `size` bytes.
+        // SAFETY: HDF5 calls this on an open file of this driver.
         let f = unsafe { driver_file(file) };
         f.reader.read_calls.fetch_add(1, Relaxed);
         if size == 0 {
             return 0;
         }
+        // SAFETY: HDF5 gives a buffer of `size` bytes, which it does not
+        // touch until the callback returns.
         let buf = unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, size) };
         match read_into(f, addr, buf) {
             Ok(()) => 0,
-            Err(message) => {
-                push_error(read_error(), &message);
+            Err(e) => {
+                e.report(&f.reader, "");
                 -1
             }
         }
     })
+}
+
+/// The entries of a vector read as `(address, buffer)`, a size of 0 meaning
+/// "as the previous one" for the rest of the vector (HDF5's convention).
+///
+/// # Safety
+/// `addrs`, `sizes` and `bufs` point to `count` entries each, and each
+/// buffer to as many bytes as its entry's size, untouched by HDF5 until the
+/// callback returns.
+unsafe fn vector_entries<'a>(
+    count: u32,
+    addrs: *const haddr_t,
+    sizes: *const usize,
+    bufs: *const *mut c_void,
+) -> Vec<(haddr_t, &'a mut [u8])> {
+    let n = count as usize;
+    // SAFETY: arrays of `count` entries, per the caller.
+    let (addrs, sizes, bufs) = unsafe {
+        (
+            std::slice::from_raw_parts(addrs, n),
+            std::slice::from_raw_parts(sizes, n),
+            std::slice::from_raw_parts(bufs, n),
+        )
+    };
+    let mut size = 0;
+    let mut entries = Vec::with_capacity(n);
+    for ((&addr, &s), &buf) in addrs.iter().zip(sizes).zip(bufs) {
+        if s != 0 {
+            size = s;
+        }
+        if size > 0 {
+            // SAFETY: a buffer of `size` bytes, per the caller.
+            entries.push((addr, unsafe {
+                std::slice::from_raw_parts_mut(buf as *mut u8, size)
+            }));
+        }
+    }
+    entries
 }
 
 unsafe extern "C" fn read_vector(
@@ -446,58 +534,46 @@ unsafe extern "C" fn read_vector(
     bufs: *mut *mut c_void,
 ) -> herr_t {
     guard(-1, || {
-        // SAFETY: an open file of this driver and arrays of `count` entries.
+        // SAFETY: HDF5 calls this on an open file of this driver.
         let f = unsafe { driver_file(file) };
         f.reader.vector_calls.fetch_add(1, Relaxed);
-        let n = count as usize;
-        if n == 0 {
+        if count == 0 {
             return 0;
         }
-        let (addrs, sizes, bufs) = unsafe {
-            (
-                std::slice::from_raw_parts(addrs, n),
-                std::slice::from_raw_parts(sizes, n),
-                std::slice::from_raw_parts(bufs, n),
-            )
-        };
-        // A size of 0 means "as the previous one" for the rest of the vector.
-        let mut size = 0;
-        let requests: Vec<(haddr_t, usize)> = addrs
-            .iter()
-            .zip(sizes)
-            .map(|(&addr, &s)| {
-                if s != 0 {
-                    size = s;
-                }
-                (addr, size)
-            })
-            .collect();
-        // Check every entry first, then fetch all their blocks in one round
-        // and copy each entry's bytes out of them.
-        let mut reads: Vec<(u64, &mut [u8])> = Vec::with_capacity(n);
-        for (&(addr, size), &buf) in requests.iter().zip(bufs) {
-            if size == 0 {
-                continue;
-            }
-            // SAFETY: HDF5 gives a buffer of `size` bytes per entry.
-            let buf = unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, size) };
-            match inside_file(f, addr, buf) {
-                Ok([]) => {}
-                Ok(inside) => reads.push((addr, inside)),
-                Err(text) => {
-                    push_error(read_error(), &format!("vector {text}"));
-                    return -1;
-                }
+        // SAFETY: HDF5 gives arrays of `count` entries and a buffer of each
+        // entry's size.
+        let entries = unsafe { vector_entries(count, addrs, sizes, bufs) };
+        match read_entries(f, entries, count as usize) {
+            Ok(()) => 0,
+            Err(e) => {
+                e.report(&f.reader, "vector ");
+                -1
             }
         }
-        if let Err(e) = f.reader.file.read_vectored_at(&mut reads) {
-            let text = format!("remote vector read of {n} ranges failed: {e}");
-            *f.reader.last_error.lock() = Some(e);
-            push_error(read_error(), &text);
-            return -1;
-        }
-        0
     })
+}
+
+/// Checks every entry of a vector read first, then fetches all their blocks
+/// in one round and copies each entry's bytes out of them.
+fn read_entries(
+    f: &DriverFile,
+    entries: Vec<(haddr_t, &mut [u8])>,
+    count: usize,
+) -> Result<(), ReadError> {
+    let mut reads: Vec<(u64, &mut [u8])> = Vec::with_capacity(entries.len());
+    for (addr, buf) in entries {
+        let inside = inside_file(f, addr, buf)?;
+        if !inside.is_empty() {
+            reads.push((addr, inside));
+        }
+    }
+    f.reader
+        .file
+        .read_vectored_at(&mut reads)
+        .map_err(|error| ReadError::Remote {
+            what: Wanted::Ranges(count),
+            error,
+        })
 }
 
 unsafe extern "C" fn write(
@@ -571,6 +647,7 @@ mod tests {
         assert_eq!(server.requests() as u64, 1 + cost.requests);
         assert_eq!(file.reader.vector_calls.load(Relaxed), 1);
         // Nothing new to fetch the second time.
+        // SAFETY: as above, with the first entry only.
         let status = unsafe {
             read_vector(
                 ptr,
@@ -598,8 +675,22 @@ mod tests {
         assert_eq!(buf[..2000], data[8000..]);
         assert_eq!(buf[2000..], [0; 1000]);
         let e = read_into(&file, 11_000, &mut buf).unwrap_err();
-        assert!(e.contains("past the end of allocated space"), "{e}");
+        assert!(
+            matches!(
+                e,
+                ReadError::PastAllocated {
+                    addr: 11_000,
+                    size: 3000,
+                    eoa: 12_000
+                }
+            ),
+            "{e}"
+        );
+        assert!(
+            e.to_string().contains("past the end of allocated space"),
+            "{e}"
+        );
         let e = read_into(&file, u64::MAX - 5, &mut buf).unwrap_err();
-        assert!(e.contains("past the end"), "{e}");
+        assert!(matches!(e, ReadError::PastAllocated { .. }), "{e}");
     }
 }

@@ -98,9 +98,12 @@ pub type ReadVectorFn = unsafe extern "C" fn(
 /// A callback slot the driver leaves empty (HDF5 checks for NULL).
 pub type Unused = Option<unsafe extern "C" fn()>;
 
-/// `H5FD_class_t` of HDF5 1.10 to 1.13.1.
+/// The callbacks and settings both layouts of `H5FD_class_t` share, in their
+/// order: from `name` to `write`. Nested in a `#[repr(C)]` class, it lays out
+/// as if its fields stood there one by one (its first field is a pointer, so
+/// it starts aligned; it ends with one, so it has no trailing padding).
 #[repr(C)]
-pub struct ClassV1 {
+pub struct Core {
     pub name: *const c_char,
     pub maxaddr: haddr_t,
     pub fc_degree: c_int,
@@ -128,10 +131,32 @@ pub struct ClassV1 {
     pub get_handle: Option<GetHandleFn>,
     pub read: Option<ReadFn>,
     pub write: Option<WriteFn>,
+}
+
+/// `flush`, `truncate`, `lock` and `unlock`, which a read-only driver leaves
+/// empty.
+#[repr(C)]
+pub struct Unimplemented {
     pub flush: Unused,
     pub truncate: Unused,
     pub lock: Unused,
     pub unlock: Unused,
+}
+
+impl Unimplemented {
+    pub const ALL: Unimplemented = Unimplemented {
+        flush: None,
+        truncate: None,
+        lock: None,
+        unlock: None,
+    };
+}
+
+/// `H5FD_class_t` of HDF5 1.10 to 1.13.1.
+#[repr(C)]
+pub struct ClassV1 {
+    pub core: Core,
+    pub unimplemented: Unimplemented,
     pub fl_map: [H5FD_mem_t; H5FD_MEM_NTYPES],
 }
 
@@ -140,45 +165,22 @@ pub struct ClassV1 {
 pub struct ClassV2 {
     pub version: c_uint,
     pub value: c_int,
-    pub name: *const c_char,
-    pub maxaddr: haddr_t,
-    pub fc_degree: c_int,
-    pub terminate: Option<TerminateFn>,
-    pub sb_size: Unused,
-    pub sb_encode: Unused,
-    pub sb_decode: Unused,
-    pub fapl_size: usize,
-    pub fapl_get: Option<FaplGetFn>,
-    pub fapl_copy: Option<FaplCopyFn>,
-    pub fapl_free: Option<FaplFreeFn>,
-    pub dxpl_size: usize,
-    pub dxpl_copy: Unused,
-    pub dxpl_free: Unused,
-    pub open: Option<OpenFn>,
-    pub close: Option<CloseFn>,
-    pub cmp: Option<CmpFn>,
-    pub query: Option<QueryFn>,
-    pub get_type_map: Unused,
-    pub alloc: Unused,
-    pub free: Unused,
-    pub get_eoa: Option<GetEoaFn>,
-    pub set_eoa: Option<SetEoaFn>,
-    pub get_eof: Option<GetEoaFn>,
-    pub get_handle: Option<GetHandleFn>,
-    pub read: Option<ReadFn>,
-    pub write: Option<WriteFn>,
+    pub core: Core,
     pub read_vector: Option<ReadVectorFn>,
     pub write_vector: Unused,
     pub read_selection: Unused,
     pub write_selection: Unused,
-    pub flush: Unused,
-    pub truncate: Unused,
-    pub lock: Unused,
-    pub unlock: Unused,
+    pub unimplemented: Unimplemented,
     pub del: Unused,
     pub ctl: Unused,
     pub fl_map: [H5FD_mem_t; H5FD_MEM_NTYPES],
 }
+
+// SAFETY: a class holds pointers only to static strings and to functions,
+// and is never written after it is made: sharing it between threads is safe.
+unsafe impl Sync for ClassV1 {}
+// SAFETY: as for `ClassV1`.
+unsafe impl Sync for ClassV2 {}
 
 #[cfg(all(test, target_pointer_width = "64"))]
 mod tests {
@@ -189,9 +191,12 @@ mod tests {
         assert_eq!(std::mem::size_of::<H5FD_t>(), 80);
         assert_eq!(std::mem::size_of::<ClassV1>(), 280);
         assert_eq!(std::mem::size_of::<ClassV2>(), 336);
-        assert_eq!(std::mem::offset_of!(ClassV1, read), 200);
-        assert_eq!(std::mem::offset_of!(ClassV2, read), 208);
-        assert_eq!(std::mem::offset_of!(ClassV2, flush), 256);
+        assert_eq!(std::mem::offset_of!(ClassV1, core.read), 200);
+        assert_eq!(std::mem::offset_of!(ClassV2, core.name), 8);
+        assert_eq!(std::mem::offset_of!(ClassV2, core.read), 208);
+        assert_eq!(std::mem::offset_of!(ClassV2, read_vector), 224);
+        assert_eq!(std::mem::offset_of!(ClassV2, unimplemented.flush), 256);
+        assert_eq!(std::mem::offset_of!(ClassV2, fl_map), 304);
         assert_eq!(std::mem::offset_of!(ClassV1, fl_map), 248);
     }
 }

@@ -4,8 +4,9 @@
 //! [`open_url`] (or [`open`], for a [`RemoteFile`] opened with options of
 //! your own) gives an ordinary [`File`] whose reads go through a read-only HDF5
 //! virtual file driver backed by the remote file, with its block cache,
-//! read-ahead, retries and validation. Everything else is the `hdf5` crate's,
-//! re-exported here, so `remfile::hdf5::File` *is* `hdf5::File`:
+//! read-ahead, retries and validation. Everything else is the `hdf5` crate's
+//! (re-exported as [`hdf5_metno`]), so `remfile::hdf5::File` *is*
+//! `hdf5::File`:
 //!
 //! ```no_run
 //! use remfile::hdf5;
@@ -48,6 +49,9 @@
 //! threads reading one file take turns; within a call, a large read still
 //! fetches its parts concurrently.
 
+#![warn(clippy::undocumented_unsafe_blocks)]
+
+mod chunks;
 mod driver;
 mod ffi;
 
@@ -55,8 +59,24 @@ use std::ffi::{CString, c_void};
 use std::fmt;
 use std::sync::Arc;
 
-#[doc(inline)]
-pub use ::hdf5::*;
+/// The `hdf5` crate (published as `hdf5-metno`) that this module is built
+/// on, re-exported so that its types are always the ones this module takes
+/// and returns, whatever version a program's own dependency names. Reach
+/// any of them here, or depend on the crate yourself:
+/// `hdf5 = { package = "hdf5-metno", version = "0.15" }` (Cargo then builds
+/// one copy, since only one may link libhdf5).
+///
+/// ```no_run
+/// use remfile::hdf5::{self, hdf5_metno::Group};
+///
+/// let file = hdf5::open_url("https://example.com/data.h5")?;
+/// let groups: Vec<Group> = file.groups()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub use ::hdf5 as hdf5_metno;
+/// The types of this module's functions, from [`hdf5_metno`].
+#[doc(no_inline)]
+pub use ::hdf5::{Dataset, File};
 
 use self::driver::{FaplInfo, Source};
 use crate::{Builder, RemoteFile};
@@ -85,7 +105,7 @@ pub struct OpenOptions {
 }
 
 /// The hook of [`OpenOptions::configure`].
-type FaplHook = dyn Fn(&mut plist::FileAccessBuilder) + Send + Sync;
+type FaplHook = dyn Fn(&mut hdf5_metno::plist::FileAccessBuilder) + Send + Sync;
 
 impl fmt::Debug for OpenOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -122,7 +142,7 @@ impl OpenOptions {
     /// the options above, for any other setting.
     pub fn configure(
         mut self,
-        hook: impl Fn(&mut plist::FileAccessBuilder) + Send + Sync + 'static,
+        hook: impl Fn(&mut hdf5_metno::plist::FileAccessBuilder) + Send + Sync + 'static,
     ) -> Self {
         self.configure = Some(Arc::new(hook));
         self
@@ -163,21 +183,21 @@ impl OpenOptions {
     pub fn open(&self, file: RemoteFile) -> Result<File, OpenError> {
         let reader = Source::new(file);
         let name = CString::new(reader.file.url().replace('\0', "")).unwrap_or_default();
-        let result = ::hdf5::sync::sync(|| self.open_locked(&reader, &name));
+        let result = hdf5_metno::sync::sync(|| self.open_locked(&reader, &name));
         result.map_err(|hdf5| {
             let remote = reader.last_error.lock().take();
             OpenError::new(hdf5, remote)
         })
     }
 
-    fn open_locked(&self, reader: &Arc<Source>, name: &CString) -> ::hdf5::Result<File> {
-        let id = driver::driver_id().map_err(::hdf5::Error::from)?;
-        let mut builder = plist::FileAccess::build();
+    fn open_locked(&self, reader: &Arc<Source>, name: &CString) -> hdf5_metno::Result<File> {
+        let id = driver::driver_id().map_err(|e| hdf5_metno::Error::from(e.to_string()))?;
+        let mut builder = hdf5_metno::plist::FileAccess::build();
         if let Some((slots, bytes, w0)) = self.chunk_cache {
             builder.chunk_cache(slots, bytes, w0);
         }
         if let Some(bytes) = self.metadata_cache {
-            let mut mdc = plist::FileAccess::try_new()?.get_mdc_config()?;
+            let mut mdc = hdf5_metno::plist::FileAccess::try_new()?.get_mdc_config()?;
             mdc.set_initial_size = true;
             mdc.initial_size = bytes;
             mdc.max_size = mdc.max_size.max(bytes);
@@ -197,15 +217,15 @@ impl OpenOptions {
             hdf5_sys::h5p::H5Pset_driver(fapl.id(), id, &info as *const FaplInfo as *const c_void)
         };
         if set < 0 {
-            return Err(::hdf5::Error::query()?);
+            return Err(hdf5_metno::Error::query()?);
         }
         // SAFETY: a valid name and property list; the lock is held.
         let fid = unsafe { hdf5_sys::h5f::H5Fopen(name.as_ptr(), 0, fapl.id()) };
         if fid < 0 {
-            return Err(::hdf5::Error::query()?);
+            return Err(hdf5_metno::Error::query()?);
         }
         // SAFETY: a new file id, owned from here by the returned File.
-        unsafe { from_id::<File>(fid) }
+        unsafe { hdf5_metno::from_id::<File>(fid) }
     }
 }
 
@@ -262,7 +282,7 @@ pub struct DriverInfo {
 /// # Ok::<(), remfile::hdf5::OpenError>(())
 /// ```
 pub fn driver_info(file: &File) -> Option<DriverInfo> {
-    ::hdf5::sync::sync(|| {
+    hdf5_metno::sync::sync(|| {
         let ours = driver::driver_id().ok()?;
         // SAFETY: a valid file id; the plist is closed again below.
         let driver = unsafe {
@@ -299,9 +319,6 @@ pub fn driver_info(file: &File) -> Option<DriverInfo> {
     })
 }
 
-/// The most chunks [`prefetch_hyperslab`] looks up for one call.
-const MAX_PREFETCH_CHUNKS: u64 = 1 << 20;
-
 /// Fetches, in one round of concurrent requests, every stored chunk of
 /// `dataset` that the hyperslab `ranges` (one range of element indices per
 /// dimension) touches, so that reading the hyperslab next costs no round trip
@@ -325,86 +342,27 @@ const MAX_PREFETCH_CHUNKS: u64 = 1 << 20;
 /// An `hdf5::Error` if the dataset is not from a file this module opened,
 /// `ranges` does not match its rank or extent, the hyperslab spans more than
 /// a million chunks, or a fetch fails (its message then names the cause).
-pub fn prefetch_hyperslab(dataset: &Dataset, ranges: &[std::ops::Range<u64>]) -> Result<usize> {
-    let info = driver_info(&dataset.file()?)
-        .ok_or_else(|| Error::from("the dataset is not from a file opened by remfile::hdf5"))?;
-    let shape = dataset.shape();
-    if ranges.len() != shape.len() {
-        return Err(Error::from(format!(
-            "{} ranges given for a dataset of rank {}",
-            ranges.len(),
-            shape.len()
-        )));
-    }
-    if ranges
-        .iter()
-        .zip(&shape)
-        .any(|(r, &n)| r.start >= r.end || r.end > n as u64)
-    {
-        return Err(Error::from("a range is empty or outside the dataset"));
-    }
+pub fn prefetch_hyperslab(
+    dataset: &Dataset,
+    ranges: &[std::ops::Range<u64>],
+) -> hdf5_metno::Result<usize> {
+    let refused = |e: chunks::SpanError| hdf5_metno::Error::from(e.to_string());
+    let info = driver_info(&dataset.file()?).ok_or_else(|| {
+        hdf5_metno::Error::from("the dataset is not from a file opened by remfile::hdf5")
+    })?;
+    let shape: Vec<u64> = dataset.shape().iter().map(|&n| n as u64).collect();
     let Some(chunk) = dataset.chunk() else {
+        chunks::check_hyperslab(ranges, &shape).map_err(refused)?;
         return Ok(0);
     };
     let chunk: Vec<u64> = chunk.iter().map(|&c| c as u64).collect();
-    let first: Vec<u64> = ranges
-        .iter()
-        .zip(&chunk)
-        .map(|(r, c)| r.start / c)
-        .collect();
-    let last: Vec<u64> = ranges
-        .iter()
-        .zip(&chunk)
-        .map(|(r, c)| (r.end - 1) / c)
-        .collect();
-    let count = first
-        .iter()
-        .zip(&last)
-        .try_fold(1u64, |n, (a, b)| n.checked_mul(b - a + 1))
-        .filter(|&n| n <= MAX_PREFETCH_CHUNKS)
-        .ok_or_else(|| Error::from("the hyperslab spans too many chunks to prefetch"))?;
-    let stored = ::hdf5::sync::sync(|| -> Result<Vec<std::ops::Range<u64>>> {
-        let mut stored = Vec::with_capacity(count as usize);
-        let mut coord = first.clone();
-        loop {
-            let offset: Vec<u64> = coord.iter().zip(&chunk).map(|(i, c)| i * c).collect();
-            let (mut mask, mut addr, mut size) = (0, 0, 0);
-            // SAFETY: a valid dataset id and an offset of its rank.
-            let status = unsafe {
-                hdf5_sys::h5d::H5Dget_chunk_info_by_coord(
-                    dataset.id(),
-                    offset.as_ptr(),
-                    &mut mask,
-                    &mut addr,
-                    &mut size,
-                )
-            };
-            if status < 0 {
-                return Err(Error::query()?);
-            }
-            if addr != hdf5_sys::h5::HADDR_UNDEF && size > 0 {
-                stored.push(addr..addr + size);
-            }
-            // The next chunk coordinate, last dimension fastest.
-            let mut d = coord.len();
-            loop {
-                if d == 0 {
-                    return Ok(stored);
-                }
-                d -= 1;
-                if coord[d] < last[d] {
-                    coord[d] += 1;
-                    break;
-                }
-                coord[d] = first[d];
-            }
-        }
-    })?;
-    let chunks = stored.len();
+    let span = chunks::ChunkSpan::new(ranges, &shape, &chunk).map_err(refused)?;
+    let stored = hdf5_metno::sync::sync(|| chunks::stored_chunks(dataset, span.offsets()))?;
+    let count = stored.len();
     info.remote
         .prefetch(stored)
-        .map_err(|e| Error::from(format!("prefetching {chunks} chunks failed: {e}")))?;
-    Ok(chunks)
+        .map_err(|e| hdf5_metno::Error::from(format!("prefetching {count} chunks failed: {e}")))?;
+    Ok(count)
 }
 
 /// How many remote files the driver holds open now, across all HDF5 files.
@@ -415,7 +373,7 @@ pub fn open_remote_files() -> usize {
 
 /// The version of the linked HDF5 library, `(major, minor, release)`.
 pub fn library_version() -> (u32, u32, u32) {
-    ::hdf5::sync::sync(driver::library_version)
+    hdf5_metno::sync::sync(driver::library_version)
 }
 
 /// Why a remote HDF5 file could not be opened: HDF5's message, and the
@@ -424,11 +382,11 @@ pub fn library_version() -> (u32, u32, u32) {
 pub struct OpenError {
     message: String,
     remote: Option<crate::Error>,
-    hdf5: Option<::hdf5::Error>,
+    hdf5: Option<hdf5_metno::Error>,
 }
 
 impl OpenError {
-    fn new(hdf5: ::hdf5::Error, remote: Option<crate::Error>) -> OpenError {
+    fn new(hdf5: hdf5_metno::Error, remote: Option<crate::Error>) -> OpenError {
         let message = match &remote {
             Some(r) => format!("cannot open as HDF5: {r} (HDF5: {hdf5})"),
             None => format!("cannot open as HDF5: {hdf5}"),
@@ -455,7 +413,7 @@ impl OpenError {
     }
 
     /// HDF5's own error, if HDF5 was reached.
-    pub fn hdf5(&self) -> Option<&::hdf5::Error> {
+    pub fn hdf5(&self) -> Option<&hdf5_metno::Error> {
         self.hdf5.as_ref()
     }
 }

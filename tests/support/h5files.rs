@@ -5,8 +5,11 @@
 
 use std::path::{Path, PathBuf};
 
-use remfile::hdf5::types::{FloatSize, IntSize, TypeDescriptor, VarLenAscii, VarLenUnicode};
-use remfile::hdf5::{self as h5, Attribute, Dataset, Group, H5Type};
+use remfile::hdf5::hdf5_metno::types::{
+    FloatSize, IntSize, TypeDescriptor, VarLenAscii, VarLenUnicode,
+};
+use remfile::hdf5::hdf5_metno::{self as h5lib, Attribute, Dataset, Group, H5Type};
+use remfile::hdf5::{self as h5};
 
 /// A path for a generated file, unique to this process: under cargo's
 /// temporary directory for tests (`target/tmp`) when there is one. Files that
@@ -35,7 +38,7 @@ fn vlu(s: &str) -> VarLenUnicode {
     s.parse().expect("valid string")
 }
 
-fn str_attr(loc: &h5::Location, name: &str, value: &str) -> h5::Result<()> {
+fn str_attr(loc: &h5lib::Location, name: &str, value: &str) -> h5lib::Result<()> {
     loc.new_attr::<VarLenUnicode>()
         .create(name)?
         .write_scalar(&vlu(value))
@@ -43,7 +46,7 @@ fn str_attr(loc: &h5::Location, name: &str, value: &str) -> h5::Result<()> {
 
 /// Nested groups, many attributes of several types, a contiguous dataset, a
 /// chunked dataset with deflate and shuffle, a variable-length string dataset.
-pub fn write_rich(path: &Path) -> h5::Result<()> {
+pub fn write_rich(path: &Path) -> h5lib::Result<()> {
     let file = h5::File::create(path)?;
     str_attr(&file, "title", "a file with a little of everything")?;
     file.new_attr::<i64>().create("version")?.write_scalar(&3)?;
@@ -142,12 +145,12 @@ impl NwbShape {
 /// An NWB-like layout: a large chunked int16 `acquisition/ElectricalSeries/data`
 /// written first, then most object headers (units, trials, processing,
 /// general metadata) after the bulk data, as NWB writers do.
-pub fn write_nwb_like(path: &Path) -> h5::Result<()> {
+pub fn write_nwb_like(path: &Path) -> h5lib::Result<()> {
     write_nwb(path, NwbShape::TEST)
 }
 
 /// [`write_nwb_like`] in any shape.
-pub fn write_nwb(path: &Path, shape: NwbShape) -> h5::Result<()> {
+pub fn write_nwb(path: &Path, shape: NwbShape) -> h5lib::Result<()> {
     let file = h5::File::create(path)?;
     let acq = file.create_group("acquisition")?;
     let es = acq.create_group("ElectricalSeries")?;
@@ -271,13 +274,13 @@ pub fn write_nwb(path: &Path, shape: NwbShape) -> h5::Result<()> {
 
 /// Describes every group, dataset and attribute with all values (large data
 /// as a checksum), in a stable order.
-pub fn describe(file: &h5::File) -> h5::Result<Vec<String>> {
+pub fn describe(file: &h5::File) -> h5lib::Result<Vec<String>> {
     let mut out = Vec::new();
     describe_group(file, "/", &mut out)?;
     Ok(out)
 }
 
-fn describe_group(g: &Group, path: &str, out: &mut Vec<String>) -> h5::Result<()> {
+fn describe_group(g: &Group, path: &str, out: &mut Vec<String>) -> h5lib::Result<()> {
     out.push(format!("group {path}"));
     describe_attrs(g, path, out)?;
     let mut names = g.member_names()?;
@@ -294,7 +297,7 @@ fn describe_group(g: &Group, path: &str, out: &mut Vec<String>) -> h5::Result<()
     Ok(())
 }
 
-fn describe_attrs(loc: &h5::Location, path: &str, out: &mut Vec<String>) -> h5::Result<()> {
+fn describe_attrs(loc: &h5lib::Location, path: &str, out: &mut Vec<String>) -> h5lib::Result<()> {
     let mut names = loc.attr_names()?;
     names.sort();
     for name in names {
@@ -305,7 +308,7 @@ fn describe_attrs(loc: &h5::Location, path: &str, out: &mut Vec<String>) -> h5::
     Ok(())
 }
 
-fn describe_dataset(ds: &Dataset, path: &str, out: &mut Vec<String>) -> h5::Result<()> {
+fn describe_dataset(ds: &Dataset, path: &str, out: &mut Vec<String>) -> h5lib::Result<()> {
     let value = values(ds)?;
     out.push(format!(
         "dataset {path} {:?} chunks {:?} filters {:?} = {value}",
@@ -316,8 +319,8 @@ fn describe_dataset(ds: &Dataset, path: &str, out: &mut Vec<String>) -> h5::Resu
     describe_attrs(ds, path, out)
 }
 
-fn values(c: &h5::Container) -> h5::Result<String> {
-    fn show<T: H5Type + std::fmt::Debug>(c: &h5::Container) -> h5::Result<String> {
+fn values(c: &h5lib::Container) -> h5lib::Result<String> {
+    fn show<T: H5Type + std::fmt::Debug>(c: &h5lib::Container) -> h5lib::Result<String> {
         let v: Vec<T> = c.read_raw()?;
         let text = format!("{v:?}");
         Ok(if text.len() > 200 {
@@ -357,7 +360,7 @@ pub fn checksum(bytes: &[u8]) -> u64 {
 
 /// Visits every group and dataset and reads every attribute, but no dataset
 /// data: what opening a file in a viewer costs. Returns the objects visited.
-pub fn walk_metadata(g: &Group) -> h5::Result<usize> {
+pub fn walk_metadata(g: &Group) -> h5lib::Result<usize> {
     let mut visited = 1;
     for name in g.attr_names()? {
         let a = g.attr(&name)?;
