@@ -38,7 +38,7 @@
 //!
 //! # Errors
 //!
-//! A failed remote read reaches the caller as an [`Error`] (the `hdf5`
+//! A failed remote read reaches the caller as an [`hdf5_metno::Error`] (the `hdf5`
 //! crate's) whose message names the failing byte range and the cause (status,
 //! timeout…). Opening returns an [`OpenError`], which also keeps the typed
 //! [`crate::Error`] of the read that failed, if one did.

@@ -4,9 +4,10 @@
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
-use ureq::Body;
 use ureq::http::Response;
 use ureq::http::header::{ACCEPT_ENCODING, IF_MATCH, LOCATION, RANGE, USER_AGENT};
+use ureq::typestate::WithoutBody;
+use ureq::{Body, RequestBuilder};
 use url::Url;
 
 use super::classify::classify_ureq;
@@ -92,30 +93,7 @@ impl Transport {
                 "the read's overall deadline passed",
             )));
         }
-        let mut req = self
-            .agent
-            .get(url.as_str())
-            .header(RANGE, format!("bytes={want}"))
-            .header(ACCEPT_ENCODING, "identity")
-            .header(USER_AGENT, &self.user_agent);
-        if let Some(tag) = if_match {
-            req = req.header(IF_MATCH, tag);
-        }
-        if same_origin(url, &self.original.read()) {
-            for (name, value) in &self.headers {
-                req = req.header(name, value);
-            }
-        }
-        let req = req
-            .config()
-            .http_status_as_error(false)
-            .max_redirects(0)
-            .timeout_global(Some(remaining))
-            .timeout_resolve(Some(self.timeouts.connect))
-            .timeout_connect(Some(self.timeouts.connect))
-            .timeout_recv_response(Some(self.timeouts.idle))
-            .timeout_per_read(Some(self.timeouts.idle))
-            .build();
+        let req = self.request(url, want, if_match, remaining);
         Counters::add(&self.counters.requests, 1);
         *at.rounds += 1;
         let attempt = at.number;
@@ -144,6 +122,40 @@ impl Transport {
             "http request"
         );
         Ok(resp)
+    }
+
+    /// The GET for `want` at `url`: the crate's headers, the caller's (to
+    /// their own origin only), and timeouts within the `remaining` time.
+    fn request(
+        &self,
+        url: &Url,
+        want: &Want,
+        if_match: Option<&str>,
+        remaining: Duration,
+    ) -> RequestBuilder<WithoutBody> {
+        let mut req = self
+            .agent
+            .get(url.as_str())
+            .header(RANGE, format!("bytes={want}"))
+            .header(ACCEPT_ENCODING, "identity")
+            .header(USER_AGENT, &self.user_agent);
+        if let Some(tag) = if_match {
+            req = req.header(IF_MATCH, tag);
+        }
+        if same_origin(url, &self.original.read()) {
+            for (name, value) in &self.headers {
+                req = req.header(name, value);
+            }
+        }
+        req.config()
+            .http_status_as_error(false)
+            .max_redirects(0)
+            .timeout_global(Some(remaining))
+            .timeout_resolve(Some(self.timeouts.connect))
+            .timeout_connect(Some(self.timeouts.connect))
+            .timeout_recv_response(Some(self.timeouts.idle))
+            .timeout_per_read(Some(self.timeouts.idle))
+            .build()
     }
 }
 

@@ -30,11 +30,20 @@ pub fn require_binary(name: &str, candidates: &[&str]) -> Option<PathBuf> {
             })
         });
     if found.is_none() {
-        let msg = format!("{name} is not installed: skipping this test (.ci/run installs it)");
+        let msg = format!(
+            "SKIPPED: {name} is not installed, so the tests that need it pass without running \
+             (`bash .ci/run` installs it and runs every test)"
+        );
         if std::env::var("CI").is_ok_and(|v| v == "true") {
             panic!("{msg}; under CI=true this is a failure");
         }
-        eprintln!("{msg}");
+        // Straight to stderr, past the test harness's capture, so the skip
+        // shows in `cargo test`'s output; once per test binary.
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| {
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "{msg}");
+        });
     }
     found
 }
