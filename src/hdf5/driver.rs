@@ -624,18 +624,22 @@ mod tests {
         let mut types = vec![H5FD_MEM_DRAW; 4];
         let mut out: Vec<Vec<u8>> = vec![vec![1; 300], vec![1; 300], vec![1; 20], vec![1; 5000]];
         let mut bufs: Vec<*mut c_void> = out.iter_mut().map(|b| b.as_mut_ptr().cast()).collect();
-        // SAFETY: a driver file of this module and arrays of 4 entries.
-        let status = unsafe {
-            read_vector(
-                ptr,
-                0,
-                4,
-                types.as_mut_ptr(),
-                addrs.as_mut_ptr(),
-                sizes.as_mut_ptr(),
-                bufs.as_mut_ptr(),
-            )
+        let mut vector_read = |count: u32| {
+            // SAFETY: a driver file of this module, and arrays of 4 entries
+            // with buffers of their sizes.
+            unsafe {
+                read_vector(
+                    ptr,
+                    0,
+                    count,
+                    types.as_mut_ptr(),
+                    addrs.as_mut_ptr(),
+                    sizes.as_mut_ptr(),
+                    bufs.as_mut_ptr(),
+                )
+            }
         };
+        let status = vector_read(4);
         assert_eq!(status, 0);
         assert_eq!(out[0], data[10_000..10_300]);
         assert_eq!(out[1], data[50_000..50_300]);
@@ -647,19 +651,7 @@ mod tests {
         assert_eq!(server.requests() as u64, 1 + cost.requests);
         assert_eq!(file.reader.vector_calls.load(Relaxed), 1);
         // Nothing new to fetch the second time.
-        // SAFETY: as above, with the first entry only.
-        let status = unsafe {
-            read_vector(
-                ptr,
-                0,
-                1,
-                types.as_mut_ptr(),
-                addrs.as_mut_ptr(),
-                sizes.as_mut_ptr(),
-                bufs.as_mut_ptr(),
-            )
-        };
-        assert_eq!(status, 0);
+        assert_eq!(vector_read(1), 0);
         assert_eq!(
             file.reader.file.stats().since(&before).requests,
             cost.requests
