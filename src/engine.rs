@@ -295,8 +295,34 @@ impl Engine {
         mut claim: Claim,
         is_needed: impl Fn(u64) -> bool,
     ) -> Result<Vec<(u64, Block)>> {
-        let mut got = std::mem::take(&mut claim.found);
         let deadline = Instant::now() + self.options.read_timeout;
+        let mut got = std::mem::take(&mut claim.found);
+        let (rounds, failure) = self.fetch_owned(&mut claim, &is_needed, &mut got, deadline);
+        let waited = match failure {
+            Some(e) => Err(e),
+            None => self.wait_for_others(&mut claim, &mut got, deadline),
+        };
+        // Waiting for a speculative fetch still under way is a round trip of
+        // this read's own (the fetch itself is counted by nobody).
+        let waited_on_guess = *waited.as_ref().unwrap_or(&false);
+        Counters::add(
+            &self.counters.round_trips,
+            rounds.max(waited_on_guess.into()).into(),
+        );
+        waited.map(|_| got)
+    }
+
+    /// Fetches the blocks `claim` owns in one round of concurrent parts,
+    /// handing each to the cache and its waiters as it arrives (and the
+    /// needed ones to `got`). Returns the rounds it took, and the first
+    /// failure that hit a needed block (which stops parts not yet started).
+    fn fetch_owned(
+        &self,
+        claim: &mut Claim,
+        is_needed: &impl Fn(u64) -> bool,
+        got: &mut Vec<(u64, Block)>,
+        deadline: Instant,
+    ) -> (u32, Option<Error>) {
         let owned = claim.owned.clone();
         let sizes = self.link_sizes();
         let parts = plan::parts(
@@ -310,28 +336,80 @@ impl Engine {
             parts,
             self.options.max_concurrency as usize,
             |part| self.fetch_blocks(part, deadline),
-            |(part, result)| {
-                let fatal = deliver(&mut claim, &owned, part, result, &is_needed, &mut got);
-                match fatal {
-                    Some(e) => {
-                        failure.get_or_insert(e);
-                        Next::Stop
-                    }
-                    None => Next::Continue,
+            |(part, result)| match deliver(claim, &owned, part, result, is_needed, got) {
+                Some(e) => {
+                    failure.get_or_insert(e);
+                    Next::Stop
                 }
+                None => Next::Continue,
             },
         );
-        Counters::add(&self.counters.round_trips, rounds.into());
-        if let Some(e) = failure {
-            return Err(e);
-        }
+        (rounds, failure)
+    }
+
+    /// Waits for the blocks of `claim` that other readers fetch. A block a
+    /// speculative fetch failed to bring is fetched here. Returns whether
+    /// this had to wait for a speculative fetch still under way.
+    fn wait_for_others(
+        &self,
+        claim: &mut Claim,
+        got: &mut Vec<(u64, Block)>,
+        deadline: Instant,
+    ) -> Result<bool> {
+        let mut waited_on_guess = false;
         for (i, pending) in std::mem::take(&mut claim.waiting) {
-            let block = pending
-                .wait(deadline)
-                .map_err(|e| e.with_url(self.transport.redacted_url()))?;
-            got.push((i, block));
+            let guess = pending.is_speculative();
+            waited_on_guess |= guess && !pending.is_settled();
+            match pending.wait(deadline) {
+                Ok(block) => got.push((i, block)),
+                Err(_) if guess => got.extend(self.fetch_missing(&[i])?),
+                Err(e) => return Err(e.with_url(self.transport.redacted_url())),
+            }
         }
-        Ok(got)
+        Ok(waited_on_guess)
+    }
+
+    /// Fetches the missing blocks of `ranges`, at most `max_bytes` of them,
+    /// on a thread of their own, and returns the bytes it claimed; no reader
+    /// waits for them unless it comes to need one. The fetch counts its
+    /// requests and bytes, but no round trip: a reader that waits for one of
+    /// its blocks counts that.
+    pub(crate) fn prefetch_in_background(
+        self: &Arc<Self>,
+        ranges: impl IntoIterator<Item = Range<u64>>,
+        max_bytes: u64,
+    ) -> u64 {
+        let (bs, size) = (self.options.block_size, self.identity.size);
+        let inside = ranges
+            .into_iter()
+            .map(|r| r.start.min(size)..r.end.min(size));
+        let (_, mut missing) = self.look_up(&plan::blocks_of(inside, bs));
+        missing.truncate(usize::try_from(max_bytes / bs).unwrap_or(usize::MAX));
+        if missing.is_empty() {
+            return 0;
+        }
+        let mut claim = self.cache.claim_speculative(&self.key, &missing);
+        let claimed: u64 = claim
+            .owned
+            .iter()
+            .map(|&i| {
+                let block = plan::byte_range(&(i..i + 1), bs, size);
+                block.end - block.start
+            })
+            .sum();
+        if claimed == 0 {
+            return 0;
+        }
+        let engine = Arc::clone(self);
+        let spawned = std::thread::Builder::new()
+            .name("remfile-prefetch".into())
+            .spawn(move || {
+                let deadline = Instant::now() + engine.options.read_timeout;
+                engine.fetch_owned(&mut claim, &|_| false, &mut Vec::new(), deadline);
+            });
+        // Without a thread the claim is dropped with the closure, which
+        // releases its blocks to whoever needs them.
+        if spawned.is_ok() { claimed } else { 0 }
     }
 
     /// Fetches the run of blocks `part` into buffers of their own (recycled
@@ -367,7 +445,7 @@ fn deliver(
     owned: &[u64],
     part: Range<u64>,
     result: Result<Vec<Vec<u8>>>,
-    is_needed: impl Fn(u64) -> bool,
+    is_needed: &impl Fn(u64) -> bool,
     got: &mut Vec<(u64, Block)>,
 ) -> Option<Error> {
     let is_owned = |i: &u64| owned.binary_search(i).is_ok();

@@ -277,6 +277,33 @@ impl RemoteFile {
         self.engine.prefetch(ranges)
     }
 
+    /// Starts fetching the blocks covering `ranges` that are neither cached
+    /// nor being fetched, at most `max_bytes` of them, in the background, and
+    /// returns at once with the bytes it started to fetch.
+    ///
+    /// For guesses: where a caller expects to read next but is not sure
+    /// (the children of a tree node it just read, say). A read that comes to
+    /// need one of those blocks waits for the fetch under way rather than
+    /// fetching it again, and counts one round trip if it had to wait. A
+    /// guess that fails costs only its bytes: the read then fetches the
+    /// block itself. Parts of ranges past the end of the file are ignored.
+    ///
+    /// ```no_run
+    /// # let file = remfile::RemoteFile::open("https://example.com/data.h5")?;
+    /// let started = file.prefetch_in_background([40 << 20..41 << 20, 90 << 20..90_010_000], 8 << 20);
+    /// // … parse what is at hand meanwhile …
+    /// let mut node = vec![0u8; 4096];
+    /// file.read_exact_at(40 << 20, &mut node)?; // waits for the fetch under way, if need be
+    /// # Ok::<(), remfile::Error>(())
+    /// ```
+    pub fn prefetch_in_background(
+        &self,
+        ranges: impl IntoIterator<Item = Range<u64>>,
+        max_bytes: u64,
+    ) -> u64 {
+        self.engine.prefetch_in_background(ranges, max_bytes)
+    }
+
     /// What is known of the link to the server (see [`Builder::link`]):
     /// `None` before a response has shown it, or with [`Link::Ignored`](crate::Link::Ignored).
     ///

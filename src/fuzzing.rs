@@ -2,6 +2,7 @@
 //! Not a stable API: each function decodes arbitrary bytes into inputs for
 //! an internal function and panics if one of its invariants breaks.
 
+use crate::h5meta::{self, Geometry, MemType, What};
 use crate::http::content_range::{self, ContentRange};
 use crate::plan::{self, ReadAhead};
 
@@ -95,6 +96,51 @@ pub fn planner(data: &[u8]) {
     }
 }
 
+/// Reads `data` as HDF5 metadata: its first bytes choose the memory type, what
+/// an earlier piece said is there, and the sizes of offsets and lengths; the
+/// rest are the bytes. It never panics, and what it finds is bounded and
+/// well-formed.
+pub fn hdf5_metadata(data: &[u8]) {
+    let [mem, expected, sizes, rest @ ..] = data else {
+        return;
+    };
+    let expected = match expected % 8 {
+        0 => None,
+        1 => Some(What::ObjectHeader),
+        2 => Some(What::ContinuationV1),
+        3 => Some(What::ContinuationV2 {
+            order: expected & 0x80 != 0,
+        }),
+        4 => Some(What::GroupNode),
+        5 => Some(What::ChunkNode {
+            dims: expected >> 3,
+        }),
+        6 => Some(What::SymbolNode),
+        _ => Some(What::LocalHeap),
+    };
+    let size = |bits: u8| [2, 4, 8, 8][usize::from(bits & 3)];
+    let geometry = Geometry {
+        offsets: size(*sizes),
+        lengths: size(sizes >> 2),
+        ..Geometry::default()
+    };
+    let found = h5meta::pointers(
+        rest,
+        4096,
+        MemType::from_c(i32::from(*mem)),
+        expected,
+        &geometry,
+    );
+    assert!(found.targets.len() <= h5meta::MAX_TARGETS);
+    for t in &found.targets {
+        assert!(t.bytes.start < t.bytes.end, "{t:?}");
+        assert_ne!(t.bytes.start, 4096, "points at itself");
+    }
+    if let Some(g) = found.geometry {
+        assert!([2, 4, 8].contains(&g.offsets) && [2, 4, 8].contains(&g.lengths));
+    }
+}
+
 /// Little-endian integers from a byte string, zero once it runs out.
 struct Bytes<'a>(&'a [u8]);
 
@@ -138,6 +184,11 @@ mod tests {
     #[test]
     fn the_planner_corpus_passes() {
         replay("planner", super::planner);
+    }
+
+    #[test]
+    fn the_hdf5_metadata_corpus_passes() {
+        replay("hdf5_metadata", super::hdf5_metadata);
     }
 
     #[test]

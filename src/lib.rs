@@ -181,6 +181,8 @@ mod file;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
+#[cfg(any(feature = "hdf5", feature = "fuzzing", test))]
+mod h5meta;
 // The one module with unsafe code: HDF5's C interface.
 #[cfg(feature = "hdf5")]
 #[cfg_attr(docsrs, doc(cfg(feature = "hdf5")))]

@@ -6,7 +6,7 @@ use std::io::{Read, Seek, SeekFrom};
 use std::sync::Arc;
 
 use remfile::{BlockCache, ErrorKind};
-use support::{RangeServer, builder, test_data};
+use support::{RangeServer, Reply, builder, test_data};
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
@@ -695,4 +695,67 @@ fn a_tail_longer_than_the_file_is_harmless() {
     file.read_exact_at(0, &mut buf).unwrap();
     assert!(buf == data);
     assert_eq!(server.requests(), 2, "the tail held the whole file");
+}
+
+#[test]
+fn a_background_prefetch_is_joined_by_the_read_that_needs_it() {
+    let data = test_data(8 * MIB as usize, 41);
+    let server = RangeServer::new(data.clone());
+    let file = builder().open(server.url("/f")).unwrap();
+    let started =
+        file.prefetch_in_background(std::iter::once(5 * MIB + 10..5 * MIB + 20), u64::MAX);
+    assert_eq!(started, MIB, "the one block covering the range");
+    // The block is claimed before the call returns: the read waits for that
+    // fetch (or finds its block cached) and never fetches it again.
+    let mut buf = vec![0; 100];
+    file.read_exact_at(5 * MIB + 10, &mut buf).unwrap();
+    assert!(buf == data[5 * MIB as usize + 10..5 * MIB as usize + 110]);
+    assert_eq!(server.requests(), 2, "{:?}", server.ranges());
+    assert_eq!(
+        file.prefetch_in_background(std::iter::once(5 * MIB..6 * MIB), u64::MAX),
+        0,
+        "cached"
+    );
+}
+
+#[test]
+fn a_failed_guess_never_fails_a_read() {
+    let data = test_data(8 * MIB as usize, 42);
+    let refused = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let once = refused.clone();
+    let server = RangeServer::new(data.clone()).with_hook(move |req, r| {
+        let guessed = req.range() == Some((3 * MIB, 4 * MIB - 1));
+        if guessed && !once.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            Reply::new(404)
+        } else {
+            r
+        }
+    });
+    let file = builder().open(server.url("/f")).unwrap();
+    assert_eq!(
+        file.prefetch_in_background(std::iter::once(3 * MIB..3 * MIB + 1), u64::MAX),
+        MIB
+    );
+    let mut buf = vec![0; 1000];
+    file.read_exact_at(3 * MIB, &mut buf).unwrap();
+    assert!(buf == data[3 * MIB as usize..3 * MIB as usize + 1000]);
+    assert!(refused.load(std::sync::atomic::Ordering::SeqCst));
+    assert_eq!(
+        server.requests(),
+        3,
+        "open, the failed guess, the read's own"
+    );
+}
+
+#[test]
+fn a_background_prefetch_stays_within_its_bytes() {
+    let data = test_data(16 * MIB as usize, 43);
+    let server = RangeServer::new(data);
+    let file = builder().open(server.url("/f")).unwrap();
+    let started = file.prefetch_in_background([2 * MIB..12 * MIB, 20 * MIB..30 * MIB], 3 * MIB + 5);
+    assert_eq!(started, 3 * MIB);
+    assert_eq!(
+        file.prefetch_in_background(std::iter::once(2 * MIB..3 * MIB), MIB - 1),
+        0
+    );
 }

@@ -17,6 +17,30 @@ impl BlockCache {
     /// Each of `optional` (read-ahead) is claimed only if neither cached nor in
     /// flight. All under one lock, so no block is claimed twice.
     pub(crate) fn claim(&self, file: &FileKey, needed: &[u64], optional: &[u64]) -> Claim {
+        self.claim_as(file, needed, optional, false)
+    }
+
+    /// Claims those of `blocks` that are neither cached nor in flight, for a
+    /// speculative fetch that no reader waits for yet. A reader that comes
+    /// to need one of them waits for it and, should the speculation fail,
+    /// fetches it itself: a failed guess never fails a read.
+    pub(crate) fn claim_speculative(&self, file: &FileKey, blocks: &[u64]) -> Claim {
+        self.claim_as(file, &[], blocks, true)
+    }
+
+    fn claim_as(
+        &self,
+        file: &FileKey,
+        needed: &[u64],
+        optional: &[u64],
+        speculative: bool,
+    ) -> Claim {
+        let pending = || {
+            Arc::new(Pending {
+                speculative,
+                ..Pending::default()
+            })
+        };
         let mut claim = Claim {
             cache: self.clone(),
             file: *file,
@@ -34,14 +58,14 @@ impl BlockCache {
             } else if let Some(p) = table.get(&key) {
                 claim.waiting.push((index, p.clone()));
             } else {
-                table.insert(key, Arc::new(Pending::default()));
+                table.insert(key, pending());
                 claim.owned.push(index);
             }
         }
         for &index in optional {
             let key = (*file, index);
             if !table.contains_key(&key) && !self.inner.blocks.contains_key(&key) {
-                table.insert(key, Arc::new(Pending::default()));
+                table.insert(key, pending());
                 claim.owned.push(index);
             }
         }
@@ -67,9 +91,21 @@ impl BlockCache {
 pub(crate) struct Pending {
     slot: Mutex<Option<Result<Block, Error>>>,
     ready: Condvar,
+    /// Claimed by a speculative fetch (see [`BlockCache::claim_speculative`]).
+    speculative: bool,
 }
 
 impl Pending {
+    /// Whether a speculative fetch claimed the block.
+    pub(crate) fn is_speculative(&self) -> bool {
+        self.speculative
+    }
+
+    /// Whether the fetch has an outcome already.
+    pub(crate) fn is_settled(&self) -> bool {
+        self.slot.lock().is_some()
+    }
+
     /// Waits for the fetch's outcome until `deadline`.
     pub(crate) fn wait(&self, deadline: Instant) -> Result<Block, Error> {
         let mut slot = self.slot.lock();
@@ -164,6 +200,26 @@ mod tests {
             .wait(Instant::now() + Duration::from_secs(10));
         assert_eq!(got.unwrap_err().kind(), ErrorKind::Network);
         assert_eq!(cache.claim(&f, &[1], &[]).owned, [1], "claimable again");
+    }
+
+    #[test]
+    fn speculative_claims_take_only_what_nobody_has() {
+        let cache = BlockCache::new(1 << 20);
+        let f = cache.file_key("f");
+        cache.insert(&f, 1, Arc::new(vec![0; 8]));
+        let _held = cache.claim(&f, &[2], &[]);
+        let guess = cache.claim_speculative(&f, &[1, 2, 3]);
+        assert_eq!(guess.owned, [3]);
+        let reader = cache.claim(&f, &[2, 3], &[]);
+        let speculative: Vec<bool> = reader
+            .waiting
+            .iter()
+            .map(|(_, p)| p.is_speculative())
+            .collect();
+        assert_eq!(speculative, [false, true]);
+        assert!(!reader.waiting[1].1.is_settled());
+        drop(guess);
+        assert!(reader.waiting[1].1.is_settled(), "released with an error");
     }
 
     #[test]

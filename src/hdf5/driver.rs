@@ -17,12 +17,16 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use parking_lot::Mutex;
 
 use super::ffi::*;
+use super::prefetch::Prefetcher;
+use crate::h5meta::MemType;
 use crate::{Error, RemoteFile};
 
 /// What a driver file reads from, shared by every open of it and the fapl
 /// copies HDF5 keeps. Freed when the last of those goes.
 pub(crate) struct Source {
     pub file: RemoteFile,
+    /// The metadata prefetch, if on.
+    pub prefetch: Option<Mutex<Prefetcher>>,
     /// The last error a read met, for the error returned to the caller.
     pub last_error: Mutex<Option<Error>>,
     pub read_calls: AtomicU64,
@@ -32,10 +36,11 @@ pub(crate) struct Source {
 static LIVE_READERS: AtomicUsize = AtomicUsize::new(0);
 
 impl Source {
-    pub fn new(file: RemoteFile) -> Arc<Source> {
+    pub fn new(file: RemoteFile, prefetch: bool) -> Arc<Source> {
         LIVE_READERS.fetch_add(1, Relaxed);
         Arc::new(Source {
             file,
+            prefetch: prefetch.then(Mutex::default),
             last_error: Mutex::new(None),
             read_calls: AtomicU64::new(0),
             vector_calls: AtomicU64::new(0),
@@ -460,7 +465,7 @@ fn inside_file<'b>(
 
 unsafe extern "C" fn read(
     file: *mut H5FD_t,
-    _kind: H5FD_mem_t,
+    kind: H5FD_mem_t,
     _dxpl: hid_t,
     addr: haddr_t,
     size: usize,
@@ -477,13 +482,29 @@ unsafe extern "C" fn read(
         // touch until the callback returns.
         let buf = unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, size) };
         match read_into(f, addr, buf) {
-            Ok(()) => 0,
+            Ok(()) => {
+                look_ahead(&f.reader, MemType::from_c(kind), addr, buf);
+                0
+            }
             Err(e) => {
                 e.report(&f.reader, "");
                 -1
             }
         }
     })
+}
+
+/// Starts fetching, in the background, what the metadata HDF5 just read
+/// points to (if the prefetch is on). Never waits for the network.
+fn look_ahead(source: &Source, mem: MemType, addr: haddr_t, bytes: &[u8]) {
+    let Some(prefetch) = &source.prefetch else {
+        return;
+    };
+    let mut prefetch = prefetch.lock();
+    let (next, allowed) = prefetch.on_read(mem, addr, bytes, source.file.len());
+    if !next.is_empty() {
+        prefetch.fetched(source.file.prefetch_in_background(next, allowed));
+    }
 }
 
 /// The entries of a vector read as `(address, buffer)`, a size of 0 meaning
@@ -606,7 +627,7 @@ mod tests {
             // SAFETY: all-zero is a valid H5FD_t.
             base: unsafe { std::mem::zeroed() },
             eoa,
-            reader: Source::new(remote),
+            reader: Source::new(remote, false),
         });
         (file, server)
     }

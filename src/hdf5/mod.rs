@@ -54,6 +54,7 @@
 mod chunks;
 mod driver;
 mod ffi;
+mod prefetch;
 
 use std::ffi::{CString, c_void};
 use std::fmt;
@@ -79,6 +80,7 @@ pub use ::hdf5 as hdf5_metno;
 pub use ::hdf5::{Dataset, File};
 
 use self::driver::{FaplInfo, Source};
+pub use self::prefetch::PrefetchStats;
 use crate::{Builder, RemoteFile};
 
 /// Options for opening a remote HDF5 file: HDF5's caches, and a hook for any
@@ -96,9 +98,10 @@ use crate::{Builder, RemoteFile};
 ///     .open_url("https://example.com/data.nwb")?;
 /// # Ok::<(), remfile::hdf5::OpenError>(())
 /// ```
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct OpenOptions {
     remote: Option<Builder>,
+    metadata_prefetch: bool,
     chunk_cache: Option<(usize, usize, f64)>,
     metadata_cache: Option<usize>,
     configure: Option<Arc<FaplHook>>,
@@ -111,6 +114,7 @@ impl fmt::Debug for OpenOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("OpenOptions")
             .field("remote", &self.remote)
+            .field("metadata_prefetch", &self.metadata_prefetch)
             .field("chunk_cache", &self.chunk_cache)
             .field("metadata_cache", &self.metadata_cache)
             .field("configure", &self.configure.as_ref().map(|_| "hook"))
@@ -118,10 +122,46 @@ impl fmt::Debug for OpenOptions {
     }
 }
 
+impl Default for OpenOptions {
+    fn default() -> OpenOptions {
+        OpenOptions {
+            remote: None,
+            metadata_prefetch: true,
+            chunk_cache: None,
+            metadata_cache: None,
+            configure: None,
+        }
+    }
+}
+
 impl OpenOptions {
-    /// HDF5's defaults.
+    /// HDF5's defaults, with the metadata prefetch on.
     pub fn new() -> OpenOptions {
         OpenOptions::default()
+    }
+
+    /// Whether to fetch, in the background, the metadata that the metadata
+    /// HDF5 reads points to (on by default). HDF5 reads the metadata of a
+    /// file one piece at a time, each found through the last; the driver
+    /// parses each piece as it passes (superblock, object headers, B-tree
+    /// nodes, symbol tables, heaps) and fetches what it points to at once,
+    /// so that opening and walking a file costs about as many round trips
+    /// as the file is deep, not one per piece. A wrong guess costs bytes
+    /// (at most what HDF5 has read plus 16 MiB), never correctness;
+    /// [`driver_info`] shows what it did.
+    ///
+    /// ```no_run
+    /// use remfile::hdf5::OpenOptions;
+    ///
+    /// // Only what HDF5 asks for: one request per piece of metadata missed.
+    /// let file = OpenOptions::new()
+    ///     .metadata_prefetch(false)
+    ///     .open_url("https://example.com/data.nwb")?;
+    /// # Ok::<(), remfile::hdf5::OpenError>(())
+    /// ```
+    pub fn metadata_prefetch(mut self, on: bool) -> Self {
+        self.metadata_prefetch = on;
+        self
     }
 
     /// HDF5's raw data chunk cache, per dataset: `slots` hash slots (a prime
@@ -181,7 +221,7 @@ impl OpenOptions {
     /// Opens `file` as HDF5, read-only. The file (and its connections and
     /// cache) stays alive until the last HDF5 object using it is dropped.
     pub fn open(&self, file: RemoteFile) -> Result<File, OpenError> {
-        let reader = Source::new(file);
+        let reader = Source::new(file, self.metadata_prefetch);
         let name = CString::new(reader.file.url().replace('\0', "")).unwrap_or_default();
         let result = hdf5_metno::sync::sync(|| self.open_locked(&reader, &name));
         result.map_err(|hdf5| {
@@ -270,6 +310,8 @@ pub struct DriverInfo {
     pub read_calls: u64,
     /// How many vector read callbacks HDF5 made (HDF5 1.14 and later).
     pub vector_calls: u64,
+    /// What the metadata prefetch did (all zero when it is off).
+    pub prefetch: PrefetchStats,
 }
 
 /// The remote file behind an HDF5 file opened by this module, with the
@@ -315,6 +357,11 @@ pub fn driver_info(file: &File) -> Option<DriverInfo> {
             vector_calls: reader
                 .vector_calls
                 .load(std::sync::atomic::Ordering::Relaxed),
+            prefetch: reader
+                .prefetch
+                .as_ref()
+                .map(|p| p.lock().stats())
+                .unwrap_or_default(),
         })
     })
 }

@@ -1,0 +1,186 @@
+//! Where HDF5 will read next: pure parsers from the bytes of one piece of
+//! HDF5 metadata to the addresses of the metadata it points to.
+//!
+//! Opening an HDF5 file and walking its groups is a chain of dependent
+//! reads, which HDF5 makes one at a time. But each piece it reads says where
+//! the next ones are: the superblock names the root group's object header,
+//! an object header its continuation blocks, its group's B-tree and heap and
+//! its dataset's chunk index, a B-tree node its children, a symbol table node
+//! the object headers of the group's members. Fetching those while HDF5 is
+//! still parsing the current piece makes a walk cost about as many round
+//! trips as the file is deep, not as it is wide.
+//!
+//! The parsers here read the structures of the "earliest" file format (what
+//! h5py and pynwb write by default): superblock versions 0 to 3, object
+//! headers version 1 and 2 (with their continuation blocks), version 1
+//! B-tree nodes of groups and of chunk indexes, symbol table nodes and local
+//! heaps. Of the newer structures (fractal heaps, version 2 B-trees, fixed
+//! and extensible array chunk indexes) they find the addresses of the
+//! headers. They never panic, allocate at most a bounded amount, and a wrong
+//! guess costs only bytes: HDF5 still reads everything it needs itself.
+
+mod cursor;
+mod nodes;
+mod object_header;
+
+use std::ops::Range;
+
+use self::cursor::Cursor;
+
+/// The most targets one piece of metadata yields (a B-tree node of a group
+/// with many members has a few hundred).
+pub(crate) const MAX_TARGETS: usize = 4096;
+
+/// HDF5's memory types, as the driver's read callback receives them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MemType {
+    Superblock,
+    BTree,
+    RawData,
+    GlobalHeap,
+    LocalHeap,
+    ObjectHeader,
+    Other,
+}
+
+impl MemType {
+    /// From `H5FD_mem_t`.
+    pub fn from_c(value: i32) -> MemType {
+        match value {
+            1 => MemType::Superblock,
+            2 => MemType::BTree,
+            3 => MemType::RawData,
+            4 => MemType::GlobalHeap,
+            5 => MemType::LocalHeap,
+            6 => MemType::ObjectHeader,
+            _ => MemType::Other,
+        }
+    }
+}
+
+/// The sizes the superblock declares, which every other structure is laid
+/// out with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Geometry {
+    /// Bytes in a file address ("size of offsets").
+    pub offsets: u8,
+    /// Bytes in an object size ("size of lengths").
+    pub lengths: u8,
+    /// Half the most entries of a symbol table node.
+    pub group_leaf_k: u16,
+    /// Half the most children of a group B-tree node.
+    pub group_internal_k: u16,
+    /// Half the most children of a chunk B-tree node.
+    pub chunk_k: u16,
+    /// Where the file's addresses count from (after a user block).
+    pub base: u64,
+}
+
+impl Default for Geometry {
+    /// HDF5's defaults.
+    fn default() -> Geometry {
+        Geometry {
+            offsets: 8,
+            lengths: 8,
+            group_leaf_k: 4,
+            group_internal_k: 16,
+            chunk_k: 32,
+            base: 0,
+        }
+    }
+}
+
+/// What lies at an address that some metadata points to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum What {
+    ObjectHeader,
+    /// A version 1 object header's continuation block: messages only.
+    ContinuationV1,
+    /// A version 2 object header's continuation block (`OCHK`); `order`
+    /// says whether its messages carry a creation order.
+    ContinuationV2 {
+        order: bool,
+    },
+    /// A node of a group's version 1 B-tree.
+    GroupNode,
+    /// A node of a chunk index's version 1 B-tree; `dims` is the layout's
+    /// dimensionality (the dataset's rank plus one), which sizes its keys.
+    ChunkNode {
+        dims: u8,
+    },
+    /// A symbol table node (`SNOD`).
+    SymbolNode,
+    LocalHeap,
+    /// The data of a local heap (link names): read, not parsed.
+    HeapData,
+    /// The header of a newer structure (fractal heap, version 2 B-tree,
+    /// fixed or extensible array): fetched, not parsed.
+    IndexHeader,
+}
+
+/// A place some metadata points to: what is there, and about how many bytes
+/// HDF5 will read there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Target {
+    pub what: What,
+    pub bytes: Range<u64>,
+}
+
+/// What one piece of metadata says.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct Found {
+    pub targets: Vec<Target>,
+    /// The file's sizes, if the piece was the superblock.
+    pub geometry: Option<Geometry>,
+}
+
+impl Found {
+    fn add(&mut self, what: What, addr: Option<u64>, len: u64) {
+        let Some(addr) = addr else { return };
+        if self.targets.len() < MAX_TARGETS && len > 0 {
+            self.targets.push(Target {
+                what,
+                bytes: addr..addr.saturating_add(len),
+            });
+        }
+    }
+}
+
+/// How many bytes HDF5 reads of an object header at first (its speculative
+/// read: the whole of most headers).
+pub(crate) const OBJECT_HEADER_READ: u64 = 512;
+
+/// Reads the metadata HDF5 read at `addr` (`bytes`, of memory type `mem`;
+/// `expected` if an earlier piece pointed here) and lists what it points to.
+pub(crate) fn pointers(
+    bytes: &[u8],
+    addr: u64,
+    mem: MemType,
+    expected: Option<What>,
+    geometry: &Geometry,
+) -> Found {
+    let mut found = Found::default();
+    let mut c = Cursor::new(bytes, *geometry);
+    match c.peek_signature() {
+        Some(sig) if sig == *b"\x89HDF" => nodes::superblock(&mut c, &mut found),
+        Some(sig) if sig == *b"TREE" => nodes::btree_v1(&mut c, expected, &mut found),
+        Some(sig) if sig == *b"SNOD" => nodes::symbol_node(&mut c, &mut found),
+        Some(sig) if sig == *b"HEAP" => nodes::local_heap(&mut c, &mut found),
+        Some(sig) if sig == *b"OHDR" => object_header::v2(&mut c, &mut found),
+        Some(sig) if sig == *b"OCHK" => {
+            object_header::v2_continuation(&mut c, expected, &mut found)
+        }
+        _ => match expected {
+            Some(What::ContinuationV1) => object_header::v1_messages(&mut c, &mut found),
+            Some(What::ObjectHeader) => object_header::v1(&mut c, &mut found),
+            None if mem == MemType::ObjectHeader => object_header::v1(&mut c, &mut found),
+            _ => {}
+        },
+    }
+    // A structure never points at itself; the caller has those bytes.
+    found.targets.retain(|t| t.bytes.start != addr);
+    found
+}
+
+#[cfg(test)]
+mod tests;

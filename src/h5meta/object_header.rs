@@ -1,0 +1,222 @@
+//! Object headers (version 1, and version 2 with its `OCHK` continuation
+//! blocks) and the messages in them that point elsewhere: continuation,
+//! symbol table, data layout, link, link info and attribute info.
+
+use super::cursor::Cursor;
+use super::nodes::{chunk_node_len, group_lens};
+use super::{Found, OBJECT_HEADER_READ, What};
+
+/// The bytes HDF5 reads at first of a newer index structure's header
+/// (fractal heap, version 2 B-tree, fixed or extensible array): each is
+/// shorter than this.
+const INDEX_HEADER_READ: u64 = 256;
+
+const CONTINUATION: u16 = 0x0010;
+const SYMBOL_TABLE: u16 = 0x0011;
+const LAYOUT: u16 = 0x0008;
+const LINK: u16 = 0x0006;
+const LINK_INFO: u16 = 0x0002;
+const ATTRIBUTE_INFO: u16 = 0x0015;
+
+/// A message's flags bit saying its data is a reference to a shared message.
+const SHARED: u8 = 0x02;
+
+pub(super) fn v1(c: &mut Cursor<'_>, found: &mut Found) {
+    let _ = v1_fields(c, found);
+}
+
+fn v1_fields(c: &mut Cursor<'_>, found: &mut Found) -> Option<()> {
+    if c.u8()? != 1 {
+        return None;
+    }
+    c.skip(1)?;
+    let count = c.u16()?;
+    c.skip(4)?; // reference count
+    let chunk = usize::try_from(c.u32()?).ok()?;
+    c.skip(4)?; // alignment of the messages to 8 bytes
+    let end = c.position().saturating_add(chunk);
+    v1_run(c, found, end, usize::from(count))
+}
+
+/// A version 1 continuation block: messages from its first byte on.
+pub(super) fn v1_messages(c: &mut Cursor<'_>, found: &mut Found) {
+    let _ = v1_run(c, found, usize::MAX, usize::MAX);
+}
+
+/// Version 1 messages up to `end` (or the bytes' end), at most `count`.
+fn v1_run(c: &mut Cursor<'_>, found: &mut Found, end: usize, count: usize) -> Option<()> {
+    for _ in 0..count {
+        if c.position().saturating_add(8) > end {
+            break;
+        }
+        let kind = c.u16()?;
+        let size = usize::from(c.u16()?);
+        let flags = c.u8()?;
+        c.skip(3)?;
+        let data = c.take(size)?;
+        if flags & SHARED == 0 {
+            message(kind, data, c, found, What::ContinuationV1);
+        }
+    }
+    Some(())
+}
+
+pub(super) fn v2(c: &mut Cursor<'_>, found: &mut Found) {
+    let _ = v2_fields(c, found);
+}
+
+fn v2_fields(c: &mut Cursor<'_>, found: &mut Found) -> Option<()> {
+    c.skip(4)?;
+    if c.u8()? != 2 {
+        return None;
+    }
+    let flags = c.u8()?;
+    if flags & 0x20 != 0 {
+        c.skip(16)?; // times
+    }
+    if flags & 0x10 != 0 {
+        c.skip(4)?; // attribute storage phase change
+    }
+    let chunk = usize::try_from(c.uint(1 << (flags & 0x03))?).ok()?;
+    let order = flags & 0x04 != 0;
+    let end = c.position().saturating_add(chunk);
+    v2_run(c, found, end, order)
+}
+
+/// An `OCHK` block. Whether its messages carry a creation order is said by
+/// the header it continues; `expected` carries it.
+pub(super) fn v2_continuation(c: &mut Cursor<'_>, expected: Option<What>, found: &mut Found) {
+    let order = matches!(expected, Some(What::ContinuationV2 { order: true }));
+    if c.skip(4).is_some() {
+        // The block ends with a checksum.
+        let end = c.remaining().saturating_sub(4) + c.position();
+        let _ = v2_run(c, found, end, order);
+    }
+}
+
+fn v2_run(c: &mut Cursor<'_>, found: &mut Found, end: usize, order: bool) -> Option<()> {
+    let header = if order { 6 } else { 4 };
+    while c.position().saturating_add(header) <= end {
+        let kind = u16::from(c.u8()?);
+        let size = usize::from(c.u16()?);
+        let flags = c.u8()?;
+        if order {
+            c.skip(2)?;
+        }
+        let data = c.take(size)?;
+        if flags & SHARED == 0 {
+            message(kind, data, c, found, What::ContinuationV2 { order });
+        }
+    }
+    Some(())
+}
+
+/// One message's data: what it points to, if anything. A continuation
+/// block is `continuation` (of the header's version).
+fn message(kind: u16, data: &[u8], outer: &Cursor<'_>, found: &mut Found, continuation: What) {
+    let mut c = Cursor::new(data, outer.geometry);
+    let _ = match kind {
+        CONTINUATION => continued(&mut c, found, continuation),
+        SYMBOL_TABLE => symbol_table(&mut c, found),
+        LAYOUT => layout(&mut c, found),
+        LINK => link(&mut c, found),
+        LINK_INFO | ATTRIBUTE_INFO => index_info(kind, &mut c, found),
+        _ => None,
+    };
+}
+
+/// A continuation message: where the header goes on, and how long that is.
+fn continued(c: &mut Cursor<'_>, found: &mut Found, what: What) -> Option<()> {
+    let addr = c.addr()?;
+    found.add(what, addr, c.length()?);
+    Some(())
+}
+
+/// A symbol table message: an old-style group's B-tree and local heap.
+fn symbol_table(c: &mut Cursor<'_>, found: &mut Found) -> Option<()> {
+    let (btree_len, heap_len) = group_lens(&c.geometry);
+    found.add(What::GroupNode, c.addr()?, btree_len);
+    found.add(What::LocalHeap, c.addr()?, heap_len);
+    Some(())
+}
+
+/// A data layout message: the root of a chunked dataset's index.
+fn layout(c: &mut Cursor<'_>, found: &mut Found) -> Option<()> {
+    let version = c.u8()?;
+    match version {
+        1 | 2 => {
+            let dims = c.u8()?;
+            let class = c.u8()?;
+            c.skip(5)?;
+            if class == 2 {
+                let len = chunk_node_len(&c.geometry, dims);
+                found.add(What::ChunkNode { dims }, c.addr()?, len);
+            }
+        }
+        3 if c.u8()? == 2 => {
+            let dims = c.u8()?;
+            let len = chunk_node_len(&c.geometry, dims);
+            found.add(What::ChunkNode { dims }, c.addr()?, len);
+        }
+        4 => {
+            if c.u8()? != 2 {
+                return None;
+            }
+            c.skip(1)?; // flags
+            let dims = usize::from(c.u8()?);
+            let encoded = usize::from(c.u8()?);
+            c.skip(dims.checked_mul(encoded)?)?;
+            // Fixed array, extensible array and version 2 B-tree indexes;
+            // a single chunk or an implicit index is raw data.
+            let info = match c.u8()? {
+                3 => 1,
+                4 => 5,
+                5 => 6,
+                _ => return None,
+            };
+            c.skip(info)?;
+            found.add(What::IndexHeader, c.addr()?, INDEX_HEADER_READ);
+        }
+        _ => {}
+    }
+    Some(())
+}
+
+/// A link message: a hard link's object header.
+fn link(c: &mut Cursor<'_>, found: &mut Found) -> Option<()> {
+    if c.u8()? != 1 {
+        return None;
+    }
+    let flags = c.u8()?;
+    let link_type = if flags & 0x08 != 0 { c.u8()? } else { 0 };
+    if flags & 0x04 != 0 {
+        c.skip(8)?; // creation order
+    }
+    if flags & 0x10 != 0 {
+        c.skip(1)?; // character set
+    }
+    let name_len = usize::try_from(c.uint(1 << (flags & 0x03))?).ok()?;
+    c.skip(name_len)?;
+    if link_type == 0 {
+        found.add(What::ObjectHeader, c.addr()?, OBJECT_HEADER_READ);
+    }
+    Some(())
+}
+
+/// A link info or attribute info message: the dense storage's fractal heap
+/// and name index (and creation order index, if any).
+fn index_info(kind: u16, c: &mut Cursor<'_>, found: &mut Found) -> Option<()> {
+    if c.u8()? != 0 {
+        return None;
+    }
+    let flags = c.u8()?;
+    if flags & 0x01 != 0 {
+        c.skip(if kind == LINK_INFO { 8 } else { 2 })?; // most creation index
+    }
+    found.add(What::IndexHeader, c.addr()?, INDEX_HEADER_READ);
+    found.add(What::IndexHeader, c.addr()?, INDEX_HEADER_READ);
+    if flags & 0x02 != 0 {
+        found.add(What::IndexHeader, c.addr()?, INDEX_HEADER_READ);
+    }
+    Some(())
+}

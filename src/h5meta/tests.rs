@@ -1,0 +1,332 @@
+use super::*;
+use proptest::prelude::*;
+
+/// Little-endian bytes of HDF5 structures, written field by field.
+#[derive(Default)]
+struct Le(Vec<u8>);
+
+impl Le {
+    fn bytes(mut self, b: &[u8]) -> Self {
+        self.0.extend_from_slice(b);
+        self
+    }
+    fn u8(self, v: u8) -> Self {
+        self.bytes(&[v])
+    }
+    fn u16(self, v: u16) -> Self {
+        self.bytes(&v.to_le_bytes())
+    }
+    fn u32(self, v: u32) -> Self {
+        self.bytes(&v.to_le_bytes())
+    }
+    fn u64(self, v: u64) -> Self {
+        self.bytes(&v.to_le_bytes())
+    }
+    fn zeros(self, n: usize) -> Self {
+        self.bytes(&vec![0; n])
+    }
+    /// A version 1 object header message.
+    fn message_v1(self, kind: u16, data: &[u8]) -> Self {
+        let padded = data.len().div_ceil(8) * 8;
+        let mut data = data.to_vec();
+        data.resize(padded, 0);
+        self.u16(kind)
+            .u16(padded as u16)
+            .u8(0)
+            .zeros(3)
+            .bytes(&data)
+    }
+}
+
+fn found(bytes: &[u8], addr: u64, mem: MemType, expected: Option<What>) -> Found {
+    pointers(bytes, addr, mem, expected, &Geometry::default())
+}
+
+fn starts(f: &Found) -> Vec<(What, u64)> {
+    f.targets.iter().map(|t| (t.what, t.bytes.start)).collect()
+}
+
+fn superblock_v0() -> Vec<u8> {
+    Le::default()
+        .bytes(b"\x89HDF\r\n\x1a\n")
+        .u8(0)
+        .zeros(4)
+        .u8(8)
+        .u8(8)
+        .u8(0)
+        .u16(4)
+        .u16(16)
+        .u32(0)
+        .u64(0) // base
+        .u64(u64::MAX) // free space
+        .u64(1 << 30) // end of file
+        .u64(u64::MAX) // driver
+        .u64(0) // root entry: name offset
+        .u64(96) // object header
+        .u32(1) // cache type: a group
+        .u32(0)
+        .u64(136) // B-tree
+        .u64(680) // local heap
+        .0
+}
+
+#[test]
+fn the_superblock_names_the_root_group_and_the_sizes() {
+    let f = found(&superblock_v0(), 0, MemType::Superblock, None);
+    assert_eq!(f.geometry, Some(Geometry::default()));
+    assert_eq!(
+        starts(&f),
+        [
+            (What::ObjectHeader, 96),
+            (What::GroupNode, 136),
+            (What::LocalHeap, 680)
+        ]
+    );
+    let v2 = Le::default()
+        .bytes(b"\x89HDF\r\n\x1a\n")
+        .u8(2)
+        .u8(4)
+        .u8(8)
+        .u8(0)
+        .u32(0) // base
+        .u32(u32::MAX) // no extension
+        .u32(5000) // end of file
+        .u32(48) // root object header
+        .u32(0);
+    let f = found(&v2.0, 0, MemType::Superblock, None);
+    assert_eq!(f.geometry.map(|g| (g.offsets, g.lengths)), Some((4, 8)));
+    assert_eq!(starts(&f), [(What::ObjectHeader, 48)]);
+}
+
+#[test]
+fn a_v1_object_header_points_to_its_continuation_group_and_chunk_index() {
+    let continuation = Le::default().u64(4000).u64(200).0;
+    let symbol_table = Le::default().u64(800).u64(1600).0;
+    // Version 3 layout, chunked, 3 dimensions (a 2-D dataset), B-tree at 9000.
+    let layout = Le::default().u8(3).u8(2).u8(3).u64(9000).zeros(16).0;
+    let header = Le::default()
+        .u8(1)
+        .u8(0)
+        .u16(3)
+        .u32(1)
+        .u32(24 + 24 + 40)
+        .zeros(4)
+        .message_v1(0x0010, &continuation)
+        .message_v1(0x0011, &symbol_table)
+        .message_v1(0x0008, &layout)
+        .0;
+    let f = found(&header, 96, MemType::ObjectHeader, None);
+    assert_eq!(
+        starts(&f),
+        [
+            (What::ContinuationV1, 4000),
+            (What::GroupNode, 800),
+            (What::LocalHeap, 1600),
+            (What::ChunkNode { dims: 3 }, 9000)
+        ]
+    );
+    assert_eq!(
+        f.targets[0].bytes,
+        4000..4200,
+        "a continuation's exact extent"
+    );
+    // The continuation block holds messages only.
+    let block = Le::default().message_v1(0x0011, &symbol_table).0;
+    let f = found(
+        &block,
+        4000,
+        MemType::ObjectHeader,
+        Some(What::ContinuationV1),
+    );
+    assert_eq!(starts(&f)[0], (What::GroupNode, 800));
+}
+
+#[test]
+fn a_v2_object_header_points_to_linked_objects_and_dense_storage() {
+    let link = Le::default()
+        .u8(1)
+        .u8(0x00) // name length in one byte, hard link
+        .u8(3)
+        .bytes(b"abc")
+        .u64(7000)
+        .0;
+    let link_info = Le::default().u8(0).u8(0).u64(12_000).u64(u64::MAX).0;
+    // Version 4 layout, chunked with an extensible array index.
+    let layout = Le::default()
+        .u8(4)
+        .u8(2)
+        .u8(0)
+        .u8(2)
+        .u8(4)
+        .u32(100)
+        .u32(4)
+        .u8(4)
+        .zeros(5)
+        .u64(20_000)
+        .0;
+    let mut messages = Vec::new();
+    for (kind, data) in [(6u8, &link), (2, &link_info), (8, &layout)] {
+        messages.push(kind);
+        messages.extend_from_slice(&(data.len() as u16).to_le_bytes());
+        messages.push(0);
+        messages.extend_from_slice(data);
+    }
+    let header = Le::default()
+        .bytes(b"OHDR")
+        .u8(2)
+        .u8(0x01) // chunk size in two bytes
+        .u16(messages.len() as u16)
+        .bytes(&messages)
+        .u32(0); // checksum
+    let f = found(&header.0, 96, MemType::ObjectHeader, None);
+    assert_eq!(
+        starts(&f),
+        [
+            (What::ObjectHeader, 7000),
+            (What::IndexHeader, 12_000),
+            (What::IndexHeader, 20_000)
+        ]
+    );
+}
+
+#[test]
+fn btree_nodes_point_to_their_children() {
+    let group_leaf = Le::default()
+        .bytes(b"TREE")
+        .u8(0)
+        .u8(0)
+        .u16(2)
+        .u64(u64::MAX)
+        .u64(u64::MAX)
+        .u64(0)
+        .u64(1000)
+        .u64(8)
+        .u64(2000)
+        .u64(16);
+    let f = found(&group_leaf.0, 136, MemType::BTree, Some(What::GroupNode));
+    assert_eq!(
+        starts(&f),
+        [(What::SymbolNode, 1000), (What::SymbolNode, 2000)]
+    );
+    let chunk_key = Le::default().u32(4096).u32(0).u64(0).u64(0).u64(0).0;
+    let chunk_internal = Le::default()
+        .bytes(b"TREE")
+        .u8(1)
+        .u8(1)
+        .u16(2)
+        .u64(u64::MAX)
+        .u64(u64::MAX)
+        .bytes(&chunk_key)
+        .u64(50_000)
+        .bytes(&chunk_key)
+        .u64(900_000)
+        .bytes(&chunk_key);
+    let dims = What::ChunkNode { dims: 3 };
+    let f = found(&chunk_internal.0, 9000, MemType::BTree, Some(dims));
+    assert_eq!(starts(&f), [(dims, 50_000), (dims, 900_000)]);
+    // Without the layout's dimensionality the keys cannot be stepped over.
+    assert!(
+        found(&chunk_internal.0, 9000, MemType::BTree, None)
+            .targets
+            .is_empty()
+    );
+    // A leaf's children are chunks: raw data, never prefetched as metadata.
+    let mut leaf = chunk_internal.0.clone();
+    leaf[5] = 0;
+    assert!(
+        found(&leaf, 9000, MemType::BTree, Some(dims))
+            .targets
+            .is_empty()
+    );
+}
+
+#[test]
+fn symbol_nodes_and_heaps_point_to_members_and_names() {
+    let node = Le::default()
+        .bytes(b"SNOD")
+        .u8(1)
+        .u8(0)
+        .u16(2)
+        .u64(8) // a dataset
+        .u64(3000)
+        .u32(0)
+        .u32(0)
+        .zeros(16)
+        .u64(16) // a group, with its B-tree and heap cached
+        .u64(4000)
+        .u32(1)
+        .u32(0)
+        .u64(5000)
+        .u64(6000);
+    let f = found(&node.0, 1000, MemType::BTree, Some(What::SymbolNode));
+    assert_eq!(
+        starts(&f),
+        [
+            (What::ObjectHeader, 3000),
+            (What::ObjectHeader, 4000),
+            (What::GroupNode, 5000),
+            (What::LocalHeap, 6000)
+        ]
+    );
+    let heap = Le::default()
+        .bytes(b"HEAP")
+        .u8(0)
+        .zeros(3)
+        .u64(88)
+        .u64(u64::MAX)
+        .u64(712);
+    let f = found(&heap.0, 680, MemType::LocalHeap, Some(What::LocalHeap));
+    assert_eq!(
+        f.targets,
+        [Target {
+            what: What::HeapData,
+            bytes: 712..800
+        }]
+    );
+}
+
+#[test]
+fn cut_short_structures_yield_what_their_bytes_hold() {
+    let whole = found(&superblock_v0(), 0, MemType::Superblock, None);
+    for n in 0..superblock_v0().len() {
+        let part = found(&superblock_v0()[..n], 0, MemType::Superblock, None);
+        assert!(
+            part.targets.iter().all(|t| whole.targets.contains(t)),
+            "{n}"
+        );
+    }
+}
+
+#[test]
+fn nothing_points_back_at_itself() {
+    let f = found(&superblock_v0(), 96, MemType::Superblock, None);
+    assert!(f.targets.iter().all(|t| t.bytes.start != 96));
+}
+
+proptest! {
+    #[test]
+    fn any_bytes_are_safe(
+        bytes in proptest::collection::vec(any::<u8>(), 0..600),
+        signature in 0usize..8,
+        mem in 0i32..8,
+        expected in 0usize..5,
+    ) {
+        let mut bytes = bytes;
+        let signatures: [&[u8]; 8] =
+            [b"", b"\x89HDF\r\n\x1a\n", b"TREE", b"SNOD", b"HEAP", b"OHDR", b"OCHK", b"\x01\x00"];
+        let sig = signatures[signature];
+        if bytes.len() >= sig.len() {
+            bytes[..sig.len()].copy_from_slice(sig);
+        }
+        let expected = [
+            None,
+            Some(What::ObjectHeader),
+            Some(What::ChunkNode { dims: 3 }),
+            Some(What::ContinuationV1),
+            Some(What::ContinuationV2 { order: true }),
+        ][expected];
+        let f = pointers(&bytes, 0, MemType::from_c(mem), expected, &Geometry::default());
+        prop_assert!(f.targets.len() <= MAX_TARGETS);
+        prop_assert!(f.targets.iter().all(|t| t.bytes.start < t.bytes.end));
+    }
+}

@@ -1,0 +1,136 @@
+//! Structure-aware metadata prefetch: each piece of metadata HDF5 reads is
+//! parsed ([`crate::h5meta`]) for the addresses it points to, and those are
+//! fetched in the background while HDF5 goes on parsing, so that a walk of
+//! the file costs about as many round trips as the file is deep.
+//!
+//! Guesses cost bytes, never correctness: HDF5 still reads every byte it
+//! needs through the cache. The bytes guessed are bounded by what HDF5 has
+//! read so far plus [`SLACK`].
+
+use std::collections::HashMap;
+use std::ops::Range;
+
+use crate::h5meta::{self, Geometry, MemType, What};
+
+/// Speculative bytes allowed beyond the metadata HDF5 has read.
+pub(crate) const SLACK: u64 = 16 << 20;
+
+/// The most addresses remembered as pointed to (each a few dozen bytes).
+const MAX_KNOWN: usize = 1 << 20;
+
+/// What the prefetch has done, for [`DriverInfo`](super::DriverInfo).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PrefetchStats {
+    /// Metadata reads HDF5 made at an address some earlier metadata pointed
+    /// to (the prefetch saw them coming).
+    pub predicted_reads: u64,
+    /// Metadata reads HDF5 made elsewhere (the superblock's among them).
+    pub unpredicted_reads: u64,
+    /// Addresses fetched (or found cached) ahead of HDF5.
+    pub targets: u64,
+    /// Bytes fetched in the background, in whole blocks.
+    pub speculative_bytes: u64,
+    /// Bytes of metadata HDF5 read.
+    pub metadata_bytes: u64,
+}
+
+/// The prefetch state of one open file.
+#[derive(Debug, Default)]
+pub(crate) struct Prefetcher {
+    geometry: Geometry,
+    /// Addresses some metadata pointed to, and what is there.
+    known: HashMap<u64, What>,
+    stats: PrefetchStats,
+}
+
+impl Prefetcher {
+    /// Takes note of HDF5's read of `bytes` at `addr`, of memory type `mem`,
+    /// in a file of `len` bytes, and returns the ranges to fetch next and
+    /// how many bytes of them may be fetched now.
+    pub fn on_read(
+        &mut self,
+        mem: MemType,
+        addr: u64,
+        bytes: &[u8],
+        len: u64,
+    ) -> (Vec<Range<u64>>, u64) {
+        if matches!(mem, MemType::RawData | MemType::GlobalHeap) {
+            return (Vec::new(), 0);
+        }
+        self.stats.metadata_bytes += bytes.len() as u64;
+        let expected = self.known.get(&addr).copied();
+        match expected {
+            Some(_) => self.stats.predicted_reads += 1,
+            None => self.stats.unpredicted_reads += 1,
+        }
+        let found = h5meta::pointers(bytes, addr, mem, expected, &self.geometry);
+        if let Some(g) = found.geometry {
+            self.geometry = g;
+        }
+        let mut next = Vec::new();
+        for target in found.targets {
+            let bytes = target.bytes.start..target.bytes.end.min(len);
+            if bytes.is_empty() || self.known.len() >= MAX_KNOWN {
+                continue;
+            }
+            if self.known.insert(bytes.start, target.what).is_none() {
+                self.stats.targets += 1;
+                next.push(bytes);
+            }
+        }
+        let allowed =
+            (self.stats.metadata_bytes + SLACK).saturating_sub(self.stats.speculative_bytes);
+        (next, allowed)
+    }
+
+    /// Counts bytes a background fetch started.
+    pub fn fetched(&mut self, bytes: u64) {
+        self.stats.speculative_bytes += bytes;
+    }
+
+    pub fn stats(&self) -> PrefetchStats {
+        self.stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_address_is_asked_for_once_and_inside_the_file() {
+        let mut p = Prefetcher::default();
+        // A group B-tree leaf with two symbol table nodes, one past the end.
+        let mut node = b"TREE\x00\x00\x02\x00".to_vec();
+        node.extend_from_slice(&[0xff; 16]);
+        for (key, child) in [(0u64, 1000u64), (8, 5_000_000)] {
+            node.extend_from_slice(&key.to_le_bytes());
+            node.extend_from_slice(&child.to_le_bytes());
+        }
+        node.extend_from_slice(&16u64.to_le_bytes());
+        let (next, allowed) = p.on_read(MemType::BTree, 136, &node, 4096);
+        // A symbol table node; the other lies outside the file.
+        assert_eq!(next.len(), 1);
+        assert_eq!(next[0], 1000..1328);
+        assert_eq!(allowed, node.len() as u64 + SLACK);
+        let (again, _) = p.on_read(MemType::BTree, 136, &node, 4096);
+        assert!(again.is_empty(), "asked for already");
+        p.fetched(SLACK);
+        let (_, allowed) = p.on_read(MemType::BTree, 1000, b"SNOD", 4096);
+        assert_eq!(allowed, 2 * node.len() as u64 + 4);
+        let s = p.stats();
+        assert_eq!(
+            (s.predicted_reads, s.unpredicted_reads, s.targets),
+            (1, 2, 1)
+        );
+    }
+
+    #[test]
+    fn raw_data_is_not_parsed() {
+        let mut p = Prefetcher::default();
+        let (next, _) = p.on_read(MemType::RawData, 0, b"TREE\x00\x00\x01\x00", 4096);
+        assert!(next.is_empty());
+        assert_eq!(p.stats().metadata_bytes, 0);
+    }
+}
