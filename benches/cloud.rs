@@ -102,6 +102,7 @@ fn data_file(name: &str, deflate: Option<u8>) -> PathBuf {
             chunk_rows: NWB_CHUNK_ROWS,
             deflate,
             extra_groups: 70,
+            format: h5files::Format::Default,
         };
         h5files::write_nwb(&tmp, shape).expect("write the benchmark file");
         std::fs::rename(&tmp, &path).unwrap();

@@ -342,3 +342,127 @@ fn hdf5_1_14_reads_uncompressed_chunks_with_one_vector_read() {
         assert_eq!(vector_calls, 0, "no vector reads before 1.14");
     }
 }
+
+/// An NWB-like file whose metadata spreads over many 64 KiB blocks: 120
+/// processing modules after the data, and a chunk index of a few hundred
+/// chunks (its B-tree has nodes between the chunks).
+fn spread_file() -> &'static PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let p = temp_path("nwb-spread.nwb");
+        let shape = h5files::NwbShape {
+            rows: 60_000,
+            chunk_rows: 128,
+            deflate: None,
+            extra_groups: 120,
+            format: h5files::Format::Earliest,
+        };
+        h5files::write_nwb(&p, shape).expect("write the spread test file");
+        p
+    })
+}
+
+/// Opens `server`'s file in 64 KiB blocks with a 64 KiB tail, walks its
+/// metadata and reads the last rows of its data (through the chunk index):
+/// the statistics of the walk and of the read, and what the prefetch did.
+fn walk_spread(
+    server: &RangeServer,
+    prefetch: bool,
+) -> (remfile::Stats, remfile::Stats, h5::PrefetchStats) {
+    let file = h5::OpenOptions::new()
+        .metadata_prefetch(prefetch)
+        .remote(builder().block_size(64 << 10).open_tail(64 << 10))
+        .open_url(server.url("/spread.nwb"))
+        .unwrap();
+    let remote = h5::driver_info(&file).unwrap().remote;
+    h5files::walk_metadata(&file).unwrap();
+    let walked = remote.stats();
+    let ds = file.dataset("acquisition/ElectricalSeries/data").unwrap();
+    let rows = 59_000..60_000;
+    assert_eq!(read_rows(&ds, rows.clone()), expected_rows(rows));
+    let read = remote.stats().since(&walked);
+    let local = h5::File::open(spread_file()).unwrap();
+    assert_eq!(describe(&file).unwrap(), describe(&local).unwrap());
+    (walked, read, h5::driver_info(&file).unwrap().prefetch)
+}
+
+#[test]
+fn the_metadata_prefetch_walks_a_file_in_fewer_rounds() {
+    let server = serve(spread_file());
+    let (off, off_read, quiet) = walk_spread(&server, false);
+    let (on, on_read, did) = walk_spread(&server, true);
+    eprintln!("prefetch off: walk {off:?}, read {off_read:?}");
+    eprintln!("prefetch on:  walk {on:?}, read {on_read:?}; {did:?}");
+    assert_eq!(quiet, h5::PrefetchStats::default(), "off means off");
+    // Without the prefetch, each 64 KiB block of metadata costs the walk a
+    // request of its own, one after the other. With it, what each piece
+    // points to is fetched ahead: the same bytes in about half the requests
+    // (which requests go out is decided by what HDF5 reads, not by timing).
+    assert_eq!((off.requests, off.round_trips), (15, 14), "{off:?}");
+    // 8 with HDF5 1.10, 7 with 2.2 (whose writer lays the file out a little
+    // differently).
+    assert!(on.requests * 2 <= off.requests + 1, "{on:?}");
+    assert_eq!(
+        on.bytes_fetched, off.bytes_fetched,
+        "no byte the walk did not need"
+    );
+    // The superblock's reads are the only ones nothing pointed to.
+    assert!(
+        did.unpredicted_reads <= 4 && did.predicted_reads > 1000,
+        "{did:?}"
+    );
+    // How many of the walk's reads had to wait depends on how soon the
+    // prefetches come back (5 here on an idle machine); never more than
+    // without it.
+    assert!(on.round_trips <= off.round_trips, "{on:?} vs {off:?}");
+}
+
+/// The spread file with metadata damaged on purpose: symbol table nodes and
+/// B-tree nodes pointing to nonsense (far past the end, or into the data).
+fn damaged_copy() -> PathBuf {
+    let mut bytes = std::fs::read(spread_file()).unwrap();
+    let mut damaged = 0;
+    for sig in [&b"SNOD"[..]] {
+        let hits: Vec<usize> = bytes
+            .windows(4)
+            .enumerate()
+            .filter(|(_, w)| *w == sig)
+            .map(|(i, _)| i)
+            .collect();
+        // Two nodes in the middle of the file, so the walk gets far first.
+        for at in [hits[hits.len() / 3], hits[hits.len() / 2]] {
+            for (k, b) in bytes[at + 8..at + 64].iter_mut().enumerate() {
+                *b = if k % 3 == 0 { 0xff } else { 0x5a };
+            }
+            damaged += 1;
+        }
+    }
+    assert_eq!(damaged, 2);
+    let path = temp_path("nwb-spread-damaged.nwb");
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+#[test]
+fn damaged_metadata_reads_the_same_remotely_and_locally() {
+    let path = damaged_copy();
+    let server = serve(&path);
+    let outcome = |file: &h5::File| -> Result<Vec<String>, String> {
+        h5files::walk_metadata(file).map_err(|e| e.to_string())?;
+        describe(file).map_err(|e| e.to_string())
+    };
+    let local = outcome(&h5::File::open(&path).unwrap());
+    let file = h5::OpenOptions::new()
+        .remote(builder().block_size(64 << 10).open_tail(64 << 10))
+        .open_url(server.url("/damaged.nwb"))
+        .unwrap();
+    let remote = outcome(&file);
+    assert!(local.is_err(), "the damage is found");
+    assert_eq!(remote, local, "the same data, or the same error");
+    let p = h5::driver_info(&file).unwrap().prefetch;
+    assert!(p.predicted_reads > 100, "the walk got far: {p:?}");
+    assert!(
+        p.speculative_bytes <= p.metadata_bytes + (16 << 20),
+        "{p:?}"
+    );
+}

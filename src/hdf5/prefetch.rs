@@ -62,7 +62,15 @@ impl Prefetcher {
         let expected = self.known.get(&addr).copied();
         match expected {
             Some(_) => self.stats.predicted_reads += 1,
-            None => self.stats.unpredicted_reads += 1,
+            None => {
+                self.stats.unpredicted_reads += 1;
+                tracing::trace!(
+                    ?mem,
+                    addr,
+                    len = bytes.len(),
+                    "a metadata read nothing pointed to"
+                );
+            }
         }
         let found = h5meta::pointers(bytes, addr, mem, expected, &self.geometry);
         if let Some(g) = found.geometry {

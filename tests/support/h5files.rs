@@ -130,6 +130,22 @@ pub struct NwbShape {
     pub deflate: Option<u8>,
     /// Extra processing groups, each with 3 datasets and 12 attributes.
     pub extra_groups: usize,
+    /// The file format's structures.
+    pub format: Format,
+}
+
+/// Which HDF5 file format a test file is written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// What the linked library writes by default (the earliest format up
+    /// to 1.14, that of 1.8 from 2.0 on).
+    Default,
+    /// The earliest format, as h5py and pynwb write by default: symbol
+    /// table groups, version 1 object headers and B-trees.
+    Earliest,
+    /// The latest: version 2 object headers and B-trees, dense link and
+    /// attribute storage in fractal heaps, newer chunk indexes.
+    Latest,
 }
 
 impl NwbShape {
@@ -139,6 +155,7 @@ impl NwbShape {
         chunk_rows: NWB_CHUNK_ROWS,
         deflate: None,
         extra_groups: 0,
+        format: Format::Default,
     };
 }
 
@@ -151,7 +168,13 @@ pub fn write_nwb_like(path: &Path) -> h5lib::Result<()> {
 
 /// [`write_nwb_like`] in any shape.
 pub fn write_nwb(path: &Path, shape: NwbShape) -> h5lib::Result<()> {
-    let file = h5::File::create(path)?;
+    let file = h5::File::with_options()
+        .with_fapl(|fapl| match shape.format {
+            Format::Default => fapl,
+            Format::Earliest => fapl.libver_earliest(),
+            Format::Latest => fapl.libver_latest(),
+        })
+        .create(path)?;
     let acq = file.create_group("acquisition")?;
     let es = acq.create_group("ElectricalSeries")?;
     let mut builder = es
