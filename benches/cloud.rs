@@ -51,10 +51,21 @@ fn main() {
     }
     let (major, minor, patch) = h5::library_version();
     println!("HDF5 {major}.{minor}.{patch}");
-    let plain = data_file("nwb-plain.nwb", None);
-    let gzip = data_file("nwb-gzip.nwb", Some(4));
+    // Files real writers made first: the README's table is on the pynwb one.
+    let mut files: Vec<(&str, PathBuf)> = Vec::new();
+    if let Some(plain) = pynwb_file("pynwb-plain.nwb", None) {
+        if let Some(latest) = latest_format(&plain, "pynwb-latest.nwb") {
+            files.push(("pynwb, latest", latest));
+        }
+        files.insert(0, ("pynwb", plain));
+    }
+    if let Some(gzip) = pynwb_file("pynwb-gzip.nwb", Some(4)) {
+        files.push(("pynwb, gzip", gzip));
+    }
+    files.push(("generated", data_file("nwb-plain.nwb", None)));
+    files.push(("generated, gzip", data_file("nwb-gzip.nwb", Some(4))));
     println!(
-        "{:<32} {:<9} {:>8} {:>5} {:>6} {:>7} {:>5} {:>7} {:>5}",
+        "{:<32} {:<16} {:>8} {:>5} {:>6} {:>7} {:>5} {:>7} {:>5}",
         "server, file", "phase", "wall ms", "reqs", "rounds", "MB", "over", "cpu ms", "conns"
     );
     for (label, delay_ms, cap) in [
@@ -62,7 +73,7 @@ fn main() {
         ("30 ms", 30, None),
         ("30 ms, 25 MB/s per conn", 30, Some(25e6)),
     ] {
-        for (file, name) in [(&plain, "plain"), (&gzip, "gzip")] {
+        for (name, file) in &files {
             let row = format!("{label}, {name}");
             if std::env::var("REMFILE_BENCH_ONLY").is_ok_and(|only| !row.contains(&only)) {
                 continue;
@@ -76,18 +87,69 @@ fn main() {
                 run(&row, &server.url, span.end - span.start);
                 floor(&row, span.clone(), &server.url);
             }
-            if name == "plain" {
+            if *name == "generated" {
                 raw_workloads(&row, &server.url);
             }
-            if name == "plain" && delay_ms == 0 {
+            if *name == "generated" && delay_ms == 0 {
                 download(&row, &server.url);
             }
             if delay_ms > 0 && std::env::var("REMFILE_BENCH_PEERS").map_or(true, |v| v != "0") {
-                peers(&format!("{label}, {name}"), file, &server.url);
+                peers(&row, file, &server.url);
             }
             print_medians();
         }
     }
+}
+
+/// An NWB file written by pynwb (`benches/write_nwb.py`, in the Python
+/// environment `benches/setup-peers.sh` makes), once; `None`, with a note,
+/// without that environment.
+fn pynwb_file(name: &str, gzip: Option<u8>) -> Option<PathBuf> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let path = root.join("target/bench-data").join(name);
+    if path.exists() {
+        return Some(path);
+    }
+    let python = root.join("target/peers-venv/bin/python");
+    if !python.exists() {
+        println!("({name}: run benches/setup-peers.sh for the pynwb-written files)");
+        return None;
+    }
+    eprintln!("writing {} with pynwb (once)…", path.display());
+    std::fs::create_dir_all(path.parent()?).ok()?;
+    let tmp = path.with_extension("partial");
+    let mut cmd = Command::new(python);
+    cmd.arg(root.join("benches/write_nwb.py"))
+        .arg(&tmp)
+        .args(["--rows", &ROWS.to_string()]);
+    if let Some(level) = gzip {
+        cmd.args(["--gzip", &level.to_string()]);
+    }
+    let ok = cmd.status().is_ok_and(|s| s.success());
+    (ok && std::fs::rename(&tmp, &path).is_ok()).then_some(path)
+}
+
+/// `source` rewritten in the latest file format by `h5repack -L` (Debian's
+/// `hdf5-tools`), once: version 2 object headers and B-trees, dense storage,
+/// newer chunk indexes.
+fn latest_format(source: &Path, name: &str) -> Option<PathBuf> {
+    let path = source.with_file_name(name);
+    if path.exists() {
+        return Some(path);
+    }
+    let tmp = path.with_extension("partial");
+    let ok = Command::new("h5repack")
+        .arg("-L")
+        .arg(source)
+        .arg(&tmp)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        println!("({name}: install hdf5-tools for h5repack)");
+        return None;
+    }
+    std::fs::rename(&tmp, &path).ok()?;
+    Some(path)
 }
 
 fn data_file(name: &str, deflate: Option<u8>) -> PathBuf {
@@ -129,6 +191,19 @@ fn run(label: &str, url: &str, stored: u64) {
         remote.stats().since(&before),
         None,
     );
+    let p = h5::driver_info(&file).unwrap().prefetch;
+    note(format!(
+        "    prefetch: {} of {} metadata reads foreseen, {:.1} MB fetched ahead",
+        p.predicted_reads,
+        p.predicted_reads + p.unpredicted_reads,
+        p.speculative_bytes as f64 / 1e6
+    ));
+
+    // Open and walk again without the metadata prefetch: what it saves.
+    let (cpu0, t0) = (cpu_time(), Instant::now());
+    let (file, remote) = open_h5(url, h5::OpenOptions::new().metadata_prefetch(false));
+    h5files::walk_metadata(&file).unwrap();
+    report(label, "open+meta, no pf", t0, cpu0, remote.stats(), None);
 
     let ds = file.dataset("acquisition/ElectricalSeries/data").unwrap();
     read_slice(label, "bulk", &remote, &ds, stored, false);
@@ -415,7 +490,7 @@ struct Cells {
 
 fn emit(label: &str, phase: &str, wall: Duration, cells: Cells) {
     let line = format!(
-        "{:<32} {:<9} {:>8.0} {:>5} {:>6} {:>7.1} {:>5} {:>7.0} {:>5}",
+        "{:<32} {:<16} {:>8.0} {:>5} {:>6} {:>7.1} {:>5} {:>7.0} {:>5}",
         label,
         phase,
         wall.as_secs_f64() * 1e3,

@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# Installs the other readers the cloud benchmark compares with:
-#  - Python remfile, fsspec (HTTP, block cache) and h5py from PyPI, in a
-#    virtual environment under target/peers-venv;
+# Installs what the cloud benchmark needs beyond the crate:
+#  - Python remfile, fsspec (HTTP, block cache) and h5py from PyPI, the other
+#    readers, and pynwb, which writes the benchmark's NWB files as real NWB
+#    files are made, in a virtual environment under target/peers-venv;
 #  - Debian's python3-h5py, the only h5py here built with the ros3 driver
-#    (run with the system /usr/bin/python3).
+#    (run with the system /usr/bin/python3), and hdf5-tools, whose
+#    `h5repack -L` rewrites the pynwb file in the latest file format.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv target/peers-venv
-target/peers-venv/bin/pip install --quiet "remfile==0.1.*" "fsspec[http]" requests h5py
-if [ "$(id -u)" = 0 ]; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends python3-h5py
-else
-    sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends python3-h5py
-fi
-target/peers-venv/bin/python -c "import remfile, fsspec, h5py; print('peers ready: h5py', h5py.__version__)"
+target/peers-venv/bin/pip install --quiet "remfile==0.1.*" "fsspec[http]" requests h5py pynwb
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends python3-h5py hdf5-tools
+target/peers-venv/bin/python -c "import remfile, fsspec, h5py, pynwb; print('peers ready: h5py', h5py.__version__, 'pynwb', pynwb.__version__)"
 /usr/bin/python3 -c "import h5py; assert 'ros3' in h5py.registered_drivers(); print('ros3 ready')"
+command -v h5repack >/dev/null && echo "h5repack ready"

@@ -58,6 +58,9 @@ pub(crate) fn fan_out<P: Send, R: Send>(
             .collect();
         drop(sender);
         for outcome in outcomes {
+            // Under the queue's lock, so that no worker takes a part between
+            // the verdict and the stop.
+            let _queue = queue.lock();
             if on_done(outcome) == Next::Stop {
                 stop.store(true, Relaxed);
             }
@@ -84,8 +87,8 @@ fn work<P, R>(
     sender: mpsc::Sender<R>,
 ) -> u32 {
     let mut most_attempts = 0;
-    while !stop.load(Relaxed) {
-        let Some(part) = queue.lock().next() else {
+    loop {
+        let Some(part) = queue.lock().next().filter(|_| !stop.load(Relaxed)) else {
             break;
         };
         let done = fetch(part);
@@ -165,9 +168,10 @@ mod tests {
                 Next::Stop
             },
         );
-        // Two parts were held at the gate; after them, only what the workers
-        // could take in the instant between the verdict and the stop.
-        assert!(fetched.load(Relaxed) < 50, "{}", fetched.load(Relaxed));
+        // The first part, the other worker's, and perhaps one the first
+        // worker took before the caller had its outcome: never more.
+        let fetched = fetched.load(Relaxed);
+        assert!((2..=3).contains(&fetched), "{fetched}");
     }
 
     #[test]

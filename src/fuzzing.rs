@@ -2,7 +2,7 @@
 //! Not a stable API: each function decodes arbitrary bytes into inputs for
 //! an internal function and panics if one of its invariants breaks.
 
-use crate::h5meta::{self, Geometry, MemType, What};
+use crate::h5meta::{self, Context, FractalHeap, Geometry, MemType, What};
 use crate::http::content_range::{self, ContentRange};
 use crate::plan::{self, ReadAhead};
 
@@ -104,33 +104,48 @@ pub fn hdf5_metadata(data: &[u8]) {
     let [mem, expected, sizes, rest @ ..] = data else {
         return;
     };
-    let expected = match expected % 8 {
+    let high = expected >> 4;
+    let expected = match expected % 16 {
         0 => None,
         1 => Some(What::ObjectHeader),
         2 => Some(What::ContinuationV1),
         3 => Some(What::ContinuationV2 {
-            order: expected & 0x80 != 0,
+            order: high & 1 != 0,
         }),
         4 => Some(What::GroupNode),
-        5 => Some(What::ChunkNode {
-            dims: expected >> 3,
-        }),
+        5 => Some(What::ChunkNode { dims: high }),
         6 => Some(What::SymbolNode),
-        _ => Some(What::LocalHeap),
+        7 => Some(What::LocalHeap),
+        8 => Some(What::FractalHeap {
+            links: high & 1 != 0,
+        }),
+        9 => Some(What::HeapIndirect { rows: high.into() }),
+        _ => Some(What::HeapDirect),
     };
     let size = |bits: u8| [2, 4, 8, 8][usize::from(bits & 3)];
-    let geometry = Geometry {
-        offsets: size(*sizes),
-        lengths: size(sizes >> 2),
-        ..Geometry::default()
+    let mut context = Context {
+        geometry: Geometry {
+            offsets: size(*sizes),
+            lengths: size(sizes >> 2),
+            ..Geometry::default()
+        },
+        ..Context::default()
     };
-    let found = h5meta::pointers(
-        rest,
-        4096,
-        MemType::from_c(i32::from(*mem)),
-        expected,
-        &geometry,
+    // A heap at address 0, which a block's header field may name.
+    context.heaps.insert(
+        0,
+        FractalHeap {
+            links: sizes & 0x10 != 0,
+            width: 1 << (sizes >> 5),
+            start_block: 512,
+            direct_rows: u16::from(sizes >> 4),
+            offset_bytes: sizes >> 5,
+            checksummed: sizes & 0x40 != 0,
+            filtered: sizes & 0x80 != 0,
+        },
     );
+    let mem = MemType::from_c(i32::from(*mem));
+    let found = h5meta::pointers(rest, 4096, mem, expected, &context);
     assert!(found.targets.len() <= h5meta::MAX_TARGETS);
     for t in &found.targets {
         assert!(t.bytes.start < t.bytes.end, "{t:?}");

@@ -10,22 +10,26 @@
 //! still parsing the current piece makes a walk cost about as many round
 //! trips as the file is deep, not as it is wide.
 //!
-//! The parsers here read the structures of the "earliest" file format (what
-//! h5py and pynwb write by default): superblock versions 0 to 3, object
-//! headers version 1 and 2 (with their continuation blocks), version 1
-//! B-tree nodes of groups and of chunk indexes, symbol table nodes and local
-//! heaps. Of the newer structures (fractal heaps, version 2 B-trees, fixed
-//! and extensible array chunk indexes) they find the addresses of the
-//! headers. They never panic, allocate at most a bounded amount, and a wrong
+//! The parsers here read superblocks of versions 0 to 3, object headers of
+//! versions 1 and 2 (with their continuation blocks), and the structures of
+//! both file formats: of the earliest (what h5py and pynwb write by
+//! default), version 1 B-tree nodes of groups and of chunk indexes, symbol
+//! table nodes and local heaps; of the latest, fractal heaps (the links of
+//! dense groups and the attributes of dense objects), and the headers of
+//! version 2 B-trees and of fixed and extensible array chunk indexes, whose
+//! root node or block they find. They never panic, allocate at most a bounded amount, and a wrong
 //! guess costs only bytes: HDF5 still reads everything it needs itself.
 
 mod cursor;
+mod fheap;
 mod nodes;
 mod object_header;
 
+use std::collections::HashMap;
 use std::ops::Range;
 
 use self::cursor::Cursor;
+pub(crate) use self::fheap::FractalHeap;
 
 /// The most targets one piece of metadata yields (a B-tree node of a group
 /// with many members has a few hundred).
@@ -113,9 +117,24 @@ pub(crate) enum What {
     LocalHeap,
     /// The data of a local heap (link names): read, not parsed.
     HeapData,
-    /// The header of a newer structure (fractal heap, version 2 B-tree,
-    /// fixed or extensible array): fetched, not parsed.
-    IndexHeader,
+    /// A fractal heap's header (`FRHP`), of links or of attributes.
+    FractalHeap {
+        links: bool,
+    },
+    /// A fractal heap's direct block (`FHDB`).
+    HeapDirect,
+    /// A fractal heap's indirect block (`FHIB`) of `rows` rows.
+    HeapIndirect {
+        rows: u16,
+    },
+    /// A version 2 B-tree's header (`BTHD`).
+    BTree2Header,
+    /// A version 2 B-tree's node: fetched, not parsed.
+    BTree2Node,
+    /// A fixed or extensible array chunk index's header (`FAHD`, `EAHD`).
+    ArrayHeader,
+    /// An array's data or index block: fetched, not parsed.
+    ArrayBlock,
 }
 
 /// A place some metadata points to: what is there, and about how many bytes
@@ -132,15 +151,29 @@ pub(crate) struct Found {
     pub targets: Vec<Target>,
     /// The file's sizes, if the piece was the superblock.
     pub geometry: Option<Geometry>,
+    /// How to read a fractal heap's blocks, if the piece was its header.
+    pub heap: Option<FractalHeap>,
+}
+
+/// What earlier pieces said, which reading this one needs.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Context {
+    pub geometry: Geometry,
+    /// Fractal heaps by the address of their header.
+    pub heaps: HashMap<u64, FractalHeap>,
 }
 
 impl Found {
     fn add(&mut self, what: What, addr: Option<u64>, len: u64) {
-        let Some(addr) = addr else { return };
+        // An address so large that the bytes would run past the last one is
+        // nonsense: nothing is there.
+        let Some(end) = addr.and_then(|a| a.checked_add(len)) else {
+            return;
+        };
         if self.targets.len() < MAX_TARGETS && len > 0 {
             self.targets.push(Target {
                 what,
-                bytes: addr..addr.saturating_add(len),
+                bytes: end - len..end,
             });
         }
     }
@@ -157,29 +190,50 @@ pub(crate) fn pointers(
     addr: u64,
     mem: MemType,
     expected: Option<What>,
-    geometry: &Geometry,
+    context: &Context,
 ) -> Found {
     let mut found = Found::default();
-    let mut c = Cursor::new(bytes, *geometry);
-    match c.peek_signature() {
-        Some(sig) if sig == *b"\x89HDF" => nodes::superblock(&mut c, &mut found),
-        Some(sig) if sig == *b"TREE" => nodes::btree_v1(&mut c, expected, &mut found),
-        Some(sig) if sig == *b"SNOD" => nodes::symbol_node(&mut c, &mut found),
-        Some(sig) if sig == *b"HEAP" => nodes::local_heap(&mut c, &mut found),
-        Some(sig) if sig == *b"OHDR" => object_header::v2(&mut c, &mut found),
-        Some(sig) if sig == *b"OCHK" => {
-            object_header::v2_continuation(&mut c, expected, &mut found)
+    let mut c = Cursor::new(bytes, context.geometry);
+    let _ = match &c.peek_signature().unwrap_or_default() {
+        b"\x89HDF" => nodes::superblock(&mut c, &mut found),
+        b"TREE" => nodes::btree_v1(&mut c, expected, &mut found),
+        b"SNOD" => nodes::symbol_node(&mut c, &mut found),
+        b"HEAP" => nodes::local_heap(&mut c, &mut found),
+        b"OHDR" => object_header::v2(&mut c, &mut found),
+        b"OCHK" => object_header::v2_continuation(&mut c, expected, &mut found),
+        b"FRHP" => {
+            let links = matches!(expected, Some(What::FractalHeap { links: true }));
+            found.heap = fheap::header(&mut c, links, &mut found);
+            Some(())
         }
+        b"FHDB" => heap_of(bytes, context).and_then(|h| fheap::direct(&mut c, &h, &mut found)),
+        b"FHIB" => match (heap_of(bytes, context), expected) {
+            (Some(h), Some(What::HeapIndirect { rows })) => {
+                fheap::indirect(&mut c, &h, rows, &mut found)
+            }
+            _ => None,
+        },
+        b"BTHD" => fheap::btree_header(&mut c, &mut found),
+        b"FAHD" => fheap::array_header(&mut c, false, &mut found),
+        b"EAHD" => fheap::array_header(&mut c, true, &mut found),
         _ => match expected {
             Some(What::ContinuationV1) => object_header::v1_messages(&mut c, &mut found),
             Some(What::ObjectHeader) => object_header::v1(&mut c, &mut found),
             None if mem == MemType::ObjectHeader => object_header::v1(&mut c, &mut found),
-            _ => {}
+            _ => None,
         },
-    }
+    };
     // A structure never points at itself; the caller has those bytes.
     found.targets.retain(|t| t.bytes.start != addr);
     found
+}
+
+/// The heap a fractal heap block belongs to: its header's address follows
+/// the block's signature and version.
+fn heap_of(bytes: &[u8], context: &Context) -> Option<FractalHeap> {
+    let mut c = Cursor::new(bytes, context.geometry);
+    c.skip(5)?;
+    context.heaps.get(&c.addr()??).copied()
 }
 
 #[cfg(test)]

@@ -33,11 +33,7 @@ fn chunk_key_len(dims: u8) -> u64 {
     8 + 8 * u64::from(dims)
 }
 
-pub(super) fn superblock(c: &mut Cursor<'_>, found: &mut Found) {
-    let _ = superblock_fields(c, found);
-}
-
-fn superblock_fields(c: &mut Cursor<'_>, found: &mut Found) -> Option<()> {
+pub(super) fn superblock(c: &mut Cursor<'_>, found: &mut Found) -> Option<()> {
     c.skip(8)?;
     let version = c.u8()?;
     let mut g = Geometry::default();
@@ -100,11 +96,7 @@ fn entry(c: &mut Cursor<'_>, found: &mut Found) -> Option<()> {
     c.seek(scratch + 16)
 }
 
-pub(super) fn symbol_node(c: &mut Cursor<'_>, found: &mut Found) {
-    let _ = symbol_node_fields(c, found);
-}
-
-fn symbol_node_fields(c: &mut Cursor<'_>, found: &mut Found) -> Option<()> {
+pub(super) fn symbol_node(c: &mut Cursor<'_>, found: &mut Found) -> Option<()> {
     c.skip(4)?;
     if c.u8()? != 1 {
         return None;
@@ -117,11 +109,7 @@ fn symbol_node_fields(c: &mut Cursor<'_>, found: &mut Found) -> Option<()> {
     Some(())
 }
 
-pub(super) fn local_heap(c: &mut Cursor<'_>, found: &mut Found) {
-    let _ = local_heap_fields(c, found);
-}
-
-fn local_heap_fields(c: &mut Cursor<'_>, found: &mut Found) -> Option<()> {
+pub(super) fn local_heap(c: &mut Cursor<'_>, found: &mut Found) -> Option<()> {
     c.skip(4)?;
     if c.u8()? != 0 {
         return None;
@@ -134,11 +122,11 @@ fn local_heap_fields(c: &mut Cursor<'_>, found: &mut Found) -> Option<()> {
     Some(())
 }
 
-pub(super) fn btree_v1(c: &mut Cursor<'_>, expected: Option<What>, found: &mut Found) {
-    let _ = btree_v1_fields(c, expected, found);
-}
-
-fn btree_v1_fields(c: &mut Cursor<'_>, expected: Option<What>, found: &mut Found) -> Option<()> {
+pub(super) fn btree_v1(
+    c: &mut Cursor<'_>,
+    expected: Option<What>,
+    found: &mut Found,
+) -> Option<()> {
     let g = c.geometry;
     c.skip(4)?;
     let node_type = c.u8()?;

@@ -3,13 +3,13 @@
 //! symbol table, data layout, link, link info and attribute info.
 
 use super::cursor::Cursor;
+use super::fheap::SMALL_HEADER;
 use super::nodes::{chunk_node_len, group_lens};
 use super::{Found, OBJECT_HEADER_READ, What};
 
-/// The bytes HDF5 reads at first of a newer index structure's header
-/// (fractal heap, version 2 B-tree, fixed or extensible array): each is
-/// shorter than this.
-const INDEX_HEADER_READ: u64 = 256;
+/// The bytes of a fractal heap's header (without I/O filters: 146 with
+/// 8-byte offsets and lengths).
+const FRACTAL_HEAP_READ: u64 = 256;
 
 const CONTINUATION: u16 = 0x0010;
 const SYMBOL_TABLE: u16 = 0x0011;
@@ -21,11 +21,7 @@ const ATTRIBUTE_INFO: u16 = 0x0015;
 /// A message's flags bit saying its data is a reference to a shared message.
 const SHARED: u8 = 0x02;
 
-pub(super) fn v1(c: &mut Cursor<'_>, found: &mut Found) {
-    let _ = v1_fields(c, found);
-}
-
-fn v1_fields(c: &mut Cursor<'_>, found: &mut Found) -> Option<()> {
+pub(super) fn v1(c: &mut Cursor<'_>, found: &mut Found) -> Option<()> {
     if c.u8()? != 1 {
         return None;
     }
@@ -39,8 +35,8 @@ fn v1_fields(c: &mut Cursor<'_>, found: &mut Found) -> Option<()> {
 }
 
 /// A version 1 continuation block: messages from its first byte on.
-pub(super) fn v1_messages(c: &mut Cursor<'_>, found: &mut Found) {
-    let _ = v1_run(c, found, usize::MAX, usize::MAX);
+pub(super) fn v1_messages(c: &mut Cursor<'_>, found: &mut Found) -> Option<()> {
+    v1_run(c, found, usize::MAX, usize::MAX)
 }
 
 /// Version 1 messages up to `end` (or the bytes' end), at most `count`.
@@ -61,11 +57,7 @@ fn v1_run(c: &mut Cursor<'_>, found: &mut Found, end: usize, count: usize) -> Op
     Some(())
 }
 
-pub(super) fn v2(c: &mut Cursor<'_>, found: &mut Found) {
-    let _ = v2_fields(c, found);
-}
-
-fn v2_fields(c: &mut Cursor<'_>, found: &mut Found) -> Option<()> {
+pub(super) fn v2(c: &mut Cursor<'_>, found: &mut Found) -> Option<()> {
     c.skip(4)?;
     if c.u8()? != 2 {
         return None;
@@ -85,13 +77,16 @@ fn v2_fields(c: &mut Cursor<'_>, found: &mut Found) -> Option<()> {
 
 /// An `OCHK` block. Whether its messages carry a creation order is said by
 /// the header it continues; `expected` carries it.
-pub(super) fn v2_continuation(c: &mut Cursor<'_>, expected: Option<What>, found: &mut Found) {
+pub(super) fn v2_continuation(
+    c: &mut Cursor<'_>,
+    expected: Option<What>,
+    found: &mut Found,
+) -> Option<()> {
     let order = matches!(expected, Some(What::ContinuationV2 { order: true }));
-    if c.skip(4).is_some() {
-        // The block ends with a checksum.
-        let end = c.remaining().saturating_sub(4) + c.position();
-        let _ = v2_run(c, found, end, order);
-    }
+    c.skip(4)?;
+    // The block ends with a checksum.
+    let end = c.remaining().saturating_sub(4) + c.position();
+    v2_run(c, found, end, order)
 }
 
 fn v2_run(c: &mut Cursor<'_>, found: &mut Found, end: usize, order: bool) -> Option<()> {
@@ -168,22 +163,23 @@ fn layout(c: &mut Cursor<'_>, found: &mut Found) -> Option<()> {
             c.skip(dims.checked_mul(encoded)?)?;
             // Fixed array, extensible array and version 2 B-tree indexes;
             // a single chunk or an implicit index is raw data.
-            let info = match c.u8()? {
-                3 => 1,
-                4 => 5,
-                5 => 6,
+            let (info, what) = match c.u8()? {
+                3 => (1, What::ArrayHeader),
+                4 => (5, What::ArrayHeader),
+                5 => (6, What::BTree2Header),
                 _ => return None,
             };
             c.skip(info)?;
-            found.add(What::IndexHeader, c.addr()?, INDEX_HEADER_READ);
+            found.add(what, c.addr()?, SMALL_HEADER);
         }
         _ => {}
     }
     Some(())
 }
 
-/// A link message: a hard link's object header.
-fn link(c: &mut Cursor<'_>, found: &mut Found) -> Option<()> {
+/// A link message (in an object header, or an object of a fractal heap of
+/// links): a hard link's object header. Reads the whole message.
+pub(super) fn link(c: &mut Cursor<'_>, found: &mut Found) -> Option<()> {
     if c.u8()? != 1 {
         return None;
     }
@@ -196,9 +192,16 @@ fn link(c: &mut Cursor<'_>, found: &mut Found) -> Option<()> {
         c.skip(1)?; // character set
     }
     let name_len = usize::try_from(c.uint(1 << (flags & 0x03))?).ok()?;
+    if name_len == 0 {
+        return None;
+    }
     c.skip(name_len)?;
     if link_type == 0 {
         found.add(What::ObjectHeader, c.addr()?, OBJECT_HEADER_READ);
+    } else {
+        // A soft, external or user-defined link: a length, then its value.
+        let len = usize::from(c.u16()?);
+        c.skip(len)?;
     }
     Some(())
 }
@@ -213,10 +216,11 @@ fn index_info(kind: u16, c: &mut Cursor<'_>, found: &mut Found) -> Option<()> {
     if flags & 0x01 != 0 {
         c.skip(if kind == LINK_INFO { 8 } else { 2 })?; // most creation index
     }
-    found.add(What::IndexHeader, c.addr()?, INDEX_HEADER_READ);
-    found.add(What::IndexHeader, c.addr()?, INDEX_HEADER_READ);
+    let links = kind == LINK_INFO;
+    found.add(What::FractalHeap { links }, c.addr()?, FRACTAL_HEAP_READ);
+    found.add(What::BTree2Header, c.addr()?, SMALL_HEADER);
     if flags & 0x02 != 0 {
-        found.add(What::IndexHeader, c.addr()?, INDEX_HEADER_READ);
+        found.add(What::BTree2Header, c.addr()?, SMALL_HEADER);
     }
     Some(())
 }

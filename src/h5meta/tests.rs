@@ -39,7 +39,7 @@ impl Le {
 }
 
 fn found(bytes: &[u8], addr: u64, mem: MemType, expected: Option<What>) -> Found {
-    pointers(bytes, addr, mem, expected, &Geometry::default())
+    pointers(bytes, addr, mem, expected, &Context::default())
 }
 
 fn starts(f: &Found) -> Vec<(What, u64)> {
@@ -183,8 +183,8 @@ fn a_v2_object_header_points_to_linked_objects_and_dense_storage() {
         starts(&f),
         [
             (What::ObjectHeader, 7000),
-            (What::IndexHeader, 12_000),
-            (What::IndexHeader, 20_000)
+            (What::FractalHeap { links: true }, 12_000),
+            (What::ArrayHeader, 20_000)
         ]
     );
 }
@@ -325,8 +325,198 @@ proptest! {
             Some(What::ContinuationV1),
             Some(What::ContinuationV2 { order: true }),
         ][expected];
-        let f = pointers(&bytes, 0, MemType::from_c(mem), expected, &Geometry::default());
+        let f = pointers(&bytes, 0, MemType::from_c(mem), expected, &Context::default());
         prop_assert!(f.targets.len() <= MAX_TARGETS);
         prop_assert!(f.targets.iter().all(|t| t.bytes.start < t.bytes.end));
     }
+}
+
+/// A fractal heap header: 512-byte starting blocks, 64 KiB direct blocks at
+/// most, width 4, heap offsets of 4 bytes, root at 9000 with `rows` rows.
+fn fractal_heap(rows: u16) -> Vec<u8> {
+    let mut le = Le::default()
+        .bytes(b"FRHP")
+        .u8(0)
+        .u16(7) // heap ID length
+        .u16(0) // no filters
+        .u8(0x02) // direct blocks checksummed
+        .u32(4096)
+        .u64(0)
+        .u64(u64::MAX)
+        .u64(0)
+        .u64(u64::MAX);
+    for _ in 0..8 {
+        le = le.u64(0);
+    }
+    le.u16(4)
+        .u64(512)
+        .u64(65536)
+        .u16(32)
+        .u16(0)
+        .u64(9000)
+        .u16(rows)
+        .u32(0)
+        .0
+}
+
+#[test]
+fn a_fractal_heap_of_links_leads_to_the_linked_headers() {
+    let mut context = Context::default();
+    let header = found(
+        &fractal_heap(0),
+        8000,
+        MemType::Other,
+        Some(What::FractalHeap { links: true }),
+    );
+    assert_eq!(
+        header.targets,
+        [Target {
+            what: What::HeapDirect,
+            bytes: 9000..9512
+        }]
+    );
+    let heap = header.heap.expect("how to read its blocks");
+    assert_eq!(
+        (heap.direct_rows, heap.offset_bytes, heap.links),
+        (9, 4, true)
+    );
+    context.heaps.insert(8000, heap);
+    let link = |name: &[u8], to: u64| {
+        Le::default()
+            .u8(1)
+            .u8(0)
+            .u8(name.len() as u8)
+            .bytes(name)
+            .u64(to)
+            .0
+    };
+    let soft = Le::default()
+        .u8(1)
+        .u8(0x08)
+        .u8(1)
+        .u8(1)
+        .bytes(b"s")
+        .u16(3)
+        .bytes(b"/ab")
+        .0;
+    let block = Le::default()
+        .bytes(b"FHDB")
+        .u8(0)
+        .u64(8000)
+        .u32(0) // block offset
+        .u32(0) // checksum
+        .bytes(&link(b"a", 20_000))
+        .bytes(&soft)
+        .bytes(&link(b"bb", 30_000))
+        .zeros(40); // free space
+    let f = pointers(
+        &block.0,
+        9000,
+        MemType::Other,
+        Some(What::HeapDirect),
+        &context,
+    );
+    assert_eq!(
+        starts(&f),
+        [(What::ObjectHeader, 20_000), (What::ObjectHeader, 30_000)]
+    );
+    // A heap of attributes is not searched for links.
+    context.heaps.get_mut(&8000).unwrap().links = false;
+    let f = pointers(
+        &block.0,
+        9000,
+        MemType::Other,
+        Some(What::HeapDirect),
+        &context,
+    );
+    assert!(f.targets.is_empty());
+}
+
+#[test]
+fn an_indirect_block_lists_its_direct_blocks_by_row() {
+    let header = found(
+        &fractal_heap(2),
+        8000,
+        MemType::Other,
+        Some(What::FractalHeap { links: true }),
+    );
+    assert_eq!(header.targets[0].what, What::HeapIndirect { rows: 2 });
+    let mut context = Context::default();
+    context.heaps.insert(8000, header.heap.unwrap());
+    let mut block = Le::default().bytes(b"FHIB").u8(0).u64(8000).u32(0);
+    for child in [
+        100,
+        200,
+        u64::MAX,
+        u64::MAX,
+        300,
+        u64::MAX,
+        u64::MAX,
+        u64::MAX,
+    ] {
+        block = block.u64(child);
+    }
+    let f = pointers(
+        &block.0,
+        9000,
+        MemType::Other,
+        Some(What::HeapIndirect { rows: 2 }),
+        &context,
+    );
+    let got: Vec<_> = f
+        .targets
+        .iter()
+        .map(|t| (t.bytes.start, t.bytes.end - t.bytes.start))
+        .collect();
+    assert_eq!(
+        got,
+        [(100, 512), (200, 512), (300, 512)],
+        "rows 0 and 1 hold 512-byte blocks"
+    );
+    // Without its header, a block cannot be read.
+    let f = pointers(
+        &block.0,
+        9000,
+        MemType::Other,
+        Some(What::HeapIndirect { rows: 2 }),
+        &Context::default(),
+    );
+    assert!(f.targets.is_empty());
+}
+
+#[test]
+fn newer_index_headers_point_to_their_root() {
+    let bthd = Le::default()
+        .bytes(b"BTHD")
+        .u8(0)
+        .u8(5)
+        .u32(4096)
+        .u16(11)
+        .u16(1)
+        .u8(100)
+        .u8(40)
+        .u64(70_000)
+        .u16(3)
+        .u64(3)
+        .u32(0);
+    let f = found(&bthd.0, 60_000, MemType::Other, Some(What::BTree2Header));
+    assert_eq!(
+        f.targets,
+        [Target {
+            what: What::BTree2Node,
+            bytes: 70_000..74_096
+        }]
+    );
+    let fahd = Le::default()
+        .bytes(b"FAHD")
+        .u8(0)
+        .u8(0)
+        .u8(8) // entry size
+        .u8(10) // page bits
+        .u64(123)
+        .u64(80_000)
+        .u32(0);
+    let f = found(&fahd.0, 60_000, MemType::Other, Some(What::ArrayHeader));
+    assert_eq!(starts(&f), [(What::ArrayBlock, 80_000)]);
+    assert_eq!(f.targets[0].bytes.end, 80_000 + 64 + 123 * 8);
 }

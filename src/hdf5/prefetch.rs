@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::ops::Range;
 
-use crate::h5meta::{self, Geometry, MemType, What};
+use crate::h5meta::{self, Context, MemType, What};
 
 /// Speculative bytes allowed beyond the metadata HDF5 has read.
 pub(crate) const SLACK: u64 = 16 << 20;
@@ -38,7 +38,8 @@ pub struct PrefetchStats {
 /// The prefetch state of one open file.
 #[derive(Debug, Default)]
 pub(crate) struct Prefetcher {
-    geometry: Geometry,
+    /// The file's sizes and the fractal heaps seen.
+    context: Context,
     /// Addresses some metadata pointed to, and what is there.
     known: HashMap<u64, What>,
     stats: PrefetchStats,
@@ -72,9 +73,14 @@ impl Prefetcher {
                 );
             }
         }
-        let found = h5meta::pointers(bytes, addr, mem, expected, &self.geometry);
+        let found = h5meta::pointers(bytes, addr, mem, expected, &self.context);
         if let Some(g) = found.geometry {
-            self.geometry = g;
+            self.context.geometry = g;
+        }
+        if let Some(heap) = found.heap {
+            if self.context.heaps.len() < MAX_KNOWN {
+                self.context.heaps.insert(addr, heap);
+            }
         }
         let mut next = Vec::new();
         for target in found.targets {

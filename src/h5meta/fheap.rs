@@ -1,0 +1,198 @@
+//! The newer structures: fractal heaps (where dense groups keep their links
+//! and dense objects their attributes), the headers of version 2 B-trees,
+//! and the headers of fixed and extensible array chunk indexes.
+
+use super::cursor::Cursor;
+use super::object_header::link;
+use super::{Found, What};
+
+/// What a fractal heap's header says about its blocks: enough to read them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FractalHeap {
+    /// Whether it holds links (whose targets are worth fetching) rather
+    /// than attributes.
+    pub links: bool,
+    /// Blocks in a row of an indirect block.
+    pub width: u16,
+    pub start_block: u64,
+    /// Rows of an indirect block that hold direct blocks.
+    pub direct_rows: u16,
+    /// Bytes of a block offset.
+    pub offset_bytes: u8,
+    /// Whether direct blocks carry a checksum.
+    pub checksummed: bool,
+    /// Whether direct blocks are filtered (compressed): their children
+    /// entries are longer, and their contents cannot be read as they are.
+    pub filtered: bool,
+}
+
+impl FractalHeap {
+    /// The size of a direct block in row `row`.
+    fn direct_size(&self, row: u16) -> u64 {
+        match row {
+            0 => self.start_block,
+            r => self
+                .start_block
+                .saturating_mul(1u64 << u32::from(r - 1).min(62)),
+        }
+    }
+
+    /// The bytes of an indirect block of `rows` rows.
+    fn indirect_len(&self, rows: u16, offsets: u8, lengths: u8) -> u64 {
+        let entry = u64::from(offsets)
+            + if self.filtered {
+                u64::from(lengths) + 4
+            } else {
+                0
+            };
+        let entries = u64::from(rows) * u64::from(self.width);
+        5 + u64::from(offsets) + u64::from(self.offset_bytes) + entries * entry + 4
+    }
+}
+
+/// The bytes HDF5 reads at first of a version 2 B-tree's or an array's
+/// header: each is shorter than this.
+pub(super) const SMALL_HEADER: u64 = 256;
+
+/// A fractal heap header (`FRHP`): its root block, and how to read its
+/// blocks (returned, to be remembered by address).
+pub(super) fn header(c: &mut Cursor<'_>, links: bool, found: &mut Found) -> Option<FractalHeap> {
+    let g = c.geometry;
+    c.skip(4)?;
+    if c.u8()? != 0 {
+        return None;
+    }
+    c.skip(2)?; // heap ID length
+    let filter_len = c.u16()?;
+    let flags = c.u8()?;
+    c.skip(4)?; // largest managed object
+    c.length()?; // next huge object ID
+    c.addr()?; // huge objects' B-tree
+    c.length()?; // free space
+    c.addr()?; // free-space manager
+    for _ in 0..8 {
+        c.length()?; // managed, allocated and iterator offsets; object counts and sizes
+    }
+    let width = c.u16()?;
+    let start_block = c.length()?;
+    let max_direct = c.length()?;
+    let max_heap_bits = c.u16()?;
+    c.skip(2)?; // starting rows of the root indirect block
+    let root = c.addr()?;
+    let rows = c.u16()?;
+    if width == 0
+        || !start_block.is_power_of_two()
+        || !max_direct.is_power_of_two()
+        || max_direct < start_block
+    {
+        return None;
+    }
+    let heap = FractalHeap {
+        links,
+        width,
+        start_block,
+        direct_rows: u16::try_from(max_direct.ilog2() - start_block.ilog2() + 2).ok()?,
+        offset_bytes: u8::try_from(max_heap_bits.div_ceil(8)).ok()?,
+        checksummed: flags & 0x02 != 0,
+        filtered: filter_len > 0,
+    };
+    if rows == 0 {
+        found.add(What::HeapDirect, root, start_block);
+    } else {
+        let len = heap.indirect_len(rows, g.offsets, g.lengths);
+        found.add(What::HeapIndirect { rows }, root, len);
+    }
+    Some(heap)
+}
+
+/// A fractal heap indirect block (`FHIB`) of `rows` rows: its child blocks.
+pub(super) fn indirect(
+    c: &mut Cursor<'_>,
+    heap: &FractalHeap,
+    rows: u16,
+    found: &mut Found,
+) -> Option<()> {
+    let g = c.geometry;
+    c.skip(5)?;
+    c.addr()?; // the heap's header
+    c.skip(usize::from(heap.offset_bytes))?;
+    let log_width = heap.width.checked_ilog2()? as u16;
+    for row in 0..rows {
+        for _ in 0..heap.width {
+            let child = c.addr()?;
+            if row < heap.direct_rows {
+                if heap.filtered {
+                    c.length()?;
+                    c.skip(4)?;
+                }
+                found.add(What::HeapDirect, child, heap.direct_size(row));
+            } else {
+                let child_rows = row.saturating_sub(log_width);
+                let len = heap.indirect_len(child_rows, g.offsets, g.lengths);
+                found.add(What::HeapIndirect { rows: child_rows }, child, len);
+            }
+        }
+    }
+    Some(())
+}
+
+/// A fractal heap direct block (`FHDB`): for a heap of links, the object
+/// headers they point to. Objects lie back to back from the block's header
+/// on; the first that does not read as a link ends the search.
+pub(super) fn direct(c: &mut Cursor<'_>, heap: &FractalHeap, found: &mut Found) -> Option<()> {
+    if !heap.links || heap.filtered {
+        return None;
+    }
+    c.skip(5)?;
+    c.addr()?; // the heap's header
+    c.skip(usize::from(heap.offset_bytes))?;
+    if heap.checksummed {
+        c.skip(4)?;
+    }
+    while link(c, found).is_some() {}
+    Some(())
+}
+
+/// A version 2 B-tree header (`BTHD`): its root node.
+pub(super) fn btree_header(c: &mut Cursor<'_>, found: &mut Found) -> Option<()> {
+    c.skip(4)?;
+    if c.u8()? != 0 {
+        return None;
+    }
+    c.skip(1)?; // type
+    let node_size = c.u32()?;
+    c.skip(2 + 2 + 2)?; // record size, depth, split and merge percents
+    found.add(What::BTree2Node, c.addr()?, u64::from(node_size));
+    Some(())
+}
+
+/// A fixed array (`FAHD`) or extensible array (`EAHD`) header: the block
+/// that holds (or indexes) the chunk addresses.
+pub(super) fn array_header(c: &mut Cursor<'_>, extensible: bool, found: &mut Found) -> Option<()> {
+    c.skip(4)?;
+    if c.u8()? != 0 {
+        return None;
+    }
+    c.skip(1)?; // client
+    if extensible {
+        let element = u64::from(c.u8()?);
+        c.skip(1)?; // bits of the most elements
+        let in_index = u64::from(c.u8()?);
+        c.skip(3)?; // data and secondary block sizes, page size
+        for _ in 0..6 {
+            c.length()?;
+        }
+        let len = 64 + in_index * element + 64 * u64::from(c.geometry.offsets);
+        found.add(What::ArrayBlock, c.addr()?, len);
+    } else {
+        let entry = u64::from(c.u8()?);
+        let page_bits = c.u8()?;
+        let entries = c.length()?;
+        // A paged array's block holds one page's bitmap and the first page
+        // is read on its own: the start suffices.
+        let in_block = entries.min(1u64 << u32::from(page_bits).min(32));
+        let len = 64 + in_block.saturating_mul(entry).min(1 << 20);
+        found.add(What::ArrayBlock, c.addr()?, len);
+    }
+    Some(())
+}
