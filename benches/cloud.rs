@@ -4,10 +4,16 @@
 //! cargo bench --features hdf5 --bench cloud
 //! ```
 //!
-//! Generates (once, under `target/bench-data`) an NWB-like file of 256 MB —
-//! an int16 `ElectricalSeries/data` of 2,000,000 × 64 in 2 MiB chunks, and a
-//! gzip variant — with about 80 groups, 200+ datasets and 900+ attributes,
-//! the object headers written after the bulk data. Serves it from a separate
+//! Reads files real writers made: NWB files written by pynwb
+//! (`benches/write_nwb.py`, once, under `target/bench-data`, in the Python
+//! environment of `benches/setup-peers.sh`) of 806 MB — an int16
+//! `ElectricalSeries/data` of 6,300,000 × 64 in 2 MiB chunks, an electrodes
+//! table, units, trials and processing modules, 130 groups, 216 datasets and
+//! 1,100 attributes — plain, gzip, and the plain one rewritten in the latest
+//! file format by `h5repack -L`; and the crate's own generated NWB-like file
+//! of 256 MB (2,000,000 rows, the object headers written after the bulk
+//! data) with its gzip variant. For the metadata walk it also shows the same
+//! open and walk without the metadata prefetch. Serves each file from a separate
 //! process (so the CPU time below is the reader's alone) with a delay per
 //! request, an extra delay per new connection and, in some rows, a cap of
 //! 25 MB/s per connection. For each phase it prints wall time, requests,
@@ -18,7 +24,7 @@
 //! (`REMFILE_BENCH_REPEAT`); each row is the run of median wall time.
 //! `REMFILE_BENCH_LOG=1` prints the server's log of each phase's requests
 //! (connection, range, bytes, arrival and end times); `REMFILE_BENCH_ONLY`
-//! runs only the rows whose label contains it (e.g. `"30 ms, plain"`), and
+//! runs only the rows whose label contains it (e.g. `"30 ms, pynwb"`), and
 //! `REMFILE_BENCH_PEERS=0` skips the other readers.
 
 #[path = "support/cloud_server.rs"]
@@ -119,9 +125,7 @@ fn pynwb_file(name: &str, gzip: Option<u8>) -> Option<PathBuf> {
     std::fs::create_dir_all(path.parent()?).ok()?;
     let tmp = path.with_extension("partial");
     let mut cmd = Command::new(python);
-    cmd.arg(root.join("benches/write_nwb.py"))
-        .arg(&tmp)
-        .args(["--rows", &ROWS.to_string()]);
+    cmd.arg(root.join("benches/write_nwb.py")).arg(&tmp);
     if let Some(level) = gzip {
         cmd.args(["--gzip", &level.to_string()]);
     }
@@ -652,7 +656,7 @@ fn print_peer_line(label: &str, line: &str) {
         Duration::from_secs_f64(num("wall").max(0.0)),
         Cells {
             requests: num("requests").to_string(),
-            rounds: "-".into(),
+            rounds: field("rounds").unwrap_or("-").to_owned(),
             bytes: num("bytes"),
             over: "-".into(),
             cpu: Duration::from_secs_f64(num("cpu").max(0.0)),

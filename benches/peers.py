@@ -13,6 +13,7 @@ into its table.
 """
 
 import json
+import re
 import resource
 import sys
 import time
@@ -33,6 +34,29 @@ def server_stats(url):
     base = url.split("/", 3)
     with urllib.request.urlopen(f"{base[0]}//{base[2]}/__stats") as resp:
         return json.load(resp)
+
+
+def server_log(url):
+    """The (arrival, end) times of every request the server saw, in ms."""
+    if not url:
+        return []
+    base = url.split("/", 3)
+    with urllib.request.urlopen(f"{base[0]}//{base[2]}/__log") as resp:
+        text = resp.read().decode()
+    times = re.findall(r"([\d.]+)\.\.\s*([\d.]+) ms", text)
+    return [(float(a), float(b)) for a, b in times]
+
+
+def rounds(requests):
+    """Rounds of requests: those sent before any answer of the current round
+    came back belong to it; one sent after starts the next."""
+    count, first_answer = 0, None
+    for arrived, done in sorted(requests):
+        if first_answer is None or arrived >= first_answer:
+            count, first_answer = count + 1, done
+        else:
+            first_answer = min(first_answer, done)
+    return count
 
 
 def walk(f):
@@ -81,10 +105,12 @@ def run(peer, url, path):
     open_file = opener(peer, url, path)
 
     def measure(phase, work):
+        logged = len(server_log(remote))
         before, c0, t0 = server_stats(remote), cpu(), time.perf_counter()
         result = work()
         wall, used = time.perf_counter() - t0, cpu() - c0
         after = server_stats(remote)
+        waves = rounds(server_log(remote)[logged:])
         print(
             json.dumps(
                 {
@@ -93,6 +119,7 @@ def run(peer, url, path):
                     "wall": wall,
                     "cpu": used,
                     "requests": after["requests"] - before["requests"],
+                    "rounds": waves,
                     "bytes": after["bytes"] - before["bytes"],
                     # The server does not count connections that only ask for stats.
                     "connections": after["connections"] - before["connections"],

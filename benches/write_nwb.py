@@ -3,7 +3,8 @@
     python benches/write_nwb.py OUT.nwb [--rows N] [--gzip LEVEL]
 
 An extracellular session: 64-channel int16 ElectricalSeries of N rows (by
-default 2,000,000: 256 MB) in ~2 MiB chunks, an electrodes table, a units
+default 6,300,000: 806 MB, as large as a typical DANDI session) in 2 MiB
+chunks, an electrodes table, a units
 table with ragged spike times, trials, and processing modules (LFP,
 behaviour, and more time series), about 80 groups, 200+ datasets and 900+
 attributes. pynwb writes through h5py with its defaults: the earliest file
@@ -26,18 +27,22 @@ CHUNK_ROWS = 16_384  # 16384 x 64 x 2 bytes = 2 MiB
 
 
 def signal(rows):
-    """The same values as the crate's own generated file."""
-    r = np.arange(rows, dtype=np.int64)[:, None]
+    """The same values as the crate's own generated file, made in slabs to
+    bound the memory it takes."""
+    out = np.empty((rows, CHANNELS), dtype=np.int16)
     c = np.arange(CHANNELS, dtype=np.int64)[None, :]
-    base = ((r // 4) * 31 + c * 1009) % 8191
-    noise = (r * 7 + c * 13) % 4
-    return (base + noise - 4096).astype(np.int16)
+    for start in range(0, rows, 1 << 20):
+        r = np.arange(start, min(rows, start + (1 << 20)), dtype=np.int64)[:, None]
+        base = ((r // 4) * 31 + c * 1009) % 8191
+        noise = (r * 7 + c * 13) % 4
+        out[start : start + len(r)] = base + noise - 4096
+    return out
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
-    ap.add_argument("--rows", type=int, default=2_000_000)
+    ap.add_argument("--rows", type=int, default=6_300_000)
     ap.add_argument("--gzip", type=int, default=None)
     args = ap.parse_args()
     rng = np.random.default_rng(7)
