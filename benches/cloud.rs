@@ -123,7 +123,8 @@ fn pynwb_file(name: &str, gzip: Option<u8>) -> Option<PathBuf> {
     }
     eprintln!("writing {} with pynwb (once)…", path.display());
     std::fs::create_dir_all(path.parent()?).ok()?;
-    let tmp = path.with_extension("partial");
+    // pynwb warns of a file name without `.nwb`.
+    let tmp = path.with_extension("partial.nwb");
     let mut cmd = Command::new(python);
     cmd.arg(root.join("benches/write_nwb.py")).arg(&tmp);
     if let Some(level) = gzip {

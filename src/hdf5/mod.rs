@@ -22,6 +22,11 @@
 //! * [`open_url`] fetches the superblock and the file's last [`OPEN_TAIL`]
 //!   bytes at once: writers often put the root group's header and much other
 //!   metadata at the end, so opening then costs one round trip.
+//! * The metadata prefetch ([`OpenOptions::metadata_prefetch`], on by
+//!   default) reads each piece of metadata HDF5 reads for what it points to
+//!   (object headers, B-tree nodes, heaps…) and fetches that in the
+//!   background, so that walking a file costs about as many round trips as
+//!   the file is deep, not one per piece.
 //! * [`prefetch_hyperslab`] fetches every chunk a slice touches in one round
 //!   (after looking their addresses up in the chunk index), so reading the
 //!   slice costs no round trip per chunk.
@@ -81,6 +86,7 @@ pub use ::hdf5::{Dataset, File};
 
 use self::driver::{FaplInfo, Source};
 pub use self::prefetch::PrefetchStats;
+use self::prefetch::Prefetcher;
 use crate::{Builder, RemoteFile};
 
 /// Options for opening a remote HDF5 file: HDF5's caches, and a hook for any
@@ -324,6 +330,23 @@ pub struct DriverInfo {
 /// # Ok::<(), remfile::hdf5::OpenError>(())
 /// ```
 pub fn driver_info(file: &File) -> Option<DriverInfo> {
+    let source = source_of(file)?;
+    Some(DriverInfo {
+        remote: source.file.clone(),
+        read_calls: source.read_calls.load(std::sync::atomic::Ordering::Relaxed),
+        vector_calls: source
+            .vector_calls
+            .load(std::sync::atomic::Ordering::Relaxed),
+        prefetch: source
+            .prefetch
+            .as_ref()
+            .map(|p| p.lock().stats())
+            .unwrap_or_default(),
+    })
+}
+
+/// What the driver reads `file` from, if this module opened it.
+fn source_of(file: &File) -> Option<Arc<Source>> {
     hdf5_metno::sync::sync(|| {
         let ours = driver::driver_id().ok()?;
         // SAFETY: a valid file id; the plist is closed again below.
@@ -340,29 +363,21 @@ pub fn driver_info(file: &File) -> Option<DriverInfo> {
             return None;
         }
         let mut handle: *mut c_void = std::ptr::null_mut();
-        // SAFETY: the file uses this driver, whose get_handle gives its Source,
-        // alive while the file is open.
-        let reader = unsafe {
+        // SAFETY: the file uses this driver, whose get_handle gives the
+        // `Arc::as_ptr` of its Source, alive while the file is open (it is,
+        // for the duration of this call); the count taken here belongs to
+        // the Arc returned.
+        unsafe {
             if hdf5_sys::h5f::H5Fget_vfd_handle(file.id(), hdf5_sys::h5p::H5P_DEFAULT, &mut handle)
                 < 0
                 || handle.is_null()
             {
                 return None;
             }
-            &*(handle as *const Source)
-        };
-        Some(DriverInfo {
-            remote: reader.file.clone(),
-            read_calls: reader.read_calls.load(std::sync::atomic::Ordering::Relaxed),
-            vector_calls: reader
-                .vector_calls
-                .load(std::sync::atomic::Ordering::Relaxed),
-            prefetch: reader
-                .prefetch
-                .as_ref()
-                .map(|p| p.lock().stats())
-                .unwrap_or_default(),
-        })
+            let source = handle as *const Source;
+            Arc::increment_strong_count(source);
+            Some(Arc::from_raw(source))
+        }
     })
 }
 
@@ -394,7 +409,7 @@ pub fn prefetch_hyperslab(
     ranges: &[std::ops::Range<u64>],
 ) -> hdf5_metno::Result<usize> {
     let refused = |e: chunks::SpanError| hdf5_metno::Error::from(e.to_string());
-    let info = driver_info(&dataset.file()?).ok_or_else(|| {
+    let source = source_of(&dataset.file()?).ok_or_else(|| {
         hdf5_metno::Error::from("the dataset is not from a file opened by remfile::hdf5")
     })?;
     let shape: Vec<u64> = dataset.shape().iter().map(|&n| n as u64).collect();
@@ -404,9 +419,13 @@ pub fn prefetch_hyperslab(
     };
     let chunk: Vec<u64> = chunk.iter().map(|&c| c as u64).collect();
     let span = chunks::ChunkSpan::new(ranges, &shape, &chunk).map_err(refused)?;
+    // The look-up knows what it needs: the metadata prefetch would only add
+    // the chunk index's other nodes.
+    let _quiet = source.prefetch.as_ref().map(Prefetcher::pause);
     let stored = hdf5_metno::sync::sync(|| chunks::stored_chunks(dataset, span.offsets()))?;
     let count = stored.len();
-    info.remote
+    source
+        .file
         .prefetch(stored)
         .map_err(|e| hdf5_metno::Error::from(format!("prefetching {count} chunks failed: {e}")))?;
     Ok(count)

@@ -10,6 +10,8 @@
 use std::collections::HashMap;
 use std::ops::Range;
 
+use parking_lot::Mutex;
+
 use crate::h5meta::{self, Context, MemType, What};
 
 /// Speculative bytes allowed beyond the metadata HDF5 has read.
@@ -40,6 +42,8 @@ pub struct PrefetchStats {
 pub(crate) struct Prefetcher {
     /// The file's sizes and the fractal heaps seen.
     context: Context,
+    /// While positive, reads are noted but nothing is fetched ahead.
+    paused: u32,
     /// Addresses some metadata pointed to, and what is there.
     known: HashMap<u64, What>,
     stats: PrefetchStats,
@@ -73,6 +77,9 @@ impl Prefetcher {
                 );
             }
         }
+        if self.paused > 0 {
+            return (Vec::new(), 0);
+        }
         let found = h5meta::pointers(bytes, addr, mem, expected, &self.context);
         if let Some(g) = found.geometry {
             self.context.geometry = g;
@@ -98,6 +105,13 @@ impl Prefetcher {
         (next, allowed)
     }
 
+    /// Fetches nothing ahead until the guard returned is dropped: for
+    /// callers that know exactly what HDF5 is about to read.
+    pub fn pause(prefetcher: &Mutex<Prefetcher>) -> Paused<'_> {
+        prefetcher.lock().paused += 1;
+        Paused(prefetcher)
+    }
+
     /// Counts bytes a background fetch started.
     pub fn fetched(&mut self, bytes: u64) {
         self.stats.speculative_bytes += bytes;
@@ -105,6 +119,15 @@ impl Prefetcher {
 
     pub fn stats(&self) -> PrefetchStats {
         self.stats
+    }
+}
+
+/// Resumes the prefetch when dropped; see [`Prefetcher::pause`].
+pub(crate) struct Paused<'a>(&'a Mutex<Prefetcher>);
+
+impl Drop for Paused<'_> {
+    fn drop(&mut self) {
+        self.0.lock().paused -= 1;
     }
 }
 
@@ -138,6 +161,23 @@ mod tests {
             (s.predicted_reads, s.unpredicted_reads, s.targets),
             (1, 2, 1)
         );
+    }
+
+    #[test]
+    fn a_paused_prefetch_fetches_nothing_ahead() {
+        let p = Mutex::new(Prefetcher::default());
+        let heap = b"HEAP\x00\x00\x00\x00\x58\x00\x00\x00\x00\x00\x00\x00\xff\xff\xff\xff\xff\xff\xff\xff\x00\x10\x00\x00\x00\x00\x00\x00";
+        {
+            let _quiet = Prefetcher::pause(&p);
+            assert!(
+                p.lock()
+                    .on_read(MemType::LocalHeap, 0, heap, 1 << 20)
+                    .0
+                    .is_empty()
+            );
+        }
+        let (next, _) = p.lock().on_read(MemType::LocalHeap, 0, heap, 1 << 20);
+        assert_eq!(next.len(), 1, "the heap's data, once resumed");
     }
 
     #[test]
