@@ -24,7 +24,8 @@
 //! (`REMFILE_BENCH_REPEAT`); each row is the run of median wall time.
 //! `REMFILE_BENCH_LOG=1` prints the server's log of each phase's requests
 //! (connection, range, bytes, arrival and end times); `REMFILE_BENCH_ONLY`
-//! runs only the rows whose label contains it (e.g. `"30 ms, pynwb"`), and
+//! runs only the rows whose label contains it (e.g. `"30 ms, pynwb"`),
+//! `REMFILE_BENCH_BLOCK` sets remfile's block size in bytes, and
 //! `REMFILE_BENCH_PEERS=0` skips the other readers.
 
 #[path = "support/cloud_server.rs"]
@@ -230,14 +231,17 @@ fn run(label: &str, url: &str, stored: u64) {
 
 /// Opens `url` as `hdf5::open_url` does (the superblock and the tail at once).
 fn open_h5(url: &str, options: h5::OpenOptions) -> (h5::File, RemoteFile) {
-    let file = options
-        .remote(
-            RemoteFile::builder()
-                .proxy_from_env(false)
-                .open_tail(h5::OPEN_TAIL),
-        )
-        .open_url(url)
-        .unwrap();
+    let mut builder = RemoteFile::builder()
+        .proxy_from_env(false)
+        .open_tail(h5::OPEN_TAIL);
+    // For tuning: another block size than the default.
+    if let Some(bytes) = std::env::var("REMFILE_BENCH_BLOCK")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        builder = builder.block_size(bytes);
+    }
+    let file = options.remote(builder).open_url(url).unwrap();
     let remote = h5::driver_info(&file).unwrap().remote;
     (file, remote)
 }
