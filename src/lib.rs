@@ -169,6 +169,9 @@
 // unit tests too.
 #[cfg(test)]
 extern crate self as remfile;
+#[cfg(all(test, feature = "hdf5"))]
+#[path = "../tests/support/h5files.rs"]
+mod test_h5files;
 #[cfg(test)]
 #[path = "../tests/support/mod.rs"]
 mod test_support;

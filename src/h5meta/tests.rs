@@ -520,3 +520,89 @@ fn newer_index_headers_point_to_their_root() {
     assert_eq!(starts(&f), [(What::ArrayBlock, 80_000)]);
     assert_eq!(f.targets[0].bytes.end, 80_000 + 64 + 123 * 8);
 }
+
+/// The parsers alone, on files the tests write: crawling from the
+/// superblock, each piece read as HDF5 reads it, reaches the object header
+/// of every group and dataset.
+#[cfg(feature = "hdf5")]
+mod real_files {
+    use super::*;
+    use std::collections::{HashSet, VecDeque};
+
+    use crate::test_h5files as h5files;
+
+    /// The object headers a crawl of `file` from its superblock reaches.
+    fn crawl(file: &[u8]) -> HashSet<u64> {
+        let mut context = Context::default();
+        let mut queue = VecDeque::from([(0u64, None, 4096u64)]);
+        let mut seen = HashSet::from([0u64]);
+        let mut headers = HashSet::new();
+        while let Some((addr, expected, len)) = queue.pop_front() {
+            let Some(bytes) = usize::try_from(addr).ok().and_then(|a| file.get(a..)) else {
+                continue;
+            };
+            let bytes = &bytes[..bytes.len().min(len as usize)];
+            let found = pointers(bytes, addr, MemType::Other, expected, &context);
+            if let Some(g) = found.geometry {
+                context.geometry = g;
+            }
+            if let Some(heap) = found.heap {
+                context.heaps.insert(addr, heap);
+            }
+            let is_header = bytes.first() == Some(&1) || bytes.starts_with(b"OHDR");
+            if expected == Some(What::ObjectHeader) && is_header {
+                headers.insert(addr);
+            }
+            for t in found.targets {
+                if seen.insert(t.bytes.start) {
+                    // HDF5 reads a header's first chunk whole once it knows
+                    // its length; so does the crawl.
+                    let len = if t.what == What::ObjectHeader {
+                        1 << 16
+                    } else {
+                        t.bytes.end - t.bytes.start
+                    };
+                    queue.push_back((t.bytes.start, Some(t.what), len));
+                }
+            }
+        }
+        headers
+    }
+
+    fn check(format: h5files::Format) {
+        let path = h5files::temp_path(&format!("crawl-{format:?}.nwb"));
+        let shape = h5files::NwbShape {
+            rows: 20_000,
+            chunk_rows: 128,
+            deflate: None,
+            extra_groups: 30,
+            format,
+        };
+        h5files::write_nwb(&path, shape).unwrap();
+        let objects = h5files::walk_metadata(&crate::hdf5::File::open(&path).unwrap()).unwrap();
+        let headers = crawl(&std::fs::read(&path).unwrap());
+        let _ = std::fs::remove_file(&path);
+        // Every object has a header; the superblock extension of the latest
+        // format has one more.
+        assert!(
+            headers.len() >= objects,
+            "{format:?}: {} headers for {objects} objects",
+            headers.len()
+        );
+        assert!(
+            headers.len() <= objects + 1,
+            "{format:?}: {} headers for {objects} objects",
+            headers.len()
+        );
+    }
+
+    #[test]
+    fn a_crawl_reaches_every_object_of_an_earliest_format_file() {
+        check(h5files::Format::Earliest);
+    }
+
+    #[test]
+    fn a_crawl_reaches_every_object_of_a_latest_format_file() {
+        check(h5files::Format::Latest);
+    }
+}
