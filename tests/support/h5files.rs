@@ -259,6 +259,11 @@ pub fn write_nwb(path: &Path, shape: NwbShape) -> h5lib::Result<()> {
         .write_raw(&(0..300i64).collect::<Vec<_>>())?;
 
     let general = file.create_group("general")?;
+    // More attributes than an object header keeps compact (8): in the latest
+    // format they go to dense storage, a fractal heap and a name index.
+    for i in 0..12 {
+        str_attr(&general, &format!("note{i:02}"), &format!("session note {i}"))?;
+    }
     for i in 0..20 {
         let g = general.create_group(&format!("device{i}"))?;
         str_attr(&g, "description", &format!("probe {i}"))?;
