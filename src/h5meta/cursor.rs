@@ -24,6 +24,14 @@ impl<'a> Cursor<'a> {
         self.bytes.get(..4)?.try_into().ok()
     }
 
+    /// Steps over a structure's four-byte signature; `None` unless the
+    /// version byte after it is `version` (a later version's layout is
+    /// unknown).
+    pub fn signature_and_version(&mut self, version: u8) -> Option<()> {
+        self.skip(4)?;
+        (self.u8()? == version).then_some(())
+    }
+
     pub fn position(&self) -> usize {
         self.at
     }

@@ -58,10 +58,7 @@ pub(super) const SMALL_HEADER: u64 = 256;
 /// blocks (returned, to be remembered by address).
 pub(super) fn header(c: &mut Cursor<'_>, links: bool, found: &mut Found) -> Option<FractalHeap> {
     let g = c.geometry;
-    c.skip(4)?;
-    if c.u8()? != 0 {
-        return None;
-    }
+    c.signature_and_version(0)?;
     c.skip(2)?; // heap ID length
     let filter_len = c.u16()?;
     let flags = c.u8()?;
@@ -155,10 +152,7 @@ pub(super) fn direct(c: &mut Cursor<'_>, heap: &FractalHeap, found: &mut Found) 
 
 /// A version 2 B-tree header (`BTHD`): its root node.
 pub(super) fn btree_header(c: &mut Cursor<'_>, found: &mut Found) -> Option<()> {
-    c.skip(4)?;
-    if c.u8()? != 0 {
-        return None;
-    }
+    c.signature_and_version(0)?;
     c.skip(1)?; // type
     let node_size = c.u32()?;
     c.skip(2 + 2 + 2)?; // record size, depth, split and merge percents
@@ -169,10 +163,7 @@ pub(super) fn btree_header(c: &mut Cursor<'_>, found: &mut Found) -> Option<()> 
 /// A fixed array (`FAHD`) or extensible array (`EAHD`) header: the block
 /// that holds (or indexes) the chunk addresses.
 pub(super) fn array_header(c: &mut Cursor<'_>, extensible: bool, found: &mut Found) -> Option<()> {
-    c.skip(4)?;
-    if c.u8()? != 0 {
-        return None;
-    }
+    c.signature_and_version(0)?;
     c.skip(1)?; // client
     if extensible {
         let element = u64::from(c.u8()?);

@@ -97,10 +97,7 @@ fn entry(c: &mut Cursor<'_>, found: &mut Found) -> Option<()> {
 }
 
 pub(super) fn symbol_node(c: &mut Cursor<'_>, found: &mut Found) -> Option<()> {
-    c.skip(4)?;
-    if c.u8()? != 1 {
-        return None;
-    }
+    c.signature_and_version(1)?;
     c.skip(1)?;
     let count = c.u16()?;
     for _ in 0..count {
@@ -110,10 +107,7 @@ pub(super) fn symbol_node(c: &mut Cursor<'_>, found: &mut Found) -> Option<()> {
 }
 
 pub(super) fn local_heap(c: &mut Cursor<'_>, found: &mut Found) -> Option<()> {
-    c.skip(4)?;
-    if c.u8()? != 0 {
-        return None;
-    }
+    c.signature_and_version(0)?;
     c.skip(3)?;
     let size = c.length()?;
     c.length()?; // free list

@@ -58,10 +58,7 @@ fn v1_run(c: &mut Cursor<'_>, found: &mut Found, end: usize, count: usize) -> Op
 }
 
 pub(super) fn v2(c: &mut Cursor<'_>, found: &mut Found) -> Option<()> {
-    c.skip(4)?;
-    if c.u8()? != 2 {
-        return None;
-    }
+    c.signature_and_version(2)?;
     let flags = c.u8()?;
     if flags & 0x20 != 0 {
         c.skip(16)?; // times

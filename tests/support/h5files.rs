@@ -262,7 +262,11 @@ pub fn write_nwb(path: &Path, shape: NwbShape) -> h5lib::Result<()> {
     // More attributes than an object header keeps compact (8): in the latest
     // format they go to dense storage, a fractal heap and a name index.
     for i in 0..12 {
-        str_attr(&general, &format!("note{i:02}"), &format!("session note {i}"))?;
+        str_attr(
+            &general,
+            &format!("note{i:02}"),
+            &format!("session note {i}"),
+        )?;
     }
     for i in 0..20 {
         let g = general.create_group(&format!("device{i}"))?;
