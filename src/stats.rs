@@ -27,7 +27,10 @@ pub struct Stats {
     /// what the server counts.
     pub requests: u64,
     /// Sequential rounds of requests: requests sent concurrently for one read
-    /// count once.
+    /// count once. A read that waits for a fetch started in the background
+    /// ([`RemoteFile::prefetch_in_background`](crate::RemoteFile::prefetch_in_background))
+    /// counts one round; the background fetch itself counts none, so this is
+    /// how often readers waited for the network.
     pub round_trips: u64,
     /// Body bytes received from the server.
     pub bytes_fetched: u64,
