@@ -199,9 +199,11 @@ fn run(label: &str, url: &str, stored: u64) {
     );
     let p = h5::driver_info(&file).unwrap().prefetch;
     note(format!(
-        "    prefetch: {} of {} metadata reads foreseen, {:.1} MB fetched ahead",
+        "    prefetch: {} of {} metadata reads foreseen; {} of {} addresses fetched ahead read; {:.1} MB fetched ahead",
         p.predicted_reads,
         p.predicted_reads + p.unpredicted_reads,
+        p.targets_read,
+        p.targets,
         p.speculative_bytes as f64 / 1e6
     ));
 

@@ -31,10 +31,21 @@ pub struct PrefetchStats {
     pub unpredicted_reads: u64,
     /// Addresses fetched (or found cached) ahead of HDF5.
     pub targets: u64,
+    /// Of those, how many HDF5 has read since: the rest were guesses it has
+    /// not needed (yet).
+    pub targets_read: u64,
     /// Bytes fetched in the background, in whole blocks.
     pub speculative_bytes: u64,
     /// Bytes of metadata HDF5 read.
     pub metadata_bytes: u64,
+}
+
+/// An address some metadata pointed to.
+#[derive(Debug, Clone, Copy)]
+struct Known {
+    what: What,
+    /// Whether HDF5 has read there since.
+    read: bool,
 }
 
 /// The prefetch state of one open file.
@@ -45,7 +56,7 @@ pub(crate) struct Prefetcher {
     /// While positive, reads are noted but nothing is fetched ahead.
     paused: u32,
     /// Addresses some metadata pointed to, and what is there.
-    known: HashMap<u64, What>,
+    known: HashMap<u64, Known>,
     stats: PrefetchStats,
 }
 
@@ -64,7 +75,14 @@ impl Prefetcher {
             return (Vec::new(), 0);
         }
         self.stats.metadata_bytes += bytes.len() as u64;
-        let expected = self.known.get(&addr).copied();
+        let expected = match self.known.get_mut(&addr) {
+            Some(known) => {
+                self.stats.targets_read += u64::from(!known.read);
+                known.read = true;
+                Some(known.what)
+            }
+            None => None,
+        };
         match expected {
             Some(_) => self.stats.predicted_reads += 1,
             None => {
@@ -95,7 +113,11 @@ impl Prefetcher {
             if bytes.is_empty() || self.known.len() >= MAX_KNOWN {
                 continue;
             }
-            if self.known.insert(bytes.start, target.what).is_none() {
+            let known = Known {
+                what: target.what,
+                read: false,
+            };
+            if self.known.insert(bytes.start, known).is_none() {
                 self.stats.targets += 1;
                 next.push(bytes);
             }
