@@ -57,7 +57,9 @@
 //!   others wait for it.
 //! * [`RemoteFile::read_vectored_at`] reads many ranges at once, all their
 //!   missing blocks in one round; [`RemoteFile::prefetch`] fetches them into
-//!   the cache for callers that know their next reads.
+//!   the cache for callers that know their next reads, and
+//!   [`RemoteFile::prefetch_in_background`] for callers that only guess: it
+//!   returns at once, and a read that needs a block joins its fetch.
 //! * **Sizes fit the link** ([`Builder::link`]): the round-trip time and each
 //!   connection's throughput are measured from the responses; a sequential
 //!   stream then reads ahead at least their product (the bytes one round trip
