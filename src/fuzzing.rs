@@ -120,6 +120,11 @@ pub fn hdf5_metadata(data: &[u8]) {
             links: high & 1 != 0,
         }),
         9 => Some(What::HeapIndirect { rows: high.into() }),
+        10 => Some(What::BTree2Node {
+            header: 0,
+            level: high.into(),
+            records: u16::from(high) * 3,
+        }),
         _ => Some(What::HeapDirect),
     };
     let size = |bits: u8| [2, 4, 8, 8][usize::from(bits & 3)];
@@ -144,6 +149,9 @@ pub fn hdf5_metadata(data: &[u8]) {
             filtered: sizes & 0x80 != 0,
         },
     );
+    if let Some(tree) = h5meta::BTree2::for_fuzzing(*sizes) {
+        context.btrees.insert(0, tree);
+    }
     let mem = MemType::from_c(i32::from(*mem));
     let found = h5meta::pointers(rest, 4096, mem, expected, &context);
     assert!(found.targets.len() <= h5meta::MAX_TARGETS);

@@ -416,9 +416,9 @@ fn the_metadata_prefetch_walks_a_file_in_fewer_rounds() {
         on.bytes_fetched, off.bytes_fetched,
         "no byte the walk did not need"
     );
-    // The superblock's reads are the only ones nothing pointed to.
+    // The superblock's first two reads are the only ones nothing pointed to.
     assert!(
-        did.unpredicted_reads <= 4 && did.predicted_reads > 1000,
+        did.unpredicted_reads <= 2 && did.predicted_reads > 1000,
         "{did:?}"
     );
     // How many of the walk's reads had to wait depends on how soon the
@@ -483,11 +483,13 @@ fn the_metadata_prefetch_reads_the_latest_format_too() {
     let (off, _, _) = walk_spread(&server, spread_file_latest(), false);
     let (on, _, did) = walk_spread(&server, spread_file_latest(), true);
     eprintln!("latest format: prefetch off: {off:?}\n  on: {on:?}; {did:?}");
-    let reads = did.predicted_reads + did.unpredicted_reads;
-    // Fractal heaps of links, version 2 B-trees and chunk arrays are
-    // followed too: nine in ten of HDF5's reads were foreseen (all but the
-    // superblock's and the nodes below a B-tree's root).
-    assert!(did.predicted_reads * 10 >= reads * 9, "{did:?}");
+    // Fractal heaps of links and attributes, version 2 B-trees and chunk
+    // arrays are followed too: every read but the superblock's first two
+    // was foreseen.
+    assert!(
+        did.unpredicted_reads <= 2 && did.predicted_reads > 500,
+        "{did:?}"
+    );
     assert_eq!(on.bytes_fetched, off.bytes_fetched, "{on:?} vs {off:?}");
     assert!(on.requests <= off.requests, "{on:?} vs {off:?}");
     assert!(on.round_trips <= off.round_trips, "{on:?} vs {off:?}");

@@ -21,7 +21,7 @@
 //! guess costs only bytes: HDF5 still reads everything it needs itself.
 
 mod cursor;
-mod fheap;
+mod newer;
 mod nodes;
 mod object_header;
 
@@ -29,7 +29,7 @@ use std::collections::HashMap;
 use std::ops::Range;
 
 use self::cursor::Cursor;
-pub(crate) use self::fheap::FractalHeap;
+pub(crate) use self::newer::{BTree2, FractalHeap};
 
 /// The most targets one piece of metadata yields (a B-tree node of a group
 /// with many members has a few hundred).
@@ -129,8 +129,13 @@ pub(crate) enum What {
     },
     /// A version 2 B-tree's header (`BTHD`).
     BTree2Header,
-    /// A version 2 B-tree's node: fetched, not parsed.
-    BTree2Node,
+    /// A version 2 B-tree's node at `level` (0 for a leaf) holding
+    /// `records` records, of the tree whose header is at `header`.
+    BTree2Node {
+        header: u64,
+        level: u16,
+        records: u16,
+    },
     /// A fixed or extensible array chunk index's header (`FAHD`, `EAHD`).
     ArrayHeader,
     /// An array's data or index block: fetched, not parsed.
@@ -153,6 +158,8 @@ pub(crate) struct Found {
     pub geometry: Option<Geometry>,
     /// How to read a fractal heap's blocks, if the piece was its header.
     pub heap: Option<FractalHeap>,
+    /// How to read a version 2 B-tree's nodes, if the piece was its header.
+    pub btree: Option<BTree2>,
 }
 
 /// What earlier pieces said, which reading this one needs.
@@ -161,6 +168,8 @@ pub(crate) struct Context {
     pub geometry: Geometry,
     /// Fractal heaps by the address of their header.
     pub heaps: HashMap<u64, FractalHeap>,
+    /// Version 2 B-trees by the address of their header.
+    pub btrees: HashMap<u64, BTree2>,
 }
 
 impl Found {
@@ -203,19 +212,32 @@ pub(crate) fn pointers(
         b"OCHK" => object_header::v2_continuation(&mut c, expected, &mut found),
         b"FRHP" => {
             let links = matches!(expected, Some(What::FractalHeap { links: true }));
-            found.heap = fheap::header(&mut c, links, &mut found);
+            found.heap = newer::header(&mut c, links, &mut found);
             Some(())
         }
-        b"FHDB" => heap_of(bytes, context).and_then(|h| fheap::direct(&mut c, &h, &mut found)),
+        b"FHDB" => heap_of(bytes, context).and_then(|h| newer::direct(&mut c, &h, &mut found)),
         b"FHIB" => match (heap_of(bytes, context), expected) {
             (Some(h), Some(What::HeapIndirect { rows })) => {
-                fheap::indirect(&mut c, &h, rows, &mut found)
+                newer::indirect(&mut c, &h, rows, &mut found)
             }
             _ => None,
         },
-        b"BTHD" => fheap::btree_header(&mut c, &mut found),
-        b"FAHD" => fheap::array_header(&mut c, false, &mut found),
-        b"EAHD" => fheap::array_header(&mut c, true, &mut found),
+        b"BTHD" => {
+            found.btree = newer::btree_header(&mut c, addr, &mut found);
+            Some(())
+        }
+        b"BTIN" => match expected {
+            Some(What::BTree2Node {
+                header,
+                level,
+                records,
+            }) => context.btrees.get(&header).and_then(|tree| {
+                newer::btree_internal(&mut c, tree, (header, level, records), &mut found)
+            }),
+            _ => None,
+        },
+        b"FAHD" => newer::array_header(&mut c, false, &mut found),
+        b"EAHD" => newer::array_header(&mut c, true, &mut found),
         _ => match expected {
             Some(What::ContinuationV1) => object_header::v1_messages(&mut c, &mut found),
             Some(What::ObjectHeader) => object_header::v1(&mut c, &mut found),
@@ -226,6 +248,17 @@ pub(crate) fn pointers(
     // A structure never points at itself; the caller has those bytes.
     found.targets.retain(|t| t.bytes.start != addr);
     found
+}
+
+/// Whether `bytes` open with the signature of an HDF5 structure.
+pub(crate) fn has_signature(bytes: &[u8]) -> bool {
+    const SIGNATURES: [&[u8; 4]; 19] = [
+        b"\x89HDF", b"TREE", b"SNOD", b"HEAP", b"GCOL", b"OHDR", b"OCHK", b"FRHP", b"FHDB",
+        b"FHIB", b"BTHD", b"BTIN", b"BTLF", b"FAHD", b"FADB", b"EAHD", b"EAIB", b"EASB", b"EADB",
+    ];
+    bytes
+        .get(..4)
+        .is_some_and(|head| SIGNATURES.iter().any(|s| head == &s[..]))
 }
 
 /// The heap a fractal heap block belongs to: its header's address follows

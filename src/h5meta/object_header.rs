@@ -3,7 +3,7 @@
 //! symbol table, data layout, link, link info and attribute info.
 
 use super::cursor::Cursor;
-use super::fheap::SMALL_HEADER;
+use super::newer::SMALL_HEADER;
 use super::nodes::{chunk_node_len, group_lens};
 use super::{Found, OBJECT_HEADER_READ, What};
 

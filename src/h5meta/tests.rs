@@ -500,13 +500,43 @@ fn newer_index_headers_point_to_their_root() {
         .u64(3)
         .u32(0);
     let f = found(&bthd.0, 60_000, MemType::Other, Some(What::BTree2Header));
+    let root = What::BTree2Node {
+        header: 60_000,
+        level: 1,
+        records: 3,
+    };
     assert_eq!(
         f.targets,
         [Target {
-            what: What::BTree2Node,
+            what: root,
             bytes: 70_000..74_096
         }]
     );
+    let tree = f.btree.expect("how to read its nodes");
+    // Its root, an internal node of 3 records of 11 bytes: 4 children, each
+    // an address and a count of 2 bytes (a leaf holds up to 371 records).
+    let mut node = Le::default().bytes(b"BTIN").u8(0).u8(5).zeros(33);
+    for (child, count) in [(1000u64, 10u16), (2000, 20), (3000, 30), (4000, 40)] {
+        node = node.u64(child).u16(count);
+    }
+    let mut context = Context::default();
+    context.btrees.insert(60_000, tree);
+    let f = pointers(&node.0, 70_000, MemType::Other, Some(root), &context);
+    let leaf = |records| What::BTree2Node {
+        header: 60_000,
+        level: 0,
+        records,
+    };
+    assert_eq!(
+        starts(&f),
+        [
+            (leaf(10), 1000),
+            (leaf(20), 2000),
+            (leaf(30), 3000),
+            (leaf(40), 4000)
+        ]
+    );
+
     let fahd = Le::default()
         .bytes(b"FAHD")
         .u8(0)

@@ -48,6 +48,24 @@ struct Known {
     read: bool,
 }
 
+/// The most bytes of one piece of metadata kept for parsing.
+const MAX_PIECE: usize = 1 << 16;
+
+/// The piece of metadata HDF5 read last.
+#[derive(Debug, Default)]
+struct Last {
+    mem: Option<MemType>,
+    addr: u64,
+    expected: Option<What>,
+    bytes: Vec<u8>,
+}
+
+/// Where a piece of metadata starts, and what an earlier one said is there.
+struct Piece {
+    addr: u64,
+    expected: Option<What>,
+}
+
 /// The prefetch state of one open file.
 #[derive(Debug, Default)]
 pub(crate) struct Prefetcher {
@@ -55,6 +73,8 @@ pub(crate) struct Prefetcher {
     context: Context,
     /// While positive, reads are noted but nothing is fetched ahead.
     paused: u32,
+    /// The piece of metadata read last, which the next read may continue.
+    last: Last,
     /// Addresses some metadata pointed to, and what is there.
     known: HashMap<u64, Known>,
     stats: PrefetchStats,
@@ -75,36 +95,22 @@ impl Prefetcher {
             return (Vec::new(), 0);
         }
         self.stats.metadata_bytes += bytes.len() as u64;
-        let expected = match self.known.get_mut(&addr) {
-            Some(known) => {
-                self.stats.targets_read += u64::from(!known.read);
-                known.read = true;
-                Some(known.what)
-            }
-            None => None,
-        };
-        match expected {
-            Some(_) => self.stats.predicted_reads += 1,
-            None => {
-                self.stats.unpredicted_reads += 1;
-                tracing::trace!(
-                    ?mem,
-                    addr,
-                    len = bytes.len(),
-                    "a metadata read nothing pointed to"
-                );
-            }
-        }
+        let piece = self.piece(mem, addr, bytes);
         if self.paused > 0 {
             return (Vec::new(), 0);
         }
+        let Piece { addr, expected } = piece;
+        let bytes = &self.last.bytes[..];
         let found = h5meta::pointers(bytes, addr, mem, expected, &self.context);
         if let Some(g) = found.geometry {
             self.context.geometry = g;
         }
-        if let Some(heap) = found.heap {
-            if self.context.heaps.len() < MAX_KNOWN {
+        if self.context.heaps.len() + self.context.btrees.len() < MAX_KNOWN {
+            if let Some(heap) = found.heap {
                 self.context.heaps.insert(addr, heap);
+            }
+            if let Some(tree) = found.btree {
+                self.context.btrees.insert(addr, tree);
             }
         }
         let mut next = Vec::new();
@@ -125,6 +131,54 @@ impl Prefetcher {
         let allowed =
             (self.stats.metadata_bytes + SLACK).saturating_sub(self.stats.speculative_bytes);
         (next, allowed)
+    }
+
+    /// The piece of metadata a read belongs to. HDF5 reads some structures
+    /// in parts — a superblock field by field, a long object header's first
+    /// 512 bytes and then the rest — so a read that starts where the last
+    /// one (of the same type) ended continues its piece, unless something
+    /// pointed to it or it opens with a signature; otherwise it starts one.
+    fn piece(&mut self, mem: MemType, addr: u64, bytes: &[u8]) -> Piece {
+        let last = &mut self.last;
+        // A structure some piece pointed to, or one that opens with its
+        // signature, starts a piece of its own however close it lies.
+        let starts_one = self.known.contains_key(&addr) || h5meta::has_signature(bytes);
+        let continues = !starts_one
+            && last.mem == Some(mem)
+            && last.addr.checked_add(last.bytes.len() as u64) == Some(addr)
+            && last.bytes.len() + bytes.len() <= MAX_PIECE;
+        if continues {
+            last.bytes.extend_from_slice(bytes);
+            return Piece {
+                addr: last.addr,
+                expected: last.expected,
+            };
+        }
+        let expected = match self.known.get_mut(&addr) {
+            Some(known) => {
+                self.stats.targets_read += u64::from(!known.read);
+                known.read = true;
+                self.stats.predicted_reads += 1;
+                Some(known.what)
+            }
+            None => {
+                self.stats.unpredicted_reads += 1;
+                tracing::trace!(
+                    ?mem,
+                    addr,
+                    len = bytes.len(),
+                    "a metadata read nothing pointed to"
+                );
+                None
+            }
+        };
+        *last = Last {
+            mem: Some(mem),
+            addr,
+            expected,
+            bytes: bytes[..bytes.len().min(MAX_PIECE)].to_vec(),
+        };
+        Piece { addr, expected }
     }
 
     /// Fetches nothing ahead until the guard returned is dropped: for
@@ -200,6 +254,41 @@ mod tests {
         }
         let (next, _) = p.lock().on_read(MemType::LocalHeap, 0, heap, 1 << 20);
         assert_eq!(next.len(), 1, "the heap's data, once resumed");
+    }
+
+    #[test]
+    fn a_structure_read_in_parts_is_read_whole() {
+        let mut p = Prefetcher::default();
+        // A version 2 superblock, as HDF5 reads it: its signature, its first
+        // 16 bytes, then the rest from byte 16 on.
+        let mut superblock = b"\x89HDF\r\n\x1a\n\x02\x08\x08\x00".to_vec();
+        for field in [0u64, u64::MAX, 1 << 20, 48] {
+            superblock.extend_from_slice(&field.to_le_bytes());
+        }
+        superblock.extend_from_slice(&[0; 4]);
+        let len = 1 << 20;
+        assert!(
+            p.on_read(MemType::Superblock, 0, &superblock[..8], len)
+                .0
+                .is_empty()
+        );
+        assert!(
+            p.on_read(MemType::Superblock, 0, &superblock[..16], len)
+                .0
+                .is_empty()
+        );
+        let (next, _) = p.on_read(MemType::Superblock, 16, &superblock[16..], len);
+        assert_eq!(next.len(), 1, "the root group's header, at 48");
+        assert_eq!(next[0].start, 48);
+        // A read of something pointed to starts a piece of its own, even
+        // where the last one ended.
+        p.on_read(MemType::ObjectHeader, 48, &[0; 16], len);
+        assert_eq!(p.stats().predicted_reads, 1);
+        assert_eq!(
+            p.stats().unpredicted_reads,
+            2,
+            "the first two reads of the superblock"
+        );
     }
 
     #[test]

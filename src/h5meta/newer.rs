@@ -150,13 +150,124 @@ pub(super) fn direct(c: &mut Cursor<'_>, heap: &FractalHeap, found: &mut Found) 
     Some(())
 }
 
-/// A version 2 B-tree header (`BTHD`): its root node.
-pub(super) fn btree_header(c: &mut Cursor<'_>, found: &mut Found) -> Option<()> {
+/// What a version 2 B-tree's header says about its nodes: enough to read
+/// its internal nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BTree2 {
+    node_size: u32,
+    record_size: u16,
+    /// Bytes of a child's record count.
+    count_bytes: u8,
+    /// Bytes of the total record count below a child, by the child's
+    /// level (0 for leaves, which have no such field).
+    total_bytes: [u8; MAX_BTREE_DEPTH],
+}
+
+/// The deepest version 2 B-tree followed (HDF5's are a few levels deep).
+const MAX_BTREE_DEPTH: usize = 8;
+
+/// The bytes of a node's signature, version, type and checksum.
+const NODE_PREFIX: u64 = 10;
+
+/// The bytes needed to encode the count `n`, as HDF5 sizes them.
+fn width_of(n: u64) -> u8 {
+    (n.max(1).ilog2() / 8 + 1) as u8
+}
+
+impl BTree2 {
+    /// The layout of a tree of nodes of `node_size` bytes holding records
+    /// of `record_size` bytes, `depth` levels deep (HDF5's own arithmetic).
+    fn new(node_size: u32, record_size: u16, depth: u16, offsets: u8) -> Option<BTree2> {
+        let (size, record) = (u64::from(node_size), u64::from(record_size));
+        if record == 0 || usize::from(depth) >= MAX_BTREE_DEPTH {
+            return None;
+        }
+        let leaf_records = size.checked_sub(NODE_PREFIX)? / record;
+        let count_bytes = width_of(leaf_records);
+        let mut total_bytes = [0; MAX_BTREE_DEPTH];
+        let mut below = leaf_records; // the most records under a node of the level below
+        for level in 1..=usize::from(depth) {
+            let pointer =
+                u64::from(offsets) + u64::from(count_bytes) + u64::from(total_bytes[level - 1]);
+            let records = size.checked_sub(NODE_PREFIX + pointer)? / (record + pointer);
+            below = records
+                .checked_add(1)?
+                .checked_mul(below)?
+                .checked_add(records)?;
+            total_bytes[level] = width_of(below);
+        }
+        Some(BTree2 {
+            node_size,
+            record_size,
+            count_bytes,
+            total_bytes,
+        })
+    }
+}
+
+#[cfg(any(test, feature = "fuzzing"))]
+impl BTree2 {
+    /// A small tree whose shape `seed` picks, for the fuzz target.
+    pub fn for_fuzzing(seed: u8) -> Option<BTree2> {
+        BTree2::new(
+            64 << (seed & 7),
+            1 + u16::from(seed >> 3),
+            u16::from(seed & 3),
+            8,
+        )
+    }
+}
+
+/// A version 2 B-tree header (`BTHD`): its root node, and how to read its
+/// internal nodes (returned, to be remembered by the header's address).
+pub(super) fn btree_header(c: &mut Cursor<'_>, at: u64, found: &mut Found) -> Option<BTree2> {
     c.signature_and_version(0)?;
     c.skip(1)?; // type
     let node_size = c.u32()?;
-    c.skip(2 + 2 + 2)?; // record size, depth, split and merge percents
-    found.add(What::BTree2Node, c.addr()?, u64::from(node_size));
+    let record_size = c.u16()?;
+    let depth = c.u16()?;
+    c.skip(2)?; // split and merge percents
+    let root = c.addr()?;
+    let records = c.u16()?;
+    let tree = BTree2::new(node_size, record_size, depth, c.geometry.offsets)?;
+    let what = What::BTree2Node {
+        header: at,
+        level: depth,
+        records,
+    };
+    found.add(what, root, u64::from(node_size));
+    Some(tree)
+}
+
+/// A version 2 B-tree internal node (`BTIN`) at `level` holding `records`
+/// records: its children. Leaves hold records only (for a group's name
+/// index, the heap IDs of links whose heap is fetched already).
+pub(super) fn btree_internal(
+    c: &mut Cursor<'_>,
+    tree: &BTree2,
+    (header, level, records): (u64, u16, u16),
+    found: &mut Found,
+) -> Option<()> {
+    if level == 0 {
+        return None;
+    }
+    c.signature_and_version(0)?;
+    c.skip(1)?; // type
+    c.skip(usize::from(records).checked_mul(usize::from(tree.record_size))?)?;
+    let total = *tree.total_bytes.get(usize::from(level - 1))?;
+    for _ in 0..=records {
+        let child = c.addr()?;
+        let child_records = u16::try_from(c.uint(usize::from(tree.count_bytes))?).ok()?;
+        if total > 0 {
+            c.uint(usize::from(total))?;
+        }
+        let what = What::BTree2Node {
+            header,
+            level: level - 1,
+            records: child_records,
+        };
+        found.add(what, child, u64::from(tree.node_size));
+    }
     Some(())
 }
 
