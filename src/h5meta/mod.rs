@@ -15,9 +15,9 @@
 //! both file formats: of the earliest (what h5py and pynwb write by
 //! default), version 1 B-tree nodes of groups and of chunk indexes, symbol
 //! table nodes and local heaps; of the latest, fractal heaps (the links of
-//! dense groups and the attributes of dense objects), and the headers of
-//! version 2 B-trees and of fixed and extensible array chunk indexes, whose
-//! root node or block they find. They never panic, allocate at most a bounded amount, and a wrong
+//! dense groups and the attributes of dense objects), version 2 B-trees
+//! (header and internal nodes), and the headers of fixed and extensible
+//! array chunk indexes, whose block they find. They never panic, allocate at most a bounded amount, and a wrong
 //! guess costs only bytes: HDF5 still reads everything it needs itself.
 
 mod cursor;
