@@ -1,6 +1,7 @@
 //! Any sequence of reads and seeks on a `RemoteFile` (and its clones) gives
 //! the same results as on `std::io::Cursor` over the same bytes, whatever the
-//! block size and however small the cache.
+//! block size and however small the cache, with guesses fetched in the
+//! background among them.
 
 mod support;
 
@@ -47,6 +48,11 @@ enum Op {
     Clone {
         handle: usize,
     },
+    /// A guess: blocks fetched in the background while the reads go on.
+    PrefetchInBackground {
+        ranges: Vec<(u64, usize)>,
+        max_bytes: u64,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -63,8 +69,14 @@ fn op() -> impl Strategy<Value = Op> {
         (0..2usize, to).prop_map(|(handle, to)| Op::Seek { handle, to }),
         (pos.clone(), len.clone()).prop_map(|(pos, len)| Op::ReadAt { pos, len }),
         (pos.clone(), len.clone()).prop_map(|(pos, len)| Op::ReadExactAt { pos, len }),
-        proptest::collection::vec((pos, len), 0..6).prop_map(|reads| Op::ReadVectoredAt { reads }),
+        proptest::collection::vec((pos.clone(), len.clone()), 0..6)
+            .prop_map(|reads| Op::ReadVectoredAt { reads }),
         (0..2usize).prop_map(|handle| Op::Clone { handle }),
+        (
+            proptest::collection::vec((pos.clone(), len.clone()), 0..4),
+            0u64..100_000
+        )
+            .prop_map(|(ranges, max_bytes)| Op::PrefetchInBackground { ranges, max_bytes }),
     ]
 }
 
@@ -142,6 +154,19 @@ proptest! {
                 Op::Clone { handle } => {
                     remote[1 - handle] = remote[handle].clone();
                     local[1 - handle] = local[handle].clone();
+                }
+                Op::PrefetchInBackground { ranges, max_bytes } => {
+                    let spans = ranges.iter().map(|&(pos, len)| pos..pos.saturating_add(len as u64));
+                    let started = remote[0].prefetch_in_background(spans, max_bytes);
+                    prop_assert!(started <= max_bytes);
+                    // Reading the guesses joins their fetches (so none is
+                    // left running when the cache's size is checked).
+                    for &(pos, len) in &ranges {
+                        let mut a = vec![0; len];
+                        let got = remote[1].read_at(pos, &mut a).unwrap();
+                        let start = (pos as usize).min(SIZE);
+                        prop_assert!(a[..got] == data[start..(start + len).min(SIZE)]);
+                    }
                 }
             }
             for h in 0..2 {
