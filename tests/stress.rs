@@ -1,6 +1,6 @@
-//! Many threads, many random reads, a small cache: the bytes are always right,
-//! the cache stays within its capacity, and the connections opened stay
-//! within the configured maximum.
+//! Many threads, many random reads and guesses fetched in the background, a
+//! small cache: the bytes are always right, the cache stays within its
+//! capacity, and the connections opened stay within the configured maximum.
 
 mod support;
 
@@ -29,6 +29,7 @@ fn sixteen_threads_of_random_reads_over_a_small_cache() {
             s.spawn(move || {
                 let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ (t + 1);
                 let mut buf = vec![0u8; 300_000];
+                let mut guesses = Vec::new();
                 for i in 0..READS {
                     x ^= x << 13;
                     x ^= x >> 7;
@@ -48,6 +49,19 @@ fn sixteen_threads_of_random_reads_over_a_small_cache() {
                     let want = &data[(pos as usize).min(size)..(pos as usize + len).min(size)];
                     assert_eq!(n, want.len());
                     assert!(buf[..n] == *want, "thread {t}, read {i} at {pos}+{len}");
+                    if i % 25 == 0 {
+                        let guess = (x >> 11) % size as u64;
+                        let len = (x >> 3) % 200_000 + 1;
+                        file.prefetch_in_background(std::iter::once(guess..guess + len), MIB);
+                        guesses.push((guess, len as usize));
+                    }
+                }
+                // Reading the guesses joins any fetch of theirs still under
+                // way, so that the counts below are final.
+                for (pos, len) in guesses {
+                    let n = file.read_at(pos, &mut buf[..len]).unwrap();
+                    let want = &data[pos as usize..(pos as usize + len).min(size)];
+                    assert!(buf[..n] == *want, "thread {t}, guess at {pos}+{len}");
                 }
             });
         }
