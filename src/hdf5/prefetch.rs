@@ -17,8 +17,10 @@ use crate::h5meta::{self, Context, MemType, What};
 /// Speculative bytes allowed beyond the metadata HDF5 has read.
 pub(crate) const SLACK: u64 = 16 << 20;
 
-/// The most addresses remembered as pointed to (each a few dozen bytes).
-const MAX_KNOWN: usize = 1 << 20;
+/// The most addresses remembered as pointed to (each a few dozen bytes: at
+/// most some 10 MB in all); past that, a file of more objects is walked with
+/// what is known.
+const MAX_KNOWN: usize = 1 << 18;
 
 /// What the prefetch has done, for [`DriverInfo`](super::DriverInfo).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
