@@ -31,15 +31,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             (server.url("/demo.nwb"), Some(server))
         }
     };
-    let remote = RemoteFile::builder().proxy_from_env(false).open(&url)?;
-    println!("{} ({} bytes)", remote.url(), remote.len());
-    let file = h5::open(remote.clone())?;
+    // As `hdf5::open_url` does (the superblock and the file's tail at once),
+    // without a proxy from the environment for the local demo server.
+    let file = h5::OpenOptions::new()
+        .remote(
+            RemoteFile::builder()
+                .proxy_from_env(false)
+                .open_tail(h5::OPEN_TAIL),
+        )
+        .open_url(&url)?;
+    let info = h5::driver_info(&file).expect("opened by remfile");
+    println!("{} ({} bytes)", info.remote.url(), info.remote.len());
     list(&file, 0)?;
     let info = h5::driver_info(&file).expect("opened by remfile");
-    let s = remote.stats();
+    let (s, p) = (info.remote.stats(), info.prefetch);
     println!(
         "requests: {}, round trips: {}, bytes fetched: {}, HDF5 read callbacks: {}",
         s.requests, s.round_trips, s.bytes_fetched, info.read_calls
+    );
+    println!(
+        "metadata reads foreseen by the prefetch: {} of {}",
+        p.predicted_reads,
+        p.predicted_reads + p.unpredicted_reads
     );
     Ok(())
 }
