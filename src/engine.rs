@@ -11,7 +11,7 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use crate::cache::{Block, BlockCache, Claim, FileKey};
 use crate::error::{Error, Result};
@@ -47,6 +47,9 @@ pub(crate) struct Engine {
     read_ahead: Mutex<ReadAhead>,
     link: Arc<LinkMeter>,
     counters: Arc<Counters>,
+    /// Background fetches under way, and their end.
+    background: Mutex<usize>,
+    background_done: Condvar,
 }
 
 /// A fetched run of blocks, or why it failed.
@@ -74,6 +77,8 @@ impl Engine {
             options,
             link,
             counters,
+            background: Mutex::new(0),
+            background_done: Condvar::new(),
         }
     }
 
@@ -401,15 +406,43 @@ impl Engine {
             return 0;
         }
         let engine = Arc::clone(self);
+        *self.background.lock() += 1;
         let spawned = std::thread::Builder::new()
             .name("remfile-prefetch".into())
             .spawn(move || {
                 let deadline = Instant::now() + engine.options.read_timeout;
                 engine.fetch_owned(&mut claim, &|_| false, &mut Vec::new(), deadline);
+                drop(claim);
+                engine.background_ended();
             });
-        // Without a thread the claim is dropped with the closure, which
-        // releases its blocks to whoever needs them.
-        if spawned.is_ok() { claimed } else { 0 }
+        if spawned.is_err() {
+            // The claim was dropped with the closure, which releases its
+            // blocks to whoever needs them.
+            self.background_ended();
+            return 0;
+        }
+        claimed
+    }
+
+    fn background_ended(&self) {
+        *self.background.lock() -= 1;
+        self.background_done.notify_all();
+    }
+
+    /// Waits until no background fetch is under way, or `deadline`; returns
+    /// whether none is.
+    pub(crate) fn wait_for_background(&self, deadline: Instant) -> bool {
+        let mut running = self.background.lock();
+        while *running > 0 {
+            if self
+                .background_done
+                .wait_until(&mut running, deadline)
+                .timed_out()
+            {
+                return *running == 0;
+            }
+        }
+        true
     }
 
     /// Fetches the run of blocks `part` into buffers of their own (recycled

@@ -304,6 +304,24 @@ impl RemoteFile {
         self.engine.prefetch_in_background(ranges, max_bytes)
     }
 
+    /// Waits until the fetches started by
+    /// [`prefetch_in_background`](RemoteFile::prefetch_in_background) (by
+    /// this file or any clone, and by the HDF5 driver's metadata prefetch)
+    /// have ended, for at most `timeout`; returns whether they have. For
+    /// measurements: [`stats`](RemoteFile::stats) then counts all of them.
+    ///
+    /// ```no_run
+    /// # let file = remfile::RemoteFile::open("https://example.com/data.h5")?;
+    /// file.prefetch_in_background([0..1 << 20], 1 << 20);
+    /// file.wait_for_background_fetches(std::time::Duration::from_secs(30));
+    /// println!("{:?}", file.stats());
+    /// # Ok::<(), remfile::Error>(())
+    /// ```
+    pub fn wait_for_background_fetches(&self, timeout: std::time::Duration) -> bool {
+        self.engine
+            .wait_for_background(std::time::Instant::now() + timeout)
+    }
+
     /// What is known of the link to the server (see [`Builder::link`]):
     /// `None` before a response has shown it, or with [`Link::Ignored`](crate::Link::Ignored).
     ///

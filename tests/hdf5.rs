@@ -7,6 +7,7 @@ mod support;
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use h5files::{
     NWB_CHUNK_ROWS, NWB_COLS, describe, nwb_value, temp_path, write_nwb_like, write_rich,
@@ -385,11 +386,15 @@ fn walk_spread(
         .open_url(server.url("/spread.nwb"))
         .unwrap();
     let remote = h5::driver_info(&file).unwrap().remote;
+    // The counts after each phase include the guesses it started.
+    let settled = || assert!(remote.wait_for_background_fetches(Duration::from_secs(20)));
     h5files::walk_metadata(&file).unwrap();
+    settled();
     let walked = remote.stats();
     let ds = file.dataset("acquisition/ElectricalSeries/data").unwrap();
     let rows = 59_000..60_000;
     assert_eq!(read_rows(&ds, rows.clone()), expected_rows(rows));
+    settled();
     let read = remote.stats().since(&walked);
     let local = h5::File::open(local).unwrap();
     assert_eq!(describe(&file).unwrap(), describe(&local).unwrap());

@@ -711,6 +711,8 @@ fn a_background_prefetch_is_joined_by_the_read_that_needs_it() {
     file.read_exact_at(5 * MIB + 10, &mut buf).unwrap();
     assert!(buf == data[5 * MIB as usize + 10..5 * MIB as usize + 110]);
     assert_eq!(server.requests(), 2, "{:?}", server.ranges());
+    assert!(file.wait_for_background_fetches(std::time::Duration::from_secs(20)));
+    assert_eq!(file.stats().requests, 2, "the guess counted once it ended");
     assert_eq!(
         file.prefetch_in_background(std::iter::once(5 * MIB..6 * MIB), u64::MAX),
         0,
