@@ -360,74 +360,66 @@ fn fractal_heap(rows: u16) -> Vec<u8> {
 }
 
 #[test]
-fn a_fractal_heap_of_links_leads_to_the_linked_headers() {
-    let mut context = Context::default();
-    let header = found(
-        &fractal_heap(0),
-        8000,
-        MemType::Other,
-        Some(What::FractalHeap { links: true }),
-    );
-    assert_eq!(
-        header.targets,
-        [Target {
-            what: What::HeapDirect,
-            bytes: 9000..9512
-        }]
-    );
+fn a_fractal_heap_header_gives_its_root_block_and_layout() {
+    let links = Some(What::FractalHeap { links: true });
+    let header = found(&fractal_heap(0), 8000, MemType::Other, links);
+    let root = Target {
+        what: What::HeapDirect,
+        bytes: 9000..9512,
+    };
+    assert_eq!(header.targets, [root]);
     let heap = header.heap.expect("how to read its blocks");
     assert_eq!(
         (heap.direct_rows, heap.offset_bytes, heap.links),
         (9, 4, true)
     );
-    context.heaps.insert(8000, heap);
+}
+
+/// A context that knows the heap of [`fractal_heap`] at 8000.
+fn heap_context(links: bool) -> Context {
+    let what = Some(What::FractalHeap { links });
+    let heap = found(&fractal_heap(0), 8000, MemType::Other, what).heap;
+    let mut context = Context::default();
+    context.heaps.insert(8000, heap.unwrap());
+    context
+}
+
+/// A direct block of the heap at 8000: hard links to 20,000 and 30,000 with
+/// a soft link between them, then free space.
+fn link_block() -> Vec<u8> {
     let link = |name: &[u8], to: u64| {
-        Le::default()
-            .u8(1)
-            .u8(0)
-            .u8(name.len() as u8)
-            .bytes(name)
-            .u64(to)
-            .0
+        let le = Le::default().u8(1).u8(0).u8(name.len() as u8);
+        le.bytes(name).u64(to).0
     };
-    let soft = Le::default()
-        .u8(1)
-        .u8(0x08)
-        .u8(1)
-        .u8(1)
-        .bytes(b"s")
-        .u16(3)
-        .bytes(b"/ab")
-        .0;
-    let block = Le::default()
-        .bytes(b"FHDB")
-        .u8(0)
-        .u64(8000)
-        .u32(0) // block offset
-        .u32(0) // checksum
-        .bytes(&link(b"a", 20_000))
-        .bytes(&soft)
-        .bytes(&link(b"bb", 30_000))
-        .zeros(40); // free space
+    let soft = Le::default().u8(1).u8(0x08).u8(1).u8(1).bytes(b"s");
+    let soft = soft.u16(3).bytes(b"/ab").0;
+    let block = Le::default().bytes(b"FHDB").u8(0).u64(8000);
+    let block = block.u32(0).u32(0); // block offset, checksum
+    let block = block.bytes(&link(b"a", 20_000)).bytes(&soft);
+    block.bytes(&link(b"bb", 30_000)).zeros(40).0
+}
+
+#[test]
+fn a_fractal_heap_of_links_leads_to_the_linked_headers() {
+    let direct = Some(What::HeapDirect);
     let f = pointers(
-        &block.0,
+        &link_block(),
         9000,
         MemType::Other,
-        Some(What::HeapDirect),
-        &context,
+        direct,
+        &heap_context(true),
     );
     assert_eq!(
         starts(&f),
         [(What::ObjectHeader, 20_000), (What::ObjectHeader, 30_000)]
     );
     // A heap of attributes is not searched for links.
-    context.heaps.get_mut(&8000).unwrap().links = false;
     let f = pointers(
-        &block.0,
+        &link_block(),
         9000,
         MemType::Other,
-        Some(What::HeapDirect),
-        &context,
+        direct,
+        &heap_context(false),
     );
     assert!(f.targets.is_empty());
 }
