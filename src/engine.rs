@@ -261,15 +261,28 @@ impl Engine {
     /// Makes sure the blocks covering `ranges` are fetched, all missing runs
     /// at once.
     pub(crate) fn prefetch(&self, ranges: impl IntoIterator<Item = Range<u64>>) -> Result<()> {
-        let size = self.identity.size;
-        let inside = ranges
-            .into_iter()
-            .map(|r| r.start.min(size)..r.end.min(size));
-        let (_, missing) = self.look_up(&plan::blocks_of(inside, self.options.block_size));
+        let missing = self.missing_blocks(ranges);
         if !missing.is_empty() {
             self.fetch_missing(&missing)?;
         }
         Ok(())
+    }
+
+    /// The blocks covering `ranges` (their parts inside the file) that are
+    /// not cached, sorted.
+    fn missing_blocks(&self, ranges: impl IntoIterator<Item = Range<u64>>) -> Vec<u64> {
+        let size = self.identity.size;
+        let inside = ranges
+            .into_iter()
+            .map(|r| r.start.min(size)..r.end.min(size));
+        self.look_up(&plan::blocks_of(inside, self.options.block_size))
+            .1
+    }
+
+    /// The length of block `index` (the file's last may be short).
+    fn block_len(&self, index: u64) -> u64 {
+        let block = plan::block_bytes(index, self.options.block_size, self.identity.size);
+        block.end - block.start
     }
 
     /// The cached blocks among `needed`, and the indices of the others.
@@ -384,24 +397,14 @@ impl Engine {
         ranges: impl IntoIterator<Item = Range<u64>>,
         max_bytes: u64,
     ) -> u64 {
-        let (bs, size) = (self.options.block_size, self.identity.size);
-        let inside = ranges
-            .into_iter()
-            .map(|r| r.start.min(size)..r.end.min(size));
-        let (_, mut missing) = self.look_up(&plan::blocks_of(inside, bs));
-        missing.truncate(usize::try_from(max_bytes / bs).unwrap_or(usize::MAX));
+        let mut missing = self.missing_blocks(ranges);
+        let most = max_bytes / self.options.block_size;
+        missing.truncate(usize::try_from(most).unwrap_or(usize::MAX));
         if missing.is_empty() {
             return 0;
         }
         let mut claim = self.cache.claim_speculative(&self.key, &missing);
-        let claimed: u64 = claim
-            .owned
-            .iter()
-            .map(|&i| {
-                let block = plan::byte_range(&(i..i + 1), bs, size);
-                block.end - block.start
-            })
-            .sum();
+        let claimed: u64 = claim.owned.iter().map(|&i| self.block_len(i)).sum();
         if claimed == 0 {
             return 0;
         }
@@ -451,12 +454,7 @@ impl Engine {
         let (bs, size) = (self.options.block_size, self.identity.size);
         let mut buffers: Vec<Vec<u8>> = part
             .clone()
-            .map(|i| {
-                let block = plan::byte_range(&(i..i + 1), bs, size);
-                self.cache
-                    .buffers()
-                    .take((block.end - block.start) as usize)
-            })
+            .map(|i| self.cache.buffers().take(self.block_len(i) as usize))
             .collect();
         let bytes = plan::byte_range(&part, bs, size);
         let mut sink = Sink::new(buffers.iter_mut().map(|b| &mut b[..]).collect());

@@ -126,7 +126,7 @@ fn tail_blocks(tail: Tail, block_size: u64) -> Vec<(u64, Vec<u8>)> {
     let size = tail.identity.size;
     plan::blocks_within(tail.start..size, block_size)
         .map(|i| {
-            let block = plan::byte_range(&(i..i + 1), block_size, size);
+            let block = plan::block_bytes(i, block_size, size);
             let at = (block.start - tail.start) as usize..(block.end - tail.start) as usize;
             (i, tail.bytes[at].to_vec())
         })

@@ -251,6 +251,12 @@ pub fn byte_range(blocks: &Range<u64>, block_size: u64, size: u64) -> Range<u64>
     start..end
 }
 
+/// The byte range of block `index`, clamped to the file size (the last
+/// block of a file may be short).
+pub fn block_bytes(index: u64, block_size: u64, size: u64) -> Range<u64> {
+    byte_range(&(index..index + 1), block_size, size)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -62,12 +62,6 @@ struct Last {
     bytes: Vec<u8>,
 }
 
-/// Where a piece of metadata starts, and what an earlier one said is there.
-struct Piece {
-    addr: u64,
-    expected: Option<What>,
-}
-
 /// The prefetch state of one open file.
 #[derive(Debug, Default)]
 pub(crate) struct Prefetcher {
@@ -97,13 +91,18 @@ impl Prefetcher {
             return (Vec::new(), 0);
         }
         self.stats.metadata_bytes += bytes.len() as u64;
-        let piece = self.piece(mem, addr, bytes);
+        self.note_piece(mem, addr, bytes);
         if self.paused > 0 {
             return (Vec::new(), 0);
         }
-        let Piece { addr, expected } = piece;
-        let bytes = &self.last.bytes[..];
-        let found = h5meta::pointers(bytes, addr, mem, expected, &self.context);
+        let Last {
+            addr,
+            expected,
+            bytes,
+            ..
+        } = &self.last;
+        let found = h5meta::pointers(bytes, *addr, mem, *expected, &self.context);
+        let addr = *addr;
         if let Some(g) = found.geometry {
             self.context.geometry = g;
         }
@@ -135,12 +134,13 @@ impl Prefetcher {
         (next, allowed)
     }
 
-    /// The piece of metadata a read belongs to. HDF5 reads some structures
-    /// in parts — a superblock field by field, a long object header's first
-    /// 512 bytes and then the rest — so a read that starts where the last
-    /// one (of the same type) ended continues its piece, unless something
-    /// pointed to it or it opens with a signature; otherwise it starts one.
-    fn piece(&mut self, mem: MemType, addr: u64, bytes: &[u8]) -> Piece {
+    /// Makes `last` the piece of metadata a read
+    /// belongs to. HDF5 reads some structures in parts — a superblock field
+    /// by field, a long object header's first 512 bytes and then the rest —
+    /// so a read that starts where the last one (of the same type) ended
+    /// continues its piece, unless something pointed to it or it opens with
+    /// a signature; otherwise it starts one.
+    fn note_piece(&mut self, mem: MemType, addr: u64, bytes: &[u8]) {
         let last = &mut self.last;
         // A structure some piece pointed to, or one that opens with its
         // signature, starts a piece of its own however close it lies.
@@ -151,10 +151,7 @@ impl Prefetcher {
             && last.bytes.len() + bytes.len() <= MAX_PIECE;
         if continues {
             last.bytes.extend_from_slice(bytes);
-            return Piece {
-                addr: last.addr,
-                expected: last.expected,
-            };
+            return;
         }
         let expected = match self.known.get_mut(&addr) {
             Some(known) => {
@@ -180,7 +177,6 @@ impl Prefetcher {
             expected,
             bytes: bytes[..bytes.len().min(MAX_PIECE)].to_vec(),
         };
-        Piece { addr, expected }
     }
 
     /// Fetches nothing ahead until the guard returned is dropped: for
