@@ -205,8 +205,8 @@ impl Transport {
                 reject_encoded(headers)?;
                 identity.check(headers)?;
                 let length = header::content_length(headers).map_err(|()| bad_length())?;
-                if length.is_some_and(|n| n != identity.size) {
-                    return Err(Failure::fatal(changed_size(identity.size, 0)));
+                if let Some(now) = length.filter(|&n| n != identity.size) {
+                    return Err(Failure::fatal(changed_size(identity.size, now)));
                 }
             }
             200 => return Err(Failure::fatal(not_ranged())),
