@@ -207,14 +207,17 @@ fn run(label: &str, url: &str, stored: u64) {
         p.speculative_bytes as f64 / 1e6
     ));
 
+    // The slice read the plain way, with the defaults, after the walk.
+    let ds = file.dataset("acquisition/ElectricalSeries/data").unwrap();
+    read_slice(label, "bulk", &remote, &ds, stored, false);
+
     // Open and walk again without the metadata prefetch: what it saves.
     let (cpu0, t0) = (cpu_time(), Instant::now());
     let (file, remote) = open_h5(url, h5::OpenOptions::new().metadata_prefetch(false));
     h5files::walk_metadata(&file).unwrap();
     report(label, "open+meta, no pf", t0, cpu0, remote.stats(), None);
-
     let ds = file.dataset("acquisition/ElectricalSeries/data").unwrap();
-    read_slice(label, "bulk", &remote, &ds, stored, false);
+    read_slice(label, "bulk, no pf", &remote, &ds, stored, false);
 
     // The same slice in a fresh file, its chunks prefetched in one round.
     let (file, remote) = open_h5(url, h5::OpenOptions::new());
@@ -233,9 +236,7 @@ fn run(label: &str, url: &str, stored: u64) {
 
 /// Opens `url` as `hdf5::open_url` does (the superblock and the tail at once).
 fn open_h5(url: &str, options: h5::OpenOptions) -> (h5::File, RemoteFile) {
-    let mut builder = RemoteFile::builder()
-        .proxy_from_env(false)
-        .open_tail(h5::OPEN_TAIL);
+    let mut builder = h5::builder().proxy_from_env(false);
     // For tuning: another block size than the default.
     if let Some(bytes) = std::env::var("REMFILE_BENCH_BLOCK")
         .ok()
@@ -287,10 +288,13 @@ fn read_slice(
                 l.bytes_per_second as f64 / 1e6
             )
         });
+    let p = h5::driver_info(&ds.file().unwrap()).unwrap().prefetch;
     note(format!(
-        "    HDF5 made {} read and {} vector read calls; link: {link}",
+        "    HDF5 made {} read and {} vector read calls ({} of listed chunks; {:.1} MB fetched ahead of them); link: {link}",
         calls1.0 - calls0.0,
-        calls1.1 - calls0.1
+        calls1.1 - calls0.1,
+        p.chunk_reads,
+        p.chunk_bytes_ahead as f64 / 1e6
     ));
 }
 

@@ -130,6 +130,16 @@ impl Engine {
         self.read_ahead.lock().on_read(pos, len, missed, floor)
     }
 
+    /// Whether every block covering `range` is cached.
+    pub(crate) fn is_cached(&self, range: Range<u64>) -> bool {
+        self.missing_blocks([range]).is_empty()
+    }
+
+    /// The least and the most bytes a sequential stream reads ahead.
+    pub(crate) fn read_ahead_bounds(&self) -> (u64, u64) {
+        (self.link_sizes().ahead_floor, self.options.read_ahead_max)
+    }
+
     /// Fills `buf` with the bytes at `pos`; the range lies inside the file.
     pub(crate) fn read_into(&self, pos: u64, buf: &mut [u8]) -> Result<()> {
         let len = buf.len() as u64;
@@ -377,7 +387,7 @@ impl Engine {
         let mut waited_on_guess = false;
         for (i, pending) in std::mem::take(&mut claim.waiting) {
             let guess = pending.is_speculative();
-            waited_on_guess |= guess && !pending.is_settled();
+            waited_on_guess |= pending.costs_a_round();
             match pending.wait(deadline) {
                 Ok(block) => got.push((i, block)),
                 Err(_) if guess => got.extend(self.fetch_missing(&[i])?),

@@ -183,6 +183,17 @@ impl RemoteFile {
         Ok(())
     }
 
+    /// Whether every block covering `range` is cached.
+    pub(crate) fn is_cached(&self, range: std::ops::Range<u64>) -> bool {
+        self.engine.is_cached(range)
+    }
+
+    /// The least and the most bytes a sequential stream reads ahead now
+    /// (the least follows the link).
+    pub(crate) fn read_ahead_bounds(&self) -> (u64, u64) {
+        self.engine.read_ahead_bounds()
+    }
+
     /// Reads several ranges at once: each `(pos, buf)` is filled exactly, as
     /// by [`read_exact_at`](RemoteFile::read_exact_at), and all their missing
     /// blocks are fetched together — one round trip for any number of ranges

@@ -382,6 +382,7 @@ fn walk_spread(
 ) -> (remfile::Stats, remfile::Stats, h5::PrefetchStats) {
     let file = h5::OpenOptions::new()
         .metadata_prefetch(prefetch)
+        .chunk_read_ahead(false)
         .remote(builder().block_size(64 << 10).open_tail(64 << 10))
         .open_url(server.url("/spread.nwb"))
         .unwrap();

@@ -4,6 +4,7 @@
 //! which per-key single-flight (moka's own) cannot.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use parking_lot::{Condvar, Mutex};
@@ -35,9 +36,11 @@ impl BlockCache {
         optional: &[u64],
         speculative: bool,
     ) -> Claim {
+        // The blocks of one speculative fetch arrive in one round trip.
+        let wave = speculative.then(|| Arc::new(AtomicBool::new(false)));
         let pending = || {
             Arc::new(Pending {
-                speculative,
+                wave: wave.clone(),
                 ..Pending::default()
             })
         };
@@ -91,19 +94,27 @@ impl BlockCache {
 pub(crate) struct Pending {
     slot: Mutex<Option<Result<Block, Error>>>,
     ready: Condvar,
-    /// Claimed by a speculative fetch (see [`BlockCache::claim_speculative`]).
-    speculative: bool,
+    /// For a block claimed by a speculative fetch (see
+    /// [`BlockCache::claim_speculative`]): whether a reader has waited for
+    /// one of that fetch's blocks yet.
+    wave: Option<Arc<AtomicBool>>,
 }
 
 impl Pending {
     /// Whether a speculative fetch claimed the block.
     pub(crate) fn is_speculative(&self) -> bool {
-        self.speculative
+        self.wave.is_some()
     }
 
-    /// Whether the fetch has an outcome already.
-    pub(crate) fn is_settled(&self) -> bool {
-        self.slot.lock().is_some()
+    /// Whether waiting for this block now costs the waiter a round trip of
+    /// its own: the block is a speculative fetch's, still under way, and no
+    /// reader has waited for any block of that fetch yet (once one has,
+    /// waiting for the rest is waiting for the same round's bytes).
+    pub(crate) fn costs_a_round(&self) -> bool {
+        let unsettled = self.slot.lock().is_none();
+        self.wave
+            .as_ref()
+            .is_some_and(|waited| unsettled && !waited.swap(true, Ordering::Relaxed))
     }
 
     /// Waits for the fetch's outcome until `deadline`.
@@ -217,9 +228,35 @@ mod tests {
             .map(|(_, p)| p.is_speculative())
             .collect();
         assert_eq!(speculative, [false, true]);
-        assert!(!reader.waiting[1].1.is_settled());
         drop(guess);
-        assert!(reader.waiting[1].1.is_settled(), "released with an error");
+        let got = reader.waiting[1].1.wait(Instant::now());
+        assert!(got.is_err(), "released with an error");
+    }
+
+    #[test]
+    fn waiting_for_a_speculative_fetch_costs_one_round_per_fetch() {
+        let cache = BlockCache::new(1 << 20);
+        let f = cache.file_key("f");
+        let guess = cache.claim_speculative(&f, &[1, 2, 3]);
+        let other = cache.claim_speculative(&f, &[4]);
+        let first = cache.claim(&f, &[1], &[]);
+        assert!(first.waiting[0].1.costs_a_round());
+        // The same fetch's other blocks come in the same round.
+        let second = cache.claim(&f, &[2], &[]);
+        assert!(!second.waiting[0].1.costs_a_round());
+        // Another fetch's is a round of its own; a settled one costs none.
+        let fourth = cache.claim(&f, &[4], &[]);
+        assert!(fourth.waiting[0].1.costs_a_round());
+        drop((guess, other));
+        let mut done = cache.claim_speculative(&f, &[10]);
+        let late = cache.claim(&f, &[10], &[]);
+        done.fulfil(10, Arc::new(vec![0; 8]));
+        assert!(!late.waiting[0].1.costs_a_round());
+        // A reader's own claim is never a guess.
+        let held = cache.claim(&f, &[7], &[]);
+        let waiter = cache.claim(&f, &[7], &[]);
+        assert!(!waiter.waiting[0].1.costs_a_round());
+        drop(held);
     }
 
     #[test]

@@ -160,6 +160,18 @@ pub(crate) struct Found {
     pub heap: Option<FractalHeap>,
     /// How to read a version 2 B-tree's nodes, if the piece was its header.
     pub btree: Option<BTree2>,
+    /// The chunks a chunk index's leaf lists, if the piece was one.
+    pub chunks: Option<ChunkLeaf>,
+}
+
+/// The chunks one leaf of a chunk index lists: where each is stored (its
+/// stored size, compressed if filtered), in the index's order, which is the
+/// order HDF5 reads a selection's chunks in.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct ChunkLeaf {
+    pub chunks: Vec<Range<u64>>,
+    /// The leaf that lists the chunks that follow.
+    pub next_leaf: Option<u64>,
 }
 
 /// What earlier pieces said, which reading this one needs.

@@ -2,7 +2,7 @@
 //! heaps.
 
 use super::cursor::Cursor;
-use super::{Found, Geometry, OBJECT_HEADER_READ, What};
+use super::{ChunkLeaf, Found, Geometry, MAX_TARGETS, OBJECT_HEADER_READ, What};
 
 /// The prefix of a local heap: signature, version, sizes and address.
 fn local_heap_len(g: &Geometry) -> u64 {
@@ -126,7 +126,11 @@ pub(super) fn btree_v1(
     let node_type = c.u8()?;
     let level = c.u8()?;
     let entries = c.u16()?;
-    c.skip(2 * usize::from(g.offsets))?; // siblings
+    c.skip(usize::from(g.offsets))?; // left sibling
+    let right = c.addr()?;
+    if let (1, Some(What::ChunkNode { dims }), 0) = (node_type, expected, level) {
+        return chunk_leaf(c, dims, entries, right, found);
+    }
     let (key, child, child_len) = match (node_type, expected) {
         (0, _) => {
             let key = u64::from(g.lengths);
@@ -149,6 +153,32 @@ pub(super) fn btree_v1(
         let addr = c.addr()?;
         found.add(child, addr, child_len);
     }
+    Some(())
+}
+
+/// A chunk index's leaf: where its chunks are stored, in the index's order,
+/// and the next leaf; HDF5 reads the chunks themselves as raw data.
+fn chunk_leaf(
+    c: &mut Cursor<'_>,
+    dims: u8,
+    entries: u16,
+    right: Option<u64>,
+    found: &mut Found,
+) -> Option<()> {
+    let rest = usize::try_from(chunk_key_len(dims) - 4).ok()?;
+    let mut chunks = Vec::with_capacity(usize::from(entries).min(MAX_TARGETS));
+    for _ in 0..entries.min(MAX_TARGETS as u16) {
+        let stored = u64::from(c.u32()?);
+        c.skip(rest)?;
+        let Some(end) = c.addr()?.and_then(|a| a.checked_add(stored)) else {
+            continue;
+        };
+        chunks.push(end - stored..end);
+    }
+    found.chunks = Some(ChunkLeaf {
+        chunks,
+        next_leaf: right,
+    });
     Some(())
 }
 

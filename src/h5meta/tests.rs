@@ -231,13 +231,15 @@ fn btree_nodes_point_to_their_children() {
             .is_empty()
     );
     // A leaf's children are chunks: raw data, never prefetched as metadata.
+    // It lists where they are stored, in the index's order.
     let mut leaf = chunk_internal.0.clone();
     leaf[5] = 0;
-    assert!(
-        found(&leaf, 9000, MemType::BTree, Some(dims))
-            .targets
-            .is_empty()
-    );
+    leaf[16..24].copy_from_slice(&77_000u64.to_le_bytes()); // right sibling
+    let f = found(&leaf, 9000, MemType::BTree, Some(dims));
+    assert!(f.targets.is_empty());
+    let leaf = f.chunks.expect("a leaf's chunks");
+    assert_eq!(leaf.chunks, [50_000..54_096, 900_000..904_096]);
+    assert_eq!(leaf.next_leaf, Some(77_000));
 }
 
 #[test]

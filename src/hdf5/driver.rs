@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 use parking_lot::Mutex;
 
+use super::chunk_ahead::ChunkRead;
 use super::ffi::*;
 use super::prefetch::Prefetcher;
 use crate::h5meta::MemType;
@@ -25,7 +26,7 @@ use crate::{Error, RemoteFile};
 /// copies HDF5 keeps. Freed when the last of those goes.
 pub(crate) struct Source {
     pub file: RemoteFile,
-    /// The metadata prefetch, if on.
+    /// The metadata prefetch and the chunk read-ahead, if either is on.
     pub prefetch: Option<Mutex<Prefetcher>>,
     /// The last error a read met, for the error returned to the caller.
     pub last_error: Mutex<Option<Error>>,
@@ -36,11 +37,11 @@ pub(crate) struct Source {
 static LIVE_READERS: AtomicUsize = AtomicUsize::new(0);
 
 impl Source {
-    pub fn new(file: RemoteFile, prefetch: bool) -> Arc<Source> {
+    pub fn new(file: RemoteFile, metadata: bool, chunks: bool) -> Arc<Source> {
         LIVE_READERS.fetch_add(1, Relaxed);
         Arc::new(Source {
             file,
-            prefetch: prefetch.then(Mutex::default),
+            prefetch: (metadata || chunks).then(|| Mutex::new(Prefetcher::new(metadata, chunks))),
             last_error: Mutex::new(None),
             read_calls: AtomicU64::new(0),
             vector_calls: AtomicU64::new(0),
@@ -440,6 +441,39 @@ fn read_into(f: &DriverFile, addr: haddr_t, buf: &mut [u8]) -> Result<(), ReadEr
     Ok(())
 }
 
+/// Reads raw data: a read of a chunk the chunk index listed fetches only
+/// its own bytes, and the chunks after it if it continues a run of them
+/// (in the background, so this read does not wait for them); any other
+/// read is an ordinary one, with the file's sequential read-ahead.
+fn read_raw(f: &DriverFile, addr: haddr_t, buf: &mut [u8]) -> Result<(), ReadError> {
+    let source = &f.reader;
+    let Some(prefetch) = &source.prefetch else {
+        return read_into(f, addr, buf);
+    };
+    let len = buf.len() as u64;
+    let read = ChunkRead {
+        addr,
+        len,
+        missed: !source.file.is_cached(addr..addr.saturating_add(len)),
+    };
+    let bounds = source.file.read_ahead_bounds();
+    let Some(ahead) = prefetch.lock().on_chunk_read(read, bounds) else {
+        return read_into(f, addr, buf);
+    };
+    if !ahead.is_empty() {
+        let fetched = source.file.prefetch_in_background(ahead, u64::MAX);
+        prefetch.lock().fetched_chunks(fetched);
+    }
+    let inside = inside_file(f, addr, buf)?;
+    source
+        .file
+        .read_vectored_at(&mut [(addr, inside)])
+        .map_err(|error| ReadError::Remote {
+            what: Wanted::Bytes(addr..addr + len),
+            error,
+        })
+}
+
 /// The part of `buf`, read at `addr`, that lies inside the file; the rest
 /// (allocated space past the end of the file, which reads as zeros) is
 /// zeroed. An error if `buf` runs past the end of allocated space.
@@ -481,9 +515,14 @@ unsafe extern "C" fn read(
         // SAFETY: HDF5 gives a buffer of `size` bytes, which it does not
         // touch until the callback returns.
         let buf = unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, size) };
-        match read_into(f, addr, buf) {
+        let mem = MemType::from_c(kind);
+        let read = match mem {
+            MemType::RawData => read_raw(f, addr, buf),
+            _ => read_into(f, addr, buf),
+        };
+        match read {
             Ok(()) => {
-                look_ahead(&f.reader, MemType::from_c(kind), addr, buf);
+                look_ahead(&f.reader, mem, addr, buf);
                 0
             }
             Err(e) => {
@@ -627,7 +666,7 @@ mod tests {
             // SAFETY: all-zero is a valid H5FD_t.
             base: unsafe { std::mem::zeroed() },
             eoa,
-            reader: Source::new(remote, false),
+            reader: Source::new(remote, false, false),
         });
         (file, server)
     }

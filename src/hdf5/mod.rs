@@ -56,6 +56,7 @@
 
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+mod chunk_ahead;
 mod chunks;
 mod driver;
 mod ffi;
@@ -108,6 +109,7 @@ use crate::{Builder, RemoteFile};
 pub struct OpenOptions {
     remote: Option<Builder>,
     metadata_prefetch: bool,
+    chunk_read_ahead: bool,
     chunk_cache: Option<(usize, usize, f64)>,
     metadata_cache: Option<usize>,
     configure: Option<Arc<FaplHook>>,
@@ -121,6 +123,7 @@ impl fmt::Debug for OpenOptions {
         f.debug_struct("OpenOptions")
             .field("remote", &self.remote)
             .field("metadata_prefetch", &self.metadata_prefetch)
+            .field("chunk_read_ahead", &self.chunk_read_ahead)
             .field("chunk_cache", &self.chunk_cache)
             .field("metadata_cache", &self.metadata_cache)
             .field("configure", &self.configure.as_ref().map(|_| "hook"))
@@ -133,6 +136,7 @@ impl Default for OpenOptions {
         OpenOptions {
             remote: None,
             metadata_prefetch: true,
+            chunk_read_ahead: true,
             chunk_cache: None,
             metadata_cache: None,
             configure: None,
@@ -141,7 +145,8 @@ impl Default for OpenOptions {
 }
 
 impl OpenOptions {
-    /// HDF5's defaults, with the metadata prefetch on.
+    /// HDF5's defaults, with the metadata prefetch and the chunk read-ahead
+    /// on.
     pub fn new() -> OpenOptions {
         OpenOptions::default()
     }
@@ -170,6 +175,34 @@ impl OpenOptions {
         self
     }
 
+    /// Whether a run of chunk reads fetches the chunks that follow (on by
+    /// default). HDF5 reads a selection of a chunked dataset one chunk at a
+    /// time, in the order of the dataset's chunk index; the driver learns
+    /// where each chunk is stored, and how long it is (compressed chunks
+    /// differ), from the index's nodes as HDF5 reads them. A read of the
+    /// chunk after the one read last then fetches the next few chunks'
+    /// exact bytes in the background — four chunks' worth at first (or the
+    /// link's bandwidth-delay product), twice as many at each further step —
+    /// and never past the index's last chunk. Reads of chunks out of order
+    /// fetch only their own bytes, as do reads of chunks already cached
+    /// ([`prefetch_hyperslab`] fetched them, say). [`driver_info`] shows
+    /// what it did. Reads of other raw data keep the file's sequential
+    /// read-ahead.
+    ///
+    /// ```no_run
+    /// use remfile::hdf5::OpenOptions;
+    ///
+    /// // Only the chunks HDF5 asks for (random access to chunks, say).
+    /// let file = OpenOptions::new()
+    ///     .chunk_read_ahead(false)
+    ///     .open_url("https://example.com/data.nwb")?;
+    /// # Ok::<(), remfile::hdf5::OpenError>(())
+    /// ```
+    pub fn chunk_read_ahead(mut self, on: bool) -> Self {
+        self.chunk_read_ahead = on;
+        self
+    }
+
     /// HDF5's raw data chunk cache, per dataset: `slots` hash slots (a prime
     /// about 100 times the number of chunks that fit), `bytes` in all, and the
     /// preemption weight `w0` (1.0 when chunks are read once).
@@ -195,16 +228,14 @@ impl OpenOptions {
     }
 
     /// The options with which [`open_url`](Self::open_url) opens the remote
-    /// file. The default is [`RemoteFile::builder`] with
-    /// [`open_tail`](Builder::open_tail) of [`OPEN_TAIL`]: HDF5 writers often
-    /// leave the root group's header and other metadata at the end of the
-    /// file, which that fetches beside the superblock.
+    /// file; the default is [`builder()`], which suits HDF5. Start from it
+    /// to keep its settings.
     ///
     /// ```no_run
-    /// use remfile::{RemoteFile, hdf5::OpenOptions};
+    /// use remfile::hdf5::{self, OpenOptions};
     ///
     /// let file = OpenOptions::new()
-    ///     .remote(RemoteFile::builder().header("Authorization", "Bearer token"))
+    ///     .remote(hdf5::builder().header("Authorization", "Bearer token"))
     ///     .open_url("https://example.com/data.nwb")?;
     /// # Ok::<(), remfile::hdf5::OpenError>(())
     /// ```
@@ -216,10 +247,7 @@ impl OpenOptions {
     /// Opens `url` as a [`RemoteFile`] (with the [`remote`](Self::remote)
     /// options), then as HDF5.
     pub fn open_url(&self, url: impl AsRef<str>) -> Result<File, OpenError> {
-        let builder = self
-            .remote
-            .clone()
-            .unwrap_or_else(|| RemoteFile::builder().open_tail(OPEN_TAIL));
+        let builder = self.remote.clone().unwrap_or_else(builder);
         let remote = builder.open(url).map_err(OpenError::from_remote)?;
         self.open(remote)
     }
@@ -227,7 +255,7 @@ impl OpenOptions {
     /// Opens `file` as HDF5, read-only. The file (and its connections and
     /// cache) stays alive until the last HDF5 object using it is dropped.
     pub fn open(&self, file: RemoteFile) -> Result<File, OpenError> {
-        let reader = Source::new(file, self.metadata_prefetch);
+        let reader = Source::new(file, self.metadata_prefetch, self.chunk_read_ahead);
         let name = CString::new(reader.file.url().replace('\0', "")).unwrap_or_default();
         let result = hdf5_metno::sync::sync(|| self.open_locked(&reader, &name));
         result.map_err(|hdf5| {
@@ -278,8 +306,8 @@ impl OpenOptions {
 /// Opens `file` as an HDF5 file, read-only, with [`OpenOptions`]' defaults.
 ///
 /// ```no_run
-/// let remote = remfile::RemoteFile::builder()
-///     .block_size(2 << 20)
+/// let remote = remfile::hdf5::builder()
+///     .cache_capacity(2 << 30)
 ///     .open("https://example.com/data.nwb")?;
 /// let file = remfile::hdf5::open(remote.clone())?;
 /// println!("{} groups; {:?}", file.groups()?.len(), remote.stats());
@@ -290,8 +318,39 @@ pub fn open(file: RemoteFile) -> Result<File, OpenError> {
 }
 
 /// How much of the end of the file [`open_url`] fetches beside the
-/// superblock (see [`OpenOptions::remote`]).
+/// superblock (see [`builder()`]).
 pub const OPEN_TAIL: u64 = 1 << 20;
+
+/// The block size of [`builder()`].
+pub const BLOCK_SIZE: u64 = 256 << 10;
+
+/// The options [`open_url`] opens remote files with: [`RemoteFile::builder`]
+/// with an [`open_tail`](Builder::open_tail) of [`OPEN_TAIL`] and a
+/// [`block_size`](Builder::block_size) of [`BLOCK_SIZE`]. Start from it to
+/// add options of your own (headers, a shared cache…).
+///
+/// HDF5 writers often leave the root group's header and much other metadata
+/// at the end of the file, which the tail fetches beside the superblock. The
+/// rest of the metadata lies in small pieces scattered over the file (a
+/// chunk index's nodes among the chunks, say), each fetched as a whole block:
+/// blocks smaller than the crate's default fetch a fifth of the bytes for
+/// the same round trips. Raw data is fetched by the chunk, whatever the
+/// block size.
+///
+/// ```no_run
+/// use remfile::hdf5;
+///
+/// let remote = hdf5::builder()
+///     .header("Authorization", "Bearer token")
+///     .open("https://example.com/data.nwb")?;
+/// let file = hdf5::open(remote)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn builder() -> Builder {
+    RemoteFile::builder()
+        .open_tail(OPEN_TAIL)
+        .block_size(BLOCK_SIZE)
+}
 
 /// Opens the HDF5 file at `url`, read-only, with the defaults of
 /// [`OpenOptions`]: the superblock and the last [`OPEN_TAIL`] bytes are

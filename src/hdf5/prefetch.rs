@@ -12,6 +12,7 @@ use std::ops::Range;
 
 use parking_lot::Mutex;
 
+use super::chunk_ahead::{ChunkAhead, ChunkRead};
 use crate::h5meta::{self, Context, MemType, What};
 
 /// Speculative bytes allowed beyond the metadata HDF5 has read.
@@ -40,6 +41,11 @@ pub struct PrefetchStats {
     pub speculative_bytes: u64,
     /// Bytes of metadata HDF5 read.
     pub metadata_bytes: u64,
+    /// Raw data reads of chunks the chunk index listed (see
+    /// [`OpenOptions::chunk_read_ahead`](super::OpenOptions::chunk_read_ahead)).
+    pub chunk_reads: u64,
+    /// Bytes fetched ahead of those reads: the following chunks of a run.
+    pub chunk_bytes_ahead: u64,
 }
 
 /// An address some metadata pointed to.
@@ -63,8 +69,14 @@ struct Last {
 }
 
 /// The prefetch state of one open file.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Prefetcher {
+    /// Whether to fetch what metadata points to (else metadata is parsed
+    /// only for the chunk index).
+    metadata: bool,
+    /// The chunk index read so far and the run of chunks being read, if
+    /// chunks are read ahead.
+    chunks: Option<ChunkAhead>,
     /// The file's sizes and the fractal heaps seen.
     context: Context,
     /// While positive, reads are noted but nothing is fetched ahead.
@@ -76,7 +88,52 @@ pub(crate) struct Prefetcher {
     stats: PrefetchStats,
 }
 
+impl Default for Prefetcher {
+    fn default() -> Prefetcher {
+        Prefetcher::new(true, true)
+    }
+}
+
 impl Prefetcher {
+    /// A prefetch of metadata (if `metadata`) and of the chunks that follow
+    /// a run of chunk reads (if `chunks`).
+    pub fn new(metadata: bool, chunks: bool) -> Prefetcher {
+        Prefetcher {
+            metadata,
+            chunks: chunks.then(ChunkAhead::default),
+            context: Context::default(),
+            paused: 0,
+            last: Last::default(),
+            known: HashMap::new(),
+            stats: PrefetchStats::default(),
+        }
+    }
+
+    /// Takes note of HDF5's read of a chunk's bytes, which `read` says, and
+    /// returns the chunks to fetch ahead of it; `None` if the read is not
+    /// of a chunk the index listed. `bounds` are the least and the most a
+    /// step of a run asks for.
+    pub fn on_chunk_read(
+        &mut self,
+        read: ChunkRead,
+        bounds: (u64, u64),
+    ) -> Option<Vec<Range<u64>>> {
+        let chunks = self.chunks.as_mut()?;
+        if !chunks.is_chunk(read.addr, read.len) {
+            return None;
+        }
+        self.stats.chunk_reads += 1;
+        if self.paused > 0 {
+            return Some(Vec::new());
+        }
+        Some(chunks.on_read(read, bounds.0, bounds.1))
+    }
+
+    /// Counts bytes fetched ahead of chunk reads.
+    pub fn fetched_chunks(&mut self, bytes: u64) {
+        self.stats.chunk_bytes_ahead += bytes;
+    }
+
     /// Takes note of HDF5's read of `bytes` at `addr`, of memory type `mem`,
     /// in a file of `len` bytes, and returns the ranges to fetch next and
     /// how many bytes of them may be fetched now.
@@ -92,17 +149,17 @@ impl Prefetcher {
         }
         self.stats.metadata_bytes += bytes.len() as u64;
         self.note_piece(mem, addr, bytes);
-        if self.paused > 0 {
-            return (Vec::new(), 0);
-        }
         let Last {
             addr,
             expected,
             bytes,
             ..
         } = &self.last;
-        let found = h5meta::pointers(bytes, *addr, mem, *expected, &self.context);
+        let mut found = h5meta::pointers(bytes, *addr, mem, *expected, &self.context);
         let addr = *addr;
+        if let (Some(leaf), Some(chunks)) = (found.chunks.take(), self.chunks.as_mut()) {
+            chunks.add_leaf(addr, leaf);
+        }
         if let Some(g) = found.geometry {
             self.context.geometry = g;
         }
@@ -114,17 +171,22 @@ impl Prefetcher {
                 self.context.btrees.insert(addr, tree);
             }
         }
+        // Without fetching ahead, what metadata points to is still noted:
+        // a chunk index's nodes are read by what points to them.
+        let fetch = self.metadata && self.paused == 0;
         let mut next = Vec::new();
         for target in found.targets {
             let bytes = target.bytes.start..target.bytes.end.min(len);
-            if bytes.is_empty() || self.known.len() >= MAX_KNOWN {
+            // Paused, what is noted would never be fetched.
+            let note = fetch || !self.metadata;
+            if !note || bytes.is_empty() || self.known.len() >= MAX_KNOWN {
                 continue;
             }
             let known = Known {
                 what: target.what,
                 read: false,
             };
-            if self.known.insert(bytes.start, known).is_none() {
+            if self.known.insert(bytes.start, known).is_none() && fetch {
                 self.stats.targets += 1;
                 next.push(bytes);
             }

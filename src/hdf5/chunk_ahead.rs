@@ -1,0 +1,400 @@
+//! Read-ahead along a chunk index: pure decisions, no I/O.
+//!
+//! HDF5 reads a selection of a chunked dataset one chunk at a time, in the
+//! chunk index's order. The index's leaves (parsed from the bytes HDF5 read,
+//! [`crate::h5meta`]) say where each chunk is stored and how long it is —
+//! compressed chunks are not all the same length — so a read of the chunk
+//! that follows the last one read fetches the next few chunks' exact
+//! extents ahead of HDF5, as a stream of chunks rather than of bytes: never
+//! past the chunks the index lists, never a byte between them, and nothing
+//! for a read that does not continue a run (random access costs no extra
+//! bytes).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ops::Range;
+
+use crate::h5meta::ChunkLeaf;
+
+/// A run reads ahead at least this many chunks of the size of the one just
+/// read: HDF5 asks for them one by one, so each not fetched ahead would cost
+/// a round trip.
+pub(crate) const CHUNKS_AHEAD: u64 = 4;
+
+/// The most chunks remembered; past that, chunks of further leaves are read
+/// without read-ahead.
+const MAX_CHUNKS: usize = 1 << 20;
+
+/// One read HDF5 made of a chunk's bytes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ChunkRead {
+    pub addr: u64,
+    pub len: u64,
+    /// Whether some of the bytes were neither cached nor being fetched.
+    pub missed: bool,
+}
+
+/// Where a chunk is listed: its leaf (by address) and its position there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Place {
+    leaf: u64,
+    index: usize,
+}
+
+/// The run of chunks HDF5 is reading in the index's order.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    /// The chunk read last.
+    last: Place,
+    /// The first chunk not yet asked for (`None`: the index ends there, or
+    /// its next leaf is not known).
+    next_to_fetch: Option<Place>,
+    /// The bytes the last step asked for ahead (0 before the first).
+    window: u64,
+}
+
+/// The chunk index as far as HDF5 has read it, and the run being read.
+#[derive(Debug, Default)]
+pub(crate) struct ChunkAhead {
+    leaves: HashMap<u64, ChunkLeaf>,
+    /// Chunks by their first byte: their end and where they are listed.
+    chunks: BTreeMap<u64, (u64, Place)>,
+    run: Option<Run>,
+    /// The chunks (by first byte) the run asked for that HDF5 has not read.
+    asked: HashSet<u64>,
+}
+
+impl ChunkAhead {
+    /// Takes note of a leaf of a chunk index, read at `addr`.
+    pub fn add_leaf(&mut self, addr: u64, leaf: ChunkLeaf) {
+        if self.leaves.contains_key(&addr) || self.chunks.len() + leaf.chunks.len() > MAX_CHUNKS {
+            return;
+        }
+        for (index, chunk) in leaf.chunks.iter().enumerate() {
+            let place = Place { leaf: addr, index };
+            self.chunks.insert(chunk.start, (chunk.end, place));
+        }
+        self.leaves.insert(addr, leaf);
+    }
+
+    /// Whether a read of `len` bytes at `addr` lies inside one known chunk.
+    pub fn is_chunk(&self, addr: u64, len: u64) -> bool {
+        self.chunk_at(addr)
+            .is_some_and(|(bytes, _)| addr.saturating_add(len) <= bytes.end)
+    }
+
+    /// Records HDF5's read of `len` bytes at `addr` (inside a known chunk,
+    /// see [`is_chunk`](Self::is_chunk)) and returns the chunks to fetch
+    /// ahead of it. `floor` is the least a step of a run asks for (the
+    /// link's bandwidth-delay product, say), `max` the most.
+    ///
+    /// A read of the chunk after the last one read continues a run. When it
+    /// reaches the last chunk asked for, the run asks for the next ones: at
+    /// first [`CHUNKS_AHEAD`] chunks' worth (or `floor`), then each step
+    /// twice the last, as the sequential read-ahead does, so that a long
+    /// run takes few rounds. A read from the start of a chunk that stops
+    /// short of its end is where a row-major selection ends: the run stops
+    /// there. Any other read starts a new run, asking for nothing.
+    ///
+    /// As with the sequential read-ahead, only a read that `missed` the
+    /// cache, or one of a chunk the run asked for, asks for more: chunks
+    /// fetched by other means (all of a selection's, say) are read without
+    /// fetching past them.
+    pub fn on_read(&mut self, read: ChunkRead, floor: u64, max: u64) -> Vec<Range<u64>> {
+        let ChunkRead { addr, len, missed } = read;
+        let Some((bytes, place)) = self.chunk_at(addr) else {
+            self.end_run();
+            return Vec::new();
+        };
+        let end = addr.saturating_add(len);
+        let asked = self.asked.remove(&bytes.start);
+        match self.run {
+            // More of the chunk read last (one row of it, say).
+            Some(run) if run.last == place => Vec::new(),
+            Some(run) if self.after(run.last) == Some(place) => {
+                if addr == bytes.start && end < bytes.end {
+                    self.end_run();
+                    return Vec::new();
+                }
+                let may_ask = missed || asked;
+                self.step(run, place, bytes.end - bytes.start, (floor, max), may_ask)
+            }
+            // From inside a chunk to its end: a selection that goes on into
+            // the chunks after this one, which come along with it.
+            _ if addr > bytes.start && end == bytes.end && missed => {
+                self.end_run();
+                let mut run = Run {
+                    last: place,
+                    next_to_fetch: self.after(place),
+                    window: 0,
+                };
+                let ahead = self.ask(&mut run, bytes.end - bytes.start, (floor, max));
+                self.run = Some(run);
+                ahead
+            }
+            _ => {
+                self.end_run();
+                self.run = Some(Run {
+                    last: place,
+                    next_to_fetch: self.after(place),
+                    window: 0,
+                });
+                Vec::new()
+            }
+        }
+    }
+
+    /// Continues `run` with a read of the chunk at `place`, `chunk_len`
+    /// bytes long, and returns what to fetch ahead.
+    fn step(
+        &mut self,
+        run: Run,
+        place: Place,
+        chunk_len: u64,
+        (floor, max): (u64, u64),
+        may_ask: bool,
+    ) -> Vec<Range<u64>> {
+        let mut run = Run {
+            last: place,
+            next_to_fetch: match run.next_to_fetch {
+                Some(p) if p == place => self.after(place),
+                other => other,
+            },
+            ..run
+        };
+        let reached_the_end =
+            may_ask && run.next_to_fetch.is_some() && run.next_to_fetch == self.after(place);
+        let ahead = if reached_the_end {
+            self.ask(&mut run, chunk_len, (floor, max))
+        } else {
+            Vec::new()
+        };
+        self.run = Some(run);
+        ahead
+    }
+
+    /// The next step of `run`: the chunks from its first not asked for, up
+    /// to its grown window (the first step's from chunks of `chunk_len`).
+    fn ask(&mut self, run: &mut Run, chunk_len: u64, (floor, max): (u64, u64)) -> Vec<Range<u64>> {
+        run.window = if run.window == 0 {
+            chunk_len.saturating_mul(CHUNKS_AHEAD).max(floor)
+        } else {
+            run.window.saturating_mul(2)
+        }
+        .min(max.max(1));
+        let mut ahead: Vec<Range<u64>> = Vec::new();
+        let mut asked = 0;
+        while let Some(p) = run.next_to_fetch.filter(|_| asked < run.window) {
+            let Some(bytes) = self.bytes(p) else { break };
+            asked += bytes.end - bytes.start;
+            self.asked.insert(bytes.start);
+            match ahead.last_mut() {
+                Some(last) if last.end == bytes.start => last.end = bytes.end,
+                _ => ahead.push(bytes),
+            }
+            run.next_to_fetch = self.after(p);
+        }
+        ahead
+    }
+
+    fn end_run(&mut self) {
+        self.run = None;
+        self.asked.clear();
+    }
+
+    /// The chunk containing `addr`, and where it is listed.
+    fn chunk_at(&self, addr: u64) -> Option<(Range<u64>, Place)> {
+        let (&start, &(end, place)) = self.chunks.range(..=addr).next_back()?;
+        (addr < end).then_some((start..end, place))
+    }
+
+    /// The chunk listed after `place`, if its leaf is known.
+    fn after(&self, place: Place) -> Option<Place> {
+        let leaf = self.leaves.get(&place.leaf)?;
+        if place.index + 1 < leaf.chunks.len() {
+            return Some(Place {
+                index: place.index + 1,
+                ..place
+            });
+        }
+        let next = leaf.next_leaf?;
+        let following = self.leaves.get(&next)?;
+        (!following.chunks.is_empty()).then_some(Place {
+            leaf: next,
+            index: 0,
+        })
+    }
+
+    fn bytes(&self, place: Place) -> Option<Range<u64>> {
+        self.leaves
+            .get(&place.leaf)?
+            .chunks
+            .get(place.index)
+            .cloned()
+    }
+}
+
+#[cfg(test)]
+// One range of chunks is the expected answer, not a mistaken `Vec` of them.
+#[allow(clippy::single_range_in_vec_init)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    /// A leaf at 0 of `n` chunks of `len` bytes each, stored one after the
+    /// other from 1 MiB on.
+    fn index(n: u64, len: u64) -> ChunkAhead {
+        let mut ahead = ChunkAhead::default();
+        let chunks = (0..n).map(|i| MIB + i * len..MIB + (i + 1) * len).collect();
+        ahead.add_leaf(
+            0,
+            ChunkLeaf {
+                chunks,
+                next_leaf: None,
+            },
+        );
+        ahead
+    }
+
+    fn chunk(i: u64, len: u64) -> u64 {
+        MIB + i * len
+    }
+
+    fn miss(addr: u64, len: u64) -> ChunkRead {
+        ChunkRead {
+            addr,
+            len,
+            missed: true,
+        }
+    }
+
+    fn hit(addr: u64, len: u64) -> ChunkRead {
+        ChunkRead {
+            missed: false,
+            ..miss(addr, len)
+        }
+    }
+
+    #[test]
+    fn chunks_cached_already_are_read_without_fetching_past_them() {
+        let len = MIB;
+        let mut a = index(100, len);
+        // A selection's chunks fetched beforehand, all of them.
+        for i in 10..20 {
+            assert!(a.on_read(hit(chunk(i, len), len), 0, 64 * MIB).is_empty());
+        }
+        // A run that asked for its chunks goes on asking when it reaches
+        // the last, though that one is cached by then.
+        a.on_read(miss(chunk(30, len), len), 0, 64 * MIB);
+        assert_eq!(a.on_read(miss(chunk(31, len), len), 0, 64 * MIB).len(), 1);
+        for i in 32..35 {
+            assert!(a.on_read(hit(chunk(i, len), len), 0, 64 * MIB).is_empty());
+        }
+        let ahead = a.on_read(hit(chunk(35, len), len), 0, 64 * MIB);
+        assert_eq!(ahead, [chunk(36, len)..chunk(44, len)]);
+    }
+
+    #[test]
+    fn a_random_chunk_read_fetches_nothing_ahead() {
+        let len = 2 * MIB;
+        let mut a = index(100, len);
+        for i in [7, 50, 3, 99, 20] {
+            assert!(a.is_chunk(chunk(i, len), len));
+            assert!(a.on_read(miss(chunk(i, len), len), 0, 64 * MIB).is_empty());
+        }
+        // Nor does a small read inside a chunk, or one outside the index.
+        assert!(
+            a.on_read(miss(chunk(5, len) + 100, 4096), 0, 64 * MIB)
+                .is_empty()
+        );
+        assert!(!a.is_chunk(0, 4096));
+        assert!(!a.is_chunk(chunk(99, len) + 1, len), "runs past the chunk");
+    }
+
+    #[test]
+    fn a_run_fetches_the_following_chunks_exactly_in_growing_steps() {
+        let len = 900_000;
+        let mut a = index(100, len);
+        assert!(a.on_read(miss(chunk(10, len), len), 0, 64 * MIB).is_empty());
+        // The second chunk of a run: four chunks ahead, in one range.
+        let ahead = a.on_read(miss(chunk(11, len), len), 0, 64 * MIB);
+        assert_eq!(ahead, [chunk(12, len)..chunk(16, len)]);
+        for i in 12..15 {
+            assert!(a.on_read(miss(chunk(i, len), len), 0, 64 * MIB).is_empty());
+            // Reads within the chunk read last change nothing.
+            assert!(
+                a.on_read(miss(chunk(i, len) + 10, 10), 0, 64 * MIB)
+                    .is_empty()
+            );
+        }
+        // The last chunk asked for: twice as much, from where the last
+        // step ended.
+        let ahead = a.on_read(miss(chunk(15, len), len), 0, 64 * MIB);
+        assert_eq!(ahead, [chunk(16, len)..chunk(24, len)]);
+        // A jump elsewhere ends the run.
+        assert!(a.on_read(miss(chunk(60, len), len), 0, 64 * MIB).is_empty());
+        assert!(a.on_read(miss(chunk(61, len), len), 0, 64 * MIB).len() == 1);
+    }
+
+    #[test]
+    fn a_read_of_the_start_of_the_next_chunk_ends_the_run() {
+        let len = MIB;
+        let mut a = index(100, len);
+        a.on_read(miss(chunk(0, len), len), 0, 64 * MIB);
+        assert_eq!(a.on_read(miss(chunk(1, len), len), 0, 64 * MIB).len(), 1);
+        // Chunks 2 to 5 asked for; the selection ends inside chunk 2.
+        assert!(a.on_read(miss(chunk(2, len), 4096), 0, 64 * MIB).is_empty());
+        assert!(
+            a.on_read(miss(chunk(3, len), len), 0, 64 * MIB).is_empty(),
+            "a new run"
+        );
+        let ahead = a.on_read(miss(chunk(4, len), len), 0, 64 * MIB);
+        assert_eq!(ahead, [chunk(5, len)..chunk(9, len)]);
+    }
+
+    #[test]
+    fn a_read_to_the_end_of_a_chunk_from_inside_it_fetches_the_next() {
+        let len = 2 * MIB;
+        let mut a = index(10, len);
+        let ahead = a.on_read(miss(chunk(3, len) + 5000, len - 5000), 0, 64 * MIB);
+        assert_eq!(ahead, [chunk(4, len)..chunk(8, len)]);
+        // The next reads continue the run and find their chunks asked for.
+        for i in 4..7 {
+            assert!(a.on_read(hit(chunk(i, len), len), 0, 64 * MIB).is_empty());
+        }
+        let ahead = a.on_read(hit(chunk(7, len), len), 0, 64 * MIB);
+        assert_eq!(ahead, [chunk(8, len)..chunk(10, len)], "to the index's end");
+    }
+
+    #[test]
+    fn read_ahead_stops_at_the_index_end_and_its_floor_and_cap_hold() {
+        let len = MIB;
+        let mut a = index(6, len);
+        a.on_read(miss(chunk(0, len), len), 0, 64 * MIB);
+        // The floor asks for more than four chunks; the index has five more.
+        let ahead = a.on_read(miss(chunk(1, len), len), 100 * MIB, 64 * MIB);
+        assert_eq!(ahead, [chunk(2, len)..chunk(6, len)]);
+        assert!(a.on_read(miss(chunk(2, len), len), 0, 64 * MIB).is_empty());
+        let mut a = index(20, len);
+        a.on_read(miss(chunk(0, len), len), 0, 2 * MIB);
+        let ahead = a.on_read(miss(chunk(1, len), len), 0, 2 * MIB);
+        assert_eq!(ahead, [chunk(2, len)..chunk(4, len)], "the cap");
+    }
+
+    #[test]
+    fn a_run_goes_on_into_the_next_leaf() {
+        let len = MIB;
+        let mut a = ChunkAhead::default();
+        let leaf = |first: u64, next| ChunkLeaf {
+            chunks: (first..first + 2)
+                .map(|i| chunk(i, len)..chunk(i + 1, len))
+                .collect(),
+            next_leaf: next,
+        };
+        a.add_leaf(500, leaf(0, Some(900)));
+        a.add_leaf(900, leaf(2, None));
+        a.on_read(miss(chunk(0, len), len), 0, 64 * MIB);
+        let ahead = a.on_read(miss(chunk(1, len), len), 0, 64 * MIB);
+        assert_eq!(ahead, [chunk(2, len)..chunk(4, len)]);
+    }
+}
