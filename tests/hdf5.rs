@@ -500,3 +500,161 @@ fn the_metadata_prefetch_reads_the_latest_format_too() {
     assert!(on.requests <= off.requests, "{on:?} vs {off:?}");
     assert!(on.round_trips <= off.round_trips, "{on:?} vs {off:?}");
 }
+
+/// Rows and columns of the datasets of [`uneven_file`], and rows per chunk.
+const UNEVEN_ROWS: usize = 64 * 1024;
+const UNEVEN_COLS: usize = 64;
+const UNEVEN_CHUNK: usize = 1024;
+
+/// The value at (row, col) of dataset `which` of [`uneven_file`]: noise whose
+/// amplitude changes from chunk to chunk, so that the deflated chunks differ
+/// in length.
+fn uneven_value(which: usize, row: usize, col: usize) -> i16 {
+    let chunk = row / UNEVEN_CHUNK;
+    let amplitude = 1 + (chunk * 37 + which * 11) % 200;
+    let mut x = (row * UNEVEN_COLS + col) as u64 ^ (which as u64) << 40;
+    x = x.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    ((x >> 33) % amplitude as u64) as i16
+}
+
+/// Two deflated datasets, `a` and `b`, written chunk by chunk in turn, so
+/// that their chunks alternate in the file: a byte stream through `a`'s
+/// chunks runs through `b`'s too.
+fn uneven_file() -> &'static PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let path = temp_path("uneven.h5");
+        let file = h5lib::File::create(&path).unwrap();
+        let create = |name| {
+            file.new_dataset::<i16>()
+                .shape((UNEVEN_ROWS, UNEVEN_COLS))
+                .chunk((UNEVEN_CHUNK, UNEVEN_COLS))
+                .deflate(4)
+                .create(name)
+                .unwrap()
+        };
+        let datasets = [create("a"), create("b")];
+        for start in (0..UNEVEN_ROWS).step_by(UNEVEN_CHUNK) {
+            for (which, ds) in datasets.iter().enumerate() {
+                let rows = start..start + UNEVEN_CHUNK;
+                let values: Vec<i16> = rows
+                    .clone()
+                    .flat_map(|r| (0..UNEVEN_COLS).map(move |c| uneven_value(which, r, c)))
+                    .collect();
+                let slab =
+                    ndarray::Array2::from_shape_vec((UNEVEN_CHUNK, UNEVEN_COLS), values).unwrap();
+                ds.write_slice(&slab, (rows, ..)).unwrap();
+            }
+        }
+        path
+    })
+}
+
+/// The stored bytes of the chunks of `ds` that hold `rows`.
+fn stored_bytes(ds: &h5::Dataset, rows: &std::ops::Range<usize>) -> u64 {
+    let chunks = rows.start / UNEVEN_CHUNK..(rows.end - 1) / UNEVEN_CHUNK + 1;
+    (0..ds.num_chunks().unwrap())
+        .filter_map(|i| ds.chunk_info(i))
+        .filter(|c| chunks.contains(&(c.offset[0] as usize / UNEVEN_CHUNK)))
+        .map(|c| c.size)
+        .sum()
+}
+
+/// Opens [`uneven_file`] in 4 KiB blocks (so that blocks round little),
+/// with the chunk read-ahead on or off, and dataset `name` in it.
+fn open_uneven(
+    server: &RangeServer,
+    chunks: bool,
+    name: &str,
+) -> (h5::Dataset, remfile::RemoteFile) {
+    let file = h5::OpenOptions::new()
+        .chunk_read_ahead(chunks)
+        .remote(builder().block_size(4 << 10).open_tail(64 << 10))
+        .open_url(server.url("/uneven.h5"))
+        .unwrap();
+    let remote = h5::driver_info(&file).unwrap().remote;
+    (file.dataset(name).unwrap(), remote)
+}
+
+/// Reads `rows` of `ds` and checks them against what was written.
+fn check_rows(ds: &h5::Dataset, which: usize, rows: std::ops::Range<usize>) {
+    let got: Vec<i16> = ds
+        .read_slice_2d::<i16, _>((rows.clone(), ..))
+        .unwrap()
+        .into_iter()
+        .collect();
+    let want: Vec<i16> = rows
+        .flat_map(|r| (0..UNEVEN_COLS).map(move |c| uneven_value(which, r, c)))
+        .collect();
+    assert!(got == want, "rows differ");
+}
+
+#[test]
+fn a_slice_of_deflated_chunks_reads_ahead_along_the_index() {
+    let server = serve(uneven_file());
+    let local = h5lib::File::open(uneven_file()).unwrap();
+    let rows = 20 * UNEVEN_CHUNK + 300..30 * UNEVEN_CHUNK + 200;
+    let stored = stored_bytes(&local.dataset("a").unwrap(), &rows);
+    let mut cost = Vec::new();
+    for chunks in [false, true] {
+        let (ds, remote) = open_uneven(&server, chunks, "a");
+        // The first read of the dataset looks its chunk index up.
+        check_rows(&ds, 0, 0..1);
+        let before = remote.stats();
+        check_rows(&ds, 0, rows.clone());
+        assert!(remote.wait_for_background_fetches(Duration::from_secs(20)));
+        let info = h5::driver_info(&ds.file().unwrap()).unwrap().prefetch;
+        cost.push((remote.stats().since(&before), info));
+    }
+    let [(off, quiet), (on, did)] = [cost[0], cost[1]];
+    eprintln!("{stored} bytes stored; off {off:?}; on {on:?}, {did:?}");
+    assert_eq!(quiet.chunk_bytes_ahead, 0, "off means off");
+    // Eleven chunks, read one by one. Without the chunk read-ahead, each
+    // costs HDF5 1.10 a round trip (its writer put the other dataset's
+    // chunks between them, so the byte stream's read-ahead never starts);
+    // HDF5 2.x writes them together, and the byte stream's read-ahead then
+    // fetches eight times their bytes. Along the index: the first
+    // chunk, the second with the four after it, then the next eight when
+    // the run reaches them (a reader that finds a step still under way
+    // waits for it: a round trip at most per step).
+    assert_eq!(did.chunk_reads, 11 + 1, "{did:?}");
+    if h5::library_version() < (1, 12, 0) {
+        assert_eq!(off.round_trips, 11, "{off:?}");
+    }
+    assert!(on.round_trips <= 4, "{on:?}");
+    // The chunks' own bytes (in 4 KiB blocks), and the last step's chunks
+    // past the slice's end: at most eight chunks of about a tenth each.
+    assert!(
+        on.bytes_fetched as f64 <= 1.9 * stored as f64,
+        "{on:?}: {stored} stored"
+    );
+    assert!(
+        did.chunk_bytes_ahead <= 12 * stored / 11 + 12 * 4096,
+        "{did:?}"
+    );
+}
+
+#[test]
+fn random_chunk_reads_fetch_no_chunk_but_their_own() {
+    let server = serve(uneven_file());
+    let local = h5lib::File::open(uneven_file()).unwrap();
+    let (ds, remote) = open_uneven(&server, true, "b");
+    check_rows(&ds, 1, 0..1);
+    let before = remote.stats();
+    let mut stored = 0;
+    for chunk in [40, 7, 51, 23, 29, 3, 60, 33, 12, 45] {
+        let rows = chunk * UNEVEN_CHUNK..(chunk + 1) * UNEVEN_CHUNK;
+        stored += stored_bytes(&local.dataset("b").unwrap(), &rows);
+        check_rows(&ds, 1, rows);
+    }
+    assert!(remote.wait_for_background_fetches(Duration::from_secs(20)));
+    let cost = remote.stats().since(&before);
+    let did = h5::driver_info(&ds.file().unwrap()).unwrap().prefetch;
+    eprintln!("{stored} bytes stored; {cost:?}; {did:?}");
+    assert_eq!(did.chunk_bytes_ahead, 0, "{did:?}");
+    // Each chunk's own bytes, in 4 KiB blocks, and the index's nodes.
+    assert!(
+        cost.bytes_fetched as f64 <= 1.2 * stored as f64 + 64e3,
+        "{cost:?}"
+    );
+}
