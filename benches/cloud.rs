@@ -26,7 +26,8 @@
 //! (connection, range, bytes, arrival and end times); `REMFILE_BENCH_ONLY`
 //! runs only the rows whose label contains it (e.g. `"30 ms, pynwb"`),
 //! `REMFILE_BENCH_BLOCK` sets remfile's block size in bytes, and
-//! `REMFILE_BENCH_PEERS=0` skips the other readers.
+//! `REMFILE_BENCH_PEERS=0` skips the other readers, `REMFILE_BENCH_ROS3=0`
+//! only ros3 (whose walk takes minutes).
 
 #[path = "support/cloud_server.rs"]
 mod cloud_server;
@@ -224,6 +225,8 @@ fn run(label: &str, url: &str, stored: u64) {
     let ds = file.dataset("acquisition/ElectricalSeries/data").unwrap();
     read_slice(label, "bulk, pf", &remote, &ds, stored, true);
 
+    random_chunks(label, url);
+
     // HDF 1.14+ hands the driver one vector read for chunks that bypass its
     // chunk cache (uncompressed ones larger than the cache).
     if h5::library_version() >= (1, 14, 0) {
@@ -296,6 +299,46 @@ fn read_slice(
         p.chunk_reads,
         p.chunk_bytes_ahead as f64 / 1e6
     ));
+}
+
+/// Chunks read one at a time in no order (50 single-chunk selections
+/// scattered over the recording), in a fresh file with the defaults: the
+/// bytes fetched against the chunks' stored bytes.
+fn random_chunks(label: &str, url: &str) {
+    let (file, remote) = open_h5(url, h5::OpenOptions::new());
+    let ds = file.dataset("acquisition/ElectricalSeries/data").unwrap();
+    let chunks = ds.num_chunks().unwrap();
+    // Its first read looks the chunk index up; not part of what is measured.
+    ds.read_slice_2d::<i16, _>((0..1, ..)).unwrap();
+    let stored_of = |k: usize| {
+        (0..chunks)
+            .filter_map(|i| ds.chunk_info(i))
+            .find(|c| c.offset[0] as usize == k * NWB_CHUNK_ROWS)
+            .map_or(0, |c| c.size)
+    };
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let picks: Vec<usize> = (0..50)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            1 + (x % (chunks as u64 - 2)) as usize
+        })
+        .collect();
+    let stored: u64 = picks.iter().map(|&k| stored_of(k)).sum();
+    let (before, cpu0, t0) = (remote.stats(), cpu_time(), Instant::now());
+    for &k in &picks {
+        let rows = k * NWB_CHUNK_ROWS..(k + 1) * NWB_CHUNK_ROWS;
+        ds.read_slice_2d::<i16, _>((rows, ..)).unwrap();
+    }
+    report(
+        label,
+        "50 random chunks",
+        t0,
+        cpu0,
+        remote.stats().since(&before),
+        Some(stored),
+    );
 }
 
 /// The byte span the slice's chunks occupy in the file.
@@ -621,7 +664,9 @@ fn peers(label: &str, file: &Path, url: &str) {
         (&venv, &["remfile-py", "fsspec", "local"]),
         (Path::new("/usr/bin/python3"), &["ros3"]),
     ];
-    for (python, names) in runs {
+    // ros3 makes one request per HDF5 read: a walk takes minutes.
+    let ros3 = std::env::var("REMFILE_BENCH_ROS3").map_or(true, |v| v != "0");
+    for (python, names) in runs.into_iter().filter(|(_, n)| ros3 || n[0] != "ros3") {
         let out = Command::new(python)
             .arg(&script)
             .arg(url)

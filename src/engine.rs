@@ -355,11 +355,18 @@ impl Engine {
     ) -> (u32, Option<Error>) {
         let owned = claim.owned.clone();
         let sizes = self.link_sizes();
+        // A guess fills no gap: the bytes between guessed blocks are
+        // wanted by nobody, and no reader waits for the requests it saves.
+        let max_gap = if claim.is_speculative() {
+            0
+        } else {
+            sizes.max_gap
+        };
         let parts = plan::parts(
             &owned,
             self.options.max_concurrency,
             sizes.min_part,
-            sizes.max_gap,
+            max_gap,
         );
         let mut failure = None;
         let rounds = fan_out(

@@ -750,6 +750,27 @@ fn a_failed_guess_never_fails_a_read() {
 }
 
 #[test]
+fn a_background_prefetch_fetches_no_gap_between_its_guesses() {
+    let data = test_data(16 * MIB as usize, 44);
+    let server = RangeServer::new(data);
+    let file = builder().open(server.url("/f")).unwrap();
+    // Six blocks one apart: a read would fetch the gaps too (two requests
+    // are cheaper than six), but the bytes between guesses are wanted by
+    // nobody.
+    let guesses: Vec<_> = (0..6)
+        .map(|i| (2 + 2 * i) * MIB..(2 + 2 * i) * MIB + 1)
+        .collect();
+    assert_eq!(file.prefetch_in_background(guesses, u64::MAX), 6 * MIB);
+    assert!(file.wait_for_background_fetches(std::time::Duration::from_secs(20)));
+    let stats = file.stats();
+    assert_eq!(
+        (stats.requests, stats.bytes_fetched),
+        (1 + 6, MIB + 6 * MIB),
+        "{stats:?}"
+    );
+}
+
+#[test]
 fn a_background_prefetch_stays_within_its_bytes() {
     let data = test_data(16 * MIB as usize, 43);
     let server = RangeServer::new(data);

@@ -50,6 +50,7 @@ impl BlockCache {
             found: Vec::new(),
             waiting: Vec::new(),
             owned: Vec::new(),
+            speculative,
         };
         let mut table = self.inner.in_flight.lock();
         for &index in needed {
@@ -146,9 +147,15 @@ pub(crate) struct Claim {
     pub waiting: Vec<(u64, Arc<Pending>)>,
     /// Blocks this reader must fetch, sorted.
     pub owned: Vec<u64>,
+    speculative: bool,
 }
 
 impl Claim {
+    /// Whether a speculative fetch made the claim.
+    pub fn is_speculative(&self) -> bool {
+        self.speculative
+    }
+
     /// Delivers a fetched block: into the cache, and to its waiters.
     pub fn fulfil(&mut self, index: u64, block: Block) {
         if let Some(at) = self.owned.iter().position(|&i| i == index) {

@@ -322,7 +322,7 @@ pub fn open(file: RemoteFile) -> Result<File, OpenError> {
 pub const OPEN_TAIL: u64 = 1 << 20;
 
 /// The block size of [`builder()`].
-pub const BLOCK_SIZE: u64 = 256 << 10;
+pub const BLOCK_SIZE: u64 = 128 << 10;
 
 /// The options [`open_url`] opens remote files with: [`RemoteFile::builder`]
 /// with an [`open_tail`](Builder::open_tail) of [`OPEN_TAIL`] and a
