@@ -658,3 +658,31 @@ fn random_chunk_reads_fetch_no_chunk_but_their_own() {
         "{cost:?}"
     );
 }
+
+#[test]
+fn read_hyperslab_fetches_exactly_the_selections_chunks_in_one_round() {
+    let server = serve(uneven_file());
+    let local = h5lib::File::open(uneven_file()).unwrap();
+    let rows = 20 * UNEVEN_CHUNK + 300..30 * UNEVEN_CHUNK + 200;
+    let stored = stored_bytes(&local.dataset("a").unwrap(), &rows);
+    let (ds, remote) = open_uneven(&server, true, "a");
+    check_rows(&ds, 0, 0..1);
+    let before = remote.stats();
+    let slab = [rows.start as u64..rows.end as u64, 0..UNEVEN_COLS as u64];
+    let got = h5::read_hyperslab::<i16>(&ds, &slab).unwrap();
+    assert_eq!(got.shape(), &[rows.len(), UNEVEN_COLS]);
+    let want: Vec<i16> = rows
+        .clone()
+        .flat_map(|r| (0..UNEVEN_COLS).map(move |c| uneven_value(0, r, c)))
+        .collect();
+    assert!(got.iter().copied().eq(want), "rows differ");
+    assert!(remote.wait_for_background_fetches(Duration::from_secs(20)));
+    let cost = remote.stats().since(&before);
+    eprintln!("{stored} bytes stored; {cost:?}");
+    // The chunks' own bytes, each rounded out to 4 KiB blocks, in one round
+    // (the chunk index's leaf is known from the first read).
+    assert_eq!(cost.round_trips, 1, "{cost:?}");
+    assert!(cost.bytes_fetched <= stored + 11 * 2 * 4096, "{cost:?}");
+    let ahead = h5::driver_info(&ds.file().unwrap()).unwrap().prefetch;
+    assert_eq!(ahead.chunk_bytes_ahead, 0, "nothing guessed: {ahead:?}");
+}

@@ -84,6 +84,9 @@ pub use ::hdf5 as hdf5_metno;
 /// The types of this module's functions, from [`hdf5_metno`].
 #[doc(no_inline)]
 pub use ::hdf5::{Dataset, File};
+/// The array crate the `hdf5` crate reads into (its version, re-exported):
+/// [`read_hyperslab`] returns an [`ndarray::ArrayD`].
+pub use ::ndarray;
 
 use self::driver::{FaplInfo, Source};
 pub use self::prefetch::PrefetchStats;
@@ -488,6 +491,44 @@ pub fn prefetch_hyperslab(
         .prefetch(stored)
         .map_err(|e| hdf5_metno::Error::from(format!("prefetching {count} chunks failed: {e}")))?;
     Ok(count)
+}
+
+/// Reads the hyperslab `ranges` (one range of element indices per
+/// dimension) of `dataset`, after fetching every chunk it touches in one
+/// round ([`prefetch_hyperslab`]): the selection is known in advance, so it
+/// costs the chunk index's look-up and one round of concurrent requests for
+/// exactly the chunks it needs, where a plain `read_slice` lets HDF5 ask for
+/// the chunks one by one and the [chunk read-ahead](OpenOptions::chunk_read_ahead)
+/// guess how far the selection goes. Use it for a slice of a chunked
+/// dataset; the chunks must fit in the cache (see
+/// [`Builder::cache_capacity`]).
+///
+/// ```no_run
+/// use remfile::hdf5;
+///
+/// let file = hdf5::open_url("https://example.com/sub-01_ecephys.nwb")?;
+/// let data = file.dataset("acquisition/ElectricalSeries/data")?;
+/// let slice = hdf5::read_hyperslab::<i16>(&data, &[1_000_000..1_180_000, 0..64])?;
+/// assert_eq!(slice.shape(), &[180_000, 64]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # Errors
+///
+/// As [`prefetch_hyperslab`], and as the `hdf5` crate's `read_slice`.
+pub fn read_hyperslab<T: hdf5_metno::H5Type>(
+    dataset: &Dataset,
+    ranges: &[std::ops::Range<u64>],
+) -> hdf5_metno::Result<ndarray::ArrayD<T>> {
+    prefetch_hyperslab(dataset, ranges)?;
+    let slab: Vec<hdf5_metno::SliceOrIndex> = ranges
+        .iter()
+        .map(|r| {
+            let to_usize = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+            hdf5_metno::SliceOrIndex::from(to_usize(r.start)..to_usize(r.end))
+        })
+        .collect();
+    dataset.read_slice(hdf5_metno::Hyperslab::from(slab))
 }
 
 /// How many remote files the driver holds open now, across all HDF5 files.
