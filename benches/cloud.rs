@@ -660,19 +660,25 @@ fn peers(label: &str, file: &Path, url: &str) {
         println!("{label:<32} peers: run benches/setup-peers.sh first");
         return;
     }
-    let runs: [(&Path, &[&str]); 2] = [
+    let runs: [(&Path, &[&str]); 3] = [
         (&venv, &["remfile-py", "fsspec", "local"]),
+        (&venv, &["plugin"]),
         (Path::new("/usr/bin/python3"), &["ros3"]),
     ];
     // ros3 makes one request per HDF5 read: a walk takes minutes.
     let ros3 = std::env::var("REMFILE_BENCH_ROS3").map_or(true, |v| v != "0");
     for (python, names) in runs.into_iter().filter(|(_, n)| ros3 || n[0] != "ros3") {
-        let out = Command::new(python)
-            .arg(&script)
-            .arg(url)
-            .arg(file)
-            .args(names)
-            .output();
+        let mut cmd = Command::new(python);
+        cmd.arg(&script).arg(url).arg(file).args(names);
+        if names == ["plugin"] {
+            let Some(dir) = plugin_dir() else {
+                println!("{label:<32} plugin: could not build hdf5-plugin");
+                continue;
+            };
+            cmd.env("HDF5_PLUGIN_PATH", dir)
+                .env("HDF5_DRIVER", "remfile");
+        }
+        let out = cmd.output();
         let Ok(out) = out else {
             println!(
                 "{label:<32} peers {names:?}: cannot run {}",
@@ -687,6 +693,29 @@ fn peers(label: &str, file: &Path, url: &str) {
 }
 
 /// Prints one JSON line of peers.py as a table row.
+/// A directory holding the plugin alone, built (release) once.
+fn plugin_dir() -> Option<PathBuf> {
+    static DIR: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let built = Command::new(cargo)
+            .current_dir(&root)
+            .args(["build", "--quiet", "--release", "-p", "remfile-hdf5-plugin"])
+            .status()
+            .is_ok_and(|s| s.success());
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| root.join("target"));
+        let dir = target.join("bench-data/plugin");
+        std::fs::create_dir_all(&dir).ok()?;
+        let so = "libremfile_hdf5.so";
+        (built && std::fs::copy(target.join("release").join(so), dir.join(so)).is_ok())
+            .then_some(dir)
+    })
+    .clone()
+}
+
 fn print_peer_line(label: &str, line: &str) {
     let field = |name: &str| -> Option<&str> {
         let at = line.find(&format!("\"{name}\": "))? + name.len() + 4;

@@ -13,6 +13,7 @@ into its table.
 """
 
 import json
+import os
 import re
 import resource
 import sys
@@ -97,6 +98,12 @@ def opener(peer, url, path):
         return lambda: h5py.File(url, "r", driver="ros3")
     if peer == "local":
         return lambda: h5py.File(path, "r")
+    if peer == "plugin":
+        # The remfile plugin, loaded by this h5py's own HDF5 from
+        # HDF5_PLUGIN_PATH because HDF5_DRIVER says so.
+        if os.environ.get("HDF5_DRIVER") != "remfile":
+            raise RuntimeError("set HDF5_DRIVER=remfile and HDF5_PLUGIN_PATH")
+        return lambda: h5py.File(url, "r")
     raise ValueError(f"unknown peer {peer}")
 
 

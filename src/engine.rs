@@ -131,13 +131,13 @@ impl Engine {
     }
 
     /// Whether every block covering `range` is cached.
-    #[cfg(feature = "hdf5")]
+    #[cfg(any(feature = "hdf5", feature = "vfd"))]
     pub(crate) fn is_cached(&self, range: Range<u64>) -> bool {
         self.missing_blocks([range]).is_empty()
     }
 
     /// The least and the most bytes a sequential stream reads ahead.
-    #[cfg(feature = "hdf5")]
+    #[cfg(any(feature = "hdf5", feature = "vfd"))]
     pub(crate) fn read_ahead_bounds(&self) -> (u64, u64) {
         (self.link_sizes().ahead_floor, self.options.read_ahead_max)
     }

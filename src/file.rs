@@ -184,14 +184,14 @@ impl RemoteFile {
     }
 
     /// Whether every block covering `range` is cached.
-    #[cfg(feature = "hdf5")]
+    #[cfg(any(feature = "hdf5", feature = "vfd"))]
     pub(crate) fn is_cached(&self, range: std::ops::Range<u64>) -> bool {
         self.engine.is_cached(range)
     }
 
     /// The least and the most bytes a sequential stream reads ahead now
     /// (the least follows the link).
-    #[cfg(feature = "hdf5")]
+    #[cfg(any(feature = "hdf5", feature = "vfd"))]
     pub(crate) fn read_ahead_bounds(&self) -> (u64, u64) {
         self.engine.read_ahead_bounds()
     }

@@ -186,9 +186,9 @@ mod file;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
-#[cfg(any(feature = "hdf5", feature = "fuzzing", test))]
+#[cfg(any(feature = "hdf5", feature = "vfd", feature = "fuzzing", test))]
 mod h5meta;
-// The one module with unsafe code: HDF5's C interface.
+// The two modules with unsafe code: HDF5's C interface.
 #[cfg(feature = "hdf5")]
 #[cfg_attr(docsrs, doc(cfg(feature = "hdf5")))]
 #[allow(unsafe_code)]
@@ -199,6 +199,10 @@ mod open;
 mod options;
 mod plan;
 mod stats;
+#[cfg(any(feature = "hdf5", feature = "vfd"))]
+#[allow(unsafe_code)]
+#[doc(hidden)]
+pub mod vfd;
 
 pub use cache::BlockCache;
 pub use error::{Error, ErrorKind, Result};

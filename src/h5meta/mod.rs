@@ -263,7 +263,7 @@ pub(crate) fn pointers(
 }
 
 /// Whether `bytes` open with the signature of an HDF5 structure.
-#[cfg(feature = "hdf5")]
+#[cfg(any(feature = "hdf5", feature = "vfd"))]
 pub(crate) fn has_signature(bytes: &[u8]) -> bool {
     const SIGNATURES: [&[u8; 4]; 19] = [
         b"\x89HDF", b"TREE", b"SNOD", b"HEAP", b"GCOL", b"OHDR", b"OCHK", b"FRHP", b"FHDB",

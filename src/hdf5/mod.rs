@@ -56,11 +56,8 @@
 
 #![warn(clippy::undocumented_unsafe_blocks)]
 
-mod chunk_ahead;
 mod chunks;
-mod driver;
-mod ffi;
-mod prefetch;
+mod register;
 
 use std::ffi::{CString, c_void};
 use std::fmt;
@@ -88,9 +85,9 @@ pub use ::hdf5::{Dataset, File};
 /// [`read_hyperslab`] returns an [`ndarray::ArrayD`].
 pub use ::ndarray;
 
-use self::driver::{FaplInfo, Source};
-pub use self::prefetch::PrefetchStats;
-use self::prefetch::Prefetcher;
+use crate::vfd::driver::{self, FaplInfo, Source};
+pub use crate::vfd::prefetch::PrefetchStats;
+use crate::vfd::prefetch::Prefetcher;
 use crate::{Builder, RemoteFile};
 
 /// Options for opening a remote HDF5 file: HDF5's caches, and a hook for any
@@ -268,7 +265,7 @@ impl OpenOptions {
     }
 
     fn open_locked(&self, reader: &Arc<Source>, name: &CString) -> hdf5_metno::Result<File> {
-        let id = driver::driver_id().map_err(|e| hdf5_metno::Error::from(e.to_string()))?;
+        let id = register::driver_id().map_err(|e| hdf5_metno::Error::from(e.to_string()))?;
         let mut builder = hdf5_metno::plist::FileAccess::build();
         if let Some((slots, bytes, w0)) = self.chunk_cache {
             builder.chunk_cache(slots, bytes, w0);
@@ -322,10 +319,10 @@ pub fn open(file: RemoteFile) -> Result<File, OpenError> {
 
 /// How much of the end of the file [`open_url`] fetches beside the
 /// superblock (see [`builder()`]).
-pub const OPEN_TAIL: u64 = 1 << 20;
+pub const OPEN_TAIL: u64 = crate::vfd::config::OPEN_TAIL;
 
 /// The block size of [`builder()`].
-pub const BLOCK_SIZE: u64 = 128 << 10;
+pub const BLOCK_SIZE: u64 = crate::vfd::config::BLOCK_SIZE;
 
 /// The options [`open_url`] opens remote files with: [`RemoteFile::builder`]
 /// with an [`open_tail`](Builder::open_tail) of [`OPEN_TAIL`] and a
@@ -350,9 +347,7 @@ pub const BLOCK_SIZE: u64 = 128 << 10;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn builder() -> Builder {
-    RemoteFile::builder()
-        .open_tail(OPEN_TAIL)
-        .block_size(BLOCK_SIZE)
+    crate::vfd::config::hdf5_builder()
 }
 
 /// Opens the HDF5 file at `url`, read-only, with the defaults of
@@ -410,7 +405,7 @@ pub fn driver_info(file: &File) -> Option<DriverInfo> {
 /// What the driver reads `file` from, if this module opened it.
 fn source_of(file: &File) -> Option<Arc<Source>> {
     hdf5_metno::sync::sync(|| {
-        let ours = driver::driver_id().ok()?;
+        let ours = register::driver_id().ok()?;
         // SAFETY: a valid file id; the plist is closed again below.
         let driver = unsafe {
             let fapl = hdf5_sys::h5f::H5Fget_access_plist(file.id());
@@ -539,7 +534,7 @@ pub fn open_remote_files() -> usize {
 
 /// The version of the linked HDF5 library, `(major, minor, release)`.
 pub fn library_version() -> (u32, u32, u32) {
-    hdf5_metno::sync::sync(driver::library_version)
+    hdf5_metno::sync::sync(register::library_version)
 }
 
 /// Why a remote HDF5 file could not be opened: HDF5's message, and the

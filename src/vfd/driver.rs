@@ -6,16 +6,16 @@
 //! aborts) and reports failures on HDF5's error stack, where the caller's
 //! `hdf5::Error` finds them.
 
-use std::ffi::{CString, c_char, c_int, c_uint, c_ulong, c_void};
+use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_ulong, c_void};
 use std::fmt;
 use std::ops::Range;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 use parking_lot::Mutex;
 
+use super::api::{self, Minor};
 use super::chunk_ahead::ChunkRead;
 use super::ffi::*;
 use super::prefetch::Prefetcher;
@@ -32,6 +32,9 @@ pub(crate) struct Source {
     pub last_error: Mutex<Option<Error>>,
     pub read_calls: AtomicU64,
     pub vector_calls: AtomicU64,
+    /// Whether to print the file's statistics to standard error when the
+    /// last open of it closes.
+    report: std::sync::atomic::AtomicBool,
 }
 
 static LIVE_READERS: AtomicUsize = AtomicUsize::new(0);
@@ -45,17 +48,45 @@ impl Source {
             last_error: Mutex::new(None),
             read_calls: AtomicU64::new(0),
             vector_calls: AtomicU64::new(0),
+            report: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// Prints the file's statistics to standard error when it closes.
+    pub fn report_at_close(&self) {
+        self.report.store(true, Relaxed);
     }
 }
 
 impl Drop for Source {
     fn drop(&mut self) {
         LIVE_READERS.fetch_sub(1, Relaxed);
+        if self.report.load(Relaxed) {
+            let s = self.file.stats();
+            let p = self
+                .prefetch
+                .as_ref()
+                .map(|p| p.lock().stats())
+                .unwrap_or_default();
+            eprintln!(
+                "remfile: {}: {} requests in {} round trips, {} bytes fetched, {} bytes read; \
+                 {} HDF5 reads, {} of {} metadata reads foreseen, {} chunk reads",
+                self.file.url(),
+                s.requests,
+                s.round_trips,
+                s.bytes_fetched,
+                s.bytes_read,
+                self.read_calls.load(Relaxed) + self.vector_calls.load(Relaxed),
+                p.predicted_reads,
+                p.predicted_reads + p.unpredicted_reads,
+                p.chunk_reads,
+            );
+        }
     }
 }
 
 /// How many remote files the driver holds now.
+#[cfg_attr(not(feature = "hdf5"), allow(dead_code))]
 pub(crate) fn live_readers() -> usize {
     LIVE_READERS.load(Relaxed)
 }
@@ -133,80 +164,20 @@ static CLASS_V2: ClassV2 = ClassV2 {
     fl_map: FLMAP_DICHOTOMY,
 };
 
-/// The linked library's version, `(major, minor, release)`.
-pub(crate) fn library_version() -> (u32, u32, u32) {
-    let (mut major, mut minor, mut release) = (0, 0, 0);
-    // SAFETY: plain out-parameters.
-    unsafe { hdf5_sys::h5::H5get_libversion(&mut major, &mut minor, &mut release) };
-    (major, minor, release)
-}
-
-/// Whether the library uses the class layout of 1.13.2 and later.
-pub(crate) fn uses_class_v2() -> bool {
-    library_version() >= (1, 13, 2)
-}
-
-/// HDF5 refused to register the driver.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct RegisterError {
-    version: (u32, u32, u32),
-}
-
-impl fmt::Display for RegisterError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (a, b, c) = self.version;
-        write!(
-            f,
-            "could not register the remfile driver with HDF5 {a}.{b}.{c}"
-        )
-    }
-}
-
-/// Registers the driver once per process; returns its id. Call with the
-/// HDF5 lock held.
-pub(crate) fn driver_id() -> Result<hid_t, RegisterError> {
-    static ID: OnceLock<hid_t> = OnceLock::new();
-    if let Some(&id) = ID.get() {
-        return Ok(id);
-    }
-    let class: *const c_void = if uses_class_v2() {
+/// The driver's class in the layout HDF5 `version` reads: a static, alive
+/// for the whole process as HDF5 requires.
+pub fn class_for(version: (u32, u32, u32)) -> *const c_void {
+    if version >= (1, 13, 2) {
         &CLASS_V2 as *const ClassV2 as *const c_void
     } else {
         &CLASS_V1 as *const ClassV1 as *const c_void
-    };
-    // SAFETY: the class is a static of the layout this library version
-    // reads, alive for the whole process as HDF5 requires.
-    let id = unsafe { hdf5_sys::h5fd::H5FDregister(class.cast()) };
-    if id < 0 {
-        return Err(RegisterError {
-            version: library_version(),
-        });
     }
-    Ok(*ID.get_or_init(|| id))
 }
 
 /// Pushes `message` on HDF5's error stack, as the driver's error.
-fn push_error(minor: hid_t, message: &str) {
+fn push_error(minor: Minor, message: &str) {
     let text = CString::new(message.replace('\0', " ")).unwrap_or_default();
-    // SAFETY: the format is "%s" and its one argument a valid C string; the
-    // error class and codes are the library's own, initialized by now.
-    unsafe {
-        hdf5_sys::h5e::H5Epush2(
-            hdf5_sys::h5e::H5E_DEFAULT,
-            c"remfile".as_ptr(),
-            c"remfile driver".as_ptr(),
-            line!(),
-            *hdf5_sys::h5e::H5E_ERR_CLS,
-            *hdf5_sys::h5e::H5E_VFL,
-            minor,
-            c"%s".as_ptr(),
-            text.as_ptr(),
-        );
-    }
-}
-
-fn read_error() -> hid_t {
-    *hdf5_sys::h5e::H5E_READERROR
+    api::push_error(minor, &text);
 }
 
 /// Runs a callback body, turning a panic into an HDF5 error.
@@ -219,10 +190,7 @@ fn guard<T>(failed: T, body: impl FnOnce() -> T) -> T {
                 .map(|s| s.to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic".to_owned());
-            push_error(
-                read_error(),
-                &format!("the remfile driver panicked: {what}"),
-            );
+            push_error(Minor::Read, &format!("the remfile driver panicked: {what}"));
             failed
         }
     }
@@ -271,37 +239,27 @@ unsafe extern "C" fn fapl_free(info: *mut c_void) -> herr_t {
 }
 
 unsafe extern "C" fn open(
-    _name: *const c_char,
+    name: *const c_char,
     flags: c_uint,
     fapl: hid_t,
     _maxaddr: haddr_t,
 ) -> *mut H5FD_t {
     guard(std::ptr::null_mut(), || {
-        let cant_open = *hdf5_sys::h5e::H5E_CANTOPENFILE;
         if flags & WRITE_FLAGS != 0 {
             push_error(
-                cant_open,
+                Minor::CantOpen,
                 "remote files are read-only: the remfile driver refuses write access",
             );
             return std::ptr::null_mut();
         }
-        // SAFETY: HDF5 chose this driver from `fapl`, so its driver info,
-        // if any, is a FaplInfo of this driver.
-        let info = unsafe { hdf5_sys::h5p::H5Pget_driver_info(fapl) } as *const FaplInfo;
-        if info.is_null() {
-            push_error(
-                cant_open,
-                "the file access property list has no remfile reader",
-            );
-            return std::ptr::null_mut();
-        }
-        // SAFETY: a live FaplInfo of this driver (checked non-null above),
-        // whose reader is a live Arc; the count taken here is the open
-        // file's, given back when `close` drops it.
-        let reader = unsafe {
-            let reader = (*info).reader;
-            Arc::increment_strong_count(reader);
-            Arc::from_raw(reader)
+        // SAFETY: HDF5 passes the file's name as a C string, and the fapl it
+        // chose this driver from.
+        let reader = match unsafe { reader_for(name, fapl) } {
+            Ok(reader) => reader,
+            Err(message) => {
+                push_error(Minor::CantOpen, &message);
+                return std::ptr::null_mut();
+            }
         };
         let file = Box::new(DriverFile {
             // SAFETY: all-zero is a valid H5FD_t (integers and a null
@@ -312,6 +270,61 @@ unsafe extern "C" fn open(
         });
         Box::into_raw(file).cast()
     })
+}
+
+/// What a file opened with `fapl` reads from: the reader in its driver info
+/// (set by the `hdf5` module), or else a remote file opened at `name` with the
+/// options of the fapl's driver configuration string (a plugin's).
+///
+/// # Safety
+/// `name` is null or a C string; `fapl` is a file access property list that
+/// names this driver.
+unsafe fn reader_for(name: *const c_char, fapl: hid_t) -> Result<Arc<Source>, String> {
+    let host = api::host().ok_or("the remfile driver has no HDF5 library")?;
+    // SAFETY: HDF5 chose this driver from `fapl`, so its driver info, if
+    // any, is a FaplInfo of this driver.
+    let info = unsafe { (host.driver_info)(fapl) } as *const FaplInfo;
+    if !info.is_null() {
+        // SAFETY: a live FaplInfo of this driver, whose reader is a live
+        // Arc; the count taken here is the open file's, given back when
+        // `close` drops it.
+        return Ok(unsafe {
+            let reader = (*info).reader;
+            Arc::increment_strong_count(reader);
+            Arc::from_raw(reader)
+        });
+    }
+    if name.is_null() {
+        return Err("no file name to open".into());
+    }
+    // SAFETY: a C string, per the caller.
+    let url = unsafe { CStr::from_ptr(name) }.to_string_lossy();
+    // SAFETY: as above.
+    let config = unsafe { config_string(host, fapl) }?;
+    super::config::open_source(&url, &config)
+}
+
+/// The fapl's driver configuration string ("" if none).
+///
+/// # Safety
+/// `fapl` is a file access property list.
+unsafe fn config_string(host: &api::HostApi, fapl: hid_t) -> Result<String, String> {
+    let Some(get) = host.driver_config else {
+        return Ok(String::new());
+    };
+    // SAFETY: a null buffer asks for the length only.
+    let len = unsafe { get(fapl, std::ptr::null_mut(), 0) };
+    let Ok(len) = usize::try_from(len) else {
+        return Ok(String::new());
+    };
+    let mut buf = vec![0u8; len + 1];
+    // SAFETY: a buffer of `len + 1` bytes, as the call says.
+    let written = unsafe { get(fapl, buf.as_mut_ptr().cast(), buf.len()) };
+    if written < 0 {
+        return Err("could not read the driver configuration string".into());
+    }
+    buf.truncate(len);
+    String::from_utf8(buf).map_err(|_| "the driver configuration string is not UTF-8".into())
 }
 
 unsafe extern "C" fn close(file: *mut H5FD_t) -> herr_t {
@@ -415,9 +428,9 @@ impl fmt::Display for ReadError {
 
 impl ReadError {
     /// Puts the error on HDF5's error stack, and keeps a remote failure for
-    /// the caller's [`OpenError`](super::OpenError).
+    /// the caller's `hdf5::OpenError`.
     fn report(self, source: &Source, prefix: &str) {
-        push_error(read_error(), &format!("{prefix}{self}"));
+        push_error(Minor::Read, &format!("{prefix}{self}"));
         if let ReadError::Remote { error, .. } = self {
             *source.last_error.lock() = Some(error);
         }
@@ -645,7 +658,7 @@ unsafe extern "C" fn write(
     _buf: *const c_void,
 ) -> herr_t {
     push_error(
-        *hdf5_sys::h5e::H5E_UNSUPPORTED,
+        Minor::Unsupported,
         "remote files are read-only: the remfile driver cannot write",
     );
     -1

@@ -13,8 +13,14 @@
 
 use std::ffi::{c_char, c_int, c_uint, c_ulong, c_void};
 
-pub use hdf5_sys::h5::{haddr_t, herr_t, hsize_t};
-pub use hdf5_sys::h5i::hid_t;
+/// `haddr_t`: a file address.
+pub type haddr_t = u64;
+/// `herr_t`: negative on failure.
+pub type herr_t = i32;
+/// `hsize_t`.
+pub type hsize_t = u64;
+/// `hid_t`: an identifier (64 bits since HDF5 1.10).
+pub type hid_t = i64;
 
 /// `H5FD_mem_t`, an `enum` in C.
 pub type H5FD_mem_t = c_int;

@@ -23,7 +23,7 @@ pub(crate) const SLACK: u64 = 16 << 20;
 /// what is known.
 const MAX_KNOWN: usize = 1 << 18;
 
-/// What the prefetch has done, for [`DriverInfo`](super::DriverInfo).
+/// What the prefetch has done, for `hdf5::DriverInfo`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PrefetchStats {
@@ -42,7 +42,7 @@ pub struct PrefetchStats {
     /// Bytes of metadata HDF5 read.
     pub metadata_bytes: u64,
     /// Raw data reads of chunks the chunk index listed (see
-    /// [`OpenOptions::chunk_read_ahead`](super::OpenOptions::chunk_read_ahead)).
+    /// `hdf5::OpenOptions::chunk_read_ahead`).
     pub chunk_reads: u64,
     /// Bytes fetched ahead of those reads: the following chunks of a run.
     pub chunk_bytes_ahead: u64,
@@ -243,6 +243,7 @@ impl Prefetcher {
 
     /// Fetches nothing ahead until the guard returned is dropped: for
     /// callers that know exactly what HDF5 is about to read.
+    #[cfg_attr(not(feature = "hdf5"), allow(dead_code))]
     pub fn pause(prefetcher: &Mutex<Prefetcher>) -> Paused<'_> {
         prefetcher.lock().paused += 1;
         Paused(prefetcher)
@@ -259,6 +260,7 @@ impl Prefetcher {
 }
 
 /// Resumes the prefetch when dropped; see [`Prefetcher::pause`].
+#[cfg_attr(not(feature = "hdf5"), allow(dead_code))]
 pub(crate) struct Paused<'a>(&'a Mutex<Prefetcher>);
 
 impl Drop for Paused<'_> {

@@ -1,0 +1,155 @@
+//! remfile as an HDF5 virtual file driver plugin.
+//!
+//! HDF5 1.14 and later load file drivers by name from plugin libraries on
+//! `HDF5_PLUGIN_PATH`. With this library there, a program selects the driver
+//! with `H5Pset_driver_by_name(fapl, "remfile", config)`, or any program
+//! with the environment alone:
+//!
+//! ```sh
+//! export HDF5_PLUGIN_PATH=/path/to/target/release   # holds libremfile_hdf5.so
+//! export HDF5_DRIVER=remfile
+//! export HDF5_DRIVER_CONFIG="cache=1GiB;stats=on"   # optional
+//! python -c 'import h5py; print(list(h5py.File("https://example.com/f.nwb", "r")))'
+//! ```
+//!
+//! The driver is the one `remfile::hdf5` registers: the same block cache,
+//! read-ahead, metadata prefetch, chunk read-ahead, retries and errors. The
+//! configuration string's keys are listed in `remfile::vfd::config::KEYS`.
+//!
+//! A program may load HDF5 privately (the h5py wheel loads its own copy under
+//! a mangled name, without making its symbols global), so the plugin links
+//! no HDF5 of its own: it finds the loaded library that exports HDF5's
+//! functions and takes them from it.
+
+use std::ffi::{CStr, CString, c_int, c_void};
+use std::panic::catch_unwind;
+use std::sync::OnceLock;
+
+use remfile::vfd::{self, ErrorIds, HostApi, hid_t};
+
+/// `H5PL_TYPE_VFD`.
+const H5PL_TYPE_VFD: c_int = 2;
+
+/// The first HDF5 version that loads driver plugins.
+const FIRST_VERSION: (u32, u32, u32) = (1, 14, 0);
+
+/// What kind of plugin this is: a virtual file driver.
+#[unsafe(no_mangle)]
+pub extern "C" fn H5PLget_plugin_type() -> c_int {
+    H5PL_TYPE_VFD
+}
+
+/// The driver's class, in the layout of the HDF5 that loads it; null (which
+/// HDF5 reports as a failed load) if no HDF5 1.14+ is found in the process.
+#[unsafe(no_mangle)]
+pub extern "C" fn H5PLget_plugin_info() -> *const c_void {
+    catch_unwind(|| match host() {
+        Some(api) => vfd::class_for(api.version),
+        None => std::ptr::null(),
+    })
+    .unwrap_or(std::ptr::null())
+}
+
+/// The HDF5 library the driver calls, found once.
+fn host() -> Option<&'static HostApi> {
+    static HOST: OnceLock<Option<&'static HostApi>> = OnceLock::new();
+    *HOST.get_or_init(|| {
+        let api = find_hdf5()?;
+        if api.version < FIRST_VERSION {
+            let (a, b, c) = api.version;
+            eprintln!("remfile: HDF5 {a}.{b}.{c} cannot use driver plugins (1.14 or later can)");
+            return None;
+        }
+        Some(vfd::install(api))
+    })
+}
+
+/// The loaded libraries' paths (the program's own first, as an empty name).
+fn loaded_objects() -> Vec<CString> {
+    unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, _: usize, out: *mut c_void) -> c_int {
+        // SAFETY: the loader passes a valid info, and `out` is the vector
+        // below, borrowed for the call.
+        let (info, out) = unsafe { (&*info, &mut *(out as *mut Vec<CString>)) };
+        if !info.dlpi_name.is_null() {
+            // SAFETY: a C string the loader owns, valid during the call.
+            out.push(unsafe { CStr::from_ptr(info.dlpi_name) }.to_owned());
+        }
+        0
+    }
+    let mut out: Vec<CString> = Vec::new();
+    // SAFETY: the callback only reads its info and pushes to `out`.
+    unsafe { libc::dl_iterate_phdr(Some(each), &mut out as *mut Vec<CString> as *mut c_void) };
+    out
+}
+
+/// A symbol of an already loaded object, or null.
+///
+/// # Safety
+/// `handle` is a handle from `dlopen`.
+unsafe fn symbol(handle: *mut c_void, name: &CStr) -> *mut c_void {
+    // SAFETY: per the caller, and `name` is a C string.
+    unsafe { libc::dlsym(handle, name.as_ptr()) }
+}
+
+/// Finds the HDF5 library loaded in this process — the one that loads this
+/// plugin — among the loaded objects, and takes the functions and error
+/// codes the driver needs from it.
+fn find_hdf5() -> Option<HostApi> {
+    for path in loaded_objects() {
+        // SAFETY: RTLD_NOLOAD only looks up an object already loaded; an
+        // empty name is the program itself.
+        let handle = unsafe {
+            let name = if path.as_bytes().is_empty() {
+                std::ptr::null()
+            } else {
+                path.as_ptr()
+            };
+            libc::dlopen(name, libc::RTLD_NOLOAD | libc::RTLD_LAZY)
+        };
+        if handle.is_null() {
+            continue;
+        }
+        // SAFETY: a handle just returned by dlopen; each symbol, if found,
+        // is the library's function or global of the type HDF5 declares.
+        if let Some(api) = unsafe { api_of(handle) } {
+            return Some(api);
+        }
+    }
+    None
+}
+
+/// The driver's table from the library behind `handle`, if it is HDF5.
+///
+/// # Safety
+/// `handle` is a handle from `dlopen`.
+unsafe fn api_of(handle: *mut c_void) -> Option<HostApi> {
+    type Version = unsafe extern "C" fn(*mut u32, *mut u32, *mut u32) -> c_int;
+    // SAFETY: per the caller.
+    let get = |name: &CStr| Some(unsafe { symbol(handle, name) }).filter(|p| !p.is_null());
+    let version = get(c"H5get_libversion")?;
+    let id = |name: &CStr| get(name).map(|p| p as *const hid_t);
+    let error_ids = ErrorIds {
+        class: id(c"H5E_ERR_CLS_g")?,
+        vfl: id(c"H5E_VFL_g")?,
+        read: id(c"H5E_READERROR_g")?,
+        cant_open: id(c"H5E_CANTOPENFILE_g")?,
+        unsupported: id(c"H5E_UNSUPPORTED_g")?,
+    };
+    // SAFETY: each symbol is the HDF5 function of that name, whose C
+    // signature the pointer type spells.
+    unsafe {
+        let version: Version = std::mem::transmute(version);
+        let (mut major, mut minor, mut release) = (0, 0, 0);
+        version(&mut major, &mut minor, &mut release);
+        Some(HostApi {
+            version: (major, minor, release),
+            push_error: std::mem::transmute::<*mut c_void, vfd::PushError>(get(c"H5Epush2")?),
+            error_ids,
+            driver_info: std::mem::transmute::<*mut c_void, vfd::DriverInfo>(get(
+                c"H5Pget_driver_info",
+            )?),
+            driver_config: get(c"H5Pget_driver_config_str")
+                .map(|p| std::mem::transmute::<*mut c_void, vfd::DriverConfig>(p)),
+        })
+    }
+}

@@ -1,0 +1,337 @@
+//! The driver's configuration string, for HDF5 programs that load the driver
+//! as a plugin: `H5Pset_driver_by_name(fapl, "remfile", config)` or the
+//! `HDF5_DRIVER_CONFIG` environment variable. Parsing is a pure function;
+//! the driver opens the remote file with what it says.
+//!
+//! The string is a list of `key=value` pairs separated by `;` (spaces around
+//! them ignored), e.g. `block_size=1MiB;cache=512MiB;timeout=30s`. Sizes take
+//! `B`, `KiB`, `MiB`, `GiB` (or `K`, `M`, `G`, powers of 1024, and `KB`,
+//! `MB`, `GB`, powers of 1000); durations `ms`, `s`, `min`; switches `on`,
+//! `off`, `true`, `false`, `1`, `0`.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::driver::Source;
+use crate::{Builder, RemoteFile, RetryPolicy};
+
+/// How much of the end of the file an HDF5 open fetches beside the
+/// superblock.
+pub const OPEN_TAIL: u64 = 1 << 20;
+
+/// The block size of remote HDF5 files.
+pub const BLOCK_SIZE: u64 = 128 << 10;
+
+/// The builder remote HDF5 files open with: the crate's defaults, with an
+/// [`OPEN_TAIL`] and blocks of [`BLOCK_SIZE`].
+pub fn hdf5_builder() -> Builder {
+    RemoteFile::builder()
+        .open_tail(OPEN_TAIL)
+        .block_size(BLOCK_SIZE)
+}
+
+/// The keys a configuration string may hold, with what each sets.
+pub const KEYS: &[(&str, &str)] = &[
+    ("block_size", "the block size (size; default 128KiB)"),
+    ("cache", "the block cache's capacity (size)"),
+    (
+        "tail",
+        "bytes of the file's end fetched at open (size; default 1MiB)",
+    ),
+    (
+        "read_ahead_max",
+        "the most a sequential stream reads ahead (size)",
+    ),
+    ("concurrency", "parallel requests for one read (count)"),
+    ("connections", "the most connections kept (count)"),
+    ("retries", "retries of a failed request (count)"),
+    ("timeout", "the longest wait for one read (duration)"),
+    (
+        "connect_timeout",
+        "the longest wait for a connection (duration)",
+    ),
+    (
+        "metadata_prefetch",
+        "fetch what metadata points to (switch; default on)",
+    ),
+    (
+        "chunk_read_ahead",
+        "read chunks ahead along the chunk index (switch; default on)",
+    ),
+    (
+        "ca_file",
+        "a PEM file of CA certificates to trust beside the built-in roots",
+    ),
+    ("https_only", "refuse plain http (switch; default off)"),
+    (
+        "stats",
+        "print requests, round trips and bytes to standard error at close (switch)",
+    ),
+];
+
+/// A configuration string, parsed.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Config {
+    /// `(key, value)` settings of the remote file, in order.
+    pub remote: Vec<Setting>,
+    /// `metadata_prefetch`.
+    pub metadata_prefetch: bool,
+    /// `chunk_read_ahead`.
+    pub chunk_read_ahead: bool,
+    /// `stats`.
+    pub stats: bool,
+}
+
+/// One setting of the remote file.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Setting {
+    /// `block_size`.
+    BlockSize(u64),
+    /// `cache`.
+    Cache(u64),
+    /// `tail`.
+    Tail(u64),
+    /// `read_ahead_max`.
+    ReadAheadMax(u64),
+    /// `concurrency`.
+    Concurrency(u64),
+    /// `connections`.
+    Connections(u64),
+    /// `retries`.
+    Retries(u32),
+    /// `timeout`.
+    Timeout(Duration),
+    /// `connect_timeout`.
+    ConnectTimeout(Duration),
+    /// `ca_file`.
+    CaFile(String),
+    /// `https_only`.
+    HttpsOnly(bool),
+}
+
+/// What is wrong with a configuration string.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The key whose value is wrong, or the unknown key.
+    pub key: String,
+    /// Why.
+    pub reason: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "remfile driver configuration: `{}`: {}",
+            self.key, self.reason
+        )
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Parses a configuration string (see the module's documentation).
+pub fn parse(config: &str) -> Result<Config, ConfigError> {
+    let mut out = Config {
+        metadata_prefetch: true,
+        chunk_read_ahead: true,
+        ..Config::default()
+    };
+    for pair in config.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').ok_or_else(|| ConfigError {
+            key: pair.to_owned(),
+            reason: "expected key=value".into(),
+        })?;
+        let (key, value) = (key.trim(), value.trim());
+        let wrong = |reason: &str| ConfigError {
+            key: key.to_owned(),
+            reason: format!("{reason}, not `{value}`"),
+        };
+        let size = || parse_size(value).ok_or_else(|| wrong("expected a size such as 1MiB"));
+        let count = || {
+            value
+                .parse::<u64>()
+                .map_err(|_| wrong("expected a whole number"))
+        };
+        let duration =
+            || parse_duration(value).ok_or_else(|| wrong("expected a duration such as 30s"));
+        let switch = || parse_switch(value).ok_or_else(|| wrong("expected on or off"));
+        let setting = match key {
+            "block_size" => Setting::BlockSize(size()?),
+            "cache" => Setting::Cache(size()?),
+            "tail" => Setting::Tail(size()?),
+            "read_ahead_max" => Setting::ReadAheadMax(size()?),
+            "concurrency" => Setting::Concurrency(count()?),
+            "connections" => Setting::Connections(count()?),
+            "retries" => Setting::Retries(
+                u32::try_from(count()?).map_err(|_| wrong("expected a whole number"))?,
+            ),
+            "timeout" => Setting::Timeout(duration()?),
+            "connect_timeout" => Setting::ConnectTimeout(duration()?),
+            "ca_file" => Setting::CaFile(value.to_owned()),
+            "https_only" => Setting::HttpsOnly(switch()?),
+            "metadata_prefetch" => {
+                out.metadata_prefetch = switch()?;
+                continue;
+            }
+            "chunk_read_ahead" => {
+                out.chunk_read_ahead = switch()?;
+                continue;
+            }
+            "stats" => {
+                out.stats = switch()?;
+                continue;
+            }
+            _ => {
+                let known: Vec<&str> = KEYS.iter().map(|(k, _)| *k).collect();
+                return Err(ConfigError {
+                    key: key.to_owned(),
+                    reason: format!("unknown key (known: {})", known.join(", ")),
+                });
+            }
+        };
+        out.remote.push(setting);
+    }
+    Ok(out)
+}
+
+fn parse_size(value: &str) -> Option<u64> {
+    let at = value
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(value.len());
+    let (number, unit) = value.split_at(at);
+    let unit_bytes: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "K" | "KiB" => 1 << 10,
+        "M" | "MiB" => 1 << 20,
+        "G" | "GiB" => 1 << 30,
+        "KB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        _ => return None,
+    };
+    number.parse::<u64>().ok()?.checked_mul(unit_bytes)
+}
+
+fn parse_duration(value: &str) -> Option<Duration> {
+    let at = value
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(value.len());
+    let (number, unit) = value.split_at(at);
+    let n = number.parse::<u64>().ok()?;
+    match unit.trim() {
+        "ms" => Some(Duration::from_millis(n)),
+        "s" => Some(Duration::from_secs(n)),
+        "min" => Some(Duration::from_secs(n.checked_mul(60)?)),
+        _ => None,
+    }
+}
+
+fn parse_switch(value: &str) -> Option<bool> {
+    match value {
+        "on" | "true" | "1" | "yes" => Some(true),
+        "off" | "false" | "0" | "no" => Some(false),
+        _ => None,
+    }
+}
+
+impl Config {
+    /// The builder these settings describe, from [`hdf5_builder`]. A
+    /// `ca_file` that cannot be read is an error naming it.
+    pub fn builder(&self) -> Result<Builder, ConfigError> {
+        let mut b = hdf5_builder();
+        for setting in &self.remote {
+            b = match setting.clone() {
+                Setting::BlockSize(n) => b.block_size(n),
+                Setting::Cache(n) => b.cache_capacity(n),
+                Setting::Tail(n) => b.open_tail(n),
+                Setting::ReadAheadMax(n) => b.read_ahead_max(n),
+                Setting::Concurrency(n) => b.max_concurrent_requests(n),
+                Setting::Connections(n) => b.max_connections(n),
+                Setting::Retries(n) => b.retry_policy(RetryPolicy::default().max_retries(n)),
+                Setting::Timeout(d) => b.read_timeout(d),
+                Setting::ConnectTimeout(d) => b.connect_timeout(d),
+                Setting::HttpsOnly(yes) => b.https_only(yes),
+                Setting::CaFile(path) => {
+                    let pem = std::fs::read(&path).map_err(|e| ConfigError {
+                        key: "ca_file".into(),
+                        reason: format!("cannot read {path}: {e}"),
+                    })?;
+                    b.add_root_certificates(pem)
+                }
+            };
+        }
+        Ok(b)
+    }
+}
+
+/// Opens the remote file at `url` as `config` says, for the driver. The
+/// error is a message for HDF5's error stack: the bad key, or why the open
+/// failed (status, timeout…).
+pub(crate) fn open_source(url: &str, config: &str) -> Result<Arc<Source>, String> {
+    let config = parse(config).map_err(|e| e.to_string())?;
+    let file = config
+        .builder()
+        .map_err(|e| e.to_string())?
+        .open(url)
+        .map_err(|e| format!("cannot open the remote file: {e}"))?;
+    let source = Source::new(file, config.metadata_prefetch, config.chunk_read_ahead);
+    if config.stats {
+        source.report_at_close();
+    }
+    Ok(source)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_configuration_string_sets_what_it_names() {
+        let c = parse(
+            " block_size=1MiB; cache=2GiB;timeout=30s ;retries=2;stats=on;chunk_read_ahead=off;",
+        )
+        .unwrap();
+        assert_eq!(
+            c.remote,
+            [
+                Setting::BlockSize(1 << 20),
+                Setting::Cache(2 << 30),
+                Setting::Timeout(Duration::from_secs(30)),
+                Setting::Retries(2),
+            ]
+        );
+        assert!(c.stats && c.metadata_prefetch && !c.chunk_read_ahead);
+        assert_eq!(parse("").unwrap(), parse(" ; ").unwrap());
+        assert_eq!(parse("tail=64KB").unwrap().remote, [Setting::Tail(64_000)]);
+        assert_eq!(
+            parse("connect_timeout=250ms").unwrap().remote,
+            [Setting::ConnectTimeout(Duration::from_millis(250))]
+        );
+        assert!(parse("block_size=4096").unwrap().builder().is_ok());
+    }
+
+    #[test]
+    fn a_bad_configuration_string_names_the_key() {
+        for (config, key) in [
+            ("blocksize=1MiB", "blocksize"),
+            ("block_size=1XB", "block_size"),
+            ("timeout=30", "timeout"),
+            ("stats=maybe", "stats"),
+            ("cache", "cache"),
+            ("retries=99999999999", "retries"),
+            ("cache=99999999999GiB", "cache"),
+        ] {
+            let e = parse(config).unwrap_err();
+            assert_eq!(e.key, key, "{config}: {e}");
+            assert!(e.to_string().contains(key), "{e}");
+        }
+        let e = parse("ca_file=/nonexistent/ca.pem")
+            .unwrap()
+            .builder()
+            .unwrap_err();
+        assert_eq!(e.key, "ca_file");
+        assert!(e.to_string().contains("/nonexistent/ca.pem"), "{e}");
+    }
+}
