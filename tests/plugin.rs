@@ -184,3 +184,54 @@ fn a_bad_configuration_is_an_error_naming_the_key() {
     assert!(out.contains("unknown key"), "{out}");
     assert_eq!(server.requests(), 0, "nothing fetched");
 }
+
+/// `tests/support/plugin_open.c` built against the HDF5 of the Python's h5py
+/// wheel (which ships a library but no headers).
+fn c_program(python: &Path) -> PathBuf {
+    let out = Command::new(python)
+        .args([
+            "-c",
+            "import glob, os, h5py; d = os.path.join(os.path.dirname(h5py.__file__), '..', 'h5py.libs'); \
+             print([p for p in glob.glob(os.path.join(d, 'libhdf5-*.so*'))][0])",
+        ])
+        .output()
+        .expect("run python");
+    assert!(out.status.success(), "find the wheel's libhdf5");
+    let lib = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    let exe = h5files::temp_path("plugin-open");
+    let status = Command::new("cc")
+        .arg("-o")
+        .arg(&exe)
+        .arg(root().join("tests/support/plugin_open.c"))
+        .arg(&lib)
+        .arg(format!("-Wl,-rpath,{}", lib.parent().unwrap().display()))
+        .status()
+        .expect("run cc");
+    assert!(status.success(), "compiling the C program failed");
+    exe
+}
+
+#[test]
+fn a_c_program_opens_a_remote_file_with_h5pset_driver_by_name() {
+    let Some(python) = python() else { return };
+    let exe = c_program(python);
+    let server = RangeServer::new(std::fs::read(nwb_file()).unwrap());
+    let run = |config: &str| {
+        let out = Command::new(&exe)
+            .args([&server.url("/f.nwb"), config])
+            .env("HDF5_PLUGIN_PATH", plugin_dir())
+            .env_remove("HDF5_DRIVER")
+            .output()
+            .expect("run the C program");
+        (
+            String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let local = h5::hdf5_metno::File::open(nwb_file()).unwrap();
+    let links = local.member_names().unwrap().len();
+    assert_eq!(run("cache=64MiB").0, format!("links {links}"));
+    let (out, err) = run("cache=64MiB;block=1MiB");
+    assert_eq!(out, "failed");
+    assert!(err.contains("`block`: unknown key"), "{err}");
+}

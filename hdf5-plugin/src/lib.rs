@@ -145,9 +145,9 @@ unsafe fn api_of(handle: *mut c_void) -> Option<HostApi> {
             version: (major, minor, release),
             push_error: std::mem::transmute::<*mut c_void, vfd::PushError>(get(c"H5Epush2")?),
             error_ids,
-            driver_info: std::mem::transmute::<*mut c_void, vfd::DriverInfo>(get(
-                c"H5Pget_driver_info",
-            )?),
+            // A plugin's fapl carries a configuration string, never a reader
+            // (asking for driver info there only pushes an error).
+            driver_info: None,
             driver_config: get(c"H5Pget_driver_config_str")
                 .map(|p| std::mem::transmute::<*mut c_void, vfd::DriverConfig>(p)),
         })

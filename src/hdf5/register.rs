@@ -15,9 +15,8 @@ pub(crate) fn library_version() -> (u32, u32, u32) {
     (major, minor, release)
 }
 
-/// `H5Pget_driver_config_str`, which HDF5 1.14 added: a plugin's way to its
-/// configuration. The linked library's driver info carries the reader, so
-/// this crate does not need it.
+/// The linked library's functions. Its driver info carries the reader, so
+/// the configuration string (a plugin's way) is not needed.
 fn linked_api() -> HostApi {
     HostApi {
         version: library_version(),
@@ -29,7 +28,7 @@ fn linked_api() -> HostApi {
             cant_open: hdf5_sys::h5e::H5E_CANTOPENFILE,
             unsupported: hdf5_sys::h5e::H5E_UNSUPPORTED,
         },
-        driver_info: hdf5_sys::h5p::H5Pget_driver_info,
+        driver_info: Some(hdf5_sys::h5p::H5Pget_driver_info),
         driver_config: None,
     }
 }

@@ -54,8 +54,9 @@ pub struct HostApi {
     pub push_error: PushError,
     /// The error class and codes.
     pub error_ids: ErrorIds,
-    /// `H5Pget_driver_info`.
-    pub driver_info: DriverInfo,
+    /// `H5Pget_driver_info`, where the driver's reader comes in the fapl
+    /// (the `hdf5` module's way; a plugin's is the configuration string).
+    pub driver_info: Option<DriverInfo>,
     /// `H5Pget_driver_config_str`; absent before HDF5 1.14.
     pub driver_config: Option<DriverConfig>,
 }

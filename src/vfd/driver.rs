@@ -283,7 +283,10 @@ unsafe fn reader_for(name: *const c_char, fapl: hid_t) -> Result<Arc<Source>, St
     let host = api::host().ok_or("the remfile driver has no HDF5 library")?;
     // SAFETY: HDF5 chose this driver from `fapl`, so its driver info, if
     // any, is a FaplInfo of this driver.
-    let info = unsafe { (host.driver_info)(fapl) } as *const FaplInfo;
+    let info = host
+        .driver_info
+        .map_or(std::ptr::null(), |get| unsafe { get(fapl) }
+            as *const FaplInfo);
     if !info.is_null() {
         // SAFETY: a live FaplInfo of this driver, whose reader is a live
         // Arc; the count taken here is the open file's, given back when
