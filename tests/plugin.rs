@@ -78,7 +78,8 @@ fn plugin_dir() -> &'static Path {
     })
 }
 
-/// Runs the check script in `mode` through the plugin; its JSON line.
+/// Runs the check script in `mode` through the plugin; its JSON line (and,
+/// after it, what the plugin printed to standard error, if anything).
 fn check(python: &Path, config: &str, args: &[&str]) -> String {
     let out = Command::new(python)
         .arg(root().join("tests/support/plugin_check.py"))
@@ -93,7 +94,11 @@ fn check(python: &Path, config: &str, args: &[&str]) -> String {
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{args:?}: {stdout}\n{stderr}");
-    stdout.trim().to_owned()
+    let stats: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("remfile: "))
+        .collect();
+    format!("{}\n{}", stdout.trim(), stats.join("\n"))
 }
 
 /// The tests' NWB-like file with metadata over many blocks.
@@ -158,9 +163,18 @@ fn pynwb_reads_a_remote_nwb_file() {
         .expect("run python");
     assert!(status.success(), "writing the NWB file with pynwb failed");
     let server = RangeServer::new(std::fs::read(&path).unwrap());
-    let out = check(python, "stats=off", &["pynwb", &server.url("/s.nwb")]);
+    let out = check(python, "stats=on", &["pynwb", &server.url("/s.nwb")]);
     assert!(out.contains(r#""identifier": "remfile-bench""#), "{out}");
     assert!(out.contains(r#""shape": [50000, 64]"#), "{out}");
+    // `stats=on`: the file's statistics at close (a guess still under way
+    // then is counted by the server only).
+    let printed: u64 = out
+        .split("requests in ")
+        .next()
+        .and_then(|head| head.rsplit(' ').nth(1))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no statistics: {out}"));
+    assert!(printed >= 1 && printed <= server.requests() as u64, "{out}");
 }
 
 #[test]

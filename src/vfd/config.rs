@@ -277,7 +277,8 @@ pub(crate) fn open_source(url: &str, config: &str) -> Result<Arc<Source>, String
         .open(url)
         .map_err(|e| format!("cannot open the remote file: {e}"))?;
     let source = Source::new(file, config.metadata_prefetch, config.chunk_read_ahead);
-    if config.stats {
+    let from_env = std::env::var("REMFILE_STATS").is_ok_and(|v| parse_switch(&v) == Some(true));
+    if config.stats || from_env {
         source.report_at_close();
     }
     Ok(source)
