@@ -89,6 +89,8 @@ fn check(python: &Path, config: &str, args: &[&str]) -> String {
         .env("HDF5_DRIVER_CONFIG", config)
         .env_remove("http_proxy")
         .env_remove("HTTP_PROXY")
+        .env_remove("all_proxy")
+        .env_remove("ALL_PROXY")
         .output()
         .expect("run python");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -235,6 +237,10 @@ fn a_c_program_opens_a_remote_file_with_h5pset_driver_by_name() {
             .args([&server.url("/f.nwb"), config])
             .env("HDF5_PLUGIN_PATH", plugin_dir())
             .env_remove("HDF5_DRIVER")
+            .env_remove("http_proxy")
+            .env_remove("HTTP_PROXY")
+            .env_remove("all_proxy")
+            .env_remove("ALL_PROXY")
             .output()
             .expect("run the C program");
         (
