@@ -155,7 +155,8 @@ fn h5py_walks_a_remote_file_like_the_local_one() {
 #[test]
 fn pynwb_reads_a_remote_nwb_file() {
     let Some(python) = python() else { return };
-    let path = h5files::temp_path("plugin-pynwb.nwb");
+    // pynwb wants the `.nwb` extension.
+    let path = h5files::temp_path("plugin-pynwb").with_extension("nwb");
     let status = Command::new(python)
         .arg(root().join("benches/write_nwb.py"))
         .arg(&path)
