@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use crate::cache::{Block, BlockCache, Claim, FileKey};
+use crate::disk::DiskFile;
 use crate::error::{Error, Result};
 use crate::fanout::{Done, Next, fan_out};
 use crate::http::{Identity, Sink, Transport};
@@ -43,6 +44,8 @@ pub(crate) struct Engine {
     identity: Identity,
     cache: BlockCache,
     key: FileKey,
+    /// The file's blocks on disk, if it has a disk cache.
+    disk: Option<DiskFile>,
     options: ReadOptions,
     read_ahead: Mutex<ReadAhead>,
     link: Arc<LinkMeter>,
@@ -59,8 +62,7 @@ impl Engine {
     pub(crate) fn new(
         transport: Transport,
         identity: Identity,
-        cache: BlockCache,
-        key: FileKey,
+        (cache, key, disk): (BlockCache, FileKey, Option<DiskFile>),
         options: ReadOptions,
         link: Arc<LinkMeter>,
         counters: Arc<Counters>,
@@ -70,6 +72,7 @@ impl Engine {
             identity,
             cache,
             key,
+            disk,
             read_ahead: Mutex::new(ReadAhead::new(
                 options.read_ahead_min,
                 options.read_ahead_max,
@@ -85,6 +88,9 @@ impl Engine {
     /// Caches block `index`, fetched while opening the file.
     pub(crate) fn seed(&self, index: u64, bytes: Vec<u8>) {
         if !bytes.is_empty() {
+            if let Some(disk) = &self.disk {
+                disk.write(index, &bytes);
+            }
             self.cache.insert(&self.key, index, Arc::new(bytes));
         }
     }
@@ -353,7 +359,11 @@ impl Engine {
         got: &mut Vec<(u64, Block)>,
         deadline: Instant,
     ) -> (u32, Option<Error>) {
+        self.fetch_from_disk(claim, is_needed, got);
         let owned = claim.owned.clone();
+        if owned.is_empty() {
+            return (0, None);
+        }
         let sizes = self.link_sizes();
         // A guess fills no gap: the bytes between guessed blocks are
         // wanted by nobody, and no reader waits for the requests it saves.
@@ -382,6 +392,32 @@ impl Engine {
             },
         );
         (rounds, failure)
+    }
+
+    /// Hands over the blocks of `claim` that the disk cache holds (which
+    /// then need no request).
+    fn fetch_from_disk(
+        &self,
+        claim: &mut Claim,
+        is_needed: &impl Fn(u64) -> bool,
+        got: &mut Vec<(u64, Block)>,
+    ) {
+        let Some(disk) = &self.disk else {
+            return;
+        };
+        for index in claim.owned.clone() {
+            let len = self.block_len(index);
+            let Some(bytes) = disk.read(index, len) else {
+                continue;
+            };
+            let block = Arc::new(bytes);
+            if is_needed(index) {
+                got.push((index, block.clone()));
+            }
+            claim.fulfil(index, block);
+            Counters::add(&self.counters.disk_hits, 1);
+            Counters::add(&self.counters.disk_bytes_read, len);
+        }
     }
 
     /// Waits for the blocks of `claim` that other readers fetch. A block a
@@ -480,6 +516,11 @@ impl Engine {
         let result = self
             .transport
             .fetch(bytes, &mut sink, &self.identity, deadline);
+        if let (Some(disk), Ok(_)) = (&self.disk, &result) {
+            for (index, block) in part.clone().zip(&buffers) {
+                disk.write(index, block);
+            }
+        }
         Done {
             attempts: *result.as_ref().unwrap_or(&1),
             outcome: (part, result.map(|_| buffers)),

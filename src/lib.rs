@@ -179,6 +179,7 @@ mod test_h5files;
 mod test_support;
 
 mod cache;
+mod disk;
 mod engine;
 mod error;
 mod fanout;
@@ -205,6 +206,7 @@ mod stats;
 pub mod vfd;
 
 pub use cache::BlockCache;
+pub use disk::DiskCache;
 pub use error::{Error, ErrorKind, Result};
 pub use file::RemoteFile;
 pub use http::RetryPolicy;

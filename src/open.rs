@@ -8,6 +8,7 @@ use std::sync::Arc;
 use url::Url;
 
 use crate::cache::{BlockCache, FileKey};
+use crate::disk::{self, DiskFile};
 use crate::engine::{Engine, ReadOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::file::RemoteFile;
@@ -31,13 +32,13 @@ pub(crate) fn open(builder: &Builder, url: &str) -> Result<RemoteFile> {
         .clone()
         .unwrap_or_else(|| BlockCache::new(builder.cache_capacity));
     let key = file_key(&cache, &url, &opened.identity);
+    let disk = disk_file(builder, &url, &opened.identity);
     let options = read_options(builder, &cache);
     let tail = tail.and_then(|t| matching_tail(t, &opened.identity, &transport));
     let engine = Engine::new(
         transport,
         opened.identity,
-        cache,
-        key,
+        (cache, key, disk),
         options,
         link,
         counters,
@@ -52,6 +53,26 @@ pub(crate) fn open(builder: &Builder, url: &str) -> Result<RemoteFile> {
         }
     }
     Ok(RemoteFile::new(engine))
+}
+
+/// Where the file's blocks go on disk, if the builder has a disk cache and
+/// the file a validator to tell its versions apart.
+fn disk_file(builder: &Builder, url: &Url, identity: &Identity) -> Option<DiskFile> {
+    let disk = builder.disk_cache.as_ref()?;
+    let Some(text) = disk::identity(
+        url,
+        builder.cache_key.as_deref(),
+        identity.strong_etag(),
+        identity.last_modified.as_deref(),
+        identity.size,
+    ) else {
+        tracing::debug!(
+            "disk cache: the file has neither a strong ETag nor Last-Modified, so its blocks \
+             cannot be validated and stay off the disk"
+        );
+        return None;
+    };
+    Some(disk.file(text, builder.block_size))
 }
 
 /// The transport for `url`, with the builder's agent, headers, timeouts and

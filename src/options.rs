@@ -8,6 +8,7 @@ use std::time::Duration;
 use ureq::Agent;
 
 use crate::cache::BlockCache;
+use crate::disk::DiskCache;
 use crate::error::{Error, ErrorKind, Result};
 use crate::file::RemoteFile;
 use crate::http::{RetryPolicy, UrlProvider, header};
@@ -26,6 +27,7 @@ pub const MAX_BLOCK_SIZE: u64 = 256 * MIB;
 /// |---|---|
 /// | [`block_size`](Builder::block_size) | 1 MiB |
 /// | [`cache_capacity`](Builder::cache_capacity) | 256 MiB, private to the file |
+/// | [`disk_cache`](Builder::disk_cache) / [`cache_key`](Builder::cache_key) | none / the URL without its query |
 /// | [`read_ahead_min`](Builder::read_ahead_min) / [`read_ahead_max`](Builder::read_ahead_max) | 1 MiB / 64 MiB (at most a quarter of the cache) |
 /// | [`max_concurrent_requests`](Builder::max_concurrent_requests) | 4 |
 /// | [`max_connections`](Builder::max_connections) | 16 |
@@ -65,6 +67,8 @@ pub struct Builder {
     pub(crate) block_size: u64,
     pub(crate) cache_capacity: u64,
     pub(crate) cache: Option<BlockCache>,
+    pub(crate) disk_cache: Option<DiskCache>,
+    pub(crate) cache_key: Option<String>,
     pub(crate) read_ahead_min: u64,
     pub(crate) read_ahead_max: u64,
     pub(crate) max_concurrent_requests: u64,
@@ -94,6 +98,8 @@ impl Default for Builder {
             block_size: MIB,
             cache_capacity: 256 * MIB,
             cache: None,
+            disk_cache: None,
+            cache_key: None,
             read_ahead_min: MIB,
             read_ahead_max: 64 * MIB,
             max_concurrent_requests: 4,
@@ -126,6 +132,8 @@ impl fmt::Debug for Builder {
             .field("block_size", &self.block_size)
             .field("cache_capacity", &self.cache_capacity)
             .field("cache", &self.cache)
+            .field("disk_cache", &self.disk_cache)
+            .field("cache_key", &self.cache_key)
             .field("read_ahead_min", &self.read_ahead_min)
             .field("read_ahead_max", &self.read_ahead_max)
             .field("max_concurrent_requests", &self.max_concurrent_requests)
@@ -172,6 +180,41 @@ impl Builder {
     /// A cache shared with other files, instead of a private one.
     pub fn cache(mut self, cache: BlockCache) -> Self {
         self.cache = Some(cache);
+        self
+    }
+
+    /// Keeps the file's blocks on disk too, behind the memory cache, where
+    /// later opens of the same version of the file — by this process or
+    /// another — find them (see [`DiskCache`]).
+    ///
+    /// ```no_run
+    /// let disk = remfile::DiskCache::open("/var/cache/remfile", 20 << 30)?;
+    /// let file = remfile::RemoteFile::builder()
+    ///     .disk_cache(disk)
+    ///     .open("https://example.com/data.nwb")?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn disk_cache(mut self, disk: DiskCache) -> Self {
+        self.disk_cache = Some(disk);
+        self
+    }
+
+    /// Names the file in the disk cache with `key` instead of its URL
+    /// (without the query string, which the disk cache never uses): for a
+    /// file whose URL itself changes between sessions, such as an archive's
+    /// asset behind redirect targets that rotate. The validator and size
+    /// still tell versions apart.
+    ///
+    /// ```no_run
+    /// # let disk = remfile::DiskCache::open("/tmp/cache", 1 << 30)?;
+    /// let file = remfile::RemoteFile::builder()
+    ///     .disk_cache(disk)
+    ///     .cache_key("dandi:000123/sub-01_ecephys.nwb")
+    ///     .open("https://example.com/download/0123abcd")?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn cache_key(mut self, key: impl Into<String>) -> Self {
+        self.cache_key = Some(key.into());
         self
     }
 

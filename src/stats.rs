@@ -43,6 +43,11 @@ pub struct Stats {
     pub cache_misses: u64,
     /// Requests that repeated an earlier failed attempt.
     pub retries: u64,
+    /// Blocks found in the [`DiskCache`](crate::DiskCache) (after missing
+    /// the memory cache).
+    pub disk_hits: u64,
+    /// Bytes of blocks read from the disk cache.
+    pub disk_bytes_read: u64,
 }
 
 impl Stats {
@@ -56,6 +61,8 @@ impl Stats {
             cache_hits: self.cache_hits.saturating_sub(earlier.cache_hits),
             cache_misses: self.cache_misses.saturating_sub(earlier.cache_misses),
             retries: self.retries.saturating_sub(earlier.retries),
+            disk_hits: self.disk_hits.saturating_sub(earlier.disk_hits),
+            disk_bytes_read: self.disk_bytes_read.saturating_sub(earlier.disk_bytes_read),
         }
     }
 }
@@ -70,6 +77,8 @@ pub(crate) struct Counters {
     pub cache_hits: AtomicU64,
     pub cache_misses: AtomicU64,
     pub retries: AtomicU64,
+    pub disk_hits: AtomicU64,
+    pub disk_bytes_read: AtomicU64,
 }
 
 impl Counters {
@@ -86,6 +95,8 @@ impl Counters {
             cache_hits: self.cache_hits.load(Relaxed),
             cache_misses: self.cache_misses.load(Relaxed),
             retries: self.retries.load(Relaxed),
+            disk_hits: self.disk_hits.load(Relaxed),
+            disk_bytes_read: self.disk_bytes_read.load(Relaxed),
         }
     }
 }

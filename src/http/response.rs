@@ -31,7 +31,7 @@ pub(crate) struct Identity {
 }
 
 impl Identity {
-    pub(super) fn strong_etag(&self) -> Option<&str> {
+    pub(crate) fn strong_etag(&self) -> Option<&str> {
         self.etag.as_deref().filter(|e| !e.starts_with("W/"))
     }
 

@@ -1,0 +1,161 @@
+//! The disk cache: blocks kept across opens (as across processes), validated,
+//! bounded, and never an error for a read when the disk misbehaves.
+
+mod support;
+
+use std::path::PathBuf;
+
+use remfile::{DiskCache, RemoteFile};
+use support::{RangeServer, builder, test_data};
+
+const BLOCK: u64 = 64 * 1024;
+
+fn temp_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("remfile-disk-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+/// A file opened with the disk cache in `dir` and a memory cache of its own
+/// (a new process, as far as the memory cache is concerned).
+fn open(server: &RangeServer, path: &str, dir: &PathBuf) -> RemoteFile {
+    builder()
+        .block_size(BLOCK)
+        .disk_cache(DiskCache::open(dir, 64 << 20).unwrap())
+        .open(server.url(path))
+        .unwrap()
+}
+
+fn read(file: &RemoteFile, pos: u64, len: usize) -> Vec<u8> {
+    let mut buf = vec![0; len];
+    file.read_exact_at(pos, &mut buf).unwrap();
+    buf
+}
+
+#[test]
+fn a_second_open_reads_the_blocks_the_first_fetched_from_disk() {
+    let data = test_data(2 << 20, 61);
+    let server = RangeServer::new(data.clone());
+    let dir = temp_dir("second");
+    let first = open(&server, "/f?X-Amz-Signature=one", &dir);
+    assert_eq!(read(&first, 300_000, 500_000), &data[300_000..800_000]);
+    let fetched = server.requests();
+    let second = open(&server, "/f?X-Amz-Signature=two", &dir);
+    let before = second.stats();
+    // Another signature, the same object: its blocks are on disk.
+    assert_eq!(read(&second, 300_000, 500_000), &data[300_000..800_000]);
+    let cost = second.stats().since(&before);
+    assert_eq!(server.requests(), fetched + 1, "the open's request only");
+    assert_eq!(cost.requests, 0, "{cost:?}");
+    // Blocks 4 to 12 of 64 KiB hold bytes 300,000 to 800,000.
+    assert_eq!(cost.disk_hits, 9, "{cost:?}");
+    assert_eq!(cost.disk_bytes_read, 9 * BLOCK, "{cost:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_changed_file_never_gets_its_old_blocks() {
+    let server = RangeServer::new(test_data(1 << 20, 62));
+    let dir = temp_dir("changed");
+    let old = open(&server, "/f", &dir);
+    read(&old, 200_000, 100_000);
+    let new_data = test_data(1 << 20, 63);
+    server.set_data(new_data.clone());
+    server.set_etag(Some("\"v2\""));
+    let new = open(&server, "/f", &dir);
+    assert_eq!(read(&new, 200_000, 100_000), &new_data[200_000..300_000]);
+    assert_eq!(new.stats().disk_hits, 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_damaged_block_on_disk_is_fetched_again() {
+    let data = test_data(1 << 20, 64);
+    let server = RangeServer::new(data.clone());
+    let dir = temp_dir("damaged");
+    read(&open(&server, "/f", &dir), 400_000, 10);
+    // Every block file cut short or overwritten with garbage.
+    let mut damaged = 0;
+    for (n, block) in walk(&dir.join("blocks")).into_iter().enumerate() {
+        let bytes = std::fs::read(&block).unwrap();
+        let broken = if n % 2 == 0 {
+            bytes[..bytes.len() / 2].to_vec()
+        } else {
+            vec![0x5a; bytes.len()]
+        };
+        std::fs::write(&block, broken).unwrap();
+        damaged += 1;
+    }
+    assert!(damaged >= 1);
+    let file = open(&server, "/f", &dir);
+    let before = server.requests();
+    assert_eq!(read(&file, 400_000, 10), &data[400_000..400_010]);
+    assert_eq!(server.requests(), before + 1, "fetched again");
+    assert_eq!(file.stats().disk_hits, 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_file_without_a_validator_stays_off_the_disk() {
+    let server = RangeServer::new(test_data(1 << 20, 65));
+    server.set_etag(None);
+    let dir = temp_dir("novalidator");
+    read(&open(&server, "/f", &dir), 0, 500_000);
+    assert!(walk(&dir.join("blocks")).is_empty());
+    // Last-Modified is a validator too.
+    server.set_last_modified(Some("Mon, 30 Nov 2026 12:00:00 GMT"));
+    read(&open(&server, "/f", &dir), 0, 500_000);
+    assert!(!walk(&dir.join("blocks")).is_empty());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_unwritable_directory_is_no_error_for_a_read() {
+    let data = test_data(1 << 20, 66);
+    let server = RangeServer::new(data.clone());
+    let dir = temp_dir("unwritable");
+    let disk = DiskCache::open(&dir, 64 << 20).unwrap();
+    // The directory replaced by a file: nothing can be written under it.
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::write(&dir, b"not a directory").unwrap();
+    let file = builder()
+        .block_size(BLOCK)
+        .disk_cache(disk)
+        .open(server.url("/f"))
+        .unwrap();
+    assert_eq!(read(&file, 100_000, 300_000), &data[100_000..400_000]);
+    let _ = std::fs::remove_file(&dir);
+}
+
+#[test]
+fn a_cache_key_names_the_file_whatever_its_url() {
+    let data = test_data(1 << 20, 67);
+    let server = RangeServer::new(data.clone());
+    let dir = temp_dir("key");
+    let keyed = |path: &str| {
+        builder()
+            .block_size(BLOCK)
+            .disk_cache(DiskCache::open(&dir, 64 << 20).unwrap())
+            .cache_key("asset-42")
+            .open(server.url(path))
+            .unwrap()
+    };
+    read(&keyed("/download/a"), 500_000, 1000);
+    let other = keyed("/download/b");
+    assert_eq!(read(&other, 500_000, 1000), &data[500_000..501_000]);
+    assert_eq!(other.stats().disk_hits, 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Every file under `dir`.
+fn walk(dir: &PathBuf) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if e.path().is_dir() {
+            out.extend(walk(&e.path()));
+        } else {
+            out.push(e.path());
+        }
+    }
+    out
+}
