@@ -360,7 +360,9 @@ impl Engine {
         deadline: Instant,
     ) -> (u32, Option<Error>) {
         self.fetch_from_disk(claim, is_needed, got);
-        let owned = claim.owned.clone();
+        // Sorted again: handing blocks over reorders what is left.
+        let mut owned = claim.owned.clone();
+        owned.sort_unstable();
         if owned.is_empty() {
             return (0, None);
         }

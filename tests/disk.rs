@@ -159,3 +159,86 @@ fn walk(dir: &PathBuf) -> Vec<PathBuf> {
     }
     out
 }
+
+/// The writer of [`a_killed_writer_leaves_no_block_that_reads_wrong`], run as
+/// a child process: reads the whole file over and over, writing blocks.
+fn writer(spec: &str) {
+    let (url, dir) = spec.split_once('|').unwrap();
+    let file = builder()
+        .block_size(BLOCK)
+        .disk_cache(DiskCache::open(dir, 1 << 20).unwrap())
+        .cache_capacity(1 << 20)
+        .open(url)
+        .unwrap();
+    let mut buf = vec![0; 3 * BLOCK as usize];
+    loop {
+        for i in 0..file.len() / (3 * BLOCK) {
+            file.read_exact_at(i * 3 * BLOCK, &mut buf).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_killed_writer_leaves_no_block_that_reads_wrong() {
+    if let Ok(spec) = std::env::var("REMFILE_DISK_WRITER") {
+        return writer(&spec);
+    }
+    let data = test_data(4 << 20, 68);
+    let server = RangeServer::new(data.clone());
+    let dir = temp_dir("killed");
+    std::fs::create_dir_all(&dir).unwrap();
+    // A cache smaller than the file: the writer evicts as it writes, too.
+    for round in 0..4u64 {
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "a_killed_writer_leaves_no_block_that_reads_wrong",
+                "--exact",
+                "--nocapture",
+            ])
+            .env(
+                "REMFILE_DISK_WRITER",
+                format!("{}|{}", server.url("/f"), dir.display()),
+            )
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        // Killed (SIGKILL) once it is writing, at a moment of its work that
+        // differs each round.
+        let written = || {
+            let mut files: Vec<_> = walk(&dir.join("blocks"))
+                .into_iter()
+                .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+                .collect();
+            files.sort();
+            files
+        };
+        let before = written();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while written() == before && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5 * round));
+        eprintln!(
+            "round {round}: killed with {} block files",
+            walk(&dir.join("blocks")).len()
+        );
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+    // Whatever the writers left, a reader gets the right bytes: whole blocks,
+    // or none (a damaged one is fetched again).
+    let disk = DiskCache::open(&dir, 1 << 20).unwrap();
+    assert!(
+        disk.size_on_disk() <= (1 << 20) + 4 * (BLOCK + 200),
+        "bounded"
+    );
+    let file = builder()
+        .block_size(BLOCK)
+        .disk_cache(disk)
+        .open(server.url("/f"))
+        .unwrap();
+    assert_eq!(read(&file, 0, data.len()), data);
+    assert!(file.stats().disk_hits > 0, "{:?}", file.stats());
+    let _ = std::fs::remove_dir_all(&dir);
+}
