@@ -25,14 +25,19 @@ pub(crate) fn open(builder: &Builder, url: &str) -> Result<RemoteFile> {
     let counters = Arc::new(Counters::default());
     let link = Arc::new(LinkMeter::new(builder.link));
     let transport = transport(builder, url.clone(), &link, &counters)?;
-    let (opened, tail) = first_request(&transport, builder.block_size, builder.open_tail);
-    let opened = opened?;
+    let (opened, tail, asked) = match warm_open(builder, &url, &transport)? {
+        Some((opened, asked)) => (opened, None, asked),
+        None => {
+            let (opened, tail) = first_request(&transport, builder.block_size, builder.open_tail);
+            (opened?, tail, true)
+        }
+    };
     let cache = builder
         .cache
         .clone()
         .unwrap_or_else(|| BlockCache::new(builder.cache_capacity));
     let key = file_key(&cache, &url, &opened.identity);
-    let disk = disk_file(builder, &url, &opened.identity);
+    let disk = disk_file(builder, &url, &opened.identity, asked);
     let options = read_options(builder, &cache);
     let tail = tail.and_then(|t| matching_tail(t, &opened.identity, &transport));
     let engine = Engine::new(
@@ -56,8 +61,9 @@ pub(crate) fn open(builder: &Builder, url: &str) -> Result<RemoteFile> {
 }
 
 /// Where the file's blocks go on disk, if the builder has a disk cache and
-/// the file a validator to tell its versions apart.
-fn disk_file(builder: &Builder, url: &Url, identity: &Identity) -> Option<DiskFile> {
+/// the file a validator to tell its versions apart; notes the version as
+/// the file's latest, confirmed now if the server was `asked`.
+fn disk_file(builder: &Builder, url: &Url, identity: &Identity, asked: bool) -> Option<DiskFile> {
     let disk = builder.disk_cache.as_ref()?;
     let Some(text) = disk::identity(
         url,
@@ -72,7 +78,47 @@ fn disk_file(builder: &Builder, url: &Url, identity: &Identity) -> Option<DiskFi
         );
         return None;
     };
+    if asked {
+        disk.remember(&disk::name(url, builder.cache_key.as_deref()), &text);
+    }
     Some(disk.file(text, builder.block_size))
+}
+
+/// Opens a file whose last version seen, and its first block, are on disk:
+/// one request that asks the server to send nothing if the file is still
+/// that version (`304 Not Modified`), or none at all within
+/// [`revalidate_after`](Builder::revalidate_after). `None` when the disk
+/// knows nothing of the file; the file as the server sends it when it
+/// changed. With whether the server was asked.
+fn warm_open(
+    builder: &Builder,
+    url: &Url,
+    transport: &Transport,
+) -> Result<Option<(Opened, bool)>> {
+    let Some(disk) = builder.disk_cache.as_ref() else {
+        return Ok(None);
+    };
+    let Some(known) = disk.recall(&disk::name(url, builder.cache_key.as_deref())) else {
+        return Ok(None);
+    };
+    let first_len = builder.block_size.min(known.size);
+    let blocks = disk.file(known.identity.clone(), builder.block_size);
+    let Some(first) = blocks.read(0, first_len) else {
+        return Ok(None);
+    };
+    let identity = Identity {
+        size: known.size,
+        etag: known.etag,
+        last_modified: known.last_modified,
+    };
+    let age = known.seen.elapsed().unwrap_or(std::time::Duration::MAX);
+    if age < builder.revalidate_after {
+        return Ok(Some((Opened { identity, first }, false)));
+    }
+    match transport.open_unless(first_len.max(1), &identity)? {
+        None => Ok(Some((Opened { identity, first }, true))),
+        Some(changed) => Ok(Some((changed, true))),
+    }
 }
 
 /// The transport for `url`, with the builder's agent, headers, timeouts and

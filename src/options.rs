@@ -28,6 +28,7 @@ pub const MAX_BLOCK_SIZE: u64 = 256 * MIB;
 /// | [`block_size`](Builder::block_size) | 1 MiB |
 /// | [`cache_capacity`](Builder::cache_capacity) | 256 MiB, private to the file |
 /// | [`disk_cache`](Builder::disk_cache) / [`cache_key`](Builder::cache_key) | none / the URL without its query |
+/// | [`revalidate_after`](Builder::revalidate_after) | 0 (every open asks the server) |
 /// | [`read_ahead_min`](Builder::read_ahead_min) / [`read_ahead_max`](Builder::read_ahead_max) | 1 MiB / 64 MiB (at most a quarter of the cache) |
 /// | [`max_concurrent_requests`](Builder::max_concurrent_requests) | 4 |
 /// | [`max_connections`](Builder::max_connections) | 16 |
@@ -69,6 +70,7 @@ pub struct Builder {
     pub(crate) cache: Option<BlockCache>,
     pub(crate) disk_cache: Option<DiskCache>,
     pub(crate) cache_key: Option<String>,
+    pub(crate) revalidate_after: Duration,
     pub(crate) read_ahead_min: u64,
     pub(crate) read_ahead_max: u64,
     pub(crate) max_concurrent_requests: u64,
@@ -100,6 +102,7 @@ impl Default for Builder {
             cache: None,
             disk_cache: None,
             cache_key: None,
+            revalidate_after: Duration::ZERO,
             read_ahead_min: MIB,
             read_ahead_max: 64 * MIB,
             max_concurrent_requests: 4,
@@ -134,6 +137,7 @@ impl fmt::Debug for Builder {
             .field("cache", &self.cache)
             .field("disk_cache", &self.disk_cache)
             .field("cache_key", &self.cache_key)
+            .field("revalidate_after", &self.revalidate_after)
             .field("read_ahead_min", &self.read_ahead_min)
             .field("read_ahead_max", &self.read_ahead_max)
             .field("max_concurrent_requests", &self.max_concurrent_requests)
@@ -215,6 +219,26 @@ impl Builder {
     /// ```
     pub fn cache_key(mut self, key: impl Into<String>) -> Self {
         self.cache_key = Some(key.into());
+        self
+    }
+
+    /// How long a version of a file the disk cache has seen is trusted
+    /// without asking the server (default 0: always ask). Opening a file
+    /// whose version and first block are on disk costs one request with no
+    /// body (`If-None-Match`, answered `304 Not Modified`); within this time
+    /// of the last confirmation, none at all — for data known not to change.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # let disk = remfile::DiskCache::open("/tmp/cache", 1 << 30)?;
+    /// // Archived recordings never change: ask once a day.
+    /// let builder = remfile::RemoteFile::builder()
+    ///     .disk_cache(disk)
+    ///     .revalidate_after(Duration::from_secs(24 * 3600));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn revalidate_after(mut self, age: Duration) -> Self {
+        self.revalidate_after = age;
         self
     }
 

@@ -242,3 +242,78 @@ fn a_killed_writer_leaves_no_block_that_reads_wrong() {
     assert!(file.stats().disk_hits > 0, "{:?}", file.stats());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_warm_open_costs_one_request_and_no_body() {
+    let data = test_data(2 << 20, 69);
+    let server = RangeServer::new(data.clone());
+    let dir = temp_dir("warm");
+    read(&open(&server, "/f?sig=1", &dir), 700_000, 300_000);
+    let before = server.requests();
+    let warm = open(&server, "/f?sig=2", &dir);
+    assert_eq!(server.requests(), before + 1);
+    let asked = server.log().last().unwrap().clone();
+    assert_eq!(asked.header("if-none-match"), Some("\"v1\""), "{asked:?}");
+    let opened = warm.stats();
+    assert_eq!(
+        (opened.requests, opened.bytes_fetched),
+        (1, 0),
+        "{opened:?}"
+    );
+    assert_eq!(warm.len(), data.len() as u64);
+    // Its blocks on disk: no request.
+    assert_eq!(read(&warm, 700_000, 300_000), &data[700_000..1_000_000]);
+    assert_eq!(warm.stats().requests, 1);
+    assert_eq!(read(&warm, 0, 1000), &data[..1000], "block 0, from disk");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_warm_open_of_a_changed_file_reads_the_new_version_and_drops_the_old() {
+    let server = RangeServer::new(test_data(1 << 20, 70));
+    let dir = temp_dir("warmchanged");
+    read(&open(&server, "/f", &dir), 0, 1 << 20);
+    let old_blocks = walk(&dir.join("blocks"));
+    assert!(!old_blocks.is_empty());
+    let new_data = test_data(1 << 20, 71);
+    server.set_data(new_data.clone());
+    server.set_etag(Some("\"v2\""));
+    let file = open(&server, "/f", &dir);
+    assert_eq!(read(&file, 0, 1 << 20), new_data);
+    assert_eq!(file.stats().disk_hits, 0);
+    assert!(
+        old_blocks.iter().all(|p| !p.exists()),
+        "the old version's blocks are gone"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn within_revalidate_after_a_warm_open_asks_nothing() {
+    let data = test_data(1 << 20, 72);
+    let server = RangeServer::new(data.clone());
+    // Last-Modified only: the revalidation would ask If-Modified-Since.
+    server.set_etag(None);
+    server.set_last_modified(Some("Mon, 30 Nov 2026 12:00:00 GMT"));
+    let dir = temp_dir("revalidate");
+    read(&open(&server, "/f", &dir), 0, 100);
+    let before = server.requests();
+    let trusting = builder()
+        .block_size(BLOCK)
+        .disk_cache(DiskCache::open(&dir, 64 << 20).unwrap())
+        .revalidate_after(std::time::Duration::from_secs(3600))
+        .open(server.url("/f"))
+        .unwrap();
+    assert_eq!(read(&trusting, 0, 100), &data[..100]);
+    assert_eq!(server.requests(), before, "no request at all");
+    // Without it, the same open asks, with the date.
+    let asking = open(&server, "/f", &dir);
+    assert_eq!(server.requests(), before + 1);
+    let asked = server.log().last().unwrap().clone();
+    assert_eq!(
+        asked.header("if-modified-since"),
+        Some("Mon, 30 Nov 2026 12:00:00 GMT")
+    );
+    assert_eq!(asking.stats().bytes_fetched, 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -123,7 +123,8 @@ impl DiskCache {
         block_files(&self.inner.dir).iter().map(|b| b.len).sum()
     }
 
-    /// The blocks of one version of one file, by its identity text.
+    /// The blocks of one version of one file, by its identity text, in
+    /// blocks of `block_size` bytes.
     pub(crate) fn file(&self, identity: String, block_size: u64) -> DiskFile {
         let dir = self
             .inner
@@ -311,9 +312,24 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
-/// The identity of a file version on disk: the URL without its query and
-/// fragment (or `key`), the validator, the size. `None` without a validator
-/// to tell versions apart.
+/// The name a file goes by on disk: its URL without query, fragment and
+/// credentials, or the builder's key.
+pub(crate) fn name(url: &url::Url, key: Option<&str>) -> String {
+    match key {
+        Some(k) => format!("key {k}"),
+        None => {
+            let mut bare = url.clone();
+            bare.set_query(None);
+            bare.set_fragment(None);
+            let _ = bare.set_password(None);
+            let _ = bare.set_username("");
+            format!("url {bare}")
+        }
+    }
+}
+
+/// The identity of a file version on disk: its [`name`], the validator,
+/// the size. `None` without a validator to tell versions apart.
 pub(crate) fn identity(
     url: &url::Url,
     key: Option<&str>,
@@ -324,18 +340,83 @@ pub(crate) fn identity(
     let validator = strong_etag
         .map(|e| format!("etag {e}"))
         .or_else(|| last_modified.map(|m| format!("modified {m}")))?;
-    let name = match key {
-        Some(k) => format!("key {k}"),
-        None => {
-            let mut bare = url.clone();
-            bare.set_query(None);
-            bare.set_fragment(None);
-            let _ = bare.set_password(None);
-            let _ = bare.set_username("");
-            format!("url {bare}")
+    Some(format!("{}\n{validator}\nsize {size}", name(url, key)))
+}
+
+/// The version of a file seen last, as [`DiskCache::recall`] finds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Known {
+    /// Its identity text (see [`identity`]).
+    pub identity: String,
+    pub etag: Option<String>,
+    pub last_modified: Option<String>,
+    pub size: u64,
+    /// When it was last confirmed.
+    pub seen: SystemTime,
+}
+
+impl Known {
+    /// Parses an identity text written for `name`.
+    fn parse(name: &str, identity: &str, seen: SystemTime) -> Option<Known> {
+        let mut lines = identity.lines();
+        if lines.next()? != name {
+            return None;
         }
-    };
-    Some(format!("{name}\n{validator}\nsize {size}"))
+        let validator = lines.next()?;
+        let size = lines.next()?.strip_prefix("size ")?.parse().ok()?;
+        let (etag, last_modified) = match validator.split_once(' ')? {
+            ("etag", e) => (Some(e.to_owned()), None),
+            ("modified", m) => (None, Some(m.to_owned())),
+            _ => return None,
+        };
+        Some(Known {
+            identity: identity.to_owned(),
+            etag,
+            last_modified,
+            size,
+            seen,
+        })
+    }
+}
+
+impl DiskCache {
+    fn record_path(&self, name: &str) -> PathBuf {
+        self.inner
+            .dir
+            .join("files")
+            .join(format!("{:016x}", fnv1a(name.as_bytes())))
+    }
+
+    /// Notes that the file called `name` is, as of now, the version
+    /// `identity`; forgets the blocks of the version it was before, if
+    /// another.
+    pub(crate) fn remember(&self, name: &str, identity: &str) {
+        if let Some(old) = self.recall(name) {
+            if old.identity != identity {
+                let _ = fs::remove_dir_all(self.file(old.identity, 0).dir);
+            }
+        }
+        let inner = &self.inner;
+        let n = inner.next_temporary.fetch_add(1, Relaxed);
+        let temporary = inner
+            .dir
+            .join("tmp")
+            .join(format!("{}-{n}.tmp", std::process::id()));
+        let dir = inner.dir.join("files");
+        let path = self.record_path(name);
+        if let Err(e) = write_then_rename(&temporary, &path, identity.as_bytes(), &dir) {
+            let _ = fs::remove_file(&temporary);
+            self.warn_once("cannot note a file's version", &e);
+        }
+    }
+
+    /// The version of the file called `name` seen last, and when.
+    pub(crate) fn recall(&self, name: &str) -> Option<Known> {
+        let path = self.record_path(name);
+        let text = fs::read_to_string(&path).ok()?;
+        let seen = fs::metadata(&path).and_then(|m| m.modified()).ok()?;
+        Known::parse(name, &text, seen)
+    }
 }
 
 #[cfg(test)]

@@ -38,7 +38,7 @@ use url::Url;
 
 use self::permits::Permits;
 use self::redact::redact;
-use self::request::Want;
+use self::request::{Precondition, Want};
 use self::retry::Try;
 use crate::error::Error;
 use crate::link::LinkMeter;
@@ -127,11 +127,36 @@ impl Transport {
     /// Learns the size and validators and fetches the first `first_len` bytes,
     /// in one request: `Range: bytes=0-{first_len-1}`.
     pub fn open(&self, first_len: u64) -> Result<Opened, Error> {
+        self.open_with(first_len, None)
+            .map(|opened| opened.expect("no 304 without a precondition"))
+    }
+
+    /// As [`open`](Self::open), unless the file is still the version
+    /// `known` describes: then the server says so (`304 Not Modified`) with
+    /// no body, and this returns `None`.
+    pub fn open_unless(&self, first_len: u64, known: &Identity) -> Result<Option<Opened>, Error> {
+        let condition = known
+            .strong_etag()
+            .map(Precondition::NoneMatch)
+            .or_else(|| {
+                known
+                    .last_modified
+                    .as_deref()
+                    .map(Precondition::ModifiedSince)
+            });
+        self.open_with(first_len, condition)
+    }
+
+    fn open_with(
+        &self,
+        first_len: u64,
+        condition: Option<Precondition<'_>>,
+    ) -> Result<Option<Opened>, Error> {
         let deadline = Instant::now() + self.timeouts.per_read;
         let mut rounds = 0;
         let result = self.with_retries(0..first_len, deadline, &mut rounds, |t, at| {
-            let (resp, url) = t.send(Want::Bytes(0..first_len), None, deadline, at)?;
-            t.open_response(resp, url, first_len)
+            let (resp, url) = t.send(Want::Bytes(0..first_len), condition, deadline, at)?;
+            t.open_response(resp, url, first_len, condition.is_some())
         });
         Counters::add(&self.counters.round_trips, rounds.into());
         if result.is_ok() {
@@ -172,7 +197,7 @@ impl Transport {
         let mut rounds = 0;
         let result = self.with_retries(range.clone(), deadline, &mut rounds, |t, at| {
             let rest = range.start + sink.filled()..range.end;
-            let if_match = identity.strong_etag();
+            let if_match = identity.strong_etag().map(Precondition::Match);
             let (resp, url) = t.send(Want::Bytes(rest.clone()), if_match, deadline, at)?;
             t.fetch_response(resp, url, &rest, identity, sink)
         });

@@ -5,7 +5,9 @@ use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use ureq::http::Response;
-use ureq::http::header::{ACCEPT_ENCODING, IF_MATCH, LOCATION, RANGE, USER_AGENT};
+use ureq::http::header::{
+    ACCEPT_ENCODING, IF_MATCH, IF_MODIFIED_SINCE, IF_NONE_MATCH, LOCATION, RANGE, USER_AGENT,
+};
 use ureq::typestate::WithoutBody;
 use ureq::{Body, RequestBuilder};
 use url::Url;
@@ -36,6 +38,17 @@ impl std::fmt::Display for Want {
     }
 }
 
+/// What a request asks the server to check first (the `If-` headers).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Precondition<'a> {
+    /// Only this version (a strong ETag): a changed file fails the request.
+    Match(&'a str),
+    /// Nothing if the file still has this ETag: `304 Not Modified`.
+    NoneMatch(&'a str),
+    /// Nothing if the file was not modified since this date: `304`.
+    ModifiedSince(&'a str),
+}
+
 /// How long a response's headers took to arrive, kept with the response.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Waited(pub Duration);
@@ -48,14 +61,14 @@ impl Transport {
     pub(super) fn send(
         &self,
         want: Want,
-        if_match: Option<&str>,
+        condition: Option<Precondition<'_>>,
         deadline: Instant,
         mut at: Try<'_>,
     ) -> Result<(Response<Body>, Url), Failure> {
         let mut url = self.target.read().clone();
         let mut hops = 0;
         loop {
-            let resp = self.send_once(&url, &want, if_match, deadline, &mut at)?;
+            let resp = self.send_once(&url, &want, condition, deadline, &mut at)?;
             let status = resp.status().as_u16();
             if !REDIRECT_STATUSES.contains(&status) {
                 return Ok((resp, url));
@@ -76,7 +89,7 @@ impl Transport {
         &self,
         url: &Url,
         want: &Want,
-        if_match: Option<&str>,
+        condition: Option<Precondition<'_>>,
         deadline: Instant,
         at: &mut Try<'_>,
     ) -> Result<Response<Body>, Failure> {
@@ -93,7 +106,7 @@ impl Transport {
                 "the read's overall deadline passed",
             )));
         }
-        let req = self.request(url, want, if_match, remaining);
+        let req = self.request(url, want, condition, remaining);
         Counters::add(&self.counters.requests, 1);
         *at.rounds += 1;
         let attempt = at.number;
@@ -130,7 +143,7 @@ impl Transport {
         &self,
         url: &Url,
         want: &Want,
-        if_match: Option<&str>,
+        condition: Option<Precondition<'_>>,
         remaining: Duration,
     ) -> RequestBuilder<WithoutBody> {
         let mut req = self
@@ -139,9 +152,12 @@ impl Transport {
             .header(RANGE, format!("bytes={want}"))
             .header(ACCEPT_ENCODING, "identity")
             .header(USER_AGENT, &self.user_agent);
-        if let Some(tag) = if_match {
-            req = req.header(IF_MATCH, tag);
-        }
+        req = match condition {
+            Some(Precondition::Match(tag)) => req.header(IF_MATCH, tag),
+            Some(Precondition::NoneMatch(tag)) => req.header(IF_NONE_MATCH, tag),
+            Some(Precondition::ModifiedSince(date)) => req.header(IF_MODIFIED_SINCE, date),
+            None => req,
+        };
         if same_origin(url, &self.original.read()) {
             for (name, value) in &self.headers {
                 req = req.header(name, value);

@@ -83,10 +83,17 @@ impl Transport {
         mut resp: Response<Body>,
         url: Url,
         first_len: u64,
-    ) -> Result<Opened, Failure> {
+        conditional: bool,
+    ) -> Result<Option<Opened>, Failure> {
         let headers = resp.headers().clone();
         reject_encoded(&headers)?;
         let opened = match resp.status().as_u16() {
+            // The version the caller knows is still the file's.
+            304 if conditional => {
+                drain(&mut resp);
+                self.remember(url);
+                return Ok(None);
+            }
             206 => {
                 let (first, last, total) = bytes_with_size(&headers)?;
                 if first != 0 || last != first_len.min(total) - 1 {
@@ -101,10 +108,10 @@ impl Transport {
                 self.remember(url);
                 let mut first = vec![0; (last + 1) as usize];
                 self.read_body(&mut resp, &mut Sink::over(&mut first))?;
-                return Ok(Opened {
+                return Ok(Some(Opened {
                     identity: Identity::from_headers(total, &headers),
                     first,
-                });
+                }));
             }
             // Either a small file sent whole, or a server ignoring Range.
             200 => self.open_whole(&mut resp, first_len)?,
@@ -125,7 +132,7 @@ impl Transport {
             status => return Err(self.status_failure(status, resp, &url)),
         };
         self.remember(url);
-        Ok(opened)
+        Ok(Some(opened))
     }
 
     /// A `200` to the opening request: the whole file if it is no longer than

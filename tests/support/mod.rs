@@ -272,6 +272,19 @@ pub fn range_reply(
             return Reply::new(412).body("precondition failed");
         }
     }
+    // A conditional GET for the version the client has: nothing to send.
+    let unchanged = match (req.header("if-none-match"), req.header("if-modified-since")) {
+        (Some(tag), _) => etag == Some(tag),
+        (None, Some(since)) => last_modified == Some(since),
+        (None, None) => false,
+    };
+    if unchanged {
+        let mut not_modified = Reply::new(304);
+        if let Some(e) = etag {
+            not_modified = not_modified.header("ETag", e);
+        }
+        return not_modified;
+    }
     // A suffix range, `bytes=-N`: the last N bytes.
     let suffix = req
         .header("range")
