@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use crate::cache::{Block, BlockCache, Claim, FileKey};
-use crate::disk::DiskFile;
+use crate::disk::{DiskFile, Fetcher};
 use crate::error::{Error, Result};
 use crate::fanout::{Done, Next, fan_out};
 use crate::http::{Identity, Sink, Transport};
@@ -360,8 +360,54 @@ impl Engine {
         deadline: Instant,
     ) -> (u32, Option<Error>) {
         self.fetch_from_disk(claim, is_needed, got);
+        let Some(disk) = &self.disk else {
+            return self.fetch_network(claim, is_needed, got, deadline, &[]);
+        };
+        // One fetch per block across processes: blocks another process is
+        // fetching are waited for on disk, after this process's own.
+        let stale = self.options.read_timeout;
+        let (mut locks, mut theirs) = (Vec::new(), Vec::new());
+        for &index in &claim.owned {
+            match disk.claim_fetch(index, stale) {
+                Fetcher::Me(lock) => locks.extend(lock),
+                Fetcher::Other => theirs.push(index),
+            }
+        }
+        let (mut rounds, failure) = self.fetch_network(claim, is_needed, got, deadline, &theirs);
+        drop(locks);
+        if failure.is_some() || theirs.is_empty() {
+            return (rounds, failure);
+        }
+        let mut waited = false;
+        for index in theirs {
+            if let Some(bytes) = disk.wait_for(index, self.block_len(index), deadline, stale) {
+                waited = true;
+                self.hand_over(claim, index, bytes, is_needed, got);
+            }
+        }
+        rounds = rounds.max(waited.into());
+        // What the other processes did not bring, this one fetches.
+        let (more, failure) = self.fetch_network(claim, is_needed, got, deadline, &[]);
+        (rounds + more, failure)
+    }
+
+    /// Fetches the blocks `claim` still owns, but `skip`, in one round of
+    /// concurrent parts (see [`fetch_owned`](Self::fetch_owned)).
+    fn fetch_network(
+        &self,
+        claim: &mut Claim,
+        is_needed: &impl Fn(u64) -> bool,
+        got: &mut Vec<(u64, Block)>,
+        deadline: Instant,
+        skip: &[u64],
+    ) -> (u32, Option<Error>) {
         // Sorted again: handing blocks over reorders what is left.
-        let mut owned = claim.owned.clone();
+        let mut owned: Vec<u64> = claim
+            .owned
+            .iter()
+            .copied()
+            .filter(|i| !skip.contains(i))
+            .collect();
         owned.sort_unstable();
         if owned.is_empty() {
             return (0, None);
@@ -408,18 +454,28 @@ impl Engine {
             return;
         };
         for index in claim.owned.clone() {
-            let len = self.block_len(index);
-            let Some(bytes) = disk.read(index, len) else {
-                continue;
-            };
-            let block = Arc::new(bytes);
-            if is_needed(index) {
-                got.push((index, block.clone()));
+            if let Some(bytes) = disk.read(index, self.block_len(index)) {
+                self.hand_over(claim, index, bytes, is_needed, got);
             }
-            claim.fulfil(index, block);
-            Counters::add(&self.counters.disk_hits, 1);
-            Counters::add(&self.counters.disk_bytes_read, len);
         }
+    }
+
+    /// Hands block `index`, read from disk, to the cache and its waiters.
+    fn hand_over(
+        &self,
+        claim: &mut Claim,
+        index: u64,
+        bytes: Vec<u8>,
+        is_needed: &impl Fn(u64) -> bool,
+        got: &mut Vec<(u64, Block)>,
+    ) {
+        Counters::add(&self.counters.disk_hits, 1);
+        Counters::add(&self.counters.disk_bytes_read, bytes.len() as u64);
+        let block = Arc::new(bytes);
+        if is_needed(index) {
+            got.push((index, block.clone()));
+        }
+        claim.fulfil(index, block);
     }
 
     /// Waits for the blocks of `claim` that other readers fetch. A block a

@@ -317,3 +317,99 @@ fn within_revalidate_after_a_warm_open_asks_nothing() {
     assert_eq!(asking.stats().bytes_fetched, 0);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A reader of [`processes_sharing_a_directory_fetch_each_block_about_once`],
+/// run as a child process: reads the whole file, checks it, exits.
+fn sharing_reader(spec: &str) {
+    let (url, rest) = spec.split_once('|').unwrap();
+    let (dir, seed) = rest.split_once('|').unwrap();
+    let file = builder()
+        .block_size(BLOCK)
+        .disk_cache(DiskCache::open(dir, 64 << 20).unwrap())
+        .open(url)
+        .unwrap();
+    let data = test_data(file.len() as usize, seed.parse().unwrap());
+    assert!(read(&file, 0, data.len()) == data, "wrong bytes");
+}
+
+#[test]
+fn processes_sharing_a_directory_fetch_each_block_about_once() {
+    if let Ok(spec) = std::env::var("REMFILE_DISK_SHARER") {
+        return sharing_reader(&spec);
+    }
+    const PROCESSES: usize = 8;
+    let data = test_data(8 << 20, 73);
+    let server = RangeServer::new(data.clone());
+    let dir = temp_dir("sharing");
+    // The file's version on disk first, so that every reader sees the same.
+    read(&open(&server, "/f", &dir), 0, 1);
+    let served = || -> u64 {
+        server
+            .ranges()
+            .iter()
+            .map(|&(first, last)| last.saturating_sub(first) + 1)
+            .sum()
+    };
+    let before = served();
+    let children: Vec<_> = (0..PROCESSES)
+        .map(|_| {
+            std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "processes_sharing_a_directory_fetch_each_block_about_once",
+                    "--exact",
+                    "--nocapture",
+                ])
+                .env(
+                    "REMFILE_DISK_SHARER",
+                    format!("{}|{}|73", server.url("/f"), dir.display()),
+                )
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut child in children {
+        assert!(child.wait().unwrap().success(), "a reader failed");
+    }
+    let fetched = served() - before;
+    eprintln!(
+        "{PROCESSES} processes fetched {fetched} bytes of an {} byte file",
+        data.len()
+    );
+    // Each block once, give or take the races of a sequential read-ahead
+    // (eight without the shared directory's locks).
+    assert!(fetched <= 2 * data.len() as u64, "{fetched}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_lock_left_by_a_dead_process_is_taken_over() {
+    let data = test_data(1 << 20, 74);
+    let server = RangeServer::new(data.clone());
+    let dir = temp_dir("deadlock");
+    read(&open(&server, "/f", &dir), 0, 1);
+    // A process that died while fetching block 5 left its lock behind.
+    let file_dir = walk(&dir.join("blocks"))[0].parent().unwrap().to_path_buf();
+    let dead = {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        pid
+    };
+    let lock = file_dir.join(format!("{BLOCK}-5.lock"));
+    std::fs::write(&lock, format!("{dead}\n")).unwrap();
+    let file = open(&server, "/f", &dir);
+    assert_eq!(
+        read(&file, 5 * BLOCK, 10),
+        &data[5 * BLOCK as usize..][..10]
+    );
+    assert_eq!(
+        file.stats().requests,
+        2,
+        "the open's, and block 5 fetched here"
+    );
+    // Taken over (and released), not waited out: a lock waited out until
+    // the read's deadline would still be there.
+    assert!(!lock.exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}

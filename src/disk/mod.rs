@@ -235,6 +235,111 @@ impl DiskFile {
     }
 }
 
+/// A claim on fetching one block for every process using the directory: a
+/// lock file beside the block, deleted when dropped (the block written or
+/// given up).
+pub(crate) struct FetchLock {
+    path: PathBuf,
+}
+
+impl Drop for FetchLock {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.path);
+    }
+}
+
+/// Who fetches a block.
+pub(crate) enum Fetcher {
+    /// This process, holding the lock (or none, if the directory cannot
+    /// hold one: no process can then wait for another).
+    Me(Option<FetchLock>),
+    /// Another live process, which will write it.
+    Other,
+}
+
+impl DiskFile {
+    fn lock_path(&self, index: u64) -> PathBuf {
+        self.dir.join(format!("{}-{index}.lock", self.block_size))
+    }
+
+    /// Claims block `index` for this process to fetch, unless another process
+    /// is fetching it. A lock whose process died, or older than `stale`, is
+    /// taken over: a dead process never makes others wait.
+    pub(crate) fn claim_fetch(&self, index: u64, stale: Duration) -> Fetcher {
+        let path = self.lock_path(index);
+        for _ in 0..2 {
+            let created = fs::File::options().write(true).create_new(true).open(&path);
+            match created {
+                Ok(mut f) => {
+                    use std::io::Write;
+                    let _ = writeln!(f, "{}", std::process::id());
+                    return Fetcher::Me(Some(FetchLock { path }));
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                    if !lock_is_stale(&path, stale) {
+                        return Fetcher::Other;
+                    }
+                    let _ = fs::remove_file(&path);
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    if fs::create_dir_all(&self.dir).is_err() {
+                        return Fetcher::Me(None);
+                    }
+                }
+                Err(_) => return Fetcher::Me(None),
+            }
+        }
+        Fetcher::Me(None)
+    }
+
+    /// Waits for another process to write block `index` (`len` bytes): the
+    /// block once it is on disk; `None` once no live process holds its lock
+    /// without having written it, or at `deadline`.
+    pub(crate) fn wait_for(
+        &self,
+        index: u64,
+        len: u64,
+        deadline: std::time::Instant,
+        stale: Duration,
+    ) -> Option<Vec<u8>> {
+        let lock = self.lock_path(index);
+        let mut pause = Duration::from_millis(1);
+        loop {
+            if let Some(block) = self.read(index, len) {
+                return Some(block);
+            }
+            let held = lock.exists() && !lock_is_stale(&lock, stale);
+            if !held || std::time::Instant::now() >= deadline {
+                // Written just before the lock went, perhaps.
+                return self.read(index, len);
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Whether the lock at `path` is left over: its process is gone (where the
+/// system says which processes live), or it is older than `stale`.
+fn lock_is_stale(path: &Path, stale: Duration) -> bool {
+    let Ok(meta) = fs::metadata(path) else {
+        return false;
+    };
+    let old = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_some_and(|age| age > stale);
+    let dead = fs::read_to_string(path)
+        .ok()
+        .and_then(|pid| pid.trim().parse::<u32>().ok())
+        .is_some_and(|pid| {
+            let proc = Path::new("/proc");
+            proc.join("self").exists() && !proc.join(pid.to_string()).exists()
+        });
+    old || dead
+}
+
 /// Writes `bytes` to `temporary`, then renames it to `path`: a reader sees
 /// the whole block or none of it.
 fn write_then_rename(temporary: &Path, path: &Path, bytes: &[u8], dir: &Path) -> io::Result<()> {
@@ -275,6 +380,9 @@ fn block_files(dir: &Path) -> Vec<BlockFile> {
             continue;
         };
         for block in blocks.flatten() {
+            if block.path().extension().is_some_and(|e| e == "lock") {
+                continue;
+            }
             if let Ok(meta) = block.metadata() {
                 out.push(BlockFile {
                     path: block.path(),
