@@ -256,3 +256,22 @@ fn a_c_program_opens_a_remote_file_with_h5pset_driver_by_name() {
     assert_eq!(out, "failed");
     assert!(err.contains("`block`: unknown key"), "{err}");
 }
+
+#[test]
+fn a_second_run_reads_from_the_disk_cache() {
+    let Some(python) = python() else { return };
+    let server = RangeServer::new(std::fs::read(nwb_file()).unwrap());
+    let dir = h5files::temp_path("plugin-disk-dir");
+    let config = format!("disk_cache={};stats=on", dir.display());
+    let url = server.url("/f.nwb?signature=1");
+    let local = nwb_file().to_str().unwrap();
+    let first = check(python, &config, &["walk", &url, local]);
+    assert!(first.contains(r#""same": true"#), "{first}");
+    let cold = server.requests();
+    // Another run, another signature: one request, answered 304.
+    let url = server.url("/f.nwb?signature=2");
+    let second = check(python, &config, &["walk", &url, local]);
+    assert!(second.contains(r#""same": true"#), "{second}");
+    assert_eq!(server.requests(), cold + 1, "{second}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -6,7 +6,7 @@
 //! The string is a list of `key=value` pairs separated by `;` (spaces around
 //! them ignored), e.g. `block_size=1MiB;cache=512MiB;timeout=30s`. Sizes take
 //! `B`, `KiB`, `MiB`, `GiB` (or `K`, `M`, `G`, powers of 1024, and `KB`,
-//! `MB`, `GB`, powers of 1000); durations `ms`, `s`, `min`; switches `on`,
+//! `MB`, `GB`, powers of 1000); durations `ms`, `s`, `min`, `h`, `d`; switches `on`,
 //! `off`, `true`, `false`, `1`, `0`.
 
 use std::fmt;
@@ -65,8 +65,24 @@ pub const KEYS: &[(&str, &str)] = &[
     ),
     ("https_only", "refuse plain http (switch; default off)"),
     (
+        "disk_cache",
+        "a directory for a disk cache shared by runs and processes (path)",
+    ),
+    (
+        "disk_capacity",
+        "the disk cache's capacity (size; default 10GiB)",
+    ),
+    (
+        "cache_key",
+        "the name the file goes by in the disk cache, instead of its URL",
+    ),
+    (
+        "revalidate_after",
+        "how long a version on disk is trusted without asking (duration; default 0s)",
+    ),
+    (
         "stats",
-        "print requests, round trips and bytes to standard error at close (switch)",
+        "print requests, round trips and bytes to standard error at close (switch; or REMFILE_STATS=1)",
     ),
 ];
 
@@ -108,7 +124,18 @@ pub enum Setting {
     CaFile(String),
     /// `https_only`.
     HttpsOnly(bool),
+    /// `disk_cache`.
+    DiskCache(String),
+    /// `disk_capacity`.
+    DiskCapacity(u64),
+    /// `cache_key`.
+    CacheKey(String),
+    /// `revalidate_after`.
+    RevalidateAfter(Duration),
 }
+
+/// The disk cache's capacity when the configuration names none.
+pub const DISK_CAPACITY: u64 = 10 << 30;
 
 /// What is wrong with a configuration string.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -171,6 +198,10 @@ pub fn parse(config: &str) -> Result<Config, ConfigError> {
             "connect_timeout" => Setting::ConnectTimeout(duration()?),
             "ca_file" => Setting::CaFile(value.to_owned()),
             "https_only" => Setting::HttpsOnly(switch()?),
+            "disk_cache" => Setting::DiskCache(value.to_owned()),
+            "disk_capacity" => Setting::DiskCapacity(size()?),
+            "cache_key" => Setting::CacheKey(value.to_owned()),
+            "revalidate_after" => Setting::RevalidateAfter(duration()?),
             "metadata_prefetch" => {
                 out.metadata_prefetch = switch()?;
                 continue;
@@ -224,6 +255,8 @@ fn parse_duration(value: &str) -> Option<Duration> {
         "ms" => Some(Duration::from_millis(n)),
         "s" => Some(Duration::from_secs(n)),
         "min" => Some(Duration::from_secs(n.checked_mul(60)?)),
+        "h" => Some(Duration::from_secs(n.checked_mul(3600)?)),
+        "d" => Some(Duration::from_secs(n.checked_mul(86_400)?)),
         _ => None,
     }
 }
@@ -241,6 +274,14 @@ impl Config {
     /// `ca_file` that cannot be read is an error naming it.
     pub fn builder(&self) -> Result<Builder, ConfigError> {
         let mut b = hdf5_builder();
+        let capacity = self
+            .remote
+            .iter()
+            .find_map(|s| match s {
+                Setting::DiskCapacity(n) => Some(*n),
+                _ => None,
+            })
+            .unwrap_or(DISK_CAPACITY);
         for setting in &self.remote {
             b = match setting.clone() {
                 Setting::BlockSize(n) => b.block_size(n),
@@ -253,6 +294,16 @@ impl Config {
                 Setting::Timeout(d) => b.read_timeout(d),
                 Setting::ConnectTimeout(d) => b.connect_timeout(d),
                 Setting::HttpsOnly(yes) => b.https_only(yes),
+                Setting::DiskCache(dir) => {
+                    let disk = crate::DiskCache::open(&dir, capacity).map_err(|e| ConfigError {
+                        key: "disk_cache".into(),
+                        reason: format!("cannot open {dir}: {e}"),
+                    })?;
+                    b.disk_cache(disk)
+                }
+                Setting::DiskCapacity(_) => b,
+                Setting::CacheKey(key) => b.cache_key(key),
+                Setting::RevalidateAfter(d) => b.revalidate_after(d),
                 Setting::CaFile(path) => {
                     let pem = std::fs::read(&path).map_err(|e| ConfigError {
                         key: "ca_file".into(),
@@ -311,6 +362,19 @@ mod tests {
             [Setting::ConnectTimeout(Duration::from_millis(250))]
         );
         assert!(parse("block_size=4096").unwrap().builder().is_ok());
+        let dir = std::env::temp_dir().join(format!("remfile-config-{}", std::process::id()));
+        let c = parse(&format!(
+            "disk_cache={};disk_capacity=1GiB;cache_key=asset-1;revalidate_after=1d",
+            dir.display()
+        ))
+        .unwrap();
+        assert!(
+            c.remote
+                .contains(&Setting::RevalidateAfter(Duration::from_secs(86_400)))
+        );
+        assert!(c.builder().is_ok());
+        assert!(dir.join("blocks").is_dir(), "the disk cache opened");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
