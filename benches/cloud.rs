@@ -226,6 +226,7 @@ fn run(label: &str, url: &str, stored: u64) {
     read_slice(label, "bulk, pf", &remote, &ds, stored, true);
 
     random_chunks(label, url);
+    disk_cache(label, url, stored);
 
     // HDF 1.14+ hands the driver one vector read for chunks that bypass its
     // chunk cache (uncompressed ones larger than the cache).
@@ -299,6 +300,35 @@ fn read_slice(
         p.chunk_reads,
         p.chunk_bytes_ahead as f64 / 1e6
     ));
+}
+
+/// Open, walk and slice with a disk cache: once cold (filling it), then
+/// warm, as a later run of a program finds it (a new memory cache).
+fn disk_cache(label: &str, url: &str, stored: u64) {
+    let dir = std::env::temp_dir().join(format!("remfile-bench-disk-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    for phase in ["disk, cold", "disk, warm"] {
+        let disk = remfile::DiskCache::open(&dir, 4 << 30).unwrap();
+        let (cpu0, t0) = (cpu_time(), Instant::now());
+        let file = h5::OpenOptions::new()
+            .remote(h5::builder().proxy_from_env(false).disk_cache(disk))
+            .open_url(url)
+            .unwrap();
+        let remote = h5::driver_info(&file).unwrap().remote;
+        h5files::walk_metadata(&file).unwrap();
+        let ds = file.dataset("acquisition/ElectricalSeries/data").unwrap();
+        let rows = ds.read_slice_2d::<i16, _>((SLICE, ..)).unwrap();
+        assert_eq!(rows.len(), (SLICE.end - SLICE.start) * 64);
+        assert!(remote.wait_for_background_fetches(Duration::from_secs(60)));
+        report(label, phase, t0, cpu0, remote.stats(), Some(stored));
+        let s = remote.stats();
+        note(format!(
+            "    open + walk + slice: {} blocks from disk ({:.1} MB)",
+            s.disk_hits,
+            s.disk_bytes_read as f64 / 1e6
+        ));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Chunks read one at a time in no order (50 single-chunk selections

@@ -518,8 +518,11 @@ impl Engine {
         }
         let mut claim = self.cache.claim_speculative(&self.key, &missing);
         let claimed: u64 = claim.owned.iter().map(|&i| self.block_len(i)).sum();
-        if claimed == 0 {
-            return 0;
+        // The disk's blocks at once: a reader that came to need one would
+        // otherwise wait for the background thread, as for the network.
+        self.fetch_from_disk(&mut claim, &|_| false, &mut Vec::new());
+        if claim.owned.is_empty() {
+            return claimed;
         }
         let engine = Arc::clone(self);
         *self.background.lock() += 1;

@@ -108,6 +108,7 @@ fn serve(
         let mut stats_request = false;
         let mut log_request = false;
         let mut head_request = false;
+        let mut unchanged = false;
         let mut line = String::new();
         let mut head_lines = 0;
         loop {
@@ -125,6 +126,12 @@ fn serve(
             }
             if head_lines == 1 && line.starts_with("HEAD ") {
                 head_request = true;
+            }
+            if line
+                .to_ascii_lowercase()
+                .starts_with("if-none-match: \"bench\"")
+            {
+                unchanged = true;
             }
             if line == "\r\n" {
                 break;
@@ -208,6 +215,22 @@ fn serve(
             let _ = write!(
                 out,
                 "HTTP/1.1 200 OK\r\nContent-Length: {size}\r\nAccept-Ranges: bytes\r\nETag: \"bench\"\r\n\r\n"
+            );
+            continue;
+        }
+        if unchanged {
+            // The client has this version (as a warm disk cache does).
+            log.lock().push(Logged {
+                conn,
+                first: 0,
+                last: 0,
+                sent: 0,
+                arrived,
+                done: started.elapsed(),
+            });
+            let _ = write!(
+                out,
+                "HTTP/1.1 304 Not Modified\r\nETag: \"bench\"\r\nContent-Length: 0\r\n\r\n"
             );
             continue;
         }
