@@ -188,7 +188,7 @@ fn a_killed_writer_leaves_no_block_that_reads_wrong() {
     let dir = temp_dir("killed");
     std::fs::create_dir_all(&dir).unwrap();
     // A cache smaller than the file: the writer evicts as it writes, too.
-    for round in 0..4u64 {
+    for round in 0..20u64 {
         let mut child = std::process::Command::new(std::env::current_exe().unwrap())
             .args([
                 "a_killed_writer_leaves_no_block_that_reads_wrong",
@@ -218,7 +218,7 @@ fn a_killed_writer_leaves_no_block_that_reads_wrong() {
         while written() == before && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
-        std::thread::sleep(std::time::Duration::from_millis(5 * round));
+        std::thread::sleep(std::time::Duration::from_millis(3 * (round % 7)));
         eprintln!(
             "round {round}: killed with {} block files",
             walk(&dir.join("blocks")).len()
@@ -230,7 +230,7 @@ fn a_killed_writer_leaves_no_block_that_reads_wrong() {
     // or none (a damaged one is fetched again).
     let disk = DiskCache::open(&dir, 1 << 20).unwrap();
     assert!(
-        disk.size_on_disk() <= (1 << 20) + 4 * (BLOCK + 200),
+        disk.size_on_disk() <= (1 << 20) + 20 * (BLOCK + 200),
         "bounded"
     );
     let file = builder()
@@ -325,7 +325,7 @@ fn sharing_reader(spec: &str) {
     let (dir, seed) = rest.split_once('|').unwrap();
     let file = builder()
         .block_size(BLOCK)
-        .disk_cache(DiskCache::open(dir, 64 << 20).unwrap())
+        .disk_cache(DiskCache::open(dir, 256 << 20).unwrap())
         .open(url)
         .unwrap();
     let data = test_data(file.len() as usize, seed.parse().unwrap());
@@ -338,7 +338,7 @@ fn processes_sharing_a_directory_fetch_each_block_about_once() {
         return sharing_reader(&spec);
     }
     const PROCESSES: usize = 8;
-    let data = test_data(8 << 20, 73);
+    let data = test_data(64 << 20, 73);
     let server = RangeServer::new(data.clone());
     let dir = temp_dir("sharing");
     // The file's version on disk first, so that every reader sees the same.
@@ -376,9 +376,13 @@ fn processes_sharing_a_directory_fetch_each_block_about_once() {
         "{PROCESSES} processes fetched {fetched} bytes of an {} byte file",
         data.len()
     );
-    // Each block once, give or take the races of a sequential read-ahead
-    // (eight without the shared directory's locks).
-    assert!(fetched <= 2 * data.len() as u64, "{fetched}");
+    // Each block once, give or take a block claimed by one process while
+    // another was between two looks (eight times without the locks).
+    assert!(
+        fetched as f64 <= 1.1 * data.len() as f64,
+        "{fetched} bytes for {}",
+        data.len()
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

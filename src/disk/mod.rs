@@ -267,29 +267,47 @@ impl DiskFile {
     /// taken over: a dead process never makes others wait.
     pub(crate) fn claim_fetch(&self, index: u64, stale: Duration) -> Fetcher {
         let path = self.lock_path(index);
+        // The lock appears whole, with its process's id in it: written under
+        // a temporary name, then linked to its own (which fails if another
+        // process holds it). A lock without an id would leave the others
+        // unable to tell a dead holder.
+        let inner = &self.cache.inner;
+        let n = inner.next_temporary.fetch_add(1, Relaxed);
+        let temporary = inner
+            .dir
+            .join("tmp")
+            .join(format!("{}-{n}.lock", std::process::id()));
+        let made = fs::write(&temporary, format!("{}\n", std::process::id())).or_else(|_| {
+            fs::create_dir_all(inner.dir.join("tmp"))?;
+            fs::write(&temporary, format!("{}\n", std::process::id()))
+        });
+        if made.is_err() {
+            return Fetcher::Me(None);
+        }
+        let mut fetcher = Fetcher::Me(None);
         for _ in 0..2 {
-            let created = fs::File::options().write(true).create_new(true).open(&path);
-            match created {
-                Ok(mut f) => {
-                    use std::io::Write;
-                    let _ = writeln!(f, "{}", std::process::id());
-                    return Fetcher::Me(Some(FetchLock { path }));
+            match fs::hard_link(&temporary, &path) {
+                Ok(()) => {
+                    fetcher = Fetcher::Me(Some(FetchLock { path }));
+                    break;
                 }
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
                     if !lock_is_stale(&path, stale) {
-                        return Fetcher::Other;
+                        fetcher = Fetcher::Other;
+                        break;
                     }
                     let _ = fs::remove_file(&path);
                 }
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
                     if fs::create_dir_all(&self.dir).is_err() {
-                        return Fetcher::Me(None);
+                        break;
                     }
                 }
-                Err(_) => return Fetcher::Me(None),
+                Err(_) => break,
             }
         }
-        Fetcher::Me(None)
+        let _ = fs::remove_file(&temporary);
+        fetcher
     }
 
     /// Waits for another process to write block `index` (`len` bytes): the
