@@ -307,7 +307,7 @@ fn read_slice(
 fn disk_cache(label: &str, url: &str, stored: u64) {
     let dir = std::env::temp_dir().join(format!("remfile-bench-disk-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    for phase in ["disk, cold", "disk, warm"] {
+    for pass in ["cold", "warm"] {
         let disk = remfile::DiskCache::open(&dir, 4 << 30).unwrap();
         let (cpu0, t0) = (cpu_time(), Instant::now());
         let file = h5::OpenOptions::new()
@@ -315,12 +315,39 @@ fn disk_cache(label: &str, url: &str, stored: u64) {
             .open_url(url)
             .unwrap();
         let remote = h5::driver_info(&file).unwrap().remote;
+        report(
+            label,
+            &format!("disk {pass}: open"),
+            t0,
+            cpu0,
+            remote.stats(),
+            None,
+        );
+        let (before, cpu0, t0) = (remote.stats(), cpu_time(), Instant::now());
         h5files::walk_metadata(&file).unwrap();
+        let walked = remote.stats();
+        report(
+            label,
+            &format!("disk {pass}: meta"),
+            t0,
+            cpu0,
+            walked.since(&before),
+            None,
+        );
+        let (cpu0, t0) = (cpu_time(), Instant::now());
         let ds = file.dataset("acquisition/ElectricalSeries/data").unwrap();
         let rows = ds.read_slice_2d::<i16, _>((SLICE, ..)).unwrap();
         assert_eq!(rows.len(), (SLICE.end - SLICE.start) * 64);
+        let s = remote.stats().since(&walked);
+        report(
+            label,
+            &format!("disk {pass}: bulk"),
+            t0,
+            cpu0,
+            s,
+            Some(stored),
+        );
         assert!(remote.wait_for_background_fetches(Duration::from_secs(60)));
-        report(label, phase, t0, cpu0, remote.stats(), Some(stored));
         let s = remote.stats();
         note(format!(
             "    open + walk + slice: {} blocks from disk ({:.1} MB)",

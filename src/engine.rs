@@ -415,7 +415,9 @@ impl Engine {
         let sizes = self.link_sizes();
         // A guess fills no gap: the bytes between guessed blocks are
         // wanted by nobody, and no reader waits for the requests it saves.
-        let max_gap = if claim.is_speculative() {
+        // Nor does a fetch around blocks another process is fetching: the
+        // gaps are theirs.
+        let max_gap = if claim.is_speculative() || !skip.is_empty() {
             0
         } else {
             sizes.max_gap

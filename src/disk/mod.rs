@@ -267,47 +267,29 @@ impl DiskFile {
     /// taken over: a dead process never makes others wait.
     pub(crate) fn claim_fetch(&self, index: u64, stale: Duration) -> Fetcher {
         let path = self.lock_path(index);
-        // The lock appears whole, with its process's id in it: written under
-        // a temporary name, then linked to its own (which fails if another
-        // process holds it). A lock without an id would leave the others
-        // unable to tell a dead holder.
-        let inner = &self.cache.inner;
-        let n = inner.next_temporary.fetch_add(1, Relaxed);
-        let temporary = inner
-            .dir
-            .join("tmp")
-            .join(format!("{}-{n}.lock", std::process::id()));
-        let made = fs::write(&temporary, format!("{}\n", std::process::id())).or_else(|_| {
-            fs::create_dir_all(inner.dir.join("tmp"))?;
-            fs::write(&temporary, format!("{}\n", std::process::id()))
-        });
-        if made.is_err() {
-            return Fetcher::Me(None);
-        }
-        let mut fetcher = Fetcher::Me(None);
         for _ in 0..2 {
-            match fs::hard_link(&temporary, &path) {
-                Ok(()) => {
-                    fetcher = Fetcher::Me(Some(FetchLock { path }));
-                    break;
+            let created = fs::File::options().write(true).create_new(true).open(&path);
+            match created {
+                Ok(mut f) => {
+                    use std::io::Write;
+                    let _ = writeln!(f, "{}", std::process::id());
+                    return Fetcher::Me(Some(FetchLock { path }));
                 }
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
                     if !lock_is_stale(&path, stale) {
-                        fetcher = Fetcher::Other;
-                        break;
+                        return Fetcher::Other;
                     }
                     let _ = fs::remove_file(&path);
                 }
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
                     if fs::create_dir_all(&self.dir).is_err() {
-                        break;
+                        return Fetcher::Me(None);
                     }
                 }
-                Err(_) => break,
+                Err(_) => return Fetcher::Me(None),
             }
         }
-        let _ = fs::remove_file(&temporary);
-        fetcher
+        Fetcher::Me(None)
     }
 
     /// Waits for another process to write block `index` (`len` bytes): the
@@ -337,25 +319,33 @@ impl DiskFile {
     }
 }
 
+/// A lock with no process id in it this long after it was made was left by
+/// a process killed between making it and writing its id.
+const LOCK_GRACE: Duration = Duration::from_secs(2);
+
 /// Whether the lock at `path` is left over: its process is gone (where the
-/// system says which processes live), or it is older than `stale`.
+/// system says which processes live), it never got its process's id, or it
+/// is older than `stale`.
 fn lock_is_stale(path: &Path, stale: Duration) -> bool {
     let Ok(meta) = fs::metadata(path) else {
         return false;
     };
-    let old = meta
+    let age = meta
         .modified()
         .ok()
         .and_then(|t| t.elapsed().ok())
-        .is_some_and(|age| age > stale);
-    let dead = fs::read_to_string(path)
+        .unwrap_or_default();
+    let pid = fs::read_to_string(path)
         .ok()
-        .and_then(|pid| pid.trim().parse::<u32>().ok())
-        .is_some_and(|pid| {
+        .and_then(|pid| pid.trim().parse::<u32>().ok());
+    let dead = match pid {
+        Some(pid) => {
             let proc = Path::new("/proc");
             proc.join("self").exists() && !proc.join(pid.to_string()).exists()
-        });
-    old || dead
+        }
+        None => age > LOCK_GRACE,
+    };
+    age > stale || dead
 }
 
 /// Writes `bytes` to `temporary`, then renames it to `path`: a reader sees
