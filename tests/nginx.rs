@@ -163,3 +163,35 @@ fn the_tail_comes_with_the_open() {
     assert_eq!((s.requests, s.round_trips), (2, 1), "{s:?}");
     assert_eq!(nginx.access_log().len(), 2);
 }
+
+#[test]
+fn a_warm_open_with_a_disk_cache_costs_one_request_and_no_body() {
+    let Some(nginx) = Nginx::start() else { return };
+    let data = test_data(3 * MIB as usize, 41);
+    nginx.put("warm.bin", &data);
+    let dir = std::env::temp_dir().join(format!("remfile-nginx-disk-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let open = || {
+        builder()
+            .block_size(64 * KIB)
+            .disk_cache(remfile::DiskCache::open(&dir, 64 * MIB).unwrap())
+            .open(nginx.url("warm.bin"))
+            .unwrap()
+    };
+    let mut buf = vec![0u8; MIB as usize];
+    open().read_exact_at(MIB, &mut buf).unwrap();
+    let warm = open();
+    let opened = warm.stats();
+    // nginx answers If-None-Match with 304 Not Modified, ranges or not.
+    assert_eq!(
+        (opened.requests, opened.bytes_fetched),
+        (1, 0),
+        "{opened:?}"
+    );
+    warm.read_exact_at(MIB, &mut buf).unwrap();
+    assert!(buf == data[MIB as usize..2 * MIB as usize]);
+    assert_eq!(warm.stats().requests, 1, "read from disk");
+    let log = nginx.access_log();
+    assert!(log.last().is_some_and(|l| l.contains(" 304 ")), "{log:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

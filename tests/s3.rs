@@ -110,3 +110,36 @@ fn the_tail_comes_with_the_open_from_a_presigned_url() {
     assert!(buf == data[4 * MIB as usize..]);
     assert_eq!(file.stats().requests, 2, "served by the tail");
 }
+
+#[test]
+fn a_warm_open_with_a_disk_cache_finds_the_object_under_a_new_signature() {
+    let Some(s3) = S3Server::start() else { return };
+    let data = test_data(3 * MIB as usize, 5);
+    s3.put("warm.bin", &data);
+    let dir = std::env::temp_dir().join(format!("remfile-s3-disk-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let open = |signed_at: SystemTime| {
+        builder()
+            .block_size(64 * 1024)
+            .disk_cache(remfile::DiskCache::open(&dir, 64 * MIB).unwrap())
+            .open(s3.presign("warm.bin", signed_at, 3600))
+            .unwrap()
+    };
+    let mut buf = vec![0u8; MIB as usize];
+    open(SystemTime::now())
+        .read_exact_at(MIB, &mut buf)
+        .unwrap();
+    // Signed again a second later: another URL, the same object.
+    let warm = open(SystemTime::now() + Duration::from_secs(1));
+    let opened = warm.stats();
+    // A 304 (one request, no body) where the server honours If-None-Match
+    // on a range; a 206 of the first block where it does not. Either way
+    // the blocks on disk serve the read.
+    assert_eq!(opened.requests, 1, "{opened:?}");
+    assert!(opened.bytes_fetched <= 64 * 1024, "{opened:?}");
+    warm.read_exact_at(MIB, &mut buf).unwrap();
+    assert!(buf == data[MIB as usize..2 * MIB as usize]);
+    assert_eq!(warm.stats().requests, 1, "read from disk");
+    eprintln!("s3s-fs warm open: {opened:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
