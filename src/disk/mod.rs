@@ -72,7 +72,6 @@ struct Inner {
     evicting: Mutex<()>,
     /// Set once a write failed, so that the warning is given once.
     warned: AtomicBool,
-    next_temporary: AtomicU64,
 }
 
 impl fmt::Debug for DiskCache {
@@ -103,7 +102,6 @@ impl DiskCache {
                 used: AtomicU64::new(used),
                 evicting: Mutex::new(()),
                 warned: AtomicBool::new(false),
-                next_temporary: AtomicU64::new(0),
             }),
         })
     }
@@ -217,11 +215,7 @@ impl DiskFile {
     pub(crate) fn write(&self, index: u64, payload: &[u8]) {
         let bytes = format::encode(self.owner(index), payload);
         let inner = &self.cache.inner;
-        let n = inner.next_temporary.fetch_add(1, Relaxed);
-        let temporary = inner
-            .dir
-            .join("tmp")
-            .join(format!("{}-{n}.tmp", std::process::id()));
+        let temporary = temporary_path(&inner.dir);
         let written = write_then_rename(&temporary, &self.path(index), &bytes, &self.dir);
         if let Err(e) = written {
             let _ = fs::remove_file(&temporary);
@@ -346,6 +340,16 @@ fn lock_is_stale(path: &Path, stale: Duration) -> bool {
         None => age > LOCK_GRACE,
     };
     age > stale || dead
+}
+
+/// A name under `dir/tmp` that no other writer uses: the process's id, and
+/// a count shared by every cache handle of the process (two handles on one
+/// directory must not write to the same temporary file).
+fn temporary_path(dir: &Path) -> PathBuf {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Relaxed);
+    dir.join("tmp")
+        .join(format!("{}-{n}.tmp", std::process::id()))
 }
 
 /// Writes `bytes` to `temporary`, then renames it to `path`: a reader sees
@@ -513,11 +517,7 @@ impl DiskCache {
             }
         }
         let inner = &self.inner;
-        let n = inner.next_temporary.fetch_add(1, Relaxed);
-        let temporary = inner
-            .dir
-            .join("tmp")
-            .join(format!("{}-{n}.tmp", std::process::id()));
+        let temporary = temporary_path(&inner.dir);
         let dir = inner.dir.join("files");
         let path = self.record_path(name);
         if let Err(e) = write_then_rename(&temporary, &path, identity.as_bytes(), &dir) {
@@ -629,6 +629,33 @@ mod tests {
         // The most recent blocks are the ones kept.
         assert_eq!(f.read(49, 10_000), Some(vec![49; 10_000]));
         assert_eq!(f.read(0, 10_000), None);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn two_handles_on_one_directory_write_side_by_side() {
+        let dir = temp_dir("handles");
+        let writers: Vec<_> = (0..2u8)
+            .map(|w| {
+                let disk = DiskCache::open(&dir, 64 << 20).unwrap();
+                std::thread::spawn(move || {
+                    let f = disk.file(format!("id{w}"), 4096);
+                    for i in 0..200 {
+                        f.write(i, &[w; 4096]);
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().unwrap();
+        }
+        let disk = DiskCache::open(&dir, 64 << 20).unwrap();
+        for w in 0..2u8 {
+            let f = disk.file(format!("id{w}"), 4096);
+            for i in 0..200 {
+                assert_eq!(f.read(i, 4096), Some(vec![w; 4096]), "{w} {i}");
+            }
+        }
         let _ = fs::remove_dir_all(&dir);
     }
 
