@@ -322,6 +322,13 @@ impl Config {
 /// failed (status, timeout…).
 pub(crate) fn open_source(url: &str, config: &str) -> Result<Arc<Source>, String> {
     let config = parse(config).map_err(|e| e.to_string())?;
+    if !is_http(url) {
+        // A local path (HDF5_DRIVER=remfile sends every open here).
+        return Err(format!(
+            "the remfile driver reads http:// and https:// URLs, not `{url}`: \
+             open local files with another driver (in h5py, driver=\"sec2\")"
+        ));
+    }
     let file = config
         .builder()
         .map_err(|e| e.to_string())?
@@ -335,9 +342,23 @@ pub(crate) fn open_source(url: &str, config: &str) -> Result<Arc<Source>, String
     Ok(source)
 }
 
+/// Whether `name` is an `http://` or `https://` URL.
+fn is_http(name: &str) -> bool {
+    let lower = name.get(..8).unwrap_or(name).to_ascii_lowercase();
+    lower.starts_with("http://") || lower.starts_with("https://")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_local_path_is_refused_with_a_hint() {
+        assert!(is_http("https://example.com/f.nwb") && is_http("HTTP://x"));
+        assert!(!is_http("/data/f.nwb") && !is_http("s3://bucket/key") && !is_http("http"));
+        let e = open_source("/data/f.nwb", "").err().unwrap();
+        assert!(e.contains("/data/f.nwb") && e.contains("sec2"), "{e}");
+    }
 
     #[test]
     fn a_configuration_string_sets_what_it_names() {
