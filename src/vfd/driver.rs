@@ -330,11 +330,19 @@ unsafe fn config_string(host: &api::HostApi, fapl: hid_t) -> Result<String, Stri
     String::from_utf8(buf).map_err(|_| "the driver configuration string is not UTF-8".into())
 }
 
+/// How long closing a file waits for its guesses still in flight.
+const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 unsafe extern "C" fn close(file: *mut H5FD_t) -> herr_t {
     guard(-1, || {
         // SAFETY: `file` came from `open` (a Box), and HDF5 closes each file
         // it opened once.
-        drop(unsafe { Box::from_raw(file as *mut DriverFile) });
+        let file = unsafe { Box::from_raw(file as *mut DriverFile) };
+        // Guesses still in flight end first (briefly): a program that exits
+        // right after closing leaves no fetch running, and what they bring
+        // reaches a disk cache for the next run.
+        file.reader.file.wait_for_background_fetches(CLOSE_WAIT);
+        drop(file);
         0
     })
 }

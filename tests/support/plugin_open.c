@@ -38,6 +38,7 @@ int main(int argc, char **argv) {
     }
     H5open();
     hid_t fapl = H5Pcreate(H5P_CLS_FILE_ACCESS_ID_g);
+    setvbuf(stdout, NULL, _IONBF, 0);
     if (fapl < 0 || H5Pset_driver_by_name(fapl, "remfile", argv[2]) < 0) {
         printf("failed\n");
         return 0;
@@ -54,7 +55,9 @@ int main(int argc, char **argv) {
         return 0;
     }
     printf("links %llu\n", (unsigned long long)info.nlinks);
-    H5Fclose(file);
-    H5Pclose(fapl);
+    fflush(stdout);
+    if (H5Fclose(file) < 0 || H5Pclose(fapl) < 0) {
+        printf("close failed\n");
+    }
     return 0;
 }
