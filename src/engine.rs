@@ -348,10 +348,11 @@ impl Engine {
         waited.map(|_| got)
     }
 
-    /// Fetches the blocks `claim` owns in one round of concurrent parts,
-    /// handing each to the cache and its waiters as it arrives (and the
-    /// needed ones to `got`). Returns the rounds it took, and the first
-    /// failure that hit a needed block (which stops parts not yet started).
+    /// Fetches the blocks `claim` owns — from the disk cache, else in one
+    /// round of concurrent parts — handing each to the cache and its waiters
+    /// as it arrives (and the needed ones to `got`). Returns the rounds it
+    /// took, and the first failure that hit a needed block (which stops
+    /// parts not yet started).
     fn fetch_owned(
         &self,
         claim: &mut Claim,
@@ -360,6 +361,18 @@ impl Engine {
         deadline: Instant,
     ) -> (u32, Option<Error>) {
         self.fetch_from_disk(claim, is_needed, got);
+        self.fetch_not_on_disk(claim, is_needed, got, deadline)
+    }
+
+    /// As [`fetch_owned`](Self::fetch_owned), for blocks the disk cache was
+    /// already asked for.
+    fn fetch_not_on_disk(
+        &self,
+        claim: &mut Claim,
+        is_needed: &impl Fn(u64) -> bool,
+        got: &mut Vec<(u64, Block)>,
+        deadline: Instant,
+    ) -> (u32, Option<Error>) {
         let Some(disk) = &self.disk else {
             return self.fetch_network(claim, is_needed, got, deadline, &[]);
         };
@@ -373,6 +386,7 @@ impl Engine {
                 Fetcher::Other => theirs.push(index),
             }
         }
+        theirs.sort_unstable();
         let (mut rounds, failure) = self.fetch_network(claim, is_needed, got, deadline, &theirs);
         drop(locks);
         if failure.is_some() || theirs.is_empty() {
@@ -391,8 +405,8 @@ impl Engine {
         (rounds + more, failure)
     }
 
-    /// Fetches the blocks `claim` still owns, but `skip`, in one round of
-    /// concurrent parts (see [`fetch_owned`](Self::fetch_owned)).
+    /// Fetches the blocks `claim` still owns, but `skip` (sorted), in one
+    /// round of concurrent parts (see [`fetch_owned`](Self::fetch_owned)).
     fn fetch_network(
         &self,
         claim: &mut Claim,
@@ -406,7 +420,7 @@ impl Engine {
             .owned
             .iter()
             .copied()
-            .filter(|i| !skip.contains(i))
+            .filter(|i| skip.binary_search(i).is_err())
             .collect();
         owned.sort_unstable();
         if owned.is_empty() {
@@ -532,7 +546,8 @@ impl Engine {
             .name("remfile-prefetch".into())
             .spawn(move || {
                 let deadline = Instant::now() + engine.options.read_timeout;
-                engine.fetch_owned(&mut claim, &|_| false, &mut Vec::new(), deadline);
+                // The disk was asked before the thread started.
+                engine.fetch_not_on_disk(&mut claim, &|_| false, &mut Vec::new(), deadline);
                 drop(claim);
                 engine.background_ended();
             });
