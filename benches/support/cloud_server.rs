@@ -203,23 +203,21 @@ fn serve(
         }
         std::thread::sleep(shape.request_delay);
         let size = data.len() as u64;
-        if head_request {
-            log.lock().push(Logged {
-                conn,
-                first: 0,
-                last: 0,
-                sent: 0,
-                arrived,
-                done: started.elapsed(),
-            });
-            let _ = write!(
-                out,
+        // Answers without a body: to HEAD, and to a client that has this
+        // version already (as a warm disk cache does).
+        let bodiless = if head_request {
+            Some(format!(
                 "HTTP/1.1 200 OK\r\nContent-Length: {size}\r\nAccept-Ranges: bytes\r\nETag: \"bench\"\r\n\r\n"
-            );
-            continue;
-        }
-        if unchanged {
-            // The client has this version (as a warm disk cache does).
+            ))
+        } else if unchanged {
+            Some(
+                "HTTP/1.1 304 Not Modified\r\nETag: \"bench\"\r\nContent-Length: 0\r\n\r\n"
+                    .to_owned(),
+            )
+        } else {
+            None
+        };
+        if let Some(head) = bodiless {
             log.lock().push(Logged {
                 conn,
                 first: 0,
@@ -228,10 +226,7 @@ fn serve(
                 arrived,
                 done: started.elapsed(),
             });
-            let _ = write!(
-                out,
-                "HTTP/1.1 304 Not Modified\r\nETag: \"bench\"\r\nContent-Length: 0\r\n\r\n"
-            );
+            let _ = out.write_all(head.as_bytes());
             continue;
         }
         let (first, last) = range.unwrap_or((0, size.saturating_sub(1)));

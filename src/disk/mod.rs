@@ -124,17 +124,21 @@ impl DiskCache {
     /// The blocks of one version of one file, by its identity text, in
     /// blocks of `block_size` bytes.
     pub(crate) fn file(&self, identity: String, block_size: u64) -> DiskFile {
-        let dir = self
-            .inner
-            .dir
-            .join("blocks")
-            .join(format!("{:016x}", fnv1a(identity.as_bytes())));
+        let dir = self.version_dir(&identity);
         DiskFile {
             cache: self.clone(),
             identity,
             block_size,
             dir,
         }
+    }
+
+    /// The directory of the blocks of the file version `identity`.
+    fn version_dir(&self, identity: &str) -> PathBuf {
+        self.inner
+            .dir
+            .join("blocks")
+            .join(format!("{:016x}", fnv1a(identity.as_bytes())))
     }
 
     fn warn_once(&self, what: &str, error: &io::Error) {
@@ -513,7 +517,7 @@ impl DiskCache {
     pub(crate) fn remember(&self, name: &str, identity: &str) {
         if let Some(old) = self.recall(name) {
             if old.identity != identity {
-                let _ = fs::remove_dir_all(self.file(old.identity, 0).dir);
+                let _ = fs::remove_dir_all(self.version_dir(&old.identity));
             }
         }
         let inner = &self.inner;

@@ -227,12 +227,18 @@ pub fn parse(config: &str) -> Result<Config, ConfigError> {
     Ok(out)
 }
 
-fn parse_size(value: &str) -> Option<u64> {
+/// A whole number and the unit after it (spaces between allowed).
+fn number_and_unit(value: &str) -> Option<(u64, &str)> {
     let at = value
         .find(|c: char| !c.is_ascii_digit())
         .unwrap_or(value.len());
     let (number, unit) = value.split_at(at);
-    let unit_bytes: u64 = match unit.trim() {
+    Some((number.parse().ok()?, unit.trim()))
+}
+
+fn parse_size(value: &str) -> Option<u64> {
+    let (n, unit) = number_and_unit(value)?;
+    let unit_bytes: u64 = match unit {
         "" | "B" => 1,
         "K" | "KiB" => 1 << 10,
         "M" | "MiB" => 1 << 20,
@@ -242,23 +248,20 @@ fn parse_size(value: &str) -> Option<u64> {
         "GB" => 1_000_000_000,
         _ => return None,
     };
-    number.parse::<u64>().ok()?.checked_mul(unit_bytes)
+    n.checked_mul(unit_bytes)
 }
 
 fn parse_duration(value: &str) -> Option<Duration> {
-    let at = value
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(value.len());
-    let (number, unit) = value.split_at(at);
-    let n = number.parse::<u64>().ok()?;
-    match unit.trim() {
-        "ms" => Some(Duration::from_millis(n)),
-        "s" => Some(Duration::from_secs(n)),
-        "min" => Some(Duration::from_secs(n.checked_mul(60)?)),
-        "h" => Some(Duration::from_secs(n.checked_mul(3600)?)),
-        "d" => Some(Duration::from_secs(n.checked_mul(86_400)?)),
-        _ => None,
-    }
+    let (n, unit) = number_and_unit(value)?;
+    let seconds: u64 = match unit {
+        "ms" => return Some(Duration::from_millis(n)),
+        "s" => 1,
+        "min" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => return None,
+    };
+    Some(Duration::from_secs(n.checked_mul(seconds)?))
 }
 
 fn parse_switch(value: &str) -> Option<bool> {

@@ -457,12 +457,17 @@ fn read_into(f: &DriverFile, addr: haddr_t, buf: &mut [u8]) -> Result<(), ReadEr
         f.reader
             .file
             .read_exact_at(addr, inside)
-            .map_err(|error| ReadError::Remote {
-                what: Wanted::Bytes(addr..addr + size),
-                error,
-            })?;
+            .map_err(remote_failure(addr, size))?;
     }
     Ok(())
+}
+
+/// The driver's error for a remote read of `len` bytes at `addr` that failed.
+fn remote_failure(addr: u64, len: u64) -> impl FnOnce(Error) -> ReadError {
+    move |error| ReadError::Remote {
+        what: Wanted::Bytes(addr..addr + len),
+        error,
+    }
 }
 
 /// Reads raw data: a read of a chunk the chunk index listed fetches only
@@ -492,10 +497,7 @@ fn read_raw(f: &DriverFile, addr: haddr_t, buf: &mut [u8]) -> Result<(), ReadErr
     source
         .file
         .read_vectored_at(&mut [(addr, inside)])
-        .map_err(|error| ReadError::Remote {
-            what: Wanted::Bytes(addr..addr + len),
-            error,
-        })
+        .map_err(remote_failure(addr, len))
 }
 
 /// The part of `buf`, read at `addr`, that lies inside the file; the rest
