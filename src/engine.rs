@@ -380,9 +380,16 @@ impl Engine {
         // fetching are waited for on disk, after this process's own.
         let stale = self.options.read_timeout;
         let (mut locks, mut theirs) = (Vec::new(), Vec::new());
-        for &index in &claim.owned {
+        for index in claim.owned.clone() {
             match disk.claim_fetch(index, stale) {
-                Fetcher::Me(lock) => locks.extend(lock),
+                Fetcher::Me(lock) => {
+                    // Another process may have written it and let go of its
+                    // lock since the disk was asked: look once more.
+                    match disk.read(index, self.block_len(index)) {
+                        Some(bytes) => self.hand_over(claim, index, bytes, is_needed, got),
+                        None => locks.extend(lock),
+                    }
+                }
                 Fetcher::Other => theirs.push(index),
             }
         }
