@@ -533,20 +533,10 @@ impl Engine {
         ranges: impl IntoIterator<Item = Range<u64>>,
         max_bytes: u64,
     ) -> u64 {
-        let mut missing = self.missing_blocks(ranges);
-        let most = max_bytes / self.options.block_size;
-        missing.truncate(usize::try_from(most).unwrap_or(usize::MAX));
-        if missing.is_empty() {
-            return 0;
-        }
-        let mut claim = self.cache.claim_speculative(&self.key, &missing);
-        let claimed: u64 = claim.owned.iter().map(|&i| self.block_len(i)).sum();
-        // The disk's blocks at once: a reader that came to need one would
-        // otherwise wait for the background thread, as for the network.
-        self.fetch_from_disk(&mut claim, &|_| false, &mut Vec::new());
-        if claim.owned.is_empty() {
+        let (claim, claimed) = self.claim_guess(ranges, max_bytes);
+        let Some(mut claim) = claim else {
             return claimed;
-        }
+        };
         let engine = Arc::clone(self);
         *self.background.lock() += 1;
         let spawned = std::thread::Builder::new()
@@ -565,6 +555,74 @@ impl Engine {
             return 0;
         }
         claimed
+    }
+
+    /// As [`prefetch_in_background`](Self::prefetch_in_background), on
+    /// the calling thread: returns when the fetch has ended (for a thread
+    /// whose work is guessing).
+    #[cfg(any(feature = "hdf5", feature = "vfd"))]
+    pub(crate) fn prefetch_here(
+        &self,
+        ranges: impl IntoIterator<Item = Range<u64>>,
+        max_bytes: u64,
+    ) -> u64 {
+        let (claim, claimed) = self.claim_guess(ranges, max_bytes);
+        if let Some(mut claim) = claim {
+            *self.background.lock() += 1;
+            let deadline = Instant::now() + self.options.read_timeout;
+            self.fetch_not_on_disk(&mut claim, &|_| false, &mut Vec::new(), deadline);
+            drop(claim);
+            self.background_ended();
+        }
+        claimed
+    }
+
+    /// Claims the missing blocks of `ranges` as a guess, at most
+    /// `max_bytes` of them, and hands over those the disk cache holds at
+    /// once (a reader that came to need one would otherwise wait for the
+    /// network's turn). Returns the claim, if blocks are left to fetch, and
+    /// the bytes claimed.
+    fn claim_guess(
+        &self,
+        ranges: impl IntoIterator<Item = Range<u64>>,
+        max_bytes: u64,
+    ) -> (Option<Claim>, u64) {
+        let mut missing = self.missing_blocks(ranges);
+        let most = max_bytes / self.options.block_size;
+        missing.truncate(usize::try_from(most).unwrap_or(usize::MAX));
+        if missing.is_empty() {
+            return (None, 0);
+        }
+        let mut claim = self.cache.claim_speculative(&self.key, &missing);
+        let claimed: u64 = claim.owned.iter().map(|&i| self.block_len(i)).sum();
+        self.fetch_from_disk(&mut claim, &|_| false, &mut Vec::new());
+        let left = (!claim.owned.is_empty()).then_some(claim);
+        (left, claimed)
+    }
+
+    /// The cached bytes from `pos` on, through consecutive cached blocks,
+    /// at most `max` of them: empty if the block holding `pos` is not
+    /// cached. Counts no read: it is for parsing what guesses brought.
+    #[cfg(any(feature = "hdf5", feature = "vfd"))]
+    pub(crate) fn cached_from(&self, pos: u64, max: usize) -> Vec<u8> {
+        let bs = self.options.block_size;
+        let end = pos.saturating_add(max as u64).min(self.identity.size);
+        let mut out = Vec::new();
+        let mut at = pos;
+        while at < end {
+            let index = at / bs;
+            let Some(block) = self.cache.get(&self.key, index) else {
+                break;
+            };
+            let offset = (at - index * bs) as usize;
+            let take = (block.len().saturating_sub(offset) as u64).min(end - at) as usize;
+            if take == 0 {
+                break;
+            }
+            out.extend_from_slice(&block[offset..offset + take]);
+            at += take as u64;
+        }
+        out
     }
 
     fn background_ended(&self) {

@@ -189,6 +189,22 @@ impl RemoteFile {
         self.engine.is_cached(range)
     }
 
+    /// See [`Engine::cached_from`](crate::engine::Engine::cached_from).
+    #[cfg(any(feature = "hdf5", feature = "vfd"))]
+    pub(crate) fn cached_from(&self, pos: u64, max: usize) -> Vec<u8> {
+        self.engine.cached_from(pos, max)
+    }
+
+    /// See [`Engine::prefetch_here`](crate::engine::Engine::prefetch_here).
+    #[cfg(any(feature = "hdf5", feature = "vfd"))]
+    pub(crate) fn prefetch_here(
+        &self,
+        ranges: impl IntoIterator<Item = std::ops::Range<u64>>,
+        max_bytes: u64,
+    ) -> u64 {
+        self.engine.prefetch_here(ranges, max_bytes)
+    }
+
     /// The least and the most bytes a sequential stream reads ahead now
     /// (the least follows the link).
     #[cfg(any(feature = "hdf5", feature = "vfd"))]

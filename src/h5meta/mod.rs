@@ -140,6 +140,38 @@ pub(crate) enum What {
     ArrayHeader,
     /// An array's data or index block: fetched, not parsed.
     ArrayBlock,
+    /// A global heap collection (`GCOL`), which variable-length attribute
+    /// values point into: fetched, not parsed.
+    GlobalHeap,
+    /// Bytes around a metadata read that nothing pointed to: fetched, not
+    /// parsed.
+    Unforeseen,
+}
+
+impl What {
+    /// Whether the bytes there point anywhere (else they are only fetched).
+    pub fn is_parsed(self) -> bool {
+        !matches!(
+            self,
+            What::HeapData | What::ArrayBlock | What::GlobalHeap | What::Unforeseen
+        )
+    }
+
+    /// Whether it is a node of a chunk index, which a writer allocates as
+    /// chunks are written, among them.
+    pub fn lies_among_raw_data(self) -> bool {
+        matches!(self, What::ChunkNode { .. } | What::ArrayBlock)
+    }
+
+    /// Whether a structure's parser needs exactly its own bytes, because
+    /// nothing inside says where it ends (others are given what follows,
+    /// and stop where their own sizes say).
+    pub fn needs_exact_bytes(self) -> bool {
+        matches!(
+            self,
+            What::ContinuationV1 | What::ContinuationV2 { .. } | What::HeapDirect
+        )
+    }
 }
 
 /// A place some metadata points to: what is there, and about how many bytes
@@ -260,6 +292,22 @@ pub(crate) fn pointers(
     // A structure never points at itself; the caller has those bytes.
     found.targets.retain(|t| t.bytes.start != addr);
     found
+}
+
+/// How many bytes the structure at the start of `bytes` says it has, where
+/// the guess made for it may be short: an object header (HDF5 reads 512
+/// bytes first, then the rest) and a global heap collection (4 KiB first).
+pub(crate) fn declared_len(bytes: &[u8], what: What, context: &Context) -> Option<u64> {
+    let mut c = Cursor::new(bytes, context.geometry);
+    match (what, &c.peek_signature()?) {
+        (What::ObjectHeader, b"OHDR") => object_header::v2_len(&mut c),
+        (What::ObjectHeader, _) => object_header::v1_len(&mut c),
+        (What::GlobalHeap, b"GCOL") => {
+            c.skip(8)?;
+            c.length()
+        }
+        _ => None,
+    }
 }
 
 /// Whether `bytes` open with the signature of an HDF5 structure.

@@ -17,9 +17,36 @@ const LAYOUT: u16 = 0x0008;
 const LINK: u16 = 0x0006;
 const LINK_INFO: u16 = 0x0002;
 const ATTRIBUTE_INFO: u16 = 0x0015;
+const ATTRIBUTE: u16 = 0x000C;
+
+/// The datatype class of variable-length sequences and strings, whose
+/// values live in global heap collections.
+const VARIABLE_LENGTH: u8 = 9;
+
+/// The bytes HDF5 reads of a global heap collection first (its least size).
+const GLOBAL_HEAP_READ: u64 = 4096;
 
 /// A message's flags bit saying its data is a reference to a shared message.
 const SHARED: u8 = 0x02;
+
+/// A version 1 header's length: its 16-byte prefix and its first chunk.
+pub(super) fn v1_len(c: &mut Cursor<'_>) -> Option<u64> {
+    if c.u8()? != 1 {
+        return None;
+    }
+    c.skip(7)?;
+    Some(16 + u64::from(c.u32()?))
+}
+
+/// A version 2 header's length: its prefix, its first chunk and checksum.
+pub(super) fn v2_len(c: &mut Cursor<'_>) -> Option<u64> {
+    c.signature_and_version(2)?;
+    let flags = c.u8()?;
+    c.skip(if flags & 0x20 != 0 { 16 } else { 0 })?;
+    c.skip(if flags & 0x10 != 0 { 4 } else { 0 })?;
+    let chunk = c.uint(1 << (flags & 0x03))?;
+    (c.position() as u64).checked_add(chunk)?.checked_add(4)
+}
 
 pub(super) fn v1(c: &mut Cursor<'_>, found: &mut Found) -> Option<()> {
     if c.u8()? != 1 {
@@ -113,6 +140,7 @@ fn message(kind: u16, data: &[u8], outer: &Cursor<'_>, found: &mut Found, contin
         LAYOUT => layout(&mut c, found),
         LINK => link(&mut c, found),
         LINK_INFO | ATTRIBUTE_INFO => index_info(kind, &mut c, found),
+        ATTRIBUTE => attribute(&mut c, found),
         _ => None,
     };
 }
@@ -218,6 +246,46 @@ fn index_info(kind: u16, c: &mut Cursor<'_>, found: &mut Found) -> Option<()> {
     found.add(What::BTree2Header, c.addr()?, SMALL_HEADER);
     if flags & 0x02 != 0 {
         found.add(What::BTree2Header, c.addr()?, SMALL_HEADER);
+    }
+    Some(())
+}
+
+/// An attribute message: if its values are of variable length (strings,
+/// say: NWB's and netCDF's text attributes, dimension lists), the global
+/// heap collections that hold them. Each value is a length, a collection's
+/// address and an index in it.
+fn attribute(c: &mut Cursor<'_>, found: &mut Found) -> Option<()> {
+    let version = c.u8()?;
+    let flags = c.u8()?;
+    let name = usize::from(c.u16()?);
+    let datatype = usize::from(c.u16()?);
+    let dataspace = usize::from(c.u16()?);
+    // A shared datatype or dataspace is described elsewhere.
+    if flags & 0x03 != 0 {
+        return None;
+    }
+    let padded = |n: usize| if version == 1 { n.div_ceil(8) * 8 } else { n };
+    if version == 3 {
+        c.skip(1)?; // name encoding
+    } else if version != 1 && version != 2 {
+        return None;
+    }
+    c.skip(padded(name))?;
+    let class = c.take(padded(datatype))?.first()? & 0x0f;
+    c.skip(padded(dataspace))?;
+    if class != VARIABLE_LENGTH {
+        return None;
+    }
+    let mut last = None;
+    while c.remaining() > 0 {
+        c.skip(4)?; // the value's length
+        let collection = c.addr()?;
+        c.skip(4)?; // its index in the collection
+        // Values of one attribute share their collection, mostly.
+        if collection != last && collection != Some(0) {
+            found.add(What::GlobalHeap, collection, GLOBAL_HEAP_READ);
+            last = collection;
+        }
     }
     Some(())
 }

@@ -478,7 +478,7 @@ pub fn prefetch_hyperslab(
     let span = chunks::ChunkSpan::new(ranges, &shape, &chunk).map_err(refused)?;
     // The look-up knows what it needs: the metadata prefetch would only add
     // the chunk index's other nodes.
-    let _quiet = source.prefetch.as_ref().map(Prefetcher::pause);
+    let _quiet = source.prefetch.as_deref().map(Prefetcher::pause);
     let stored = hdf5_metno::sync::sync(|| chunks::stored_chunks(dataset, span.offsets()))?;
     let count = stored.len();
     source

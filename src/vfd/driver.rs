@@ -17,8 +17,10 @@ use parking_lot::Mutex;
 
 use super::api::{self, Minor};
 use super::chunk_ahead::ChunkRead;
+use super::crawl::Crawler;
 use super::ffi::*;
-use super::prefetch::Prefetcher;
+use super::prefetch::{Prefetcher, Seen};
+use super::spans;
 use crate::h5meta::MemType;
 use crate::{Error, RemoteFile};
 
@@ -27,7 +29,9 @@ use crate::{Error, RemoteFile};
 pub(crate) struct Source {
     pub file: RemoteFile,
     /// The metadata prefetch and the chunk read-ahead, if either is on.
-    pub prefetch: Option<Mutex<Prefetcher>>,
+    pub prefetch: Option<Arc<Mutex<Prefetcher>>>,
+    /// The metadata prefetch's crawl ahead of HDF5, if it is on.
+    crawler: Option<Crawler>,
     /// The last error a read met, for the error returned to the caller.
     pub last_error: Mutex<Option<Error>>,
     pub read_calls: AtomicU64,
@@ -42,9 +46,16 @@ static LIVE_READERS: AtomicUsize = AtomicUsize::new(0);
 impl Source {
     pub fn new(file: RemoteFile, metadata: bool, chunks: bool) -> Arc<Source> {
         LIVE_READERS.fetch_add(1, Relaxed);
+        let prefetch =
+            (metadata || chunks).then(|| Arc::new(Mutex::new(Prefetcher::new(metadata, chunks))));
+        let crawler = match &prefetch {
+            Some(p) if metadata => Some(Crawler::new(Arc::clone(p), file.clone())),
+            _ => None,
+        };
         Arc::new(Source {
             file,
-            prefetch: (metadata || chunks).then(|| Mutex::new(Prefetcher::new(metadata, chunks))),
+            prefetch,
+            crawler,
             last_error: Mutex::new(None),
             read_calls: AtomicU64::new(0),
             vector_calls: AtomicU64::new(0),
@@ -542,13 +553,17 @@ unsafe extern "C" fn read(
         // touch until the callback returns.
         let buf = unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, size) };
         let mem = MemType::from_c(kind);
-        let read = match mem {
-            MemType::RawData => read_raw(f, addr, buf),
-            _ => read_into(f, addr, buf),
+        let (read, missed) = match mem {
+            MemType::RawData => (read_raw(f, addr, buf), false),
+            _ => {
+                let end = addr.saturating_add(size as u64);
+                let missed = f.reader.prefetch.is_some() && !f.reader.file.is_cached(addr..end);
+                (read_into(f, addr, buf), missed)
+            }
         };
         match read {
             Ok(()) => {
-                look_ahead(&f.reader, mem, addr, buf);
+                look_ahead(&f.reader, mem, addr, buf, missed);
                 0
             }
             Err(e) => {
@@ -559,16 +574,22 @@ unsafe extern "C" fn read(
     })
 }
 
-/// Starts fetching, in the background, what the metadata HDF5 just read
-/// points to (if the prefetch is on). Never waits for the network.
-fn look_ahead(source: &Source, mem: MemType, addr: haddr_t, bytes: &[u8]) {
+/// Hands the metadata HDF5 just read (if the prefetch is on) to the
+/// prefetch, whose crawl then fetches what it points to. Never waits for
+/// the network.
+fn look_ahead(source: &Source, mem: MemType, addr: haddr_t, bytes: &[u8], missed: bool) {
     let Some(prefetch) = &source.prefetch else {
         return;
     };
-    let mut prefetch = prefetch.lock();
-    let (next, allowed) = prefetch.on_read(mem, addr, bytes, source.file.len());
-    if !next.is_empty() {
-        prefetch.fetched(source.file.prefetch_in_background(next, allowed));
+    let seen = Seen {
+        missed,
+        step: spans::gap_worth_filling(source.file.link_estimate()),
+    };
+    let work = prefetch
+        .lock()
+        .on_read(mem, addr, bytes, source.file.len(), seen);
+    if let (true, Some(crawler)) = (work, &source.crawler) {
+        crawler.wake();
     }
 }
 

@@ -11,9 +11,11 @@
 mod api;
 pub(crate) mod chunk_ahead;
 pub mod config;
+mod crawl;
 pub(crate) mod driver;
 pub(crate) mod ffi;
 pub(crate) mod prefetch;
+mod spans;
 
 pub use api::{DriverConfig, DriverInfo, ErrorIds, HostApi, PushError, install};
 pub use driver::class_for;

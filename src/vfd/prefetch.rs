@@ -1,19 +1,26 @@
-//! Structure-aware metadata prefetch: each piece of metadata HDF5 reads is
-//! parsed ([`crate::h5meta`]) for the addresses it points to, and those are
-//! fetched in the background while HDF5 goes on parsing, so that a walk of
-//! the file costs about as many round trips as the file is deep.
+//! Structure-aware metadata prefetch: the state of one file's prefetch.
+//!
+//! Each piece of metadata HDF5 reads, and each piece the prefetch itself
+//! fetched, is parsed ([`crate::h5meta`]) for the addresses it points to.
+//! Those join a frontier, which the file's crawl ([`super::crawl`]) fetches
+//! in waves and parses in turn, breadth-first from the superblock: the
+//! metadata graph arrives in about as many waves as it is deep, from the
+//! moment the file is opened, whatever order HDF5 asks for it in. Metadata
+//! reads nothing pointed to, which miss the cache, are read ahead as a
+//! stream ([`Stream`]).
 //!
 //! Guesses cost bytes, never correctness: HDF5 still reads every byte it
 //! needs through the cache. The bytes guessed are bounded by what HDF5 has
 //! read so far plus [`SLACK`].
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
 
 use parking_lot::Mutex;
 
 use super::chunk_ahead::{ChunkAhead, ChunkRead};
-use crate::h5meta::{self, Context, MemType, What};
+use super::spans::Stream;
+use crate::h5meta::{self, Context, Found, MemType, Target, What};
 
 /// Speculative bytes allowed beyond the metadata HDF5 has read.
 pub(crate) const SLACK: u64 = 16 << 20;
@@ -57,7 +64,16 @@ struct Known {
 }
 
 /// The most bytes of one piece of metadata kept for parsing.
-const MAX_PIECE: usize = 1 << 16;
+pub(crate) const MAX_PIECE: usize = 1 << 16;
+
+/// How HDF5's read of a piece of metadata went.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Seen {
+    /// Whether it had to wait for the network.
+    pub missed: bool,
+    /// The first step of a stream of unforeseen reads, in bytes.
+    pub step: u64,
+}
 
 /// The piece of metadata HDF5 read last.
 #[derive(Debug, Default)]
@@ -85,6 +101,10 @@ pub(crate) struct Prefetcher {
     last: Last,
     /// Addresses some metadata pointed to, and what is there.
     known: HashMap<u64, Known>,
+    /// Targets found and not yet fetched and parsed, in the order found.
+    frontier: VecDeque<Target>,
+    /// The stream of metadata reads nothing pointed to, if any.
+    stream: Option<Stream>,
     stats: PrefetchStats,
 }
 
@@ -105,6 +125,8 @@ impl Prefetcher {
             paused: 0,
             last: Last::default(),
             known: HashMap::new(),
+            frontier: VecDeque::new(),
+            stream: None,
             stats: PrefetchStats::default(),
         }
     }
@@ -135,28 +157,72 @@ impl Prefetcher {
     }
 
     /// Takes note of HDF5's read of `bytes` at `addr`, of memory type `mem`,
-    /// in a file of `len` bytes, and returns the ranges to fetch next and
-    /// how many bytes of them may be fetched now.
-    pub fn on_read(
-        &mut self,
-        mem: MemType,
-        addr: u64,
-        bytes: &[u8],
-        len: u64,
-    ) -> (Vec<Range<u64>>, u64) {
-        if matches!(mem, MemType::RawData | MemType::GlobalHeap) {
-            return (Vec::new(), 0);
+    /// in a file of `len` bytes, which `missed` the cache if it had to wait
+    /// for the network. Returns whether the frontier has new targets.
+    /// `step` is the first step of a stream of unforeseen reads (see
+    /// [`Stream`]).
+    pub fn on_read(&mut self, mem: MemType, addr: u64, bytes: &[u8], len: u64, seen: Seen) -> bool {
+        if mem == MemType::RawData {
+            return false;
         }
         self.stats.metadata_bytes += bytes.len() as u64;
-        self.note_piece(mem, addr, bytes);
+        let predicted = self.note_piece(mem, addr, bytes);
+        let mut work = false;
+        if !predicted && seen.missed && self.metadata && self.paused == 0 {
+            if let Some(span) = Stream::on_unforeseen_miss(&mut self.stream, addr, seen.step, len) {
+                self.frontier.push_back(Target {
+                    what: What::Unforeseen,
+                    bytes: span,
+                });
+                work = true;
+            }
+        }
         let Last {
             addr,
             expected,
             bytes,
             ..
         } = &self.last;
-        let mut found = h5meta::pointers(bytes, *addr, mem, *expected, &self.context);
-        let addr = *addr;
+        let found = h5meta::pointers(bytes, *addr, mem, *expected, &self.context);
+        work | self.absorb(*addr, found, len)
+    }
+
+    /// The targets to fetch and parse next: the whole frontier.
+    pub fn take_wave(&mut self) -> Vec<Target> {
+        self.frontier.drain(..).collect()
+    }
+
+    /// Parses `bytes`, fetched at `target` by the crawl, in a file of `len`
+    /// bytes. Returns whether the frontier has new targets.
+    pub fn on_crawled(&mut self, target: &Target, bytes: &[u8], len: u64) -> bool {
+        let addr = target.bytes.start;
+        let found = h5meta::pointers(
+            bytes,
+            addr,
+            MemType::Other,
+            Some(target.what),
+            &self.context,
+        );
+        let mut work = self.absorb(addr, found, len);
+        // A structure longer than the bytes guessed for it is read again
+        // whole, once.
+        if let Some(whole) = h5meta::declared_len(bytes, target.what, &self.context) {
+            let end = addr.saturating_add(whole).min(len);
+            if end > target.bytes.end && bytes.len() as u64 <= target.bytes.end - addr {
+                self.frontier.push_back(Target {
+                    what: target.what,
+                    bytes: addr..end,
+                });
+                work = true;
+            }
+        }
+        work
+    }
+
+    /// Takes in what the piece at `addr` said: the file's sizes, heaps and
+    /// trees to read later pieces with, a chunk index's leaf, and targets,
+    /// which join the frontier if they are new. Returns whether any did.
+    fn absorb(&mut self, addr: u64, mut found: Found, len: u64) -> bool {
         if let (Some(leaf), Some(chunks)) = (found.chunks.take(), self.chunks.as_mut()) {
             chunks.add_leaf(addr, leaf);
         }
@@ -174,11 +240,11 @@ impl Prefetcher {
         // Without fetching ahead, what metadata points to is still noted:
         // a chunk index's nodes are read by what points to them.
         let fetch = self.metadata && self.paused == 0;
-        let mut next = Vec::new();
+        // Paused, what is noted would never be fetched.
+        let note = fetch || !self.metadata;
+        let mut work = false;
         for target in found.targets {
             let bytes = target.bytes.start..target.bytes.end.min(len);
-            // Paused, what is noted would never be fetched.
-            let note = fetch || !self.metadata;
             if !note || bytes.is_empty() || self.known.len() >= MAX_KNOWN {
                 continue;
             }
@@ -188,12 +254,19 @@ impl Prefetcher {
             };
             if self.known.insert(bytes.start, known).is_none() && fetch {
                 self.stats.targets += 1;
-                next.push(bytes);
+                self.frontier.push_back(Target {
+                    what: target.what,
+                    bytes,
+                });
+                work = true;
             }
         }
-        let allowed =
-            (self.stats.metadata_bytes + SLACK).saturating_sub(self.stats.speculative_bytes);
-        (next, allowed)
+        work
+    }
+
+    /// How many more bytes may be guessed now.
+    pub fn allowance(&self) -> u64 {
+        (self.stats.metadata_bytes + SLACK).saturating_sub(self.stats.speculative_bytes)
     }
 
     /// Makes `last` the piece of metadata a read
@@ -202,7 +275,7 @@ impl Prefetcher {
     /// so a read that starts where the last one (of the same type) ended
     /// continues its piece, unless something pointed to it or it opens with
     /// a signature; otherwise it starts one.
-    fn note_piece(&mut self, mem: MemType, addr: u64, bytes: &[u8]) {
+    fn note_piece(&mut self, mem: MemType, addr: u64, bytes: &[u8]) -> bool {
         let last = &mut self.last;
         // A structure some piece pointed to, or one that opens with its
         // signature, starts a piece of its own however close it lies.
@@ -213,7 +286,7 @@ impl Prefetcher {
             && last.bytes.len() + bytes.len() <= MAX_PIECE;
         if continues {
             last.bytes.extend_from_slice(bytes);
-            return;
+            return true;
         }
         let expected = match self.known.get_mut(&addr) {
             Some(known) => {
@@ -239,6 +312,7 @@ impl Prefetcher {
             expected,
             bytes: bytes[..bytes.len().min(MAX_PIECE)].to_vec(),
         };
+        expected.is_some()
     }
 
     /// Fetches nothing ahead until the guard returned is dropped: for
@@ -273,6 +347,15 @@ impl Drop for Paused<'_> {
 mod tests {
     use super::*;
 
+    fn read(p: &mut Prefetcher, mem: MemType, addr: u64, bytes: &[u8], len: u64) -> Vec<Target> {
+        p.on_read(mem, addr, bytes, len, Seen::default());
+        p.take_wave()
+    }
+
+    fn starts(wave: &[Target]) -> Vec<u64> {
+        wave.iter().map(|t| t.bytes.start).collect()
+    }
+
     #[test]
     fn each_address_is_asked_for_once_and_inside_the_file() {
         let mut p = Prefetcher::default();
@@ -284,16 +367,18 @@ mod tests {
             node.extend_from_slice(&child.to_le_bytes());
         }
         node.extend_from_slice(&16u64.to_le_bytes());
-        let (next, allowed) = p.on_read(MemType::BTree, 136, &node, 4096);
+        let next = read(&mut p, MemType::BTree, 136, &node, 4096);
         // A symbol table node; the other lies outside the file.
         assert_eq!(next.len(), 1);
-        assert_eq!(next[0], 1000..1328);
-        assert_eq!(allowed, node.len() as u64 + SLACK);
-        let (again, _) = p.on_read(MemType::BTree, 136, &node, 4096);
-        assert!(again.is_empty(), "asked for already");
+        assert_eq!(next[0].bytes, 1000..1328);
+        assert_eq!(p.allowance(), node.len() as u64 + SLACK);
+        assert!(
+            read(&mut p, MemType::BTree, 136, &node, 4096).is_empty(),
+            "asked for already"
+        );
         p.fetched(SLACK);
-        let (_, allowed) = p.on_read(MemType::BTree, 1000, b"SNOD", 4096);
-        assert_eq!(allowed, 2 * node.len() as u64 + 4);
+        read(&mut p, MemType::BTree, 1000, b"SNOD", 4096);
+        assert_eq!(p.allowance(), 2 * node.len() as u64 + 4);
         let s = p.stats();
         assert_eq!(
             (s.predicted_reads, s.unpredicted_reads, s.targets),
@@ -302,19 +387,66 @@ mod tests {
     }
 
     #[test]
+    fn what_the_crawl_fetched_is_parsed_for_the_next_wave() {
+        let mut p = Prefetcher::default();
+        // A symbol table node the crawl fetched, naming two object headers.
+        let mut snod = b"SNOD\x01\x00\x02\x00".to_vec();
+        for header in [2000u64, 3000] {
+            snod.extend_from_slice(&0u64.to_le_bytes());
+            snod.extend_from_slice(&header.to_le_bytes());
+            snod.extend_from_slice(&[0; 24]);
+        }
+        let target = Target {
+            what: What::SymbolNode,
+            bytes: 1000..1328,
+        };
+        assert!(p.on_crawled(&target, &snod, 1 << 20));
+        assert_eq!(starts(&p.take_wave()), [2000, 3000]);
+        // A version 1 object header longer than the 512 bytes guessed for
+        // it is fetched again, whole, once.
+        let mut header = vec![1, 0, 0, 0, 1, 0, 0, 0];
+        header.extend_from_slice(&2000u32.to_le_bytes());
+        header.extend_from_slice(&[0; 500]);
+        let guessed = Target {
+            what: What::ObjectHeader,
+            bytes: 2000..2512,
+        };
+        assert!(p.on_crawled(&guessed, &header, 1 << 20));
+        let again = p.take_wave();
+        assert_eq!(again[0].bytes, 2000..4016);
+        assert!(!p.on_crawled(&again[0], &header, 1 << 20));
+        // Already known: HDF5's own read of the node adds nothing.
+        assert!(read(&mut p, MemType::BTree, 1000, &snod, 1 << 20).is_empty());
+    }
+
+    #[test]
+    fn an_unforeseen_read_that_missed_starts_a_stream() {
+        let mut p = Prefetcher::default();
+        let seen = Seen {
+            missed: true,
+            step: 4096,
+        };
+        assert!(p.on_read(MemType::ObjectHeader, 10_000, &[0; 64], 1 << 20, seen));
+        let wave = p.take_wave();
+        assert_eq!(wave[0].what, What::Unforeseen);
+        assert_eq!(wave[0].bytes, 10_000..14_096);
+        // A hit starts nothing.
+        let hit = Seen {
+            missed: false,
+            ..seen
+        };
+        assert!(!p.on_read(MemType::ObjectHeader, 50_000, &[0; 64], 1 << 20, hit));
+    }
+
+    #[test]
     fn a_paused_prefetch_fetches_nothing_ahead() {
         let p = Mutex::new(Prefetcher::default());
         let heap = b"HEAP\x00\x00\x00\x00\x58\x00\x00\x00\x00\x00\x00\x00\xff\xff\xff\xff\xff\xff\xff\xff\x00\x10\x00\x00\x00\x00\x00\x00";
         {
             let _quiet = Prefetcher::pause(&p);
-            assert!(
-                p.lock()
-                    .on_read(MemType::LocalHeap, 0, heap, 1 << 20)
-                    .0
-                    .is_empty()
-            );
+            assert!(read(&mut p.lock(), MemType::LocalHeap, 0, heap, 1 << 20).is_empty());
         }
-        let (next, _) = p.lock().on_read(MemType::LocalHeap, 0, heap, 1 << 20);
+        let next = read(&mut p.lock(), MemType::LocalHeap, 0, heap, 1 << 20);
         assert_eq!(next.len(), 1, "the heap's data, once resumed");
     }
 
@@ -329,22 +461,13 @@ mod tests {
         }
         superblock.extend_from_slice(&[0; 4]);
         let len = 1 << 20;
-        assert!(
-            p.on_read(MemType::Superblock, 0, &superblock[..8], len)
-                .0
-                .is_empty()
-        );
-        assert!(
-            p.on_read(MemType::Superblock, 0, &superblock[..16], len)
-                .0
-                .is_empty()
-        );
-        let (next, _) = p.on_read(MemType::Superblock, 16, &superblock[16..], len);
-        assert_eq!(next.len(), 1, "the root group's header, at 48");
-        assert_eq!(next[0].start, 48);
+        assert!(read(&mut p, MemType::Superblock, 0, &superblock[..8], len).is_empty());
+        assert!(read(&mut p, MemType::Superblock, 0, &superblock[..16], len).is_empty());
+        let next = read(&mut p, MemType::Superblock, 16, &superblock[16..], len);
+        assert_eq!(starts(&next), [48], "the root group's header");
         // A read of something pointed to starts a piece of its own, even
         // where the last one ended.
-        p.on_read(MemType::ObjectHeader, 48, &[0; 16], len);
+        read(&mut p, MemType::ObjectHeader, 48, &[0; 16], len);
         assert_eq!(p.stats().predicted_reads, 1);
         assert_eq!(
             p.stats().unpredicted_reads,
@@ -356,8 +479,7 @@ mod tests {
     #[test]
     fn raw_data_is_not_parsed() {
         let mut p = Prefetcher::default();
-        let (next, _) = p.on_read(MemType::RawData, 0, b"TREE\x00\x00\x01\x00", 4096);
-        assert!(next.is_empty());
+        assert!(read(&mut p, MemType::RawData, 0, b"TREE\x00\x00\x01\x00", 4096).is_empty());
         assert_eq!(p.stats().metadata_bytes, 0);
     }
 }

@@ -1,0 +1,155 @@
+//! The crawl: one thread per open file that runs ahead of HDF5 through the
+//! metadata graph.
+//!
+//! It takes the prefetch's frontier as a wave, parses at once the targets
+//! whose bytes are cached, and fetches the rest in one round, in spans
+//! priced by the link ([`super::spans`]); what those point to is the next
+//! wave. HDF5 never waits on it: a read of a block the crawl is fetching
+//! waits for that block only, as for any other reader's fetch.
+
+use std::sync::Arc;
+use std::thread;
+
+use parking_lot::{Condvar, Mutex};
+
+use super::prefetch::{MAX_PIECE, Prefetcher};
+use super::spans;
+use crate::RemoteFile;
+use crate::h5meta::Target;
+
+/// The crawl of one file, stopped when dropped.
+pub(crate) struct Crawler {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    prefetch: Arc<Mutex<Prefetcher>>,
+    file: RemoteFile,
+    signal: Mutex<Signal>,
+    wake: Condvar,
+}
+
+#[derive(Default)]
+struct Signal {
+    /// The frontier may have targets.
+    work: bool,
+    stop: bool,
+    /// The thread has been started (or could not be).
+    started: bool,
+}
+
+impl Crawler {
+    pub fn new(prefetch: Arc<Mutex<Prefetcher>>, file: RemoteFile) -> Crawler {
+        Crawler {
+            shared: Arc::new(Shared {
+                prefetch,
+                file,
+                signal: Mutex::new(Signal::default()),
+                wake: Condvar::new(),
+            }),
+        }
+    }
+
+    /// Tells the crawl the frontier has new targets; its thread starts the
+    /// first time.
+    pub fn wake(&self) {
+        let mut signal = self.shared.signal.lock();
+        signal.work = true;
+        if !signal.started {
+            signal.started = true;
+            let shared = Arc::clone(&self.shared);
+            let spawned = thread::Builder::new()
+                .name("remfile-crawl".into())
+                .spawn(move || shared.run());
+            if let Err(e) = spawned {
+                tracing::debug!(error = %e, "no thread for the metadata crawl");
+            }
+        }
+        self.shared.wake.notify_one();
+    }
+}
+
+impl Drop for Crawler {
+    fn drop(&mut self) {
+        self.shared.signal.lock().stop = true;
+        self.shared.wake.notify_one();
+    }
+}
+
+impl Shared {
+    fn run(&self) {
+        loop {
+            {
+                let mut signal = self.signal.lock();
+                while !signal.work && !signal.stop {
+                    self.wake.wait(&mut signal);
+                }
+                if signal.stop {
+                    return;
+                }
+                signal.work = false;
+            }
+            while self.wave() {
+                if self.signal.lock().stop {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Crawls one wave: parses the frontier's cached targets (and what they
+    /// point to that is cached, and so on), then fetches the others in one
+    /// round and parses them. Returns whether the frontier had targets.
+    fn wave(&self) -> bool {
+        let mut missing = Vec::new();
+        let mut any = false;
+        loop {
+            let wave = self.prefetch.lock().take_wave();
+            if wave.is_empty() {
+                break;
+            }
+            any = true;
+            missing.extend(wave.into_iter().filter(|t| !self.parse(t)));
+        }
+        if missing.is_empty() {
+            return any;
+        }
+        // A chunk index's nodes lie among its chunks: the gaps between them
+        // are raw data, never worth fetching with them.
+        let (among_data, clustered): (Vec<&Target>, Vec<&Target>) =
+            missing.iter().partition(|t| t.what.lies_among_raw_data());
+        let ranges = |ts: Vec<&Target>| ts.iter().map(|t| t.bytes.clone()).collect::<Vec<_>>();
+        let gap = spans::gap_worth_filling(self.file.link_estimate());
+        let mut wanted = spans::spans(&ranges(clustered), gap);
+        wanted.extend(spans::spans(&ranges(among_data), 0));
+        let allowed = self.prefetch.lock().allowance();
+        let fetched = self.file.prefetch_here(wanted, allowed);
+        self.prefetch.lock().fetched(fetched);
+        for target in &missing {
+            self.parse(target);
+        }
+        true
+    }
+
+    /// Parses `target` if its bytes are cached (a target only fetched
+    /// counts as parsed once they are); false if they are not.
+    fn parse(&self, target: &Target) -> bool {
+        let start = target.bytes.start;
+        let len = if target.what.needs_exact_bytes() {
+            (target.bytes.end - start) as usize
+        } else {
+            MAX_PIECE.max((target.bytes.end - start) as usize)
+        };
+        if !target.what.is_parsed() {
+            return self.file.is_cached(target.bytes.clone());
+        }
+        let bytes = self.file.cached_from(start, len);
+        if bytes.is_empty() {
+            return false;
+        }
+        self.prefetch
+            .lock()
+            .on_crawled(target, &bytes, self.file.len());
+        true
+    }
+}
