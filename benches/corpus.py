@@ -3,47 +3,40 @@ trips that opening a file and walking its metadata costs.
 
     python benches/corpus.py OUTDIR [--size small|full] [--only NAME[,NAME...]]
 
-Each file stands for a family of files found in the wild:
+nwb_deep.nwb     pynwb extracellular session, h5py defaults: superblock 0, v1
+                 object headers, symbol-table groups (local heap + v1 B-tree),
+                 many small datasets and attributes, DynamicTables with ragged
+                 and object-reference columns, a v1 B-tree chunk index over
+                 the bulk ElectricalSeries, a gzip LFP.
+nwb_ophys.nwb    pynwb two-photon session: gzip-chunked 3-D TwoPhotonSeries
+                 (chunk records with filter masks), compound pixel_mask ROIs,
+                 Fluorescence, DfOverF, summary images.
+nwb_icephys.nwb  pynwb patch-clamp session: hundreds of stimulus/response
+                 series (wide groups whose B-trees have many leaves) and the
+                 icephys tables with compound (start, count, reference) columns.
+netcdf4.nc       netCDF-C via netCDF4-python: creation-ordered links, dimension
+                 scales with DIMENSION_LIST/REFERENCE_LIST, _Netcdf4Dimid,
+                 NC_STRING (vlen, global heap) attributes and variable, CF
+                 packing attributes, groups, zlib+shuffle chunks appended step
+                 by step along an unlimited dimension.
+h5py_track_order_v110.h5, h5py_latest.h5
+                 h5py with libver v110 / latest and track_order: v2 object
+                 headers, dense links and dense attributes (fractal heaps with
+                 v2 B-tree name and creation-order indexes), vlen strings, and
+                 every chunk index (extensible array, fixed array, v2 B-tree,
+                 single chunk), a compact dataset and a soft link.
+h5py_gzip.h5     h5py defaults with every dataset gzip+shuffle in ~1 MiB chunks
+                 under nested symbol-table groups.
+pytables.h5      PyTables: CLASS/VERSION/TITLE attributes, compound Table,
+                 EArray, CArray, VLArray (vlen sequences). zlib, not blosc, so
+                 that any reader can decode every chunk.
+h5netcdf.nc      h5netcdf (netCDF4 through h5py): dimension scales made by h5py,
+                 creation order, a group, gzip variables.
 
-nwb_deep.nwb
-    pynwb, extracellular session. h5py defaults: superblock 0, v1 object
-    headers, v1 symbol-table groups (local heap + v1 B-tree per group), many
-    small contiguous datasets and attributes, DynamicTables with ragged
-    columns and object-reference datasets, a v1 B-tree chunk index over a big
-    acquisition ElectricalSeries, a gzip-filtered LFP.
-nwb_ophys.nwb
-    pynwb, two-photon session: a gzip-chunked 3-D TwoPhotonSeries (v1 B-tree
-    with filter masks), a PlaneSegmentation with a compound pixel_mask,
-    Fluorescence and DfOverF, summary images.
-nwb_icephys.nwb
-    pynwb, intracellular session: hundreds of stimulus/response series (wide
-    symbol-table groups whose B-trees have many leaves) and the icephys
-    tables linked by compound (index, count, reference) columns.
-netcdf4.nc
-    netCDF-C via netCDF4-python: superblock 2, link creation order, dimension
-    scales with DIMENSION_LIST/REFERENCE_LIST attributes, _Netcdf4Dimid
-    attributes, compact/dense groups, vlen strings in the global heap,
-    zlib+shuffle chunks appended along an unlimited dimension.
-h5py_track_order_v110.h5 / h5py_latest.h5
-    h5py with libver v110 / latest and creation-order tracking: dense links
-    and dense attributes (fractal heaps indexed by v2 B-trees, name and
-    creation-order indexes), v2 object headers, vlen string attributes, and
-    every chunk index: extensible array, fixed array, v2 B-tree, single
-    chunk; plus a compact dataset and a soft link.
-h5py_gzip.h5
-    h5py defaults (earliest format) with every dataset gzip+shuffle in ~1 MiB
-    chunks under nested symbol-table groups.
-pytables.h5
-    PyTables: its CLASS/VERSION/TITLE attributes, a compound Table, an
-    extendable EArray, a zlib CArray and a VLArray of vlen sequences. zlib
-    rather than blosc, so that any reader can decode every chunk.
-h5netcdf.nc
-    h5netcdf (netCDF4 through h5py): dimension scales written by h5py,
-    creation-order tracking, a group, gzip variables.
-
---size small keeps every file within a few MB and the same object tree where
-the structure does not depend on the data size; --size full makes files of a
-few hundred MB. The files are deterministic: fixed seeds, dates and ids.
+--size small keeps each file within a few MB with the same object tree (only
+the icephys file has fewer sweeps); --size full makes files of a few hundred
+MB. Seeds, dates, identifiers and object ids are fixed, so reruns give the
+same files.
 """
 
 import argparse
@@ -52,8 +45,8 @@ import os
 import random
 import sys
 import uuid
-from unittest import mock
 from datetime import datetime, timezone
+from unittest import mock
 
 import h5py
 import numpy as np
@@ -62,9 +55,8 @@ START = datetime(2026, 1, 1, 9, 30, tzinfo=timezone.utc)
 
 
 def signal(start, stop, width, seed=0, noise_bits=4):
-    """Rows start..stop of a (rows, width) int16 signal: a slow ramp pattern
-    (compresses well) plus a few bits of hashed noise (does not), cheap to
-    compute in slabs."""
+    """Rows start..stop of a (rows, width) int16 signal: a ramp pattern that
+    compresses well plus a few bits of hashed noise that does not."""
     r = np.arange(start, stop, dtype=np.int64)[:, None]
     c = np.arange(width, dtype=np.int64)[None, :]
     base = ((r // 4) * 31 + c * 1009 + seed * 7919) % 8191 - 4096
@@ -78,8 +70,8 @@ def slabs(rows, step):
 
 
 def slab_iterator(shape, chunk_shape, make):
-    """An hdmf iterator that asks make(row_start, row_stop) for a few chunks
-    of rows at a time, so the bulk of a file is never all in memory."""
+    """An hdmf iterator over make(row_start, row_stop), eight chunks of rows
+    at a time, so that the bulk of a file is never all in memory."""
     from hdmf.data_utils import GenericDataChunkIterator
 
     class Slabs(GenericDataChunkIterator):
@@ -99,12 +91,11 @@ def slab_iterator(shape, chunk_shape, make):
 def new_nwbfile(identifier, description):
     from pynwb import NWBFile
     from pynwb.file import Subject
-    nwb = NWBFile(
-        session_description=description, identifier=identifier, session_start_time=START,
-        file_create_date=[START], experimenter=["Doe, Jane", "Roe, Richard"], lab="Corpus lab",
-        institution="Corpus institute", experiment_description=description,
-        session_id=identifier + "-session", keywords=["benchmark", "corpus"],
-    )
+
+    nwb = NWBFile(session_description=description, identifier=identifier, session_start_time=START,
+                  file_create_date=[START], experimenter=["Doe, Jane", "Roe, Richard"], lab="Corpus lab",
+                  institution="Corpus institute", experiment_description=description,
+                  session_id=identifier + "-session", keywords=["benchmark", "corpus"])
     nwb.subject = Subject(subject_id="mouse-1", species="Mus musculus", sex="M", age="P90D",
                           description="a wild-type mouse", genotype="C57BL/6J", weight="25 g")
     return nwb
@@ -112,6 +103,7 @@ def new_nwbfile(identifier, description):
 
 def write_nwb(nwb, path):
     from pynwb import NWBHDF5IO
+
     with NWBHDF5IO(path, "w") as io:
         io.write(nwb)
 
@@ -121,8 +113,9 @@ def nwb_deep(path, size):
     from pynwb import TimeSeries
     from pynwb.behavior import BehavioralEvents, BehavioralTimeSeries, Position
     from pynwb.ecephys import LFP, ElectricalSeries
-    channels, chunk_rows = 64, 16_384  # 2 MiB chunks, as DANDI recommends
-    rows = 2_400_000 if size == "full" else 8_192
+
+    # 2 MiB chunks, the size DANDI recommends for cloud reads.
+    channels, rows, chunk_rows = 64, *((2_400_000, 16_384) if size == "full" else (8_192, 2_048))
     rng = np.random.default_rng(1)
     nwb = new_nwbfile("corpus-nwb-deep", "extracellular session with behaviour")
     probe = nwb.create_device(name="probe", description="64-channel silicon probe", manufacturer="acme")
@@ -137,9 +130,7 @@ def nwb_deep(path, size):
                           filtering="0.1-7500 Hz", rel_x=0.0, rel_y=20.0 * (ch % 16),
                           label=f"ch{ch:02}", depth_um=20.0 * ch, is_bad=ch % 17 == 0)
     region = nwb.create_electrode_table_region(list(range(channels)), "all electrodes")
-
-    data = slab_iterator((rows, channels), (chunk_rows if size == "full" else 2_048, channels),
-                         lambda a, b: signal(a, b, channels))
+    data = slab_iterator((rows, channels), (chunk_rows, channels), lambda a, b: signal(a, b, channels))
     nwb.add_acquisition(ElectricalSeries(name="ElectricalSeries", data=data, electrodes=region, starting_time=0.0,
                                          rate=30_000.0, conversion=1.95e-7, filtering="0.1-7500 Hz"))
     ecephys = nwb.create_processing_module("ecephys", "processed extracellular data")
@@ -148,21 +139,17 @@ def nwb_deep(path, size):
     ecephys.add(LFP(ElectricalSeries(name="LFP", data=lfp, electrodes=region, starting_time=0.0, rate=1000.0)))
 
     behavior = nwb.create_processing_module("behavior", "behavioural data")
-    events = BehavioralEvents()
+    events, series, position = BehavioralEvents(), BehavioralTimeSeries(), Position()
     for name, n in (("rewards", 120), ("licks", 2_000), ("air_puffs", 40)):
         events.add_timeseries(TimeSeries(name=name, data=np.ones(n), unit="n.a.", description=f"{name} times",
                                          timestamps=np.sort(rng.uniform(0, 600, n))))
-    behavior.add(events)
-    position = Position()
+    for name in ("running_speed", "pupil_diameter"):
+        series.add_timeseries(TimeSeries(name=name, data=rng.uniform(0, 1, 6_000), unit="a.u.", rate=10.0))
     position.create_spatial_series(name="position", data=rng.uniform(0, 1, (6_000, 2)),
                                    reference_frame="arena corner", rate=10.0, unit="meters")
     position.create_spatial_series(name="head_direction", data=rng.uniform(0, 6.28, 6_000),
                                    reference_frame="north", rate=10.0, unit="radians")
-    behavior.add(position)
-    series = BehavioralTimeSeries()
-    for name in ("running_speed", "pupil_diameter"):
-        series.add_timeseries(TimeSeries(name=name, data=rng.uniform(0, 1, 6_000), unit="a.u.", rate=10.0))
-    behavior.add(series)
+    behavior.add([events, position, series])
 
     nwb.add_unit_column(name="quality", description="sorting quality")
     for u in range(40):
@@ -182,6 +169,7 @@ def nwb_ophys(path, size):
     from pynwb.base import Images
     from pynwb.image import GrayscaleImage
     from pynwb.ophys import DfOverF, Fluorescence, ImageSegmentation, OpticalChannel, TwoPhotonSeries
+
     side, chunk_frames, rois = 256, 16, 50
     frames = 2_400 if size == "full" else 16
     rng = np.random.default_rng(2)
@@ -202,20 +190,19 @@ def nwb_ophys(path, size):
     segmentation = ImageSegmentation()
     planes = segmentation.create_plane_segmentation(name="PlaneSegmentation", description="suite2p-like ROIs",
                                                     imaging_plane=plane, reference_images=tps)
-    for roi in range(rois):
+    for _ in range(rois):
         y0, x0 = rng.integers(0, side - 12, 2)
-        mask = [(int(x0 + i % 12), int(y0 + i // 12), float(w)) for i, w in enumerate(rng.uniform(0, 1, 144))]
-        planes.add_roi(pixel_mask=mask)
-    ophys.add(segmentation)
+        planes.add_roi(pixel_mask=[(int(x0 + i % 12), int(y0 + i // 12), float(w))
+                                   for i, w in enumerate(rng.uniform(0, 1, 144))])
+    # Every container joins the file before its series, so that each series'
+    # ROI region shares an ancestor with the table it points into.
+    fluorescence, dff = Fluorescence(), DfOverF()
+    ophys.add([segmentation, fluorescence, dff])
     region = planes.create_roi_table_region(region=list(range(rois)), description="all ROIs")
     traces = signal(0, frames, rois, seed=3).astype(np.float32) / 4096
-    # Containers join the file before their series, so that each series' ROI
-    # region shares an ancestor with the table it points into.
-    fluorescence, dff = Fluorescence(), DfOverF()
-    ophys.add([fluorescence, dff])
     for container, data in ((fluorescence, traces), (dff, traces - traces.mean(axis=0))):
         container.create_roi_response_series(name="RoiResponseSeries", data=data, rois=region, unit="n.a.", rate=30.0)
-    mean = GrayscaleImage(name="mean", data=rng.uniform(0, 1, (side, side)).astype(np.float32), description="mean frame")
+    mean = GrayscaleImage(name="mean", data=rng.uniform(0, 1, (side, side)).astype(np.float32), description="mean")
     ophys.add(Images(name="SummaryImages", images=[mean], description="summary images"))
     write_nwb(nwb, path)
 
@@ -223,6 +210,7 @@ def nwb_ophys(path, size):
 def nwb_icephys(path, size):
     from pynwb.icephys import (CurrentClampSeries, CurrentClampStimulusSeries, VoltageClampSeries,
                                VoltageClampStimulusSeries)
+
     sweeps, samples, stride = (300, 100_000, 997) if size == "full" else (40, 2_000, 97)
     per_sequence, per_repetition, per_condition = 10, 2, 3
     nwb = new_nwbfile("corpus-nwb-icephys", "whole-cell patch clamp session")
@@ -258,56 +246,53 @@ def nwb_icephys(path, size):
 
 def netcdf4(path, size):
     import netCDF4
+
     nlat, nlon, nlevel, steps = (181, 360, 8, 40) if size == "full" else (19, 36, 4, 6)
+    sizes = {"time": None, "lat": nlat, "lon": nlon, "level": nlevel, "member": 4}
+    dims2, dims3, dims_m = ("time", "lat", "lon"), ("time", "level", "lat", "lon"), ("time", "member", "lat", "lon")
+    variables = []  # (variable, packed as int16?)
+
+    def add(group, name, packed, dims, units, standard_name=None):
+        dtype, fill = ("i2", -32768) if packed else ("f4", np.float32(9.96921e36))
+        chunks = (1,) + tuple(sizes[d] for d in dims[1:])  # one output step per chunk
+        var = group.createVariable(name, dtype, dims, fill_value=fill, chunksizes=chunks, zlib=True, complevel=4,
+                                   shuffle=True)
+        var.setncatts(dict(units=units, long_name=name.replace("_", " ")))
+        if standard_name:
+            var.standard_name = standard_name
+        if packed:
+            var.scale_factor, var.add_offset = np.float32(0.01), np.float32(250.0)
+            var.set_auto_maskandscale(False)  # the values written below are already packed
+        variables.append((var, packed))
+
     with netCDF4.Dataset(path, "w", format="NETCDF4") as ds:
         ds.setncatts(dict(Conventions="CF-1.8", title="synthetic reanalysis", institution="Corpus institute",
                           source="a model of the atmosphere",
                           history="2026-01-01T09:30:00Z created by benches/corpus.py"))
-        ds.setncattr_string("references", "none")  # NC_STRING: a vlen string in the global heap
+        ds.setncattr_string("references", "none")  # NC_STRING rather than NC_CHAR: a vlen string
         ds.setncattr_string("keywords", ["temperature", "pressure", "humidity"])
-        sizes = {"time": None, "lat": nlat, "lon": nlon, "level": nlevel, "member": 4}
-        for name in ("time", "lat", "lon", "level"):
-            ds.createDimension(name, sizes[name])
         for name, dtype, units, standard_name, axis in (
                 ("time", "f8", "hours since 2026-01-01 00:00:00", "time", "T"),
                 ("lat", "f4", "degrees_north", "latitude", "Y"), ("lon", "f4", "degrees_east", "longitude", "X"),
                 ("level", "f4", "hPa", "air_pressure", "Z")):
+            ds.createDimension(name, sizes[name])
             ds.createVariable(name, dtype, (name,)).setncatts(
                 dict(units=units, standard_name=standard_name, long_name=f"{name} coordinate", axis=axis))
         ds["time"].calendar, ds["level"].positive = "standard", "down"
         ds["lat"][:], ds["lon"][:] = np.linspace(-90, 90, nlat), np.linspace(0, 360, nlon, endpoint=False)
         ds["level"][:] = np.linspace(1000, 100, nlevel)
-        ds.createVariable("step_label", str, ("time",)).long_name = "free-text label of each output step"
-
-        zlib = dict(zlib=True, complevel=4, shuffle=True)
-        dims2, dims3 = ("time", "lat", "lon"), ("time", "level", "lat", "lon")
-        variables = []  # (variable, packed as int16?)
-
-        def add(group, name, packed, dims, **attrs):
-            dtype, fill = ("i2", -32768) if packed else ("f4", np.float32(9.96921e36))
-            chunks = (1,) + tuple(sizes[d] for d in dims[1:])  # one output step per chunk
-            var = group.createVariable(name, dtype, dims, fill_value=fill, chunksizes=chunks, **zlib)
-            var.setncatts(attrs)
-            if packed:
-                var.scale_factor, var.add_offset = np.float32(0.01), np.float32(250.0)
-                var.set_auto_maskandscale(False)  # the values below are already packed
-            variables.append((var, packed))
-
-        add(ds, "surface_pressure", False, dims2, units="Pa", standard_name="surface_air_pressure",
-            long_name="surface pressure")
-        add(ds, "precipitation", True, dims2, units="kg m-2 s-1", standard_name="precipitation_flux",
-            long_name="precipitation")
+        ds.createVariable("step_label", str, ("time",)).long_name = "label of each output step"
+        add(ds, "surface_pressure", False, dims2, "Pa", "surface_air_pressure")
+        add(ds, "precipitation", True, dims2, "kg m-2 s-1", "precipitation_flux")
         for group_name in ("forecast", "analysis"):
             group = ds.createGroup(group_name)
             group.description = f"{group_name} fields on pressure levels"
             group.createDimension("member", 4)
             member = group.createVariable("member", "i4", ("member",))
             member.long_name, member[:] = "ensemble member", np.arange(4)
-            add(group, "air_temperature", True, dims3, units="K", standard_name="air_temperature",
-                long_name="temperature")
-            add(group, "specific_humidity", False, dims3, units="1", standard_name="specific_humidity",
-                long_name="specific humidity")
-            add(group, "spread", False, ("time", "member", "lat", "lon"), units="K", long_name="ensemble spread")
+            add(group, "air_temperature", True, dims3, "K", "air_temperature")
+            add(group, "specific_humidity", False, dims3, "1", "specific_humidity")
+            add(group, "ensemble_spread", False, dims_m, "K")
 
         # Step by step along the unlimited dimension, as a model writes its output.
         for t in range(steps):
@@ -320,55 +305,53 @@ def netcdf4(path, size):
                 var[t] = (flat if packed else flat * np.float32(0.01) + np.float32(280.0)).reshape(shape)
 
 
-def h5py_tree(path, size, libver):
-    """Dense links, dense attributes and creation-order indexes, the chunk
-    index types of the v1.10+ format, and a bulk dataset."""
-    rows, cols, chunk_rows = (1_200_000 if size == "full" else 4_096), 128, 4_096  # 1 MiB chunks
-    rng = np.random.default_rng(5)
-    with h5py.File(path, "w", libver=libver, track_order=True) as f:
-        many_attrs(f, "file", 16)
-        session = f.create_group("session", track_order=True)
-        many_attrs(session, "session", 12)
-        trials = session.create_group("trials", track_order=True)
-        for t in range(32):  # > 8 links: dense link storage
-            trial = trials.create_group(f"trial_{t:03}", track_order=True)
-            many_attrs(trial, f"trial {t}", 10 + t % 5)
-            trial.create_dataset("spike_times", data=np.sort(rng.uniform(0, 2, 200 + t)), chunks=(64,),
-                                 compression="gzip", track_order=True)
-            trial.create_dataset("events", data=np.arange(t + 4, dtype=np.int32), track_order=True)
-            if t % 4 == 0:
-                sub = trial.create_group("analysis", track_order=True)
-                leaf = sub.create_group("pass1", track_order=True)
-                many_attrs(leaf.create_dataset("score", data=rng.uniform(0, 1, 16), track_order=True), "score", 9)
-        devices = f.create_group("devices", track_order=True)
-        for d in range(20):
-            many_attrs(devices.create_group(f"device_{d:02}", track_order=True), f"device {d}", 4)
-        f.create_dataset("labels", data=[f"label {i}" for i in range(40)], dtype=h5py.string_dtype())
-
-        raw = f.create_group("raw", track_order=True)
-        bulk = raw.create_dataset("bulk", shape=(rows, cols), maxshape=(None, cols), chunks=(chunk_rows, cols),
-                                  dtype=np.int16, track_order=True)  # extensible array index
-        for a, b in slabs(rows, chunk_rows * 16):
-            bulk[a:b] = signal(a, b, cols, seed=5)
-        many_attrs(bulk, "bulk", 12)
-        raw.create_dataset("fixed", data=signal(0, 4_096, 64, seed=6), chunks=(512, 64),
-                           compression="gzip", shuffle=True)  # fixed array index
-        raw.create_dataset("growing", data=signal(0, 512, 64, seed=7), chunks=(128, 16),
-                           maxshape=(None, None))  # v2 B-tree index
-        raw.create_dataset("single", data=signal(0, 256, 64, seed=8), chunks=(256, 64),
-                           compression="gzip")  # single chunk index
-        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
-        dcpl.set_layout(h5py.h5d.COMPACT)
-        raw.create_dataset("compact", data=np.arange(64, dtype=np.int32), dcpl=dcpl)
-        f["latest_trial"] = h5py.SoftLink("/session/trials/trial_031")
-
-
 def many_attrs(obj, label, n):
     """n attributes of mixed types; more than 8 moves them to dense storage."""
     obj.attrs["description"] = f"{label}: a vlen string attribute"
     obj.attrs["tags"] = np.array([f"{label} tag {i}" for i in range(3)], dtype=h5py.string_dtype())
     for i in range(n - 2):
         obj.attrs[f"param_{i:02}"] = (float(i), np.arange(i + 1, dtype=np.int32), np.int64(i))[i % 3]
+
+
+def h5py_tree(path, size, libver):
+    rows, cols, chunk_rows = (1_200_000 if size == "full" else 4_096), 128, 4_096  # 1 MiB chunks
+    rng = np.random.default_rng(5)
+    config = h5py.get_config()
+    saved, config.track_order = config.track_order, True  # for every group and dataset created below
+    try:
+        with h5py.File(path, "w", libver=libver) as f:
+            many_attrs(f, "file", 16)
+            many_attrs(f.create_group("session"), "session", 12)
+            for t in range(32):  # more than 8 links: dense link storage
+                trial = f.create_group(f"session/trials/trial_{t:03}")
+                many_attrs(trial, f"trial {t}", 10 + t % 5)
+                trial.create_dataset("spike_times", data=np.sort(rng.uniform(0, 2, 200 + t)), chunks=(64,),
+                                     compression="gzip")
+                trial.create_dataset("events", data=np.arange(t + 4, dtype=np.int32))
+                if t % 4 == 0:
+                    many_attrs(trial.create_dataset("analysis/pass1/score", data=rng.uniform(0, 1, 16)), "score", 9)
+            for d in range(20):
+                many_attrs(f.create_group(f"devices/device_{d:02}"), f"device {d}", 4)
+            f.create_dataset("labels", data=[f"label {i}" for i in range(40)], dtype=h5py.string_dtype())
+
+            raw = f.create_group("raw")
+            bulk = raw.create_dataset("bulk", shape=(rows, cols), maxshape=(None, cols), chunks=(chunk_rows, cols),
+                                      dtype=np.int16)  # extensible array chunk index
+            for a, b in slabs(rows, chunk_rows * 16):
+                bulk[a:b] = signal(a, b, cols, seed=5)
+            many_attrs(bulk, "bulk", 12)
+            raw.create_dataset("fixed", data=signal(0, 4_096, 64, seed=6), chunks=(512, 64),
+                               compression="gzip", shuffle=True)  # fixed array chunk index
+            raw.create_dataset("growing", data=signal(0, 512, 64, seed=7), chunks=(128, 16),
+                               maxshape=(None, None))  # v2 B-tree chunk index
+            raw.create_dataset("single", data=signal(0, 256, 64, seed=8), chunks=(256, 64),
+                               compression="gzip")  # single chunk index
+            dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+            dcpl.set_layout(h5py.h5d.COMPACT)
+            raw.create_dataset("compact", data=np.arange(64, dtype=np.int32), dcpl=dcpl)
+            f["latest_trial"] = h5py.SoftLink("/session/trials/trial_031")
+    finally:
+        config.track_order = saved
 
 
 def h5py_gzip(path, size):
@@ -394,6 +377,7 @@ def h5py_gzip(path, size):
 
 def pytables(path, size):
     import tables
+
     class Event(tables.IsDescription):
         event_id = tables.Int64Col(pos=0)
         name = tables.StringCol(16, pos=1)
@@ -411,17 +395,12 @@ def pytables(path, size):
         detector = h5.create_group("/", "detector", "Detector readout")
         table = h5.create_table(detector, "events", Event, "Reconstructed events", filters=zlib, expectedrows=events)
         for a, b in slabs(events, 50_000):
-            block = np.zeros(b - a, dtype=table.dtype)
-            block["event_id"] = np.arange(a, b)
-            block["name"] = [b"evt%d" % (i % 100) for i in range(a, b)]
-            block["time"] = np.arange(a, b) * 1e-3
-            block["energy"] = rng.uniform(0, 100, b - a)
-            block["channel"] = np.arange(a, b) % channels
-            block["valid"] = np.arange(a, b) % 7 != 0
-            block["position"] = rng.uniform(-1, 1, (b - a, 3))
+            i, block = np.arange(a, b), np.zeros(b - a, dtype=table.dtype)
+            block["event_id"], block["time"], block["channel"], block["valid"] = i, i * 1e-3, i % channels, i % 7 > 0
+            block["name"] = [b"evt%d" % (n % 100) for n in i]
+            block["energy"], block["position"] = rng.uniform(0, 100, b - a), rng.uniform(-1, 1, (b - a, 3))
             table.append(block)
-        table.attrs.operator = "Doe, Jane"
-        table.attrs.run_number = 42
+        table.attrs.operator, table.attrs.run_number = "Doe, Jane", 42
         raw = h5.create_earray(detector, "raw", tables.Int16Atom(), shape=(0, channels), title="Raw samples",
                                chunkshape=(chunk_rows, channels), expectedrows=rows)
         for a, b in slabs(rows, chunk_rows * 16):
@@ -440,15 +419,15 @@ def pytables(path, size):
 
 def h5netcdf_file(path, size):
     import h5netcdf
+
     ny, nx, steps = (512, 512, 600) if size == "full" else (64, 64, 40)
     gzip = dict(compression="gzip", compression_opts=4, shuffle=True)
     with h5netcdf.File(path, "w") as f:
-        f.attrs["Conventions"] = "CF-1.8"
-        f.attrs["title"] = "synthetic satellite scenes"
+        f.attrs.update(Conventions="CF-1.8", title="synthetic satellite scenes")
         f.dimensions = {"time": None, "y": ny, "x": nx}
-        for name, n, units in (("y", ny, "m"), ("x", nx, "m")):
+        for name, n in (("y", ny), ("x", nx)):
             var = f.create_variable(name, (name,), "f4", data=np.arange(n, dtype=np.float32) * 1000)
-            var.attrs["units"], var.attrs["standard_name"] = units, f"projection_{name}_coordinate"
+            var.attrs.update(units="m", standard_name=f"projection_{name}_coordinate")
         time = f.create_variable("time", ("time",), "f8")
         time.attrs["units"] = "seconds since 2026-01-01 00:00:00"
         radiance = f.create_variable("radiance", ("time", "y", "x"), "i2", chunks=(1, ny, nx), fillvalue=-1, **gzip)
@@ -459,8 +438,7 @@ def h5netcdf_file(path, size):
             radiance[a:b] = signal(a * ny, b * ny, nx, seed=11, noise_bits=6).reshape(b - a, ny, nx)
         calibration = f.create_group("calibration")
         calibration.dimensions = {"band": 16}
-        band = calibration.create_variable("band", ("band",), "i4", data=np.arange(16, dtype=np.int32))
-        band.attrs["long_name"] = "spectral band"
+        calibration.create_variable("band", ("band",), "i4", data=np.arange(16, dtype=np.int32))
         for name in ("gain", "offset", "wavelength"):
             var = calibration.create_variable(name, ("band",), "f8", data=np.linspace(0, 1, 16), **gzip)
             var.attrs["long_name"] = f"band {name}"
@@ -480,10 +458,10 @@ WRITERS = {
 
 
 def write(name, path, size):
-    """Writes corpus file `name` at `path`, whole or not at all."""
+    """Writes corpus file `name` ("small" or "full") at `path`, whole or not at all."""
     stem, ext = os.path.splitext(path)
-    partial = f"{stem}.partial{ext}"  # pynwb wants the .nwb extension
-    # hdmf gives every container a random uuid4 object_id: seeded ones make the same file on every run.
+    partial = f"{stem}.partial{ext}"  # pynwb warns unless the name ends in .nwb
+    # hdmf gives every container a random uuid4 object_id; seeded ones make the same file on every run.
     rng = random.Random(name)
     with mock.patch("hdmf.container.uuid4", lambda: uuid.UUID(int=rng.getrandbits(128), version=4)):
         WRITERS[name](partial, size)
@@ -502,18 +480,16 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("outdir")
     ap.add_argument("--size", choices=("small", "full"), default="full")
-    ap.add_argument("--only", help="comma-separated file names, from: " + ", ".join(WRITERS))
+    ap.add_argument("--only", help="comma-separated names, from: " + ", ".join(WRITERS))
     args = ap.parse_args()
     names = args.only.split(",") if args.only else list(WRITERS)
-    unknown = [n for n in names if n not in WRITERS]
-    if unknown:
+    if unknown := [n for n in names if n not in WRITERS]:
         sys.exit(f"unknown corpus files: {', '.join(unknown)}")
     os.makedirs(args.outdir, exist_ok=True)
     for name in names:
         path = os.path.join(args.outdir, name)
-        marker = path + ".done"
-        done = os.path.exists(path) and os.path.exists(marker) and open(marker).read().strip() == args.size
-        if not done:
+        marker = path + ".done"  # holds the size the file was written with
+        if not (os.path.exists(path) and os.path.exists(marker) and open(marker).read().strip() == args.size):
             with contextlib.suppress(FileNotFoundError):
                 os.remove(marker)
             write(name, path, args.size)

@@ -413,3 +413,35 @@ pub fn walk_metadata(g: &Group) -> h5lib::Result<usize> {
     }
     Ok(visited)
 }
+
+/// As [`walk_metadata`], and as users' tools walk (h5py's `visititems`
+/// asking for each object's info): each object's info, and for a chunked
+/// dataset its number of chunks, which makes HDF5 read every node of its
+/// chunk index. Returns the objects visited.
+pub fn walk_all_info(g: &Group) -> h5lib::Result<usize> {
+    let mut visited = 1;
+    g.loc_info()?;
+    // A value of a type the walk cannot show (a reference, a compound) is
+    // still read as far as HDF5 reads it to open the attribute.
+    for name in g.attr_names()? {
+        let a = g.attr(&name)?;
+        let _ = values(&a);
+    }
+    for name in g.member_names()? {
+        if let Ok(sub) = g.group(&name) {
+            visited += walk_all_info(&sub)?;
+        } else if let Ok(ds) = g.dataset(&name) {
+            ds.loc_info()?;
+            let _ = (ds.shape(), ds.dtype()?, ds.chunk(), ds.filters());
+            if ds.is_chunked() {
+                let _ = ds.num_chunks();
+            }
+            for attr in ds.attr_names()? {
+                let a = ds.attr(&attr)?;
+                let _ = values(&a);
+            }
+            visited += 1;
+        }
+    }
+    Ok(visited)
+}

@@ -6,6 +6,8 @@
 //!   faults below HTTP (closing mid-body, stalling, lying `Content-Length`).
 #![allow(dead_code)]
 
+pub mod python;
+
 use std::io::{BufRead, BufReader, Write};
 
 use std::net::{SocketAddr, TcpListener, TcpStream};

@@ -1,0 +1,264 @@
+//! The corpus: small files from several real writers (`benches/corpus.py`,
+//! run with a Python that has h5py, pynwb, netCDF4, PyTables and h5netcdf
+//! from PyPI), each opened and walked through the adapter as users walk
+//! files: every group, dataset and attribute, each object's info and every
+//! node of each chunk index. The walk takes at most 3 round trips, reads
+//! the same values as a local read, and a slice after it pays no round trip
+//! for its chunk index.
+//!
+//! Without such a Python (`bash .ci/run` makes one in `target/plugin-venv`)
+//! the tests say SKIPPED and pass, except under `CI=true`.
+#![cfg(feature = "hdf5")]
+
+#[path = "support/h5files.rs"]
+mod h5files;
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use remfile::Link;
+use remfile::hdf5 as h5;
+use support::RangeServer;
+
+const FILES: [&str; 9] = [
+    "nwb_deep.nwb",
+    "nwb_ophys.nwb",
+    "nwb_icephys.nwb",
+    "netcdf4.nc",
+    "h5py_track_order_v110.h5",
+    "h5py_latest.h5",
+    "h5py_gzip.h5",
+    "pytables.h5",
+    "h5netcdf.nc",
+];
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The corpus in its small size, written once per run of the tests; `None`
+/// (with a note) where no Python can write it.
+fn corpus() -> Option<&'static Path> {
+    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let python =
+            support::python::with_modules(&["h5py", "pynwb", "netCDF4", "tables", "h5netcdf"])?;
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("corpus-small");
+        let out = Command::new(python)
+            .arg(root().join("benches/corpus.py"))
+            .arg(&dir)
+            .args(["--size", "small"])
+            .output()
+            .expect("run benches/corpus.py");
+        assert!(
+            out.status.success(),
+            "benches/corpus.py failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Some(dir)
+    })
+    .as_deref()
+}
+
+/// What a walk of the file at `path` gives: every object described, or the
+/// error met (a file the linked HDF5 cannot read fails the same way
+/// remotely).
+fn described(file: &h5::File) -> Result<Vec<String>, String> {
+    h5files::describe(file).map_err(|e| e.to_string())
+}
+
+/// Opens `name` of the corpus remotely (sizes that never depend on timing),
+/// walks it as users do, then reads a slice of its largest chunked dataset;
+/// checks rounds and values against the local file.
+fn walk_one(name: &str) {
+    // As opened by default, with sizes that never depend on timing.
+    walk_with(name, h5::builder().link(Link::Ignored));
+    // At 25 MB/s and 30 ms per request, in small blocks: the open's tail
+    // holds little of the metadata, and spans fill only gaps under 750 kB.
+    let slow = Link::known(Duration::from_millis(30), 25_000_000);
+    walk_with(
+        name,
+        h5::builder()
+            .link(slow)
+            .block_size(64 << 10)
+            .open_tail(64 << 10),
+    );
+}
+
+fn walk_with(name: &str, builder: remfile::Builder) {
+    let Some(dir) = corpus() else {
+        return;
+    };
+    let path = dir.join(name);
+    let local = match h5::File::open(&path) {
+        Ok(f) => f,
+        Err(e) => {
+            // HDF5 1.10 cannot read what HDF5 2.x writes in its latest format.
+            eprintln!(
+                "SKIPPED {name}: HDF5 {:?} cannot open it locally: {e}",
+                h5::library_version()
+            );
+            return;
+        }
+    };
+    let server = RangeServer::new(std::fs::read(&path).unwrap());
+    let file = h5::OpenOptions::new()
+        .remote(builder)
+        .open_url(server.url(&format!("/{name}")))
+        .unwrap();
+    let remote = h5::driver_info(&file).unwrap().remote;
+    let objects = h5files::walk_all_info(&file).unwrap();
+    let walked = remote.stats();
+    assert!(remote.wait_for_background_fetches(Duration::from_secs(30)));
+    let prefetch = h5::driver_info(&file).unwrap().prefetch;
+    eprintln!(
+        "{name}: {objects} objects, open + walk {} requests in {} round trips, {} bytes fetched \
+         (then {} with the guesses); {prefetch:?}",
+        walked.requests,
+        walked.round_trips,
+        walked.bytes_fetched,
+        remote.stats().bytes_fetched
+    );
+    assert!(walked.round_trips <= 3, "{name}: {walked:?}");
+    assert!(
+        prefetch.speculative_bytes <= prefetch.metadata_bytes + (16 << 20),
+        "{name}: {prefetch:?}"
+    );
+    if let Some((dataset, first_chunk)) = largest_chunked(&local) {
+        let before = remote.stats();
+        let remote_ds = file.dataset(&dataset).unwrap();
+        let got = h5files::checksum(&read_chunk_bytes(&remote_ds, &first_chunk));
+        let want = h5files::checksum(&read_chunk_bytes(
+            &local.dataset(&dataset).unwrap(),
+            &first_chunk,
+        ));
+        assert_eq!(got, want, "{name}: {dataset}");
+        let slice = remote.stats().since(&before);
+        // The chunk's own bytes only: its index came with the walk.
+        assert!(slice.round_trips <= 1, "{name}: {dataset}: {slice:?}");
+    }
+    assert_eq!(described(&file), described(&local), "{name}");
+}
+
+/// The chunked dataset with the most elements, and the selection of its
+/// first chunk.
+fn largest_chunked(file: &h5::File) -> Option<(String, Vec<std::ops::Range<usize>>)> {
+    let mut best: Option<(usize, String, Vec<std::ops::Range<usize>>)> = None;
+    let mut stack = vec![("/".to_owned(), file.as_group().ok()?)];
+    while let Some((path, group)) = stack.pop() {
+        for name in group.member_names().ok()? {
+            let child = format!("{}/{name}", path.trim_end_matches('/'));
+            if let Ok(g) = group.group(&name) {
+                stack.push((child, g));
+            } else if let Ok(ds) = group.dataset(&name) {
+                let (Some(chunk), size) = (ds.chunk(), ds.size()) else {
+                    continue;
+                };
+                let numeric =
+                    ds.dtype().is_ok_and(|t| matches!(t.size(), 1 | 2 | 4 | 8)) && size > 0;
+                if numeric && best.as_ref().is_none_or(|b| size > b.0) {
+                    let sel = chunk
+                        .iter()
+                        .zip(ds.shape())
+                        .map(|(&c, s)| 0..c.min(s))
+                        .collect();
+                    best = Some((size, child, sel));
+                }
+            }
+        }
+    }
+    best.map(|(_, path, sel)| (path, sel))
+}
+
+/// The raw bytes of a selection, whatever the dataset's element type.
+fn read_chunk_bytes(ds: &h5::Dataset, sel: &[std::ops::Range<usize>]) -> Vec<u8> {
+    use remfile::hdf5::hdf5_metno::Hyperslab;
+    let slab: Hyperslab = sel
+        .iter()
+        .map(|r| r.clone().into())
+        .collect::<Vec<_>>()
+        .into();
+    let width = ds.dtype().unwrap().size();
+    let raw: Vec<u8> = match width {
+        1 => {
+            ds.read_slice::<u8, _, ndarray::IxDyn>(slab)
+                .unwrap()
+                .into_raw_vec_and_offset()
+                .0
+        }
+        2 => bytes_of(
+            ds.read_slice::<u16, _, ndarray::IxDyn>(slab)
+                .unwrap()
+                .into_raw_vec_and_offset()
+                .0,
+            u16::to_le_bytes,
+        ),
+        4 => bytes_of(
+            ds.read_slice::<u32, _, ndarray::IxDyn>(slab)
+                .unwrap()
+                .into_raw_vec_and_offset()
+                .0,
+            u32::to_le_bytes,
+        ),
+        _ => bytes_of(
+            ds.read_slice::<u64, _, ndarray::IxDyn>(slab)
+                .unwrap()
+                .into_raw_vec_and_offset()
+                .0,
+            u64::to_le_bytes,
+        ),
+    };
+    raw
+}
+
+fn bytes_of<T, const N: usize>(v: Vec<T>, f: impl Fn(T) -> [u8; N]) -> Vec<u8> {
+    v.into_iter().flat_map(f).collect()
+}
+
+#[test]
+fn nwb_deep_walks_in_three_rounds() {
+    walk_one(FILES[0]);
+}
+
+#[test]
+fn nwb_ophys_walks_in_three_rounds() {
+    walk_one(FILES[1]);
+}
+
+#[test]
+fn nwb_icephys_walks_in_three_rounds() {
+    walk_one(FILES[2]);
+}
+
+#[test]
+fn netcdf4_walks_in_three_rounds() {
+    walk_one(FILES[3]);
+}
+
+#[test]
+fn h5py_track_order_v110_walks_in_three_rounds() {
+    walk_one(FILES[4]);
+}
+
+#[test]
+fn h5py_latest_walks_in_three_rounds() {
+    walk_one(FILES[5]);
+}
+
+#[test]
+fn h5py_gzip_walks_in_three_rounds() {
+    walk_one(FILES[6]);
+}
+
+#[test]
+fn pytables_walks_in_three_rounds() {
+    walk_one(FILES[7]);
+}
+
+#[test]
+fn h5netcdf_walks_in_three_rounds() {
+    walk_one(FILES[8]);
+}
