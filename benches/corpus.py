@@ -3,40 +3,35 @@ trips that opening a file and walking its metadata costs.
 
     python benches/corpus.py OUTDIR [--size small|full] [--only NAME[,NAME...]]
 
-nwb_deep.nwb     pynwb extracellular session, h5py defaults: superblock 0, v1
-                 object headers, symbol-table groups (local heap + v1 B-tree),
-                 many small datasets and attributes, DynamicTables with ragged
-                 and object-reference columns, a v1 B-tree chunk index over
-                 the bulk ElectricalSeries, a gzip LFP.
-nwb_ophys.nwb    pynwb two-photon session: gzip-chunked 3-D TwoPhotonSeries
-                 (chunk records with filter masks), compound pixel_mask ROIs,
-                 Fluorescence, DfOverF, summary images.
-nwb_icephys.nwb  pynwb patch-clamp session: hundreds of stimulus/response
-                 series (wide groups whose B-trees have many leaves) and the
-                 icephys tables with compound (start, count, reference) columns.
-netcdf4.nc       netCDF-C via netCDF4-python: creation-ordered links, dimension
-                 scales with DIMENSION_LIST/REFERENCE_LIST, _Netcdf4Dimid,
-                 NC_STRING (vlen, global heap) attributes and variable, CF
-                 packing attributes, groups, zlib+shuffle chunks appended step
-                 by step along an unlimited dimension.
+nwb_*.nwb        pynwb through h5py defaults: superblock 0, v1 object headers,
+                 symbol-table groups (local heap + v1 B-tree), many small
+                 datasets and attributes, DynamicTables with ragged, compound
+                 and object-reference columns, v1 B-tree chunk indexes.
+                 deep: extracellular session, nested behaviour containers,
+                 chunked bulk ElectricalSeries, gzip LFP. ophys: gzip 3-D
+                 TwoPhotonSeries, pixel_mask ROIs. icephys: hundreds of sweeps
+                 (wide groups whose B-trees have many leaves), icephys tables.
+netcdf4.nc       netCDF-C via netCDF4-python: superblock 2, creation-ordered
+                 links, dimension scales (DIMENSION_LIST, REFERENCE_LIST,
+                 _Netcdf4Dimid), NC_STRING vlen strings in the global heap, CF
+                 packing, groups, zlib+shuffle chunks appended step by step
+                 along an unlimited dimension.
 h5py_track_order_v110.h5, h5py_latest.h5
-                 h5py with libver v110 / latest and track_order: v2 object
-                 headers, dense links and dense attributes (fractal heaps with
-                 v2 B-tree name and creation-order indexes), vlen strings, and
-                 every chunk index (extensible array, fixed array, v2 B-tree,
-                 single chunk), a compact dataset and a soft link.
-h5py_gzip.h5     h5py defaults with every dataset gzip+shuffle in ~1 MiB chunks
-                 under nested symbol-table groups.
+                 h5py, libver v110 / latest (HDF5 2.x message versions, e.g.
+                 data layout v5), track_order: v2 object headers, dense links
+                 and attributes (fractal heaps, v2 B-tree name and
+                 creation-order indexes), vlen strings, every chunk index
+                 (extensible array, fixed array, v2 B-tree, single chunk), a
+                 compact dataset, a soft link.
+h5py_gzip.h5     h5py defaults, every dataset gzip+shuffle in ~1 MiB chunks.
 pytables.h5      PyTables: CLASS/VERSION/TITLE attributes, compound Table,
-                 EArray, CArray, VLArray (vlen sequences). zlib, not blosc, so
-                 that any reader can decode every chunk.
-h5netcdf.nc      h5netcdf (netCDF4 through h5py): dimension scales made by h5py,
-                 creation order, a group, gzip variables.
+                 EArray, CArray, VLArray; zlib rather than blosc, so that any
+                 reader can decode every chunk.
+h5netcdf.nc      h5netcdf: netCDF4 conventions written by h5py, a group, gzip.
 
---size small keeps each file within a few MB with the same object tree (only
-the icephys file has fewer sweeps); --size full makes files of a few hundred
-MB. Seeds, dates, identifiers and object ids are fixed, so reruns give the
-same files.
+--size small keeps each file within a few MB and the same object tree (only
+icephys has fewer sweeps); --size full makes files of a few hundred MB. Seeds,
+dates and ids are fixed, so reruns give the same bytes.
 """
 
 import argparse
@@ -45,6 +40,7 @@ import os
 import random
 import sys
 import uuid
+import warnings
 from datetime import datetime, timezone
 from unittest import mock
 
@@ -57,11 +53,17 @@ START = datetime(2026, 1, 1, 9, 30, tzinfo=timezone.utc)
 def signal(start, stop, width, seed=0, noise_bits=4):
     """Rows start..stop of a (rows, width) int16 signal: a ramp pattern that
     compresses well plus a few bits of hashed noise that does not."""
-    r = np.arange(start, stop, dtype=np.int64)[:, None]
+    out = np.empty((stop - start, width), dtype=np.int16)
     c = np.arange(width, dtype=np.int64)[None, :]
-    base = ((r // 4) * 31 + c * 1009 + seed * 7919) % 8191 - 4096
-    h = (r * width + c + seed * 1_000_003).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-    return (base + (h >> np.uint64(64 - noise_bits)).astype(np.int64)).astype(np.int16)
+    for a, b in slabs(stop - start, max(1, (1 << 20) // width)):  # bounds the int64 temporaries
+        r = np.arange(start + a, start + b, dtype=np.int64)[:, None]
+        base = ((r // 4) * 31 + c * 1009 + seed * 7919) % 8191 - 4096
+        x = (r * width + c + seed * 1_000_003).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+        x ^= x >> np.uint64(31)  # splitmix64's finaliser: without it the noise repeats and deflates
+        x *= np.uint64(0xBF58476D1CE4E5B9)
+        x ^= x >> np.uint64(29)
+        out[a:b] = base + (x >> np.uint64(64 - noise_bits)).astype(np.int64)
+    return out
 
 
 def slabs(rows, step):
@@ -139,7 +141,10 @@ def nwb_deep(path, size):
     ecephys.add(LFP(ElectricalSeries(name="LFP", data=lfp, electrodes=region, starting_time=0.0, rate=1000.0)))
 
     behavior = nwb.create_processing_module("behavior", "behavioural data")
-    events, series, position = BehavioralEvents(), BehavioralTimeSeries(), Position()
+    with warnings.catch_warnings():  # deprecated since pynwb 3, yet in most files on DANDI
+        warnings.filterwarnings("ignore", message="BehavioralEvents is deprecated")
+        events = BehavioralEvents()
+    series, position = BehavioralTimeSeries(), Position()
     for name, n in (("rewards", 120), ("licks", 2_000), ("air_puffs", 40)):
         events.add_timeseries(TimeSeries(name=name, data=np.ones(n), unit="n.a.", description=f"{name} times",
                                          timestamps=np.sort(rng.uniform(0, 600, n))))
@@ -220,16 +225,17 @@ def nwb_icephys(path, size):
     # Sweeps are overlapping windows of one buffer: distinct data, no copies.
     trace = signal(0, samples + sweeps * stride, 1, seed=4)[:, 0].astype(np.float32) * np.float32(1e-5)
     steps = np.repeat(np.arange(-4, 6, dtype=np.float32), samples // 10 + 1)[:samples]
+    current_steps, voltage_steps = steps * np.float32(2e-11), steps * np.float32(1e-2)
     simultaneous = []
     for i in range(sweeps):
         window = trace[i * stride: i * stride + samples]
         common = dict(electrode=electrode, rate=20_000.0, starting_time=6.0 * i, sweep_number=np.uint32(i))
         if (i // per_sequence) % 2 == 0:
-            stimulus = CurrentClampStimulusSeries(name=f"stimulus_{i:04}", data=steps * 2e-11, gain=1.0, **common)
+            stimulus = CurrentClampStimulusSeries(name=f"stimulus_{i:04}", data=current_steps, gain=1.0, **common)
             response = CurrentClampSeries(name=f"response_{i:04}", data=window, gain=0.02, bias_current=0.0,
                                           bridge_balance=1e7, capacitance_compensation=1e-12, **common)
         else:
-            stimulus = VoltageClampStimulusSeries(name=f"stimulus_{i:04}", data=steps * 1e-2, gain=1.0, **common)
+            stimulus = VoltageClampStimulusSeries(name=f"stimulus_{i:04}", data=voltage_steps, gain=1.0, **common)
             response = VoltageClampSeries(name=f"response_{i:04}", data=window, gain=0.02,
                                           capacitance_fast=1e-12, resistance_comp_correction=70.0, **common)
         row = nwb.add_intracellular_recording(electrode=electrode, stimulus=stimulus, response=response)
@@ -247,19 +253,18 @@ def nwb_icephys(path, size):
 def netcdf4(path, size):
     import netCDF4
 
-    nlat, nlon, nlevel, steps = (181, 360, 8, 40) if size == "full" else (19, 36, 4, 6)
+    nlat, nlon, nlevel, steps = (181, 360, 8, 60) if size == "full" else (19, 36, 4, 6)
     sizes = {"time": None, "lat": nlat, "lon": nlon, "level": nlevel, "member": 4}
     dims2, dims3, dims_m = ("time", "lat", "lon"), ("time", "level", "lat", "lon"), ("time", "member", "lat", "lon")
     variables = []  # (variable, packed as int16?)
 
-    def add(group, name, packed, dims, units, standard_name=None):
+    def add(group, name, packed, dims, units, standard_name):
         dtype, fill = ("i2", -32768) if packed else ("f4", np.float32(9.96921e36))
         chunks = (1,) + tuple(sizes[d] for d in dims[1:])  # one output step per chunk
         var = group.createVariable(name, dtype, dims, fill_value=fill, chunksizes=chunks, zlib=True, complevel=4,
                                    shuffle=True)
-        var.setncatts(dict(units=units, long_name=name.replace("_", " ")))
-        if standard_name:
-            var.standard_name = standard_name
+        var.set_var_chunk_cache(size=4 << 20)  # netCDF-C's 64 MiB per variable would hold all the output
+        var.setncatts(dict(units=units, long_name=name.replace("_", " "), standard_name=standard_name))
         if packed:
             var.scale_factor, var.add_offset = np.float32(0.01), np.float32(250.0)
             var.set_auto_maskandscale(False)  # the values written below are already packed
@@ -292,7 +297,7 @@ def netcdf4(path, size):
             member.long_name, member[:] = "ensemble member", np.arange(4)
             add(group, "air_temperature", True, dims3, "K", "air_temperature")
             add(group, "specific_humidity", False, dims3, "1", "specific_humidity")
-            add(group, "ensemble_spread", False, dims_m, "K")
+            add(group, "ensemble_spread", False, dims_m, "K", "air_temperature standard_error")
 
         # Step by step along the unlimited dimension, as a model writes its output.
         for t in range(steps):
@@ -355,7 +360,7 @@ def h5py_tree(path, size, libver):
 
 
 def h5py_gzip(path, size):
-    rows, cols, chunk_rows = (1_600_000 if size == "full" else 8_192), 256, 2_048  # 1 MiB chunks
+    rows, cols, chunk_rows = (1_000_000 if size == "full" else 8_192), 256, 2_048  # 1 MiB chunks
     gzip = dict(compression="gzip", compression_opts=4, shuffle=True)
     rng = np.random.default_rng(6)
     with h5py.File(path, "w") as f:
@@ -391,9 +396,11 @@ def pytables(path, size):
     events = 500_000 if size == "full" else 2_000
     zlib = tables.Filters(complevel=4, complib="zlib", shuffle=True)
     rng = np.random.default_rng(7)
+    # PyTables stamps every leaf with its creation time; leave it out, so that reruns give the same file.
     with tables.open_file(path, "w", title="PyTables corpus file") as h5:
         detector = h5.create_group("/", "detector", "Detector readout")
-        table = h5.create_table(detector, "events", Event, "Reconstructed events", filters=zlib, expectedrows=events)
+        table = h5.create_table(detector, "events", Event, "Reconstructed events", filters=zlib, expectedrows=events,
+                                track_times=False)
         for a, b in slabs(events, 50_000):
             i, block = np.arange(a, b), np.zeros(b - a, dtype=table.dtype)
             block["event_id"], block["time"], block["channel"], block["valid"] = i, i * 1e-3, i % channels, i % 7 > 0
@@ -402,16 +409,17 @@ def pytables(path, size):
             table.append(block)
         table.attrs.operator, table.attrs.run_number = "Doe, Jane", 42
         raw = h5.create_earray(detector, "raw", tables.Int16Atom(), shape=(0, channels), title="Raw samples",
-                               chunkshape=(chunk_rows, channels), expectedrows=rows)
+                               chunkshape=(chunk_rows, channels), expectedrows=rows, track_times=False)
         for a, b in slabs(rows, chunk_rows * 16):
             raw.append(signal(a, b, channels, seed=9))
         raw.attrs.sampling_rate = 30_000.0
         calibration = h5.create_group("/", "calibration", "Calibration constants")
         gains = h5.create_carray(calibration, "gain_map", tables.Float32Atom(), shape=(512, 512),
-                                 filters=zlib, title="Per-pixel gain")
+                                 filters=zlib, title="Per-pixel gain", track_times=False)
         gains[:] = signal(0, 512, 512, seed=10).astype(np.float32) / 4096
-        h5.create_array(calibration, "channel_ids", np.arange(channels, dtype=np.int32), "Channel ids")
-        ragged = h5.create_vlarray(calibration, "hits", tables.Int32Atom(), "Hits per trigger")
+        h5.create_array(calibration, "channel_ids", np.arange(channels, dtype=np.int32), "Channel ids",
+                        track_times=False)
+        ragged = h5.create_vlarray(calibration, "hits", tables.Int32Atom(), "Hits per trigger", track_times=False)
         for i in range(200):
             ragged.append(np.arange(i % 17, dtype=np.int32))
         h5.create_group(calibration, "history", "Earlier calibrations")._v_attrs.valid_from = "2026-01-01"
@@ -420,7 +428,7 @@ def pytables(path, size):
 def h5netcdf_file(path, size):
     import h5netcdf
 
-    ny, nx, steps = (512, 512, 600) if size == "full" else (64, 64, 40)
+    ny, nx, steps = (512, 512, 900) if size == "full" else (64, 64, 40)
     gzip = dict(compression="gzip", compression_opts=4, shuffle=True)
     with h5netcdf.File(path, "w") as f:
         f.attrs.update(Conventions="CF-1.8", title="synthetic satellite scenes")

@@ -9,6 +9,7 @@
 
 use std::ops::Range;
 use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
@@ -513,7 +514,7 @@ impl Engine {
         let mut waited_on_guess = false;
         for (i, pending) in std::mem::take(&mut claim.waiting) {
             let guess = pending.is_speculative();
-            waited_on_guess |= pending.costs_a_round();
+            waited_on_guess |= pending.costs_a_round(self.counters.round_trips.load(Relaxed));
             match pending.wait(deadline) {
                 Ok(block) => got.push((i, block)),
                 Err(_) if guess => got.extend(self.fetch_missing(&[i])?),
@@ -593,7 +594,8 @@ impl Engine {
         if missing.is_empty() {
             return (None, 0);
         }
-        let mut claim = self.cache.claim_speculative(&self.key, &missing);
+        let rounds = self.counters.round_trips.load(Relaxed);
+        let mut claim = self.cache.claim_speculative(&self.key, &missing, rounds);
         let claimed: u64 = claim.owned.iter().map(|&i| self.block_len(i)).sum();
         self.fetch_from_disk(&mut claim, &|_| false, &mut Vec::new());
         let left = (!claim.owned.is_empty()).then_some(claim);

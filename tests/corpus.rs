@@ -35,6 +35,9 @@ const FILES: [&str; 9] = [
     "h5netcdf.nc",
 ];
 
+/// The server's delay before each answer.
+const ROUND_TRIP: Duration = Duration::from_millis(20);
+
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -75,20 +78,15 @@ fn described(file: &h5::File) -> Result<Vec<String>, String> {
 /// checks rounds and values against the local file.
 fn walk_one(name: &str) {
     // As opened by default, with sizes that never depend on timing.
-    walk_with(name, h5::builder().link(Link::Ignored));
+    walk_with(name, h5::builder().link(Link::Ignored), 3);
     // At 25 MB/s and 30 ms per request, in small blocks: the open's tail
     // holds little of the metadata, and spans fill only gaps under 750 kB.
     let slow = Link::known(Duration::from_millis(30), 25_000_000);
-    walk_with(
-        name,
-        h5::builder()
-            .link(slow)
-            .block_size(64 << 10)
-            .open_tail(64 << 10),
-    );
+    let small_blocks = h5::builder().block_size(64 << 10).open_tail(64 << 10);
+    walk_with(name, small_blocks.link(slow), 3);
 }
 
-fn walk_with(name: &str, builder: remfile::Builder) {
+fn walk_with(name: &str, builder: remfile::Builder, most_rounds: u64) {
     let Some(dir) = corpus() else {
         return;
     };
@@ -104,7 +102,13 @@ fn walk_with(name: &str, builder: remfile::Builder) {
             return;
         }
     };
-    let server = RangeServer::new(std::fs::read(&path).unwrap());
+    // A round trip far longer than parsing a wave, as on any real link:
+    // without one, whether HDF5 or the crawl reaches a block first is up
+    // to the scheduler, not to the prefetch.
+    let server = RangeServer::new(std::fs::read(&path).unwrap()).with_hook(|_, reply| {
+        std::thread::sleep(ROUND_TRIP);
+        reply
+    });
     let file = h5::OpenOptions::new()
         .remote(builder)
         .open_url(server.url(&format!("/{name}")))
@@ -122,7 +126,7 @@ fn walk_with(name: &str, builder: remfile::Builder) {
         walked.bytes_fetched,
         remote.stats().bytes_fetched
     );
-    assert!(walked.round_trips <= 3, "{name}: {walked:?}");
+    assert!(walked.round_trips <= most_rounds, "{name}: {walked:?}");
     assert!(
         prefetch.speculative_bytes <= prefetch.metadata_bytes + (16 << 20),
         "{name}: {prefetch:?}"

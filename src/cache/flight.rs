@@ -18,15 +18,17 @@ impl BlockCache {
     /// Each of `optional` (read-ahead) is claimed only if neither cached nor in
     /// flight. All under one lock, so no block is claimed twice.
     pub(crate) fn claim(&self, file: &FileKey, needed: &[u64], optional: &[u64]) -> Claim {
-        self.claim_as(file, needed, optional, false)
+        self.claim_as(file, needed, optional, None)
     }
 
     /// Claims those of `blocks` that are neither cached nor in flight, for a
     /// speculative fetch that no reader waits for yet. A reader that comes
     /// to need one of them waits for it and, should the speculation fail,
     /// fetches it itself: a failed guess never fails a read.
-    pub(crate) fn claim_speculative(&self, file: &FileKey, blocks: &[u64]) -> Claim {
-        self.claim_as(file, &[], blocks, true)
+    /// `rounds` is the number of round trips the file's readers have
+    /// counted so far (see [`Pending::costs_a_round`]).
+    pub(crate) fn claim_speculative(&self, file: &FileKey, blocks: &[u64], rounds: u64) -> Claim {
+        self.claim_as(file, &[], blocks, Some(rounds))
     }
 
     fn claim_as(
@@ -34,10 +36,15 @@ impl BlockCache {
         file: &FileKey,
         needed: &[u64],
         optional: &[u64],
-        speculative: bool,
+        speculative: Option<u64>,
     ) -> Claim {
         // The blocks of one speculative fetch arrive in one round trip.
-        let wave = speculative.then(|| Arc::new(AtomicBool::new(false)));
+        let wave = speculative.map(|rounds| {
+            Arc::new(Wave {
+                waited: AtomicBool::new(false),
+                rounds_at_start: rounds,
+            })
+        });
         let pending = || {
             Arc::new(Pending {
                 wave: wave.clone(),
@@ -50,7 +57,7 @@ impl BlockCache {
             found: Vec::new(),
             waiting: Vec::new(),
             owned: Vec::new(),
-            speculative,
+            speculative: speculative.is_some(),
         };
         let mut table = self.inner.in_flight.lock();
         for &index in needed {
@@ -96,9 +103,16 @@ pub(crate) struct Pending {
     slot: Mutex<Option<Result<Block, Error>>>,
     ready: Condvar,
     /// For a block claimed by a speculative fetch (see
-    /// [`BlockCache::claim_speculative`]): whether a reader has waited for
-    /// one of that fetch's blocks yet.
-    wave: Option<Arc<AtomicBool>>,
+    /// [`BlockCache::claim_speculative`]): that fetch.
+    wave: Option<Arc<Wave>>,
+}
+
+/// One speculative fetch, as its waiters see it.
+struct Wave {
+    /// Whether a reader has waited for one of its blocks yet.
+    waited: AtomicBool,
+    /// The round trips the file's readers had counted when it started.
+    rounds_at_start: u64,
 }
 
 impl Pending {
@@ -108,14 +122,19 @@ impl Pending {
     }
 
     /// Whether waiting for this block now costs the waiter a round trip of
-    /// its own: the block is a speculative fetch's, still under way, and no
-    /// reader has waited for any block of that fetch yet (once one has,
-    /// waiting for the rest is waiting for the same round's bytes).
-    pub(crate) fn costs_a_round(&self) -> bool {
+    /// its own, the file's readers having counted `rounds` so far: the
+    /// block is a speculative fetch's, still under way, no reader has
+    /// waited for any block of that fetch yet (once one has, waiting for
+    /// the rest is waiting for the same round's bytes), and no round was
+    /// counted since it started (it was under way during that round, so
+    /// what is left of it is less than one).
+    pub(crate) fn costs_a_round(&self, rounds: u64) -> bool {
         let unsettled = self.slot.lock().is_none();
-        self.wave
-            .as_ref()
-            .is_some_and(|waited| unsettled && !waited.swap(true, Ordering::Relaxed))
+        self.wave.as_ref().is_some_and(|wave| {
+            unsettled
+                && wave.rounds_at_start == rounds
+                && !wave.waited.swap(true, Ordering::Relaxed)
+        })
     }
 
     /// Waits for the fetch's outcome until `deadline`.
@@ -226,7 +245,7 @@ mod tests {
         let f = cache.file_key("f");
         cache.insert(&f, 1, Arc::new(vec![0; 8]));
         let _held = cache.claim(&f, &[2], &[]);
-        let guess = cache.claim_speculative(&f, &[1, 2, 3]);
+        let guess = cache.claim_speculative(&f, &[1, 2, 3], 0);
         assert_eq!(guess.owned, [3]);
         let reader = cache.claim(&f, &[2, 3], &[]);
         let speculative: Vec<bool> = reader
@@ -244,25 +263,31 @@ mod tests {
     fn waiting_for_a_speculative_fetch_costs_one_round_per_fetch() {
         let cache = BlockCache::new(1 << 20);
         let f = cache.file_key("f");
-        let guess = cache.claim_speculative(&f, &[1, 2, 3]);
-        let other = cache.claim_speculative(&f, &[4]);
+        let guess = cache.claim_speculative(&f, &[1, 2, 3], 0);
+        let other = cache.claim_speculative(&f, &[4], 0);
         let first = cache.claim(&f, &[1], &[]);
-        assert!(first.waiting[0].1.costs_a_round());
+        assert!(first.waiting[0].1.costs_a_round(0));
         // The same fetch's other blocks come in the same round.
         let second = cache.claim(&f, &[2], &[]);
-        assert!(!second.waiting[0].1.costs_a_round());
+        assert!(!second.waiting[0].1.costs_a_round(0));
         // Another fetch's is a round of its own; a settled one costs none.
         let fourth = cache.claim(&f, &[4], &[]);
-        assert!(fourth.waiting[0].1.costs_a_round());
+        assert!(fourth.waiting[0].1.costs_a_round(0));
         drop((guess, other));
-        let mut done = cache.claim_speculative(&f, &[10]);
+        let mut done = cache.claim_speculative(&f, &[10], 0);
         let late = cache.claim(&f, &[10], &[]);
         done.fulfil(10, Arc::new(vec![0; 8]));
-        assert!(!late.waiting[0].1.costs_a_round());
+        assert!(!late.waiting[0].1.costs_a_round(0));
+        // A fetch under way while a reader counted a round of its own
+        // overlapped that round: what is left of it is no round.
+        let overlapped = cache.claim_speculative(&f, &[11], 0);
+        let after = cache.claim(&f, &[11], &[]);
+        assert!(!after.waiting[0].1.costs_a_round(1));
+        drop(overlapped);
         // A reader's own claim is never a guess.
         let held = cache.claim(&f, &[7], &[]);
         let waiter = cache.claim(&f, &[7], &[]);
-        assert!(!waiter.waiting[0].1.costs_a_round());
+        assert!(!waiter.waiting[0].1.costs_a_round(0));
         drop(held);
     }
 

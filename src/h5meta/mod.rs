@@ -97,6 +97,8 @@ impl Default for Geometry {
 /// What lies at an address that some metadata points to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum What {
+    /// The superblock, where a crawl of the file starts.
+    Superblock,
     ObjectHeader,
     /// A version 1 object header's continuation block: messages only.
     ContinuationV1,
@@ -161,16 +163,6 @@ impl What {
     /// chunks are written, among them.
     pub fn lies_among_raw_data(self) -> bool {
         matches!(self, What::ChunkNode { .. } | What::ArrayBlock)
-    }
-
-    /// Whether a structure's parser needs exactly its own bytes, because
-    /// nothing inside says where it ends (others are given what follows,
-    /// and stop where their own sizes say).
-    pub fn needs_exact_bytes(self) -> bool {
-        matches!(
-            self,
-            What::ContinuationV1 | What::ContinuationV2 { .. } | What::HeapDirect
-        )
     }
 }
 

@@ -120,8 +120,9 @@ impl Shared {
             missing.iter().partition(|t| t.what.lies_among_raw_data());
         let ranges = |ts: Vec<&Target>| ts.iter().map(|t| t.bytes.clone()).collect::<Vec<_>>();
         let gap = spans::gap_worth_filling(self.file.link_estimate());
-        let mut wanted = spans::spans(&ranges(clustered), gap);
-        wanted.extend(spans::spans(&ranges(among_data), 0));
+        let ahead = spans::ahead_of_cluster(gap);
+        let mut wanted = spans::spans(&ranges(clustered), gap, ahead);
+        wanted.extend(spans::spans(&ranges(among_data), 0, 0));
         let allowed = self.prefetch.lock().allowance();
         let fetched = self.file.prefetch_here(wanted, allowed);
         self.prefetch.lock().fetched(fetched);
@@ -134,18 +135,20 @@ impl Shared {
     /// Parses `target` if its bytes are cached (a target only fetched
     /// counts as parsed once they are); false if they are not.
     fn parse(&self, target: &Target) -> bool {
-        let start = target.bytes.start;
-        let len = if target.what.needs_exact_bytes() {
-            (target.bytes.end - start) as usize
-        } else {
-            MAX_PIECE.max((target.bytes.end - start) as usize)
-        };
         if !target.what.is_parsed() {
             return self.file.is_cached(target.bytes.clone());
         }
-        let bytes = self.file.cached_from(start, len);
+        let start = target.bytes.start;
+        let guessed = (target.bytes.end - start) as usize;
+        let mut bytes = self.file.cached_from(start, guessed);
         if bytes.is_empty() {
             return false;
+        }
+        // A structure longer than guessed is parsed whole if the rest is
+        // at hand (else the prefetch fetches it).
+        let whole = self.prefetch.lock().declared_len(target, &bytes);
+        if let Some(whole) = whole.filter(|&w| w > bytes.len()) {
+            bytes = self.file.cached_from(start, whole.min(MAX_PIECE));
         }
         self.prefetch
             .lock()

@@ -52,6 +52,13 @@ impl Source {
             Some(p) if metadata => Some(Crawler::new(Arc::clone(p), file.clone())),
             _ => None,
         };
+        // The crawl starts now, from what opening the file fetched, while
+        // HDF5 is still setting up.
+        if let (Some(p), Some(crawler)) = (&prefetch, &crawler) {
+            if p.lock().start() {
+                crawler.wake();
+            }
+        }
         Arc::new(Source {
             file,
             prefetch,

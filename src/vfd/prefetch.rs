@@ -66,6 +66,10 @@ struct Known {
 /// The most bytes of one piece of metadata kept for parsing.
 pub(crate) const MAX_PIECE: usize = 1 << 16;
 
+/// The bytes of a superblock with its root group's entry (HDF5 reads up to
+/// this much of it first).
+const SUPERBLOCK_READ: u64 = 256;
+
 /// How HDF5's read of a piece of metadata went.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Seen {
@@ -131,6 +135,20 @@ impl Prefetcher {
         }
     }
 
+    /// Starts the crawl at the superblock (at the file's first byte, where
+    /// files without a user block have it), before HDF5 asks for anything.
+    /// Returns whether the frontier has new targets.
+    pub fn start(&mut self) -> bool {
+        if !self.metadata {
+            return false;
+        }
+        self.frontier.push_back(Target {
+            what: What::Superblock,
+            bytes: 0..SUPERBLOCK_READ,
+        });
+        true
+    }
+
     /// Takes note of HDF5's read of a chunk's bytes, which `read` says, and
     /// returns the chunks to fetch ahead of it; `None` if the read is not
     /// of a chunk the index listed. `bounds` are the least and the most a
@@ -190,6 +208,13 @@ impl Prefetcher {
     /// The targets to fetch and parse next: the whole frontier.
     pub fn take_wave(&mut self) -> Vec<Target> {
         self.frontier.drain(..).collect()
+    }
+
+    /// How many bytes the structure at `target`, which starts with
+    /// `bytes`, says it has, if it says so.
+    pub fn declared_len(&self, target: &Target, bytes: &[u8]) -> Option<usize> {
+        let len = h5meta::declared_len(bytes, target.what, &self.context)?;
+        usize::try_from(len).ok()
     }
 
     /// Parses `bytes`, fetched at `target` by the crawl, in a file of `len`

@@ -22,6 +22,14 @@ use std::ops::Range;
 
 use crate::LinkEstimate;
 
+/// The bytes fetched past the last target of a span, as a share of the gap
+/// worth filling: writers allocate a group's members after the group, so
+/// the metadata a wave's targets point to next mostly lies just past them,
+/// as likely metadata as the gaps between them.
+pub(crate) fn ahead_of_cluster(gap: u64) -> u64 {
+    gap / 2
+}
+
 /// The gap filled when the link is not known yet (or not considered): the
 /// bytes one round trip carries at about 70 MB/s and 30 ms per request.
 pub(crate) const UNKNOWN_LINK_GAP: u64 = 2 << 20;
@@ -43,12 +51,14 @@ pub(crate) fn gap_worth_filling(link: Option<LinkEstimate>) -> u64 {
 }
 
 /// The spans to fetch `targets` in: sorted, each covering targets whose
-/// gaps are at most `max_gap`, and the gaps between them.
-pub(crate) fn spans(targets: &[Range<u64>], max_gap: u64) -> Vec<Range<u64>> {
+/// gaps are at most `max_gap`, the gaps between them, and `ahead` bytes
+/// past its last target.
+pub(crate) fn spans(targets: &[Range<u64>], max_gap: u64, ahead: u64) -> Vec<Range<u64>> {
     let mut sorted: Vec<Range<u64>> = targets.iter().filter(|r| !r.is_empty()).cloned().collect();
     sorted.sort_unstable_by_key(|r| (r.start, r.end));
     let mut out: Vec<Range<u64>> = Vec::with_capacity(sorted.len());
     for r in sorted {
+        let r = r.start..r.end.saturating_add(ahead);
         match out.last_mut() {
             Some(last) if r.start <= last.end.saturating_add(max_gap) => {
                 last.end = last.end.max(r.end);
@@ -141,13 +151,13 @@ mod tests {
             500_000_000..500_004_096,
         ];
         // 30 ms at 500 MB/s: 15 MB a round trip.
-        let fast = spans(&targets, gap_worth_filling(estimate(30, 500_000_000)));
+        let fast = spans(&targets, gap_worth_filling(estimate(30, 500_000_000)), 0);
         assert_eq!(
             fast,
             vec![500_000_000..500_004_096, 900_000_000..901_200_512]
         );
         // 30 ms at 25 MB/s: 750 kB a round trip: the 300 kB gap only.
-        let slow = spans(&targets, gap_worth_filling(estimate(30, 25_000_000)));
+        let slow = spans(&targets, gap_worth_filling(estimate(30, 25_000_000)), 0);
         assert_eq!(
             slow,
             vec![
@@ -157,7 +167,7 @@ mod tests {
             ]
         );
         // 100 ms at 2 MB/s: 200 kB; no gap here is that small.
-        let slower = spans(&targets, gap_worth_filling(estimate(100, 2_000_000)));
+        let slower = spans(&targets, gap_worth_filling(estimate(100, 2_000_000)), 0);
         assert_eq!(slower.len(), 4);
     }
 
@@ -170,8 +180,11 @@ mod tests {
 
     #[test]
     fn overlapping_and_touching_targets_merge_and_empty_ones_vanish() {
-        let merged = spans(&[10..20, 15..30, 30..40, 50..50, 60..70], 0);
+        let merged = spans(&[10..20, 15..30, 30..40, 50..50, 60..70], 0, 0);
         assert_eq!(merged, vec![10..40, 60..70]);
+        // Reading on past each span's end joins spans that come within it.
+        let ahead = spans(&[10..20, 30..40, 100..110], 5, 25);
+        assert_eq!(ahead, vec![10..65, 100..135]);
     }
 
     #[test]
