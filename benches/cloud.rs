@@ -28,6 +28,19 @@
 //! `REMFILE_BENCH_BLOCK` sets remfile's block size in bytes, and
 //! `REMFILE_BENCH_PEERS=0` skips the other readers, `REMFILE_BENCH_ROS3=0`
 //! only ros3 (whose walk takes minutes).
+//!
+//! ```text
+//! cargo bench --features hdf5 --bench cloud -- corpus
+//! ```
+//!
+//! runs the corpus instead: files of a few hundred MB from nine writers
+//! (`benches/corpus.py`, written once under `target/bench-data/corpus`), each
+//! with the workloads users run — the walk asking for every object's info
+//! and every attribute, then a slice of the largest chunked dataset, and for
+//! NWB files pynwb's `read()` — through the Rust adapter, the plugin in h5py,
+//! Python remfile, fsspec's block cache and the local disk. Rounds come from
+//! the server's log: requests sent before any answer of the current round
+//! came back belong to it.
 
 #[path = "support/cloud_server.rs"]
 mod cloud_server;
@@ -56,6 +69,9 @@ const SLICE: std::ops::Range<usize> = 1_000_000..1_180_000;
 fn main() {
     if let Ok(spec) = std::env::var("REMFILE_BENCH_SERVE") {
         return serve(&spec);
+    }
+    if std::env::args().any(|a| a == "corpus") {
+        return corpus();
     }
     let (major, minor, patch) = h5::library_version();
     println!("HDF5 {major}.{minor}.{patch}");
@@ -862,4 +878,229 @@ fn serve(spec: &str) {
     loop {
         std::thread::sleep(Duration::from_secs(3600));
     }
+}
+
+/// The corpus's files (`benches/corpus.py`).
+const CORPUS: [&str; 9] = [
+    "nwb_deep.nwb",
+    "nwb_ophys.nwb",
+    "nwb_icephys.nwb",
+    "netcdf4.nc",
+    "h5py_track_order_v110.h5",
+    "h5py_latest.h5",
+    "h5py_gzip.h5",
+    "pytables.h5",
+    "h5netcdf.nc",
+];
+
+/// The corpus table: every file, workload and reader, at 30 ms per request
+/// and at 25 MB/s per connection too.
+fn corpus() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let dir = root.join("target/bench-data/corpus");
+    let python = ["target/peers-venv/bin/python", "target/plugin-venv/bin/python"]
+        .iter()
+        .map(|p| root.join(p))
+        .find(|p| p.exists());
+    let Some(python) = python else {
+        println!("corpus: run benches/setup-peers.sh first");
+        return;
+    };
+    let written = Command::new(&python)
+        .arg(root.join("benches/corpus.py"))
+        .arg(&dir)
+        .args(["--size", "full"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !written {
+        println!("corpus: benches/corpus.py failed (it needs pynwb, netCDF4, tables, h5netcdf)");
+        return;
+    }
+    let (major, minor, patch) = h5::library_version();
+    println!("HDF5 {major}.{minor}.{patch} (the Rust adapter)");
+    println!(
+        "{:<32} {:<16} {:>8} {:>5} {:>6} {:>7} {:>5} {:>7} {:>5}",
+        "server, file", "phase", "wall ms", "reqs", "rounds", "MB", "over", "cpu ms", "conns"
+    );
+    for (label, delay_ms, cap) in [("30 ms", 30, None), ("30 ms, 25 MB/s", 30, Some(25e6))] {
+        for name in CORPUS {
+            let row = format!("{label}, {name}");
+            if std::env::var("REMFILE_BENCH_ONLY").is_ok_and(|only| !row.contains(&only)) {
+                continue;
+            }
+            let path = dir.join(name);
+            let server = ServerProcess::start(&path, delay_ms, cap);
+            for _ in 0..repeats() {
+                corpus_walk(&row, &path, &server.url);
+            }
+            if std::env::var("REMFILE_BENCH_PEERS").map_or(true, |v| v != "0") {
+                corpus_peers(&row, &python, &path, &server.url);
+            }
+            print_medians();
+        }
+    }
+}
+
+/// The Rust adapter on one corpus file: open and walk as users do (every
+/// object's info, every chunk index, every attribute), then a slice of the
+/// largest chunked dataset (its first rows, up to about 16 MB).
+fn corpus_walk(label: &str, path: &Path, url: &str) {
+    let local = match h5::File::open(path) {
+        Ok(f) => f,
+        Err(e) => {
+            note(format!("{label}: this HDF5 cannot read it: {e}"));
+            return;
+        }
+    };
+    let mark = server_log_len();
+    let (cpu0, t0) = (cpu_time(), Instant::now());
+    let (file, remote) = open_h5(url, h5::OpenOptions::new());
+    let objects = h5files::walk_all_info(&file).unwrap();
+    let walked = remote.stats();
+    corpus_report(label, "open+walk", t0, cpu0, walked, mark);
+    let p = h5::driver_info(&file).unwrap().prefetch;
+    note(format!(
+        "    {objects} objects; prefetch: {:.2} MB of metadata read by HDF5, {:.2} MB fetched ahead, \
+         {} of {} addresses fetched ahead read",
+        p.metadata_bytes as f64 / 1e6,
+        p.speculative_bytes as f64 / 1e6,
+        p.targets_read,
+        p.targets
+    ));
+    if let Some((dataset, rows)) = largest_chunked(&local) {
+        let ds = file.dataset(&dataset).unwrap();
+        let (before, mark, cpu0, t0) = (remote.stats(), server_log_len(), cpu_time(), Instant::now());
+        read_rows(&ds, rows);
+        corpus_report(label, "slice", t0, cpu0, remote.stats().since(&before), mark);
+        note(format!("    {dataset}, rows 0..{rows}"));
+    }
+    assert!(remote.wait_for_background_fetches(Duration::from_secs(60)));
+}
+
+/// The chunked numeric dataset with the most elements, and how many of
+/// its first rows make about 16 MB (at least one chunk's).
+fn largest_chunked(file: &h5::File) -> Option<(String, usize)> {
+    let mut best: Option<(usize, String, usize)> = None;
+    let mut stack = vec![("/".to_owned(), file.as_group().ok()?)];
+    while let Some((path, group)) = stack.pop() {
+        for name in group.member_names().ok()? {
+            let child = format!("{}/{name}", path.trim_end_matches('/'));
+            if let Ok(g) = group.group(&name) {
+                stack.push((child, g));
+            } else if let Ok(ds) = group.dataset(&name) {
+                let (Some(chunk), size, shape) = (ds.chunk(), ds.size(), ds.shape()) else {
+                    continue;
+                };
+                let Ok(width) = ds.dtype().map(|t| t.size()) else {
+                    continue;
+                };
+                if size == 0 || !matches!(width, 1 | 2 | 4 | 8) || best.as_ref().is_some_and(|b| size <= b.0) {
+                    continue;
+                }
+                let row: usize = shape[1..].iter().product::<usize>() * width;
+                let rows = ((16 << 20) / row.max(1)).clamp(chunk[0], shape[0]);
+                best = Some((size, child, rows));
+            }
+        }
+    }
+    best.map(|(_, path, rows)| (path, rows))
+}
+
+/// A row of the corpus table: requests and bytes as the reader counted them,
+/// rounds from the server's log since `mark`.
+fn corpus_report(label: &str, phase: &str, t0: Instant, cpu0: Duration, s: Stats, mark: usize) {
+    let wall = t0.elapsed();
+    let cpu = cpu_time().saturating_sub(cpu0);
+    emit(
+        label,
+        phase,
+        wall,
+        Cells {
+            requests: s.requests.to_string(),
+            rounds: server_rounds(mark).to_string(),
+            bytes: s.bytes_fetched as f64,
+            over: "-".into(),
+            cpu,
+            conns: new_connections().to_string(),
+        },
+    );
+    print_server_log();
+}
+
+/// The (arrival, end) times in ms of every request in the server's log.
+fn server_log_times() -> Vec<(f64, f64)> {
+    let Some(base) = SERVER_BASE.lock().unwrap().clone() else {
+        return Vec::new();
+    };
+    get_text(&format!("{base}/__log"))
+        .lines()
+        .filter_map(|line| {
+            let (times, _) = line.rsplit_once(" ms")?;
+            let (arrived, done) = times.rsplit_once("..")?;
+            let arrived = arrived.rsplit(' ').next()?.trim().parse().ok()?;
+            Some((arrived, done.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+fn server_log_len() -> usize {
+    server_log_times().len()
+}
+
+/// Rounds of the requests logged since `mark`: those sent before any
+/// answer of the current round came back belong to it; one sent after
+/// starts the next (as `benches/peers.py` counts them).
+fn server_rounds(mark: usize) -> usize {
+    let mut times = server_log_times().split_off(mark.min(server_log_len()));
+    times.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (mut count, mut first_answer) = (0, f64::NEG_INFINITY);
+    for (arrived, done) in times {
+        if count == 0 || arrived >= first_answer {
+            count += 1;
+            first_answer = done;
+        } else {
+            first_answer = first_answer.min(done);
+        }
+    }
+    count
+}
+
+/// The other readers on one corpus file, by `benches/peers.py --corpus`.
+fn corpus_peers(label: &str, python: &Path, file: &Path, url: &str) {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/peers.py");
+    for names in [&["remfile-py", "fsspec", "local"][..], &["plugin"]] {
+        let mut cmd = Command::new(python);
+        cmd.arg(&script).arg("--corpus").arg(url).arg(file).args(names);
+        if names == ["plugin"] {
+            let Some(dir) = plugin_dir() else {
+                println!("{label:<32} plugin: could not build hdf5-plugin");
+                continue;
+            };
+            cmd.env("HDF5_PLUGIN_PATH", dir).env("HDF5_DRIVER", "remfile");
+        }
+        match cmd.output() {
+            Ok(out) => {
+                for line in String::from_utf8_lossy(&out.stdout).lines() {
+                    print_peer_line(label, line);
+                }
+            }
+            Err(e) => println!("{label:<32} peers {names:?}: {e}"),
+        }
+    }
+}
+
+/// Reads the first `rows` rows of `ds`, as unsigned integers of its width
+/// (HDF5 converts; the bytes read are the same).
+fn read_rows(ds: &h5::Dataset, rows: usize) {
+    use remfile::hdf5::hdf5_metno::Hyperslab;
+    let shape = ds.shape();
+    let ranges = std::iter::once(0..rows).chain(shape[1..].iter().map(|&n| 0..n));
+    let slab: Hyperslab = ranges.map(Into::into).collect::<Vec<_>>().into();
+    let read = match ds.dtype().map_or(0, |t| t.size()) {
+        1 => ds.read_slice::<u8, _, ndarray::IxDyn>(slab).map(drop),
+        2 => ds.read_slice::<u16, _, ndarray::IxDyn>(slab).map(drop),
+        4 => ds.read_slice::<u32, _, ndarray::IxDyn>(slab).map(drop),
+        _ => ds.read_slice::<u64, _, ndarray::IxDyn>(slab).map(drop),
+    };
+    read.unwrap();
 }

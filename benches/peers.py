@@ -2,6 +2,7 @@
 """Other remote HDF5 readers on the same server and file, phase by phase.
 
     peers.py URL LOCAL_PATH PEER [PEER ...]
+    peers.py --corpus URL LOCAL_PATH PEER [PEER ...]
 
 PEER is one of: remfile-py (Python remfile + h5py), fsspec (fsspec's HTTP file
 with a block cache + h5py), ros3 (h5py's ros3 driver), local (the file on
@@ -10,6 +11,12 @@ the requests, bytes and connections the server counted (from its /__stats
 endpoint). A peer whose package is missing prints an "error" line instead.
 The cloud benchmark (benches/cloud.rs) runs this script and merges its lines
 into its table.
+
+With --corpus, the workloads users run on any file of the corpus
+(benches/corpus.py): h5py's walk asking for each object's info (visititems,
+every attribute, each dataset's shape, dtype, chunks and filters), then a
+slice of the largest chunked dataset; and for NWB files, in a fresh file,
+pynwb's NWBHDF5IO(file=h5py.File(...)).read().
 """
 
 import json
@@ -76,6 +83,75 @@ def walk(f):
     return count
 
 
+def walk_info(f):
+    """h5py's walk as notebooks do it: every object, its attributes, and each
+    dataset's shape, dtype, chunks and filters (h5py asks HDF5 for each
+    object's info on the way)."""
+    count = 0
+
+    def visit(name, obj):
+        nonlocal count
+        count += 1
+        for key in obj.attrs:
+            try:
+                obj.attrs[key]
+            except (OSError, TypeError, ValueError):
+                pass  # a type h5py cannot read: HDF5 still read the attribute
+        if hasattr(obj, "shape"):
+            obj.shape, obj.dtype, obj.chunks, obj.compression, obj.id.get_create_plist().get_nfilters()
+
+    for key in f.attrs:
+        f.attrs[key]
+    f.visititems(visit)
+    return count
+
+
+def largest_chunked(f):
+    """The chunked numeric dataset with the most elements, and a slice of it:
+    the first rows along its first axis, up to about 16 MB."""
+    import numpy as np
+
+    best = []
+
+    def visit(name, obj):
+        if hasattr(obj, "chunks") and obj.chunks and obj.dtype.kind in "iuf" and obj.size:
+            best.append((obj.size, name))
+
+    f.visititems(visit)
+    if not best:
+        return None, None
+    name = max(best)[1]
+    ds = f[name]
+    row = int(np.prod(ds.shape[1:], dtype=np.int64)) * ds.dtype.itemsize
+    rows = max(ds.chunks[0], min(ds.shape[0], (16 << 20) // max(row, 1)))
+    return name, rows
+
+
+def run_corpus(peer, url, path):
+    import h5py
+
+    remote = None if peer == "local" else url
+    open_file = opener(peer, url, path)
+    # sec2: not through a driver HDF5_DRIVER names for every file.
+    with h5py.File(path, "r", driver="sec2") as local:
+        name, rows = largest_chunked(local)
+    measure = measurer(peer, remote)
+    f = measure("open", open_file)
+    measure("walk", lambda: walk_info(f))
+    if name:
+        measure("slice", lambda: f[name][:rows])
+    f.close()
+    if path.endswith(".nwb"):
+        from pynwb import NWBHDF5IO
+
+        def pynwb_read():
+            io = NWBHDF5IO(file=open_file(), mode="r")
+            io.read()
+            return io
+
+        measure("open+pynwb", pynwb_read)
+
+
 def opener(peer, url, path):
     import h5py
 
@@ -107,9 +183,8 @@ def opener(peer, url, path):
     raise ValueError(f"unknown peer {peer}")
 
 
-def run(peer, url, path):
-    remote = None if peer == "local" else url
-    open_file = opener(peer, url, path)
+def measurer(peer, remote):
+    """Runs a phase and prints what it cost, from the server's point of view."""
 
     def measure(phase, work):
         logged = len(server_log(remote))
@@ -136,16 +211,27 @@ def run(peer, url, path):
         )
         return result
 
+    return measure
+
+
+def run(peer, url, path):
+    remote = None if peer == "local" else url
+    open_file = opener(peer, url, path)
+    measure = measurer(peer, remote)
     f = measure("open", open_file)
     measure("metadata", lambda: walk(f))
     measure("bulk", lambda: f[DATA][SLICE[0] : SLICE[1], :])
 
 
 def main():
-    url, path, peers = sys.argv[1], sys.argv[2], sys.argv[3:]
+    args = sys.argv[1:]
+    corpus = args[:1] == ["--corpus"]
+    if corpus:
+        args = args[1:]
+    url, path, peers = args[0], args[1], args[2:]
     for peer in peers:
         try:
-            run(peer, url, path)
+            (run_corpus if corpus else run)(peer, url, path)
         except Exception as e:  # report and go on with the next peer
             print(json.dumps({"peer": peer, "error": f"{type(e).__name__}: {e}"}), flush=True)
 

@@ -14,57 +14,16 @@
 mod h5files;
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use remfile::Link;
 use remfile::hdf5 as h5;
 use support::RangeServer;
 
-const FILES: [&str; 9] = [
-    "nwb_deep.nwb",
-    "nwb_ophys.nwb",
-    "nwb_icephys.nwb",
-    "netcdf4.nc",
-    "h5py_track_order_v110.h5",
-    "h5py_latest.h5",
-    "h5py_gzip.h5",
-    "pytables.h5",
-    "h5netcdf.nc",
-];
+use support::python::{CORPUS as FILES, small_corpus};
 
 /// The server's delay before each answer.
 const ROUND_TRIP: Duration = Duration::from_millis(20);
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The corpus in its small size, written once per run of the tests; `None`
-/// (with a note) where no Python can write it.
-fn corpus() -> Option<&'static Path> {
-    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let python =
-            support::python::with_modules(&["h5py", "pynwb", "netCDF4", "tables", "h5netcdf"])?;
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("corpus-small");
-        let out = Command::new(python)
-            .arg(root().join("benches/corpus.py"))
-            .arg(&dir)
-            .args(["--size", "small"])
-            .output()
-            .expect("run benches/corpus.py");
-        assert!(
-            out.status.success(),
-            "benches/corpus.py failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Some(dir)
-    })
-    .as_deref()
-}
 
 /// What a walk of the file at `path` gives: every object described, or the
 /// error met (a file the linked HDF5 cannot read fails the same way
@@ -87,7 +46,7 @@ fn walk_one(name: &str) {
 }
 
 fn walk_with(name: &str, builder: remfile::Builder, most_rounds: u64) {
-    let Some(dir) = corpus() else {
+    let Some(dir) = small_corpus() else {
         return;
     };
     let path = dir.join(name);

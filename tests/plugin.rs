@@ -158,6 +158,35 @@ fn h5py_walks_a_remote_file_like_the_local_one() {
     );
 }
 
+/// Printed by the plugin with `stats=on` when a file closes: its round trips.
+fn printed_round_trips(out: &str) -> u64 {
+    out.split(" round trips")
+        .next()
+        .and_then(|head| head.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no statistics: {out}"))
+}
+
+#[test]
+fn h5py_walks_every_corpus_file_in_three_rounds() {
+    let Some(python) = python() else { return };
+    let Some(dir) = support::python::small_corpus() else {
+        return;
+    };
+    for name in support::python::CORPUS {
+        let path = dir.join(name);
+        // A round trip far longer than parsing a wave, as on any real link.
+        let server = RangeServer::new(std::fs::read(&path).unwrap()).with_hook(|_, reply| {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            reply
+        });
+        let out = check(python, "stats=on", &["corpus", &server.url(&format!("/{name}")), path.to_str().unwrap()]);
+        eprintln!("{name}: {out}");
+        assert!(out.contains(r#""same": true"#), "{name}: {out}");
+        assert!(printed_round_trips(&out) <= 3, "{name}: {out}");
+    }
+}
+
 #[test]
 fn pynwb_reads_a_remote_nwb_file() {
     let Some(python) = python() else { return };

@@ -630,3 +630,74 @@ mod real_files {
         check(h5files::Format::Latest);
     }
 }
+
+/// An attribute message (version 1: name, datatype and dataspace each
+/// padded to 8 bytes) whose values are variable-length strings, each a
+/// length, a global heap collection's address and an index.
+fn vlen_attribute(collections: &[u64]) -> Vec<u8> {
+    // Class 9 (variable length), version 1; a string of 16-byte references.
+    let datatype = Le::default().u8(0x19).u8(1).zeros(2).u32(16).zeros(8).0;
+    let dataspace = Le::default().u8(1).u8(1).zeros(6).u64(collections.len() as u64).0;
+    let mut m = Le::default()
+        .u8(1)
+        .u8(0)
+        .u16(5)
+        .u16(datatype.len() as u16)
+        .u16(dataspace.len() as u16)
+        .bytes(b"note\0\0\0\0")
+        .bytes(&datatype)
+        .bytes(&dataspace);
+    for (i, &c) in collections.iter().enumerate() {
+        m = m.u32(3).u64(c).u32(i as u32 + 1);
+    }
+    m.0
+}
+
+#[test]
+fn variable_length_attributes_point_to_their_global_heap_collections() {
+    let attribute = vlen_attribute(&[7000, 7000, 9000]);
+    let header = Le::default()
+        .u8(1)
+        .u8(0)
+        .u16(1)
+        .u32(1)
+        .u32(attribute.len().div_ceil(8) as u32 * 8 + 8)
+        .zeros(4)
+        .message_v1(0x000C, &attribute)
+        .0;
+    let f = found(&header, 96, MemType::ObjectHeader, None);
+    // Values in one collection ask for it once.
+    assert_eq!(
+        starts(&f),
+        [(What::GlobalHeap, 7000), (What::GlobalHeap, 9000)]
+    );
+    assert!(f.targets.iter().all(|t| t.bytes.end - t.bytes.start == 4096));
+    // A fixed-size attribute (class 0, integers) points nowhere.
+    let mut fixed = attribute.clone();
+    fixed[16] = 0x10;
+    let header = Le::default()
+        .u8(1)
+        .u8(0)
+        .u16(1)
+        .u32(1)
+        .u32(fixed.len().div_ceil(8) as u32 * 8 + 8)
+        .zeros(4)
+        .message_v1(0x000C, &fixed)
+        .0;
+    assert!(found(&header, 96, MemType::ObjectHeader, None).targets.is_empty());
+}
+
+#[test]
+fn headers_and_collections_say_how_long_they_are() {
+    let ctx = Context::default();
+    let v1 = Le::default().u8(1).u8(0).u16(3).u32(1).u32(2000).zeros(4).0;
+    assert_eq!(declared_len(&v1, What::ObjectHeader, &ctx), Some(2016));
+    // Version 2, flags: 2-byte chunk size, no times: prefix 8, chunk, checksum.
+    let v2 = Le::default().bytes(b"OHDR").u8(2).u8(0x01).u16(700).0;
+    assert_eq!(declared_len(&v2, What::ObjectHeader, &ctx), Some(8 + 700 + 4));
+    let gcol = Le::default().bytes(b"GCOL").u8(1).zeros(3).u64(65_536).0;
+    assert_eq!(declared_len(&gcol, What::GlobalHeap, &ctx), Some(65_536));
+    // Other structures bound themselves.
+    assert_eq!(declared_len(&gcol, What::SymbolNode, &ctx), None);
+    assert_eq!(declared_len(&[1, 0], What::ObjectHeader, &ctx), None);
+}

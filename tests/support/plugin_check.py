@@ -6,6 +6,7 @@ every h5py.File goes through the plugin unless it names another driver:
     python plugin_check.py walk URL LOCAL   # compare every object and attribute
     python plugin_check.py open URL         # print the error opening fails with
     python plugin_check.py pynwb URL        # read the file with pynwb
+    python plugin_check.py corpus URL LOCAL # h5py's walk with object info, compared
 
 Prints one line of JSON.
 """
@@ -47,6 +48,41 @@ def walk(url, local):
     print(json.dumps({"objects": len(a), "same": a == b, "same_data": same_data}))
 
 
+def describe_info(f):
+    """h5py's walk as notebooks do it (every object, its attributes, each
+    dataset's shape, dtype, chunks and filters), as comparable values."""
+    out = []
+
+    def attrs(obj):
+        shown = []
+        for k in sorted(obj.attrs):
+            try:
+                v = obj.attrs[k]
+                shown.append([k, repr(v) if isinstance(v, (bytes, str)) else repr(np.asarray(v).tolist())])
+            except (OSError, TypeError, ValueError) as e:  # a type h5py cannot show
+                shown.append([k, type(e).__name__])
+        return shown
+
+    def visit(name, obj):
+        if isinstance(obj, h5py.Dataset):
+            filters = obj.id.get_create_plist().get_nfilters()
+            out.append([name, list(obj.shape), str(obj.dtype), obj.chunks, obj.compression, filters, attrs(obj)])
+        else:
+            out.append([name, "group", attrs(obj)])
+
+    out.append(["/", "group", attrs(f)])
+    f.visititems(visit)
+    return out
+
+
+def corpus(url, local):
+    with h5py.File(local, "r", driver="sec2") as ref:
+        want = describe_info(ref)
+    with h5py.File(url, "r") as remote:
+        got = describe_info(remote)
+    print(json.dumps({"objects": len(got), "same": got == want}))
+
+
 def open_only(url):
     try:
         h5py.File(url, "r").close()
@@ -67,4 +103,4 @@ def read_pynwb(url):
 
 if __name__ == "__main__":
     mode, args = sys.argv[1], sys.argv[2:]
-    {"walk": walk, "open": open_only, "pynwb": read_pynwb}[mode](*args)
+    {"walk": walk, "open": open_only, "pynwb": read_pynwb, "corpus": corpus}[mode](*args)

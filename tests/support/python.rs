@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::OnceLock;
 
 /// A Python that imports every one of `modules`, or `None` with a note that
 /// the caller's tests are skipped; under `CI=true` a missing one fails.
@@ -32,3 +33,43 @@ pub fn with_modules(modules: &[&str]) -> Option<PathBuf> {
     }
     found
 }
+
+/// The corpus of `benches/corpus.py` in its small size (files of a few MB
+/// from nine writers), written once under the tests' temporary directory;
+/// `None` (with a note) where no Python can write it.
+pub fn small_corpus() -> Option<PathBuf> {
+    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let python = with_modules(&["h5py", "pynwb", "netCDF4", "tables", "h5netcdf"])?;
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        let tmp = option_env!("CARGO_TARGET_TMPDIR").map_or_else(|| root.join("target/tmp"), PathBuf::from);
+        let dir = tmp.join("corpus-small");
+        let out = Command::new(python)
+            .arg(root.join("benches/corpus.py"))
+            .arg(&dir)
+            .args(["--size", "small"])
+            .env_remove("HDF5_DRIVER")
+            .output()
+            .expect("run benches/corpus.py");
+        assert!(
+            out.status.success(),
+            "benches/corpus.py failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Some(dir)
+    })
+    .clone()
+}
+
+/// The files of [`small_corpus`], by name.
+pub const CORPUS: [&str; 9] = [
+    "nwb_deep.nwb",
+    "nwb_ophys.nwb",
+    "nwb_icephys.nwb",
+    "netcdf4.nc",
+    "h5py_track_order_v110.h5",
+    "h5py_latest.h5",
+    "h5py_gzip.h5",
+    "pytables.h5",
+    "h5netcdf.nc",
+];
