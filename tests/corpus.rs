@@ -225,3 +225,30 @@ fn pytables_walks_in_three_rounds() {
 fn h5netcdf_walks_in_three_rounds() {
     walk_one(FILES[8]);
 }
+
+/// A corpus file cut short, as a download that stopped would leave it (its
+/// object headers, written last, gone): opened remotely it fails as it does
+/// locally.
+#[test]
+fn a_truncated_file_fails_remotely_as_locally() {
+    let Some(dir) = small_corpus() else {
+        return;
+    };
+    let mut bytes = std::fs::read(dir.join("nwb_deep.nwb")).unwrap();
+    bytes.truncate(bytes.len() * 9 / 10);
+    let path = h5files::temp_path("corpus-truncated.nwb");
+    std::fs::write(&path, &bytes).unwrap();
+    let local = h5::File::open(&path).map(drop).map_err(|e| e.to_string());
+    let server = RangeServer::new(bytes);
+    let remote = h5::OpenOptions::new()
+        .remote(h5::builder().link(Link::Ignored))
+        .open_url(server.url("/truncated.nwb"))
+        .map(drop)
+        .map_err(|e| e.to_string());
+    let (Err(local), Err(remote)) = (local, remote) else {
+        panic!("both fail")
+    };
+    assert!(local.contains("truncated file"), "{local}");
+    assert!(remote.contains("truncated file"), "{remote}");
+    let _ = std::fs::remove_file(&path);
+}
