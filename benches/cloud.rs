@@ -898,10 +898,13 @@ const CORPUS: [&str; 9] = [
 fn corpus() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let dir = root.join("target/bench-data/corpus");
-    let python = ["target/peers-venv/bin/python", "target/plugin-venv/bin/python"]
-        .iter()
-        .map(|p| root.join(p))
-        .find(|p| p.exists());
+    let python = [
+        "target/peers-venv/bin/python",
+        "target/plugin-venv/bin/python",
+    ]
+    .iter()
+    .map(|p| root.join(p))
+    .find(|p| p.exists());
     let Some(python) = python else {
         println!("corpus: run benches/setup-peers.sh first");
         return;
@@ -969,9 +972,17 @@ fn corpus_walk(label: &str, path: &Path, url: &str) {
     ));
     if let Some((dataset, rows)) = largest_chunked(&local) {
         let ds = file.dataset(&dataset).unwrap();
-        let (before, mark, cpu0, t0) = (remote.stats(), server_log_len(), cpu_time(), Instant::now());
+        let (before, mark, cpu0, t0) =
+            (remote.stats(), server_log_len(), cpu_time(), Instant::now());
         read_rows(&ds, rows);
-        corpus_report(label, "slice", t0, cpu0, remote.stats().since(&before), mark);
+        corpus_report(
+            label,
+            "slice",
+            t0,
+            cpu0,
+            remote.stats().since(&before),
+            mark,
+        );
         note(format!("    {dataset}, rows 0..{rows}"));
     }
     assert!(remote.wait_for_background_fetches(Duration::from_secs(60)));
@@ -994,11 +1005,14 @@ fn largest_chunked(file: &h5::File) -> Option<(String, usize)> {
                 let Ok(width) = ds.dtype().map(|t| t.size()) else {
                     continue;
                 };
-                if size == 0 || !matches!(width, 1 | 2 | 4 | 8) || best.as_ref().is_some_and(|b| size <= b.0) {
+                if size == 0
+                    || !matches!(width, 1 | 2 | 4 | 8)
+                    || best.as_ref().is_some_and(|b| size <= b.0)
+                {
                     continue;
                 }
                 let row: usize = shape[1..].iter().product::<usize>() * width;
-                let rows = ((16 << 20) / row.max(1)).clamp(chunk[0], shape[0]);
+                let rows = ((16 << 20) / row.max(1)).max(chunk[0]).min(shape[0]);
                 best = Some((size, child, rows));
             }
         }
@@ -1070,13 +1084,18 @@ fn corpus_peers(label: &str, python: &Path, file: &Path, url: &str) {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/peers.py");
     for names in [&["remfile-py", "fsspec", "local"][..], &["plugin"]] {
         let mut cmd = Command::new(python);
-        cmd.arg(&script).arg("--corpus").arg(url).arg(file).args(names);
+        cmd.arg(&script)
+            .arg("--corpus")
+            .arg(url)
+            .arg(file)
+            .args(names);
         if names == ["plugin"] {
             let Some(dir) = plugin_dir() else {
                 println!("{label:<32} plugin: could not build hdf5-plugin");
                 continue;
             };
-            cmd.env("HDF5_PLUGIN_PATH", dir).env("HDF5_DRIVER", "remfile");
+            cmd.env("HDF5_PLUGIN_PATH", dir)
+                .env("HDF5_DRIVER", "remfile");
         }
         match cmd.output() {
             Ok(out) => {

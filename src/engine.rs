@@ -31,6 +31,10 @@ pub(crate) struct ReadOptions {
     pub read_ahead_max: u64,
     /// The most requests one read has in flight.
     pub max_concurrency: u64,
+    /// The most requests one guess has in flight: a wave of metadata
+    /// targets spread through a file is one round only if they all go at
+    /// once, and no reader waits on it but for the blocks it needs.
+    pub guess_concurrency: u64,
     pub split_size: u64,
     pub coalesce_gap: Option<u64>,
     /// Reads at least this long, with nothing cached, skip the cache.
@@ -118,6 +122,12 @@ impl Engine {
 
     pub(crate) fn link_estimate(&self) -> Option<LinkEstimate> {
         self.link.estimate()
+    }
+
+    /// The most requests a guess has in flight.
+    #[cfg(any(feature = "hdf5", feature = "vfd"))]
+    pub(crate) fn guess_concurrency(&self) -> u64 {
+        self.options.guess_concurrency
     }
 
     fn link_sizes(&self) -> plan::LinkSizes {
@@ -444,16 +454,16 @@ impl Engine {
         } else {
             sizes.max_gap
         };
-        let parts = plan::parts(
-            &owned,
-            self.options.max_concurrency,
-            sizes.min_part,
-            max_gap,
-        );
+        let lanes = if claim.is_speculative() {
+            self.options.guess_concurrency
+        } else {
+            self.options.max_concurrency
+        };
+        let parts = plan::parts(&owned, lanes, sizes.min_part, max_gap);
         let mut failure = None;
         let rounds = fan_out(
             parts,
-            self.options.max_concurrency as usize,
+            lanes as usize,
             |part| self.fetch_blocks(part, deadline),
             |(part, result)| match deliver(claim, &owned, part, result, is_needed, got) {
                 Some(e) => {

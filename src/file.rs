@@ -195,6 +195,12 @@ impl RemoteFile {
         self.engine.cached_from(pos, max)
     }
 
+    /// See [`Engine::guess_concurrency`](crate::engine::Engine::guess_concurrency).
+    #[cfg(any(feature = "hdf5", feature = "vfd"))]
+    pub(crate) fn guess_concurrency(&self) -> u64 {
+        self.engine.guess_concurrency()
+    }
+
     /// See [`Engine::prefetch_here`](crate::engine::Engine::prefetch_here).
     #[cfg(any(feature = "hdf5", feature = "vfd"))]
     pub(crate) fn prefetch_here(

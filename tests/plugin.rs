@@ -180,7 +180,15 @@ fn h5py_walks_every_corpus_file_in_three_rounds() {
             std::thread::sleep(std::time::Duration::from_millis(20));
             reply
         });
-        let out = check(python, "stats=on", &["corpus", &server.url(&format!("/{name}")), path.to_str().unwrap()]);
+        let out = check(
+            python,
+            "stats=on",
+            &[
+                "corpus",
+                &server.url(&format!("/{name}")),
+                path.to_str().unwrap(),
+            ],
+        );
         eprintln!("{name}: {out}");
         assert!(out.contains(r#""same": true"#), "{name}: {out}");
         assert!(printed_round_trips(&out) <= 3, "{name}: {out}");

@@ -637,7 +637,12 @@ mod real_files {
 fn vlen_attribute(collections: &[u64]) -> Vec<u8> {
     // Class 9 (variable length), version 1; a string of 16-byte references.
     let datatype = Le::default().u8(0x19).u8(1).zeros(2).u32(16).zeros(8).0;
-    let dataspace = Le::default().u8(1).u8(1).zeros(6).u64(collections.len() as u64).0;
+    let dataspace = Le::default()
+        .u8(1)
+        .u8(1)
+        .zeros(6)
+        .u64(collections.len() as u64)
+        .0;
     let mut m = Le::default()
         .u8(1)
         .u8(0)
@@ -671,7 +676,11 @@ fn variable_length_attributes_point_to_their_global_heap_collections() {
         starts(&f),
         [(What::GlobalHeap, 7000), (What::GlobalHeap, 9000)]
     );
-    assert!(f.targets.iter().all(|t| t.bytes.end - t.bytes.start == 4096));
+    assert!(
+        f.targets
+            .iter()
+            .all(|t| t.bytes.end - t.bytes.start == 4096)
+    );
     // A fixed-size attribute (class 0, integers) points nowhere.
     let mut fixed = attribute.clone();
     fixed[16] = 0x10;
@@ -684,7 +693,11 @@ fn variable_length_attributes_point_to_their_global_heap_collections() {
         .zeros(4)
         .message_v1(0x000C, &fixed)
         .0;
-    assert!(found(&header, 96, MemType::ObjectHeader, None).targets.is_empty());
+    assert!(
+        found(&header, 96, MemType::ObjectHeader, None)
+            .targets
+            .is_empty()
+    );
 }
 
 #[test]
@@ -694,7 +707,10 @@ fn headers_and_collections_say_how_long_they_are() {
     assert_eq!(declared_len(&v1, What::ObjectHeader, &ctx), Some(2016));
     // Version 2, flags: 2-byte chunk size, no times: prefix 8, chunk, checksum.
     let v2 = Le::default().bytes(b"OHDR").u8(2).u8(0x01).u16(700).0;
-    assert_eq!(declared_len(&v2, What::ObjectHeader, &ctx), Some(8 + 700 + 4));
+    assert_eq!(
+        declared_len(&v2, What::ObjectHeader, &ctx),
+        Some(8 + 700 + 4)
+    );
     let gcol = Le::default().bytes(b"GCOL").u8(1).zeros(3).u64(65_536).0;
     assert_eq!(declared_len(&gcol, What::GlobalHeap, &ctx), Some(65_536));
     // Other structures bound themselves.

@@ -119,11 +119,13 @@ impl Shared {
         let (among_data, clustered): (Vec<&Target>, Vec<&Target>) =
             missing.iter().partition(|t| t.what.lies_among_raw_data());
         let ranges = |ts: Vec<&Target>| ts.iter().map(|t| t.bytes.clone()).collect::<Vec<_>>();
-        let gap = spans::gap_worth_filling(self.file.link_estimate());
+        let link = self.file.link_estimate();
+        let gap = spans::gap_worth_filling(link);
         let ahead = spans::ahead_of_cluster(gap);
         let mut wanted = spans::spans(&ranges(clustered), gap, ahead);
         wanted.extend(spans::spans(&ranges(among_data), 0, 0));
-        let allowed = self.prefetch.lock().allowance();
+        let budget = spans::guess_budget(link, self.file.guess_concurrency());
+        let allowed = self.prefetch.lock().allowance(budget);
         let fetched = self.file.prefetch_here(wanted, allowed);
         self.prefetch.lock().fetched(fetched);
         for target in &missing {

@@ -11,7 +11,8 @@
 //!
 //! Guesses cost bytes, never correctness: HDF5 still reads every byte it
 //! needs through the cache. The bytes guessed are bounded by what HDF5 has
-//! read so far plus [`SLACK`].
+//! read so far plus 16 MiB, or more on a fast link
+//! ([`super::spans::guess_budget`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
@@ -21,9 +22,6 @@ use parking_lot::Mutex;
 use super::chunk_ahead::{ChunkAhead, ChunkRead};
 use super::spans::Stream;
 use crate::h5meta::{self, Context, Found, MemType, Target, What};
-
-/// Speculative bytes allowed beyond the metadata HDF5 has read.
-pub(crate) const SLACK: u64 = 16 << 20;
 
 /// The most addresses remembered as pointed to (each a few dozen bytes: at
 /// most some 10 MB in all); past that, a file of more objects is walked with
@@ -289,9 +287,10 @@ impl Prefetcher {
         work
     }
 
-    /// How many more bytes may be guessed now.
-    pub fn allowance(&self) -> u64 {
-        (self.stats.metadata_bytes + SLACK).saturating_sub(self.stats.speculative_bytes)
+    /// How many more bytes may be guessed now, `budget` beyond what HDF5
+    /// has read ([`super::spans::guess_budget`]).
+    pub fn allowance(&self, budget: u64) -> u64 {
+        (self.stats.metadata_bytes + budget).saturating_sub(self.stats.speculative_bytes)
     }
 
     /// Makes `last` the piece of metadata a read
@@ -370,6 +369,7 @@ impl Drop for Paused<'_> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::spans::LEAST_BUDGET as SLACK;
     use super::*;
 
     fn read(p: &mut Prefetcher, mem: MemType, addr: u64, bytes: &[u8], len: u64) -> Vec<Target> {
@@ -396,14 +396,14 @@ mod tests {
         // A symbol table node; the other lies outside the file.
         assert_eq!(next.len(), 1);
         assert_eq!(next[0].bytes, 1000..1328);
-        assert_eq!(p.allowance(), node.len() as u64 + SLACK);
+        assert_eq!(p.allowance(SLACK), node.len() as u64 + SLACK);
         assert!(
             read(&mut p, MemType::BTree, 136, &node, 4096).is_empty(),
             "asked for already"
         );
         p.fetched(SLACK);
         read(&mut p, MemType::BTree, 1000, b"SNOD", 4096);
-        assert_eq!(p.allowance(), 2 * node.len() as u64 + 4);
+        assert_eq!(p.allowance(SLACK), 2 * node.len() as u64 + 4);
         let s = p.stats();
         assert_eq!(
             (s.predicted_reads, s.unpredicted_reads, s.targets),

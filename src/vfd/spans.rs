@@ -69,6 +69,25 @@ pub(crate) fn spans(targets: &[Range<u64>], max_gap: u64, ahead: u64) -> Vec<Ran
     out
 }
 
+/// The least bytes guessed beyond the metadata HDF5 has read, whatever the
+/// link.
+pub(crate) const LEAST_BUDGET: u64 = 16 << 20;
+
+/// The rounds of every connection the guesses beyond what HDF5 has read may
+/// take, on a link whose speed is known.
+const BUDGET_ROUNDS: u64 = 4;
+
+/// How many bytes may be guessed beyond the metadata HDF5 has read: what
+/// [`BUDGET_ROUNDS`] rounds of `lanes` connections carry (a fast link then
+/// fetches the metadata of a file whose writer spread it among the data),
+/// and at least [`LEAST_BUDGET`].
+pub(crate) fn guess_budget(link: Option<LinkEstimate>, lanes: u64) -> u64 {
+    let carried = link.map_or(0, |l| l.bandwidth_delay_product());
+    carried
+        .saturating_mul(BUDGET_ROUNDS * lanes)
+        .max(LEAST_BUDGET)
+}
+
 /// A stream of metadata reads that nothing pointed to: where it has been
 /// read ahead to, and how far the next step goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -176,6 +195,14 @@ mod tests {
         assert_eq!(gap_worth_filling(None), UNKNOWN_LINK_GAP);
         assert_eq!(gap_worth_filling(estimate(1, 1_000)), LEAST_GAP);
         assert_eq!(gap_worth_filling(estimate(500, 10_000_000_000)), MOST_GAP);
+    }
+
+    #[test]
+    fn the_budget_grows_with_the_link() {
+        assert_eq!(guess_budget(None, 16), LEAST_BUDGET);
+        // 30 ms at 25 MB/s: 750 kB a round, 16 connections, 4 rounds.
+        assert_eq!(guess_budget(estimate(30, 25_000_000), 16), 48_000_000);
+        assert_eq!(guess_budget(estimate(30, 1_000_000), 16), LEAST_BUDGET);
     }
 
     #[test]

@@ -42,7 +42,8 @@ pub fn small_corpus() -> Option<PathBuf> {
     DIR.get_or_init(|| {
         let python = with_modules(&["h5py", "pynwb", "netCDF4", "tables", "h5netcdf"])?;
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-        let tmp = option_env!("CARGO_TARGET_TMPDIR").map_or_else(|| root.join("target/tmp"), PathBuf::from);
+        let tmp = option_env!("CARGO_TARGET_TMPDIR")
+            .map_or_else(|| root.join("target/tmp"), PathBuf::from);
         let dir = tmp.join("corpus-small");
         let out = Command::new(python)
             .arg(root.join("benches/corpus.py"))
