@@ -122,10 +122,17 @@ impl Shared {
         let link = self.file.link_estimate();
         let gap = spans::gap_worth_filling(link);
         let ahead = spans::ahead_of_cluster(gap);
-        let mut wanted = spans::spans(&ranges(clustered), gap, ahead);
-        wanted.extend(spans::spans(&ranges(among_data), 0, 0));
         let budget = spans::guess_budget(link, self.file.guess_concurrency());
         let allowed = self.prefetch.lock().allowance(budget);
+        let clustered = ranges(clustered);
+        let mut wanted = spans::spans(&clustered, gap, ahead);
+        // Gaps are filled only while the budget covers every target too: a
+        // writer that spread its metadata among the data leaves no cluster
+        // to fill, only targets.
+        if spans::total(&wanted) > allowed {
+            wanted = spans::spans(&clustered, 0, 0);
+        }
+        wanted.extend(spans::spans(&ranges(among_data), 0, 0));
         let fetched = self.file.prefetch_here(wanted, allowed);
         self.prefetch.lock().fetched(fetched);
         for target in &missing {

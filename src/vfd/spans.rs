@@ -69,6 +69,11 @@ pub(crate) fn spans(targets: &[Range<u64>], max_gap: u64, ahead: u64) -> Vec<Ran
     out
 }
 
+/// The bytes `spans` cover.
+pub(crate) fn total(spans: &[Range<u64>]) -> u64 {
+    spans.iter().map(|s| s.end - s.start).sum()
+}
+
 /// The least bytes guessed beyond the metadata HDF5 has read, whatever the
 /// link.
 pub(crate) const LEAST_BUDGET: u64 = 16 << 20;
