@@ -46,6 +46,10 @@
 mod cloud_server;
 #[path = "../tests/support/h5files.rs"]
 mod h5files;
+// The corpus's file names; the rest is the tests'.
+#[allow(dead_code)]
+#[path = "../tests/support/python.rs"]
+mod python;
 
 #[path = "support/cpu.rs"]
 mod cpu;
@@ -728,7 +732,6 @@ static SERVER_BASE: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(Non
 fn peers(label: &str, file: &Path, url: &str) {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let venv = root.join("target/peers-venv/bin/python");
-    let script = root.join("benches/peers.py");
     if !venv.exists() {
         println!("{label:<32} peers: run benches/setup-peers.sh first");
         return;
@@ -741,27 +744,33 @@ fn peers(label: &str, file: &Path, url: &str) {
     // ros3 makes one request per HDF5 read: a walk takes minutes.
     let ros3 = std::env::var("REMFILE_BENCH_ROS3").map_or(true, |v| v != "0");
     for (python, names) in runs.into_iter().filter(|(_, n)| ros3 || n[0] != "ros3") {
-        let mut cmd = Command::new(python);
-        cmd.arg(&script).arg(url).arg(file).args(names);
-        if names == ["plugin"] {
-            let Some(dir) = plugin_dir() else {
-                println!("{label:<32} plugin: could not build hdf5-plugin");
-                continue;
-            };
-            cmd.env("HDF5_PLUGIN_PATH", dir)
-                .env("HDF5_DRIVER", "remfile");
-        }
-        let out = cmd.output();
-        let Ok(out) = out else {
-            println!(
-                "{label:<32} peers {names:?}: cannot run {}",
-                python.display()
-            );
-            continue;
+        run_peers(label, python, &[], names, file, url);
+    }
+}
+
+/// Runs `benches/peers.py` with `python` (and `mode`'s arguments first) for
+/// the readers `names` on `file` served at `url`, and adds its rows.
+fn run_peers(label: &str, python: &Path, mode: &[&str], names: &[&str], file: &Path, url: &str) {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/peers.py");
+    let mut cmd = Command::new(python);
+    cmd.arg(&script).args(mode).arg(url).arg(file).args(names);
+    if names == ["plugin"] {
+        let Some(dir) = plugin_dir() else {
+            println!("{label:<32} plugin: could not build hdf5-plugin");
+            return;
         };
-        for line in String::from_utf8_lossy(&out.stdout).lines() {
-            print_peer_line(label, line);
-        }
+        cmd.env("HDF5_PLUGIN_PATH", dir)
+            .env("HDF5_DRIVER", "remfile");
+    }
+    let Ok(out) = cmd.output() else {
+        println!(
+            "{label:<32} peers {names:?}: cannot run {}",
+            python.display()
+        );
+        return;
+    };
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        print_peer_line(label, line);
     }
 }
 
@@ -880,19 +889,6 @@ fn serve(spec: &str) {
     }
 }
 
-/// The corpus's files (`benches/corpus.py`).
-const CORPUS: [&str; 9] = [
-    "nwb_deep.nwb",
-    "nwb_ophys.nwb",
-    "nwb_icephys.nwb",
-    "netcdf4.nc",
-    "h5py_track_order_v110.h5",
-    "h5py_latest.h5",
-    "h5py_gzip.h5",
-    "pytables.h5",
-    "h5netcdf.nc",
-];
-
 /// The corpus table: every file, workload and reader, at 30 ms per request
 /// and at 25 MB/s per connection too.
 fn corpus() {
@@ -926,7 +922,7 @@ fn corpus() {
         "server, file", "phase", "wall ms", "reqs", "rounds", "MB", "over", "cpu ms", "conns"
     );
     for (label, delay_ms, cap) in [("30 ms", 30, None), ("30 ms, 25 MB/s", 30, Some(25e6))] {
-        for name in CORPUS {
+        for name in python::CORPUS {
             let row = format!("{label}, {name}");
             if std::env::var("REMFILE_BENCH_ONLY").is_ok_and(|only| !row.contains(&only)) {
                 continue;
@@ -991,33 +987,11 @@ fn corpus_walk(label: &str, path: &Path, url: &str) {
 /// The chunked numeric dataset with the most elements, and how many of
 /// its first rows make about 16 MB (at least one chunk's).
 fn largest_chunked(file: &h5::File) -> Option<(String, usize)> {
-    let mut best: Option<(usize, String, usize)> = None;
-    let mut stack = vec![("/".to_owned(), file.as_group().ok()?)];
-    while let Some((path, group)) = stack.pop() {
-        for name in group.member_names().ok()? {
-            let child = format!("{}/{name}", path.trim_end_matches('/'));
-            if let Ok(g) = group.group(&name) {
-                stack.push((child, g));
-            } else if let Ok(ds) = group.dataset(&name) {
-                let (Some(chunk), size, shape) = (ds.chunk(), ds.size(), ds.shape()) else {
-                    continue;
-                };
-                let Ok(width) = ds.dtype().map(|t| t.size()) else {
-                    continue;
-                };
-                if size == 0
-                    || !matches!(width, 1 | 2 | 4 | 8)
-                    || best.as_ref().is_some_and(|b| size <= b.0)
-                {
-                    continue;
-                }
-                let row: usize = shape[1..].iter().product::<usize>() * width;
-                let rows = ((16 << 20) / row.max(1)).max(chunk[0]).min(shape[0]);
-                best = Some((size, child, rows));
-            }
-        }
-    }
-    best.map(|(_, path, rows)| (path, rows))
+    let (path, ds) = h5files::largest_chunked(file)?;
+    let (chunk, shape) = (ds.chunk()?, ds.shape());
+    let row: usize = shape[1..].iter().product::<usize>() * ds.dtype().ok()?.size();
+    let rows = ((16 << 20) / row.max(1)).max(chunk[0]).min(shape[0]);
+    Some((path, rows))
 }
 
 /// A row of the corpus table: requests and bytes as the reader counted them,
@@ -1081,30 +1055,8 @@ fn server_rounds(mark: usize) -> usize {
 
 /// The other readers on one corpus file, by `benches/peers.py --corpus`.
 fn corpus_peers(label: &str, python: &Path, file: &Path, url: &str) {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/peers.py");
     for names in [&["remfile-py", "fsspec", "local"][..], &["plugin"]] {
-        let mut cmd = Command::new(python);
-        cmd.arg(&script)
-            .arg("--corpus")
-            .arg(url)
-            .arg(file)
-            .args(names);
-        if names == ["plugin"] {
-            let Some(dir) = plugin_dir() else {
-                println!("{label:<32} plugin: could not build hdf5-plugin");
-                continue;
-            };
-            cmd.env("HDF5_PLUGIN_PATH", dir)
-                .env("HDF5_DRIVER", "remfile");
-        }
-        match cmd.output() {
-            Ok(out) => {
-                for line in String::from_utf8_lossy(&out.stdout).lines() {
-                    print_peer_line(label, line);
-                }
-            }
-            Err(e) => println!("{label:<32} peers {names:?}: {e}"),
-        }
+        run_peers(label, python, &["--corpus"], names, file, url);
     }
 }
 

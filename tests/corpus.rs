@@ -109,31 +109,14 @@ fn walk_with(name: &str, builder: remfile::Builder, most_rounds: u64) {
 /// The chunked dataset with the most elements, and the selection of its
 /// first chunk.
 fn largest_chunked(file: &h5::File) -> Option<(String, Vec<std::ops::Range<usize>>)> {
-    let mut best: Option<(usize, String, Vec<std::ops::Range<usize>>)> = None;
-    let mut stack = vec![("/".to_owned(), file.as_group().ok()?)];
-    while let Some((path, group)) = stack.pop() {
-        for name in group.member_names().ok()? {
-            let child = format!("{}/{name}", path.trim_end_matches('/'));
-            if let Ok(g) = group.group(&name) {
-                stack.push((child, g));
-            } else if let Ok(ds) = group.dataset(&name) {
-                let (Some(chunk), size) = (ds.chunk(), ds.size()) else {
-                    continue;
-                };
-                let numeric =
-                    ds.dtype().is_ok_and(|t| matches!(t.size(), 1 | 2 | 4 | 8)) && size > 0;
-                if numeric && best.as_ref().is_none_or(|b| size > b.0) {
-                    let sel = chunk
-                        .iter()
-                        .zip(ds.shape())
-                        .map(|(&c, s)| 0..c.min(s))
-                        .collect();
-                    best = Some((size, child, sel));
-                }
-            }
-        }
-    }
-    best.map(|(_, path, sel)| (path, sel))
+    let (path, ds) = h5files::largest_chunked(file)?;
+    let chunk = ds.chunk()?;
+    let sel = chunk
+        .iter()
+        .zip(ds.shape())
+        .map(|(&c, s)| 0..c.min(s))
+        .collect();
+    Some((path, sel))
 }
 
 /// The raw bytes of a selection, whatever the dataset's element type.

@@ -98,6 +98,7 @@ impl Default for Geometry {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum What {
     /// The superblock, where a crawl of the file starts.
+    #[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
     Superblock,
     ObjectHeader,
     /// A version 1 object header's continuation block: messages only.
@@ -147,9 +148,11 @@ pub(crate) enum What {
     GlobalHeap,
     /// Bytes around a metadata read that nothing pointed to: fetched, not
     /// parsed.
+    #[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
     Unforeseen,
 }
 
+#[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
 impl What {
     /// Whether the bytes there point anywhere (else they are only fetched).
     pub fn is_parsed(self) -> bool {
@@ -289,6 +292,7 @@ pub(crate) fn pointers(
 /// How many bytes the structure at the start of `bytes` says it has, where
 /// the guess made for it may be short: an object header (HDF5 reads 512
 /// bytes first, then the rest) and a global heap collection (4 KiB first).
+#[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
 pub(crate) fn declared_len(bytes: &[u8], what: What, context: &Context) -> Option<u64> {
     let mut c = Cursor::new(bytes, context.geometry);
     match (what, &c.peek_signature()?) {

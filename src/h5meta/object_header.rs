@@ -30,6 +30,7 @@ const GLOBAL_HEAP_READ: u64 = 4096;
 const SHARED: u8 = 0x02;
 
 /// A version 1 header's length: its 16-byte prefix and its first chunk.
+#[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
 pub(super) fn v1_len(c: &mut Cursor<'_>) -> Option<u64> {
     if c.u8()? != 1 {
         return None;
@@ -39,6 +40,7 @@ pub(super) fn v1_len(c: &mut Cursor<'_>) -> Option<u64> {
 }
 
 /// A version 2 header's length: its prefix, its first chunk and checksum.
+#[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
 pub(super) fn v2_len(c: &mut Cursor<'_>) -> Option<u64> {
     c.signature_and_version(2)?;
     let flags = c.u8()?;

@@ -658,19 +658,28 @@ fn vlen_attribute(collections: &[u64]) -> Vec<u8> {
     m.0
 }
 
-#[test]
-fn variable_length_attributes_point_to_their_global_heap_collections() {
-    let attribute = vlen_attribute(&[7000, 7000, 9000]);
-    let header = Le::default()
+/// A version 1 object header holding one attribute message.
+fn header_with_attribute(attribute: &[u8]) -> Vec<u8> {
+    Le::default()
         .u8(1)
         .u8(0)
         .u16(1)
         .u32(1)
         .u32(attribute.len().div_ceil(8) as u32 * 8 + 8)
         .zeros(4)
-        .message_v1(0x000C, &attribute)
-        .0;
-    let f = found(&header, 96, MemType::ObjectHeader, None);
+        .message_v1(0x000C, attribute)
+        .0
+}
+
+#[test]
+fn variable_length_attributes_point_to_their_global_heap_collections() {
+    let attribute = vlen_attribute(&[7000, 7000, 9000]);
+    let f = found(
+        &header_with_attribute(&attribute),
+        96,
+        MemType::ObjectHeader,
+        None,
+    );
     // Values in one collection ask for it once.
     assert_eq!(
         starts(&f),

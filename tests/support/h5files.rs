@@ -445,3 +445,29 @@ pub fn walk_all_info(g: &Group) -> h5lib::Result<usize> {
     }
     Ok(visited)
 }
+
+/// The chunked dataset of `file` with the most elements whose elements are
+/// 1, 2, 4 or 8 bytes wide (numbers), by path.
+pub fn largest_chunked(file: &h5::File) -> Option<(String, Dataset)> {
+    let mut best: Option<(usize, String, Dataset)> = None;
+    let mut stack = vec![("/".to_owned(), file.as_group().ok()?)];
+    while let Some((path, group)) = stack.pop() {
+        for name in group.member_names().ok()? {
+            let child = format!("{}/{name}", path.trim_end_matches('/'));
+            if let Ok(g) = group.group(&name) {
+                stack.push((child, g));
+            } else if let Ok(ds) = group.dataset(&name) {
+                let numeric = ds.dtype().is_ok_and(|t| matches!(t.size(), 1 | 2 | 4 | 8));
+                let size = ds.size();
+                if ds.chunk().is_some()
+                    && numeric
+                    && size > 0
+                    && best.as_ref().is_none_or(|b| size > b.0)
+                {
+                    best = Some((size, child, ds));
+                }
+            }
+        }
+    }
+    best.map(|(_, path, ds)| (path, ds))
+}
