@@ -33,7 +33,7 @@ pub(crate) struct ReadOptions {
     pub max_concurrency: u64,
     /// The most requests one guess has in flight: a wave of metadata
     /// targets spread through a file is one round only if they all go at
-    /// once, and no reader waits on it but for the blocks it needs.
+    /// once; the connections one read may use are left to reads.
     pub guess_concurrency: u64,
     pub split_size: u64,
     pub coalesce_gap: Option<u64>,

@@ -223,7 +223,11 @@ fn read_options(builder: &Builder, cache: &BlockCache) -> ReadOptions {
         read_ahead_min: builder.read_ahead_min.min(read_ahead_max),
         read_ahead_max,
         max_concurrency: builder.max_concurrent_requests,
-        guess_concurrency: builder.max_connections.max(builder.max_concurrent_requests),
+        // The connections a read may use stay free for reads.
+        guess_concurrency: (builder
+            .max_connections
+            .saturating_sub(builder.max_concurrent_requests))
+        .max(builder.max_concurrent_requests),
         split_size: builder.split_size,
         coalesce_gap: builder.coalesce_gap,
         bypass_min: builder.cache_bypass.unwrap_or(quarter).max(1),

@@ -29,7 +29,9 @@ pub struct Stats {
     /// Sequential rounds of requests: requests sent concurrently for one read
     /// count once. A read that waits for a fetch started in the background
     /// ([`RemoteFile::prefetch_in_background`](crate::RemoteFile::prefetch_in_background))
-    /// counts one round; the background fetch itself counts none, so this is
+    /// counts one round, unless the file's reads counted a round while that
+    /// fetch was under way (the wait then overlapped it); the background
+    /// fetch itself counts none, so this is
     /// how often readers waited for the network.
     pub round_trips: u64,
     /// Body bytes received from the server.

@@ -69,10 +69,17 @@ impl Crawler {
     }
 }
 
-impl Drop for Crawler {
-    fn drop(&mut self) {
+impl Crawler {
+    /// Stops the crawl: it starts no further wave.
+    pub fn stop(&self) {
         self.shared.signal.lock().stop = true;
         self.shared.wake.notify_one();
+    }
+}
+
+impl Drop for Crawler {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 
@@ -133,6 +140,9 @@ impl Shared {
             wanted = spans::spans(&clustered, 0, 0);
         }
         wanted.extend(spans::spans(&ranges(among_data), 0, 0));
+        if self.signal.lock().stop {
+            return false;
+        }
         let fetched = self.file.prefetch_here(wanted, allowed);
         self.prefetch.lock().fetched(fetched);
         for target in &missing {
@@ -148,7 +158,8 @@ impl Shared {
             return self.file.is_cached(target.bytes.clone());
         }
         let start = target.bytes.start;
-        let guessed = (target.bytes.end - start) as usize;
+        // Bounded whatever the bytes that pointed here said.
+        let guessed = ((target.bytes.end - start) as usize).min(MAX_PIECE);
         let mut bytes = self.file.cached_from(start, guessed);
         if bytes.is_empty() {
             return false;

@@ -356,6 +356,9 @@ unsafe extern "C" fn close(file: *mut H5FD_t) -> herr_t {
         // SAFETY: `file` came from `open` (a Box), and HDF5 closes each file
         // it opened once.
         let file = unsafe { Box::from_raw(file as *mut DriverFile) };
+        if let Some(crawler) = &file.reader.crawler {
+            crawler.stop();
+        }
         // Guesses still in flight end first (briefly): a program that exits
         // right after closing leaves no fetch running, and what they bring
         // reaches a disk cache for the next run.

@@ -178,13 +178,14 @@ impl Prefetcher {
     /// `step` is the first step of a stream of unforeseen reads (see
     /// [`Stream`]).
     pub fn on_read(&mut self, mem: MemType, addr: u64, bytes: &[u8], len: u64, seen: Seen) -> bool {
-        if mem == MemType::RawData {
+        if matches!(mem, MemType::RawData | MemType::GlobalHeap) {
             return false;
         }
         self.stats.metadata_bytes += bytes.len() as u64;
         let predicted = self.note_piece(mem, addr, bytes);
         let mut work = false;
-        if !predicted && seen.missed && self.metadata && self.paused == 0 {
+        let room = self.frontier.len() < MAX_KNOWN;
+        if !predicted && seen.missed && self.metadata && self.paused == 0 && room {
             if let Some(span) = Stream::on_unforeseen_miss(&mut self.stream, addr, seen.step, len) {
                 self.frontier.push_back(Target {
                     what: What::Unforeseen,
@@ -200,7 +201,7 @@ impl Prefetcher {
             ..
         } = &self.last;
         let found = h5meta::pointers(bytes, *addr, mem, *expected, &self.context);
-        work | self.absorb(*addr, found, len)
+        work | self.absorb(*addr, found, len, false)
     }
 
     /// The targets to fetch and parse next: the whole frontier.
@@ -226,12 +227,13 @@ impl Prefetcher {
             Some(target.what),
             &self.context,
         );
-        let mut work = self.absorb(addr, found, len);
+        let mut work = self.absorb(addr, found, len, true);
         // A structure longer than the bytes guessed for it is read again
         // whole, once.
         if let Some(whole) = h5meta::declared_len(bytes, target.what, &self.context) {
+            let whole = whole.min(MAX_PIECE as u64);
             let end = addr.saturating_add(whole).min(len);
-            if end > target.bytes.end && bytes.len() as u64 <= target.bytes.end - addr {
+            if end > target.bytes.end && (bytes.len() as u64) < end - addr {
                 self.frontier.push_back(Target {
                     what: target.what,
                     bytes: addr..end,
@@ -244,8 +246,9 @@ impl Prefetcher {
 
     /// Takes in what the piece at `addr` said: the file's sizes, heaps and
     /// trees to read later pieces with, a chunk index's leaf, and targets,
-    /// which join the frontier if they are new. Returns whether any did.
-    fn absorb(&mut self, addr: u64, mut found: Found, len: u64) -> bool {
+    /// which join the frontier if they are new (`crawled`: found by the
+    /// crawl, which a pause does not stop). Returns whether any did.
+    fn absorb(&mut self, addr: u64, mut found: Found, len: u64, crawled: bool) -> bool {
         if let (Some(leaf), Some(chunks)) = (found.chunks.take(), self.chunks.as_mut()) {
             chunks.add_leaf(addr, leaf);
         }
@@ -262,13 +265,14 @@ impl Prefetcher {
         }
         // Without fetching ahead, what metadata points to is still noted:
         // a chunk index's nodes are read by what points to them.
-        let fetch = self.metadata && self.paused == 0;
+        let fetch = self.metadata && (self.paused == 0 || crawled);
         // Paused, what is noted would never be fetched.
         let note = fetch || !self.metadata;
         let mut work = false;
         for target in found.targets {
             let bytes = target.bytes.start..target.bytes.end.min(len);
-            if !note || bytes.is_empty() || self.known.len() >= MAX_KNOWN {
+            let full = self.known.len() >= MAX_KNOWN || self.frontier.len() >= MAX_KNOWN;
+            if !note || bytes.is_empty() || full {
                 continue;
             }
             let known = Known {
@@ -290,7 +294,8 @@ impl Prefetcher {
     /// How many more bytes may be guessed now, `budget` beyond what HDF5
     /// has read ([`super::spans::guess_budget`]).
     pub fn allowance(&self, budget: u64) -> u64 {
-        (self.stats.metadata_bytes + budget).saturating_sub(self.stats.speculative_bytes)
+        (self.stats.metadata_bytes.saturating_add(budget))
+            .saturating_sub(self.stats.speculative_bytes)
     }
 
     /// Makes `last` the piece of metadata a read
@@ -339,7 +344,8 @@ impl Prefetcher {
         expected.is_some()
     }
 
-    /// Fetches nothing ahead until the guard returned is dropped: for
+    /// Adds nothing HDF5 reads to what is fetched ahead until the guard
+    /// returned is dropped (the crawl goes on with what it already had): for
     /// callers that know exactly what HDF5 is about to read.
     #[cfg_attr(not(feature = "hdf5"), allow(dead_code))]
     pub fn pause(prefetcher: &Mutex<Prefetcher>) -> Paused<'_> {

@@ -85,13 +85,18 @@ const BUDGET_ROUNDS: u64 = 4;
 /// How many bytes may be guessed beyond the metadata HDF5 has read: what
 /// [`BUDGET_ROUNDS`] rounds of `lanes` connections carry (a fast link then
 /// fetches the metadata of a file whose writer spread it among the data),
-/// and at least [`LEAST_BUDGET`].
+/// at least [`LEAST_BUDGET`] and at most [`MOST_BUDGET`].
 pub(crate) fn guess_budget(link: Option<LinkEstimate>, lanes: u64) -> u64 {
     let carried = link.map_or(0, |l| l.bandwidth_delay_product());
     carried
         .saturating_mul(BUDGET_ROUNDS * lanes)
-        .max(LEAST_BUDGET)
+        .clamp(LEAST_BUDGET, MOST_BUDGET)
 }
+
+/// The most bytes guessed beyond what HDF5 read, however fast the link: a
+/// budget near the block cache's size (256 MiB by default) would evict what
+/// it fetched.
+const MOST_BUDGET: u64 = 128 << 20;
 
 /// A stream of metadata reads that nothing pointed to: where it has been
 /// read ahead to, and how far the next step goes.
@@ -125,7 +130,7 @@ impl Stream {
         let (fresh, next) = match stream.take() {
             Some(s) if continues => {
                 let start = s.covered.end.max(addr);
-                let step = (s.step * 2).min(MOST_STEP);
+                let step = (s.step * 2).min(MOST_STEP.max(s.step));
                 let end = start.saturating_add(step).min(len);
                 (
                     start..end,
@@ -208,6 +213,7 @@ mod tests {
         // 30 ms at 25 MB/s: 750 kB a round, 16 connections, 4 rounds.
         assert_eq!(guess_budget(estimate(30, 25_000_000), 16), 48_000_000);
         assert_eq!(guess_budget(estimate(30, 1_000_000), 16), LEAST_BUDGET);
+        assert_eq!(guess_budget(estimate(1000, u64::MAX), 16), MOST_BUDGET);
     }
 
     #[test]
