@@ -468,18 +468,33 @@ fn floor(label: &str, span: std::ops::Range<u64>, url: &str) {
 }
 
 fn report(label: &str, phase: &str, t0: Instant, cpu0: Duration, s: Stats, needed: Option<u64>) {
-    let wall = t0.elapsed();
-    let cpu = cpu_time().saturating_sub(cpu0);
     let over = needed.map_or("-".to_owned(), |n| {
         format!("{:.2}", s.bytes_fetched as f64 / n as f64)
     });
+    let rounds = s.round_trips.to_string();
+    report_row(label, phase, (t0, cpu0), &s, rounds, over);
+}
+
+/// Adds the row of a phase that started at `started` (wall and CPU time),
+/// with the requests and bytes of `s`.
+fn report_row(
+    label: &str,
+    phase: &str,
+    started: (Instant, Duration),
+    s: &Stats,
+    rounds: String,
+    over: String,
+) {
+    let (t0, cpu0) = started;
+    let wall = t0.elapsed();
+    let cpu = cpu_time().saturating_sub(cpu0);
     emit(
         label,
         phase,
         wall,
         Cells {
             requests: s.requests.to_string(),
-            rounds: s.round_trips.to_string(),
+            rounds,
             bytes: s.bytes_fetched as f64,
             over,
             cpu,
@@ -997,22 +1012,8 @@ fn largest_chunked(file: &h5::File) -> Option<(String, usize)> {
 /// A row of the corpus table: requests and bytes as the reader counted them,
 /// rounds from the server's log since `mark`.
 fn corpus_report(label: &str, phase: &str, t0: Instant, cpu0: Duration, s: Stats, mark: usize) {
-    let wall = t0.elapsed();
-    let cpu = cpu_time().saturating_sub(cpu0);
-    emit(
-        label,
-        phase,
-        wall,
-        Cells {
-            requests: s.requests.to_string(),
-            rounds: server_rounds(mark).to_string(),
-            bytes: s.bytes_fetched as f64,
-            over: "-".into(),
-            cpu,
-            conns: new_connections().to_string(),
-        },
-    );
-    print_server_log();
+    let rounds = server_rounds(mark).to_string();
+    report_row(label, phase, (t0, cpu0), &s, rounds, "-".into());
 }
 
 /// The (arrival, end) times in ms of every request in the server's log.
@@ -1060,18 +1061,11 @@ fn corpus_peers(label: &str, python: &Path, file: &Path, url: &str) {
     }
 }
 
-/// Reads the first `rows` rows of `ds`, as unsigned integers of its width
-/// (HDF5 converts; the bytes read are the same).
+/// Reads the first `rows` rows of `ds`.
 fn read_rows(ds: &h5::Dataset, rows: usize) {
-    use remfile::hdf5::hdf5_metno::Hyperslab;
     let shape = ds.shape();
-    let ranges = std::iter::once(0..rows).chain(shape[1..].iter().map(|&n| 0..n));
-    let slab: Hyperslab = ranges.map(Into::into).collect::<Vec<_>>().into();
-    let read = match ds.dtype().map_or(0, |t| t.size()) {
-        1 => ds.read_slice::<u8, _, ndarray::IxDyn>(slab).map(drop),
-        2 => ds.read_slice::<u16, _, ndarray::IxDyn>(slab).map(drop),
-        4 => ds.read_slice::<u32, _, ndarray::IxDyn>(slab).map(drop),
-        _ => ds.read_slice::<u64, _, ndarray::IxDyn>(slab).map(drop),
-    };
-    read.unwrap();
+    let ranges: Vec<_> = std::iter::once(0..rows)
+        .chain(shape[1..].iter().map(|&n| 0..n))
+        .collect();
+    h5files::read_selection_bytes(ds, &ranges);
 }

@@ -545,20 +545,14 @@ impl Engine {
         max_bytes: u64,
     ) -> u64 {
         let (claim, claimed) = self.claim_guess(ranges, max_bytes);
-        let Some(mut claim) = claim else {
+        let Some(claim) = claim else {
             return claimed;
         };
         let engine = Arc::clone(self);
         *self.background.lock() += 1;
         let spawned = std::thread::Builder::new()
             .name("remfile-prefetch".into())
-            .spawn(move || {
-                let deadline = Instant::now() + engine.options.read_timeout;
-                // The disk was asked before the thread started.
-                engine.fetch_not_on_disk(&mut claim, &|_| false, &mut Vec::new(), deadline);
-                drop(claim);
-                engine.background_ended();
-            });
+            .spawn(move || engine.fetch_guess(claim));
         if spawned.is_err() {
             // The claim was dropped with the closure, which releases its
             // blocks to whoever needs them.
@@ -578,14 +572,20 @@ impl Engine {
         max_bytes: u64,
     ) -> u64 {
         let (claim, claimed) = self.claim_guess(ranges, max_bytes);
-        if let Some(mut claim) = claim {
+        if let Some(claim) = claim {
             *self.background.lock() += 1;
-            let deadline = Instant::now() + self.options.read_timeout;
-            self.fetch_not_on_disk(&mut claim, &|_| false, &mut Vec::new(), deadline);
-            drop(claim);
-            self.background_ended();
+            self.fetch_guess(claim);
         }
         claimed
+    }
+
+    /// Fetches what a guess claimed and the disk did not have (it was asked
+    /// when the claim was made), then ends one background fetch.
+    fn fetch_guess(&self, mut claim: Claim) {
+        let deadline = Instant::now() + self.options.read_timeout;
+        self.fetch_not_on_disk(&mut claim, &|_| false, &mut Vec::new(), deadline);
+        drop(claim);
+        self.background_ended();
     }
 
     /// Claims the missing blocks of `ranges` as a guess, at most

@@ -93,8 +93,8 @@ fn walk_with(name: &str, builder: remfile::Builder, most_rounds: u64) {
     if let Some((dataset, first_chunk)) = largest_chunked(&local) {
         let before = remote.stats();
         let remote_ds = file.dataset(&dataset).unwrap();
-        let got = h5files::checksum(&read_chunk_bytes(&remote_ds, &first_chunk));
-        let want = h5files::checksum(&read_chunk_bytes(
+        let got = h5files::checksum(&h5files::read_selection_bytes(&remote_ds, &first_chunk));
+        let want = h5files::checksum(&h5files::read_selection_bytes(
             &local.dataset(&dataset).unwrap(),
             &first_chunk,
         ));
@@ -117,51 +117,6 @@ fn largest_chunked(file: &h5::File) -> Option<(String, Vec<std::ops::Range<usize
         .map(|(&c, s)| 0..c.min(s))
         .collect();
     Some((path, sel))
-}
-
-/// The raw bytes of a selection, whatever the dataset's element type.
-fn read_chunk_bytes(ds: &h5::Dataset, sel: &[std::ops::Range<usize>]) -> Vec<u8> {
-    use remfile::hdf5::hdf5_metno::Hyperslab;
-    let slab: Hyperslab = sel
-        .iter()
-        .map(|r| r.clone().into())
-        .collect::<Vec<_>>()
-        .into();
-    let width = ds.dtype().unwrap().size();
-    let raw: Vec<u8> = match width {
-        1 => {
-            ds.read_slice::<u8, _, ndarray::IxDyn>(slab)
-                .unwrap()
-                .into_raw_vec_and_offset()
-                .0
-        }
-        2 => bytes_of(
-            ds.read_slice::<u16, _, ndarray::IxDyn>(slab)
-                .unwrap()
-                .into_raw_vec_and_offset()
-                .0,
-            u16::to_le_bytes,
-        ),
-        4 => bytes_of(
-            ds.read_slice::<u32, _, ndarray::IxDyn>(slab)
-                .unwrap()
-                .into_raw_vec_and_offset()
-                .0,
-            u32::to_le_bytes,
-        ),
-        _ => bytes_of(
-            ds.read_slice::<u64, _, ndarray::IxDyn>(slab)
-                .unwrap()
-                .into_raw_vec_and_offset()
-                .0,
-            u64::to_le_bytes,
-        ),
-    };
-    raw
-}
-
-fn bytes_of<T, const N: usize>(v: Vec<T>, f: impl Fn(T) -> [u8; N]) -> Vec<u8> {
-    v.into_iter().flat_map(f).collect()
 }
 
 #[test]

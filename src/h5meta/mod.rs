@@ -291,17 +291,13 @@ pub(crate) fn pointers(
 
 /// How many bytes the structure at the start of `bytes` says it has, where
 /// the guess made for it may be short: an object header (HDF5 reads 512
-/// bytes first, then the rest) and a global heap collection (4 KiB first).
+/// bytes first, then the rest).
 #[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
 pub(crate) fn declared_len(bytes: &[u8], what: What, context: &Context) -> Option<u64> {
     let mut c = Cursor::new(bytes, context.geometry);
     match (what, &c.peek_signature()?) {
         (What::ObjectHeader, b"OHDR") => object_header::v2_len(&mut c),
         (What::ObjectHeader, _) => object_header::v1_len(&mut c),
-        (What::GlobalHeap, b"GCOL") => {
-            c.skip(8)?;
-            c.length()
-        }
         _ => None,
     }
 }

@@ -471,3 +471,34 @@ pub fn largest_chunked(file: &h5::File) -> Option<(String, Dataset)> {
     }
     best.map(|(_, path, ds)| (path, ds))
 }
+
+/// The raw little-endian bytes of the selection `ranges` of `ds` (one range
+/// per dimension), whatever its element type of 1, 2, 4 or 8 bytes (read as
+/// unsigned integers of that width; HDF5 converts, the bytes are the same).
+pub fn read_selection_bytes(ds: &Dataset, ranges: &[std::ops::Range<usize>]) -> Vec<u8> {
+    use remfile::hdf5::hdf5_metno::Hyperslab;
+    fn read<T: H5Type, const N: usize>(
+        ds: &Dataset,
+        slab: Hyperslab,
+        bytes: fn(T) -> [u8; N],
+    ) -> Vec<u8> {
+        let values = ds.read_slice::<T, _, ndarray::IxDyn>(slab).unwrap();
+        values
+            .into_raw_vec_and_offset()
+            .0
+            .into_iter()
+            .flat_map(bytes)
+            .collect()
+    }
+    let slab: Hyperslab = ranges
+        .iter()
+        .map(|r| r.clone().into())
+        .collect::<Vec<_>>()
+        .into();
+    match ds.dtype().unwrap().size() {
+        1 => read(ds, slab, u8::to_le_bytes),
+        2 => read(ds, slab, u16::to_le_bytes),
+        4 => read(ds, slab, u32::to_le_bytes),
+        _ => read(ds, slab, u64::to_le_bytes),
+    }
+}
