@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::cache::{Block, BlockCache, Claim, FileKey};
+use crate::cache::{Block, BlockCache, Claim, FileKey, Pieces, Served};
 use crate::disk::{DiskFile, Fetcher};
 use crate::error::{Error, Result};
 use crate::fanout::{Done, Next, fan_out};
@@ -55,6 +55,8 @@ pub(crate) struct Engine {
     read_ahead: Mutex<ReadAhead>,
     link: Arc<LinkMeter>,
     counters: Arc<Counters>,
+    /// Small ranges guesses fetched exactly (see [`Engine::guess_pieces`]).
+    pieces: Pieces,
     /// Background fetches under way, and their end.
     background: Mutex<usize>,
     background_done: Condvar,
@@ -75,13 +77,14 @@ impl Engine {
         Engine {
             transport,
             identity,
-            cache,
             key,
             disk,
             read_ahead: Mutex::new(ReadAhead::new(
                 options.read_ahead_min,
                 options.read_ahead_max,
             )),
+            pieces: Pieces::new(pieces_capacity(cache.capacity())),
+            cache,
             options,
             link,
             counters,
@@ -150,7 +153,7 @@ impl Engine {
     /// Whether every block covering `range` is cached.
     #[cfg(any(feature = "hdf5", feature = "vfd"))]
     pub(crate) fn is_cached(&self, range: Range<u64>) -> bool {
-        self.missing_blocks([range]).is_empty()
+        self.pieces.holds(range.clone()) || self.missing_blocks([range]).is_empty()
     }
 
     /// The least and the most bytes a sequential stream reads ahead.
@@ -165,6 +168,9 @@ impl Engine {
         let bs = self.options.block_size;
         let needed = plan::blocks_covering(pos, len, bs);
         if needed.end - needed.start == 1 && self.read_one_cached(pos, buf, needed.start) {
+            return Ok(());
+        }
+        if self.read_from_piece(pos, buf) {
             return Ok(());
         }
         let mut have: Vec<Option<Block>> = needed
@@ -210,6 +216,22 @@ impl Engine {
         self.note_read(pos, buf.len() as u64, false);
         Counters::add(&self.counters.cache_hits, 1);
         Counters::add(&self.counters.bytes_read, buf.len() as u64);
+        true
+    }
+
+    /// Serves a read that lies inside one piece a guess fetched (waiting for
+    /// it if it is still coming). False if none holds it.
+    fn read_from_piece(&self, pos: u64, buf: &mut [u8]) -> bool {
+        let deadline = Instant::now() + self.options.read_timeout;
+        let rounds = self.counters.round_trips.load(Relaxed);
+        let Served::Yes { cost_a_round } = self.pieces.read(pos, buf, deadline, rounds) else {
+            return false;
+        };
+        let c = &self.counters;
+        Counters::add(&c.round_trips, cost_a_round.into());
+        Counters::add(&c.cache_hits, 1);
+        Counters::add(&c.bytes_read, buf.len() as u64);
+        self.note_read(pos, buf.len() as u64, false);
         true
     }
 
@@ -612,11 +634,21 @@ impl Engine {
         (left, claimed)
     }
 
-    /// The cached bytes from `pos` on, through consecutive cached blocks,
-    /// at most `max` of them: empty if the block holding `pos` is not
-    /// cached. Counts no read: it is for parsing what guesses brought.
+    /// The cached bytes from `pos` on, through consecutive cached blocks
+    /// (or else through the piece holding `pos`), at most `max` of them:
+    /// empty if neither holds `pos`. Counts no read: it is for parsing what
+    /// guesses brought.
     #[cfg(any(feature = "hdf5", feature = "vfd"))]
     pub(crate) fn cached_from(&self, pos: u64, max: usize) -> Vec<u8> {
+        let from_blocks = self.cached_in_blocks_from(pos, max);
+        if from_blocks.is_empty() {
+            return self.pieces.bytes_from(pos, max);
+        }
+        from_blocks
+    }
+
+    #[cfg(any(feature = "hdf5", feature = "vfd"))]
+    fn cached_in_blocks_from(&self, pos: u64, max: usize) -> Vec<u8> {
         let bs = self.options.block_size;
         let end = pos.saturating_add(max as u64).min(self.identity.size);
         let mut out = Vec::new();
@@ -635,6 +667,65 @@ impl Engine {
             at += take as u64;
         }
         out
+    }
+
+    /// Fetches `ranges` exactly, as pieces, on the calling thread: at most
+    /// `max_bytes` of them, those of the file's blocks in memory or on disk
+    /// excepted, in one round of at most
+    /// [`guess_concurrency`](Self::guess_concurrency) requests at once.
+    /// Returns the bytes fetched. A failure costs the guess only: readers
+    /// of those bytes read blocks and meet it themselves.
+    #[cfg(any(feature = "hdf5", feature = "vfd"))]
+    pub(crate) fn guess_pieces(&self, ranges: Vec<Range<u64>>, max_bytes: u64) -> u64 {
+        let size = self.identity.size;
+        let mut wanted: Vec<Range<u64>> = ranges
+            .into_iter()
+            .map(|r| r.start.min(size)..r.end.min(size))
+            .filter(|r| !r.is_empty() && !self.is_cached(r.clone()))
+            .collect();
+        if self.disk.is_some() && !wanted.is_empty() {
+            // Blocks on disk cost no request: whatever they hold is read
+            // from there, and only what they do not hold is fetched.
+            let (rest, _) = self.claim_guess(wanted.iter().cloned(), u64::MAX);
+            drop(rest);
+            wanted.retain(|r| !self.is_cached(r.clone()));
+        }
+        let mut total = 0u64;
+        wanted.retain(|r| {
+            total = total.saturating_add(r.end - r.start);
+            total <= max_bytes
+        });
+        let rounds = self.counters.round_trips.load(Relaxed);
+        let taken = self.pieces.claim(&wanted, rounds);
+        if taken.is_empty() {
+            return 0;
+        }
+        let fetched = taken.iter().map(|r| r.end - r.start).sum();
+        let deadline = Instant::now() + self.options.read_timeout;
+        *self.background.lock() += 1;
+        fan_out(
+            taken,
+            self.options.guess_concurrency as usize,
+            |range| {
+                let mut bytes = vec![0; (range.end - range.start) as usize];
+                let result = self.transport.fetch(
+                    range.clone(),
+                    &mut Sink::over(&mut bytes),
+                    &self.identity,
+                    deadline,
+                );
+                Done {
+                    attempts: *result.as_ref().unwrap_or(&1),
+                    outcome: (range, result.ok().map(|_| bytes)),
+                }
+            },
+            |(range, bytes)| {
+                self.pieces.deliver(range, bytes);
+                Next::Continue
+            },
+        );
+        self.background_ended();
+        fetched
     }
 
     fn background_ended(&self) {
@@ -681,6 +772,12 @@ impl Engine {
             outcome: (part, result.map(|_| buffers)),
         }
     }
+}
+
+/// The most bytes of pieces a file keeps: a quarter of its cache's
+/// capacity, and no more than 64 MiB (some 100,000 object headers).
+fn pieces_capacity(cache_capacity: u64) -> u64 {
+    (cache_capacity / 4).min(64 << 20)
 }
 
 /// Hands the outcome of fetching `part` to the claim: owned blocks go to the

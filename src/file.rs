@@ -211,6 +211,12 @@ impl RemoteFile {
         self.engine.prefetch_here(ranges, max_bytes)
     }
 
+    /// See [`Engine::guess_pieces`](crate::engine::Engine::guess_pieces).
+    #[cfg(any(feature = "hdf5", feature = "vfd"))]
+    pub(crate) fn guess_pieces(&self, ranges: Vec<std::ops::Range<u64>>, max_bytes: u64) -> u64 {
+        self.engine.guess_pieces(ranges, max_bytes)
+    }
+
     /// The least and the most bytes a sequential stream reads ahead now
     /// (the least follows the link).
     #[cfg(any(feature = "hdf5", feature = "vfd"))]

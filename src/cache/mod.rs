@@ -1,9 +1,10 @@
 //! The block cache: blocks of many files in one memory budget ([`BlockCache`]),
 //! the table of fetches in flight that keeps concurrent readers from fetching
-//! a block twice ([`flight`]), and the evicted buffers new blocks reuse
-//! ([`pool`]).
+//! a block twice ([`flight`]), the evicted buffers new blocks reuse
+//! ([`pool`]), and the small ranges a guess fetched exactly ([`pieces`]).
 
 mod flight;
+mod pieces;
 mod pool;
 
 use std::collections::HashMap;
@@ -15,6 +16,7 @@ use moka::policy::EvictionPolicy;
 use parking_lot::Mutex;
 
 pub(crate) use self::flight::{Claim, Pending};
+pub(crate) use self::pieces::{Pieces, Served};
 pub(crate) use self::pool::BufferPool;
 
 /// The most bytes of evicted blocks' buffers kept for reuse (and at most a

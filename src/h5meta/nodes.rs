@@ -9,6 +9,10 @@ fn local_heap_len(g: &Geometry) -> u64 {
     8 + 2 * u64::from(g.lengths) + u64::from(g.offsets)
 }
 
+/// How many bytes HDF5 reads of a local heap at first (its speculative
+/// read: the header and, where the writer put it next, the data segment).
+const LOCAL_HEAP_READ: u64 = 512;
+
 /// A symbol table node with room for all its entries.
 fn symbol_node_len(g: &Geometry) -> u64 {
     8 + 2 * u64::from(g.group_leaf_k) * entry_len(g)
@@ -193,6 +197,6 @@ pub(super) fn chunk_node_len(g: &Geometry, dims: u8) -> u64 {
 pub(super) fn group_lens(g: &Geometry) -> (u64, u64) {
     (
         btree_len(g, g.group_internal_k, u64::from(g.lengths)),
-        local_heap_len(g),
+        local_heap_len(g).max(LOCAL_HEAP_READ),
     )
 }

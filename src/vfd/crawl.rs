@@ -128,22 +128,24 @@ impl Shared {
         let ranges = |ts: Vec<&Target>| ts.iter().map(|t| t.bytes.clone()).collect::<Vec<_>>();
         let link = self.file.link_estimate();
         let gap = spans::gap_worth_filling(link);
-        let ahead = spans::ahead_of_cluster(gap);
         let budget = spans::guess_budget(link, self.file.guess_concurrency());
         let allowed = self.prefetch.lock().allowance(budget);
-        let clustered = ranges(clustered);
-        let mut wanted = spans::spans(&clustered, gap, ahead);
-        // Gaps are filled only while the budget covers every target too: a
-        // writer that spread its metadata among the data leaves no cluster
-        // to fill, only targets.
-        if spans::total(&wanted) > allowed {
-            wanted = spans::spans(&clustered, 0, 0);
-        }
-        wanted.extend(spans::spans(&ranges(among_data), 0, 0));
+        let block_size = self.file.block_size();
+        let wanted = spans::within_budget(
+            &ranges(clustered),
+            &ranges(among_data),
+            gap,
+            allowed,
+            block_size,
+        );
         if self.signal.lock().stop {
             return false;
         }
-        let fetched = self.file.prefetch_here(wanted, allowed);
+        let fetched = if spans::as_pieces(&wanted, self.file.block_size()) {
+            self.file.guess_pieces(wanted, allowed)
+        } else {
+            self.file.prefetch_here(wanted, allowed)
+        };
         self.prefetch.lock().fetched(fetched);
         for target in &missing {
             self.parse(target);

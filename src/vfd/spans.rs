@@ -30,6 +30,13 @@ pub(crate) fn ahead_of_cluster(gap: u64) -> u64 {
     gap / 2
 }
 
+/// The bytes fetched before the first target of a span, as a share of the
+/// gap worth filling: a few structures (a local heap's data segment, a
+/// header's continuation) go just before what points to them.
+pub(crate) fn behind_cluster(gap: u64) -> u64 {
+    gap / 8
+}
+
 /// The gap filled when the link is not known yet (or not considered): the
 /// bytes one round trip carries at about 70 MB/s and 30 ms per request.
 pub(crate) const UNKNOWN_LINK_GAP: u64 = 2 << 20;
@@ -69,9 +76,86 @@ pub(crate) fn spans(targets: &[Range<u64>], max_gap: u64, ahead: u64) -> Vec<Ran
     out
 }
 
+/// The least gap a wave fills when the budget cannot cover larger ones:
+/// a page of a writer's metadata, which costs no time next to a round
+/// trip on any link.
+const LEAST_SHRUNK_GAP: u64 = 4 << 10;
+
+/// The spans to fetch a wave in, within `allowed` bytes: `exact` targets
+/// (chunk-index nodes, whose gaps are raw data) as they are, `clustered`
+/// ones with the gaps between them filled up to `gap` bytes (and
+/// [`ahead_of_cluster`] past each span, [`behind_cluster`] before it), the
+/// gap halved until the spans fit,
+/// down to [`LEAST_SHRUNK_GAP`], then none. Where a writer spread its
+/// metadata among the data, the wave then still reads each small cluster
+/// whole (a group's header with its members next to it), not each target
+/// alone.
+///
+/// Spans are priced as they will be fetched ([`cost`]: in whole blocks of
+/// `block_size`, or as pieces), and filled gaps may take only half of
+/// `allowed`: the waves after this one need room for their targets.
+pub(crate) fn within_budget(
+    clustered: &[Range<u64>],
+    exact: &[Range<u64>],
+    gap: u64,
+    allowed: u64,
+    block_size: u64,
+) -> Vec<Range<u64>> {
+    let exact = spans(exact, 0, 0);
+    let with = |mut spans: Vec<Range<u64>>| {
+        spans.extend(exact.iter().cloned());
+        spans.sort_unstable_by_key(|s| s.start);
+        spans
+    };
+    let mut gap = gap;
+    loop {
+        let behind = behind_cluster(gap);
+        let widened: Vec<Range<u64>> = clustered
+            .iter()
+            .map(|r| r.start.saturating_sub(behind)..r.end)
+            .collect();
+        let wanted = with(spans(&widened, gap, ahead_of_cluster(gap)));
+        if gap == 0 || cost(&wanted, block_size) <= allowed / 2 {
+            return wanted;
+        }
+        gap = if gap / 2 >= LEAST_SHRUNK_GAP {
+            gap / 2
+        } else {
+            0
+        };
+    }
+}
+
+/// The bytes fetching `spans` costs: their own if they go as pieces (see
+/// [`as_pieces`]), else those of the blocks of `block_size` covering them.
+pub(crate) fn cost(spans: &[Range<u64>], block_size: u64) -> u64 {
+    if as_pieces(spans, block_size) {
+        return total(spans);
+    }
+    let bs = block_size.max(1);
+    spans
+        .iter()
+        .map(|s| (s.end.div_ceil(bs) - s.start / bs).saturating_mul(bs))
+        .sum()
+}
+
 /// The bytes `spans` cover.
 pub(crate) fn total(spans: &[Range<u64>]) -> u64 {
     spans.iter().map(|s| s.end - s.start).sum()
+}
+
+/// Whether a wave's spans go as pieces (each its own bytes, beside the
+/// block cache) rather than in whole blocks of `block_size`: when any span
+/// would cost more than twice its bytes in blocks — a target alone among
+/// raw data, where a block is mostly bytes nobody wants, and a wave of
+/// hundreds of them would cost hundreds of blocks. The wave's other spans
+/// go with them, so that it stays one round of one kind of request.
+pub(crate) fn as_pieces(spans: &[Range<u64>], block_size: u64) -> bool {
+    let bs = block_size.max(1);
+    spans.iter().any(|s| {
+        let blocks = s.end.div_ceil(bs) - s.start / bs;
+        blocks.saturating_mul(bs) > (s.end - s.start).saturating_mul(2)
+    })
 }
 
 /// The least bytes guessed beyond the metadata HDF5 has read, whatever the
@@ -157,6 +241,7 @@ impl Stream {
 }
 
 #[cfg(test)]
+#[allow(clippy::single_range_in_vec_init)] // one range, as a list of them
 mod tests {
     use std::time::Duration;
 
@@ -214,6 +299,56 @@ mod tests {
         assert_eq!(guess_budget(estimate(30, 25_000_000), 16), 48_000_000);
         assert_eq!(guess_budget(estimate(30, 1_000_000), 16), LEAST_BUDGET);
         assert_eq!(guess_budget(estimate(1000, u64::MAX), 16), MOST_BUDGET);
+    }
+
+    #[test]
+    fn a_small_budget_shrinks_the_gaps_filled_before_dropping_them() {
+        // Sweeps 800 kB apart, each a header with its members a few kB on.
+        let clustered: Vec<Range<u64>> = (0..100u64)
+            .flat_map(|i| {
+                let at = i * 800_000;
+                [at..at + 512, at + 3_000..at + 3_512]
+            })
+            .collect();
+        let node = [50_000_000..50_002_096];
+        let block = 128 << 10;
+        // A budget for all: one span.
+        let all = within_budget(&clustered, &node, 2 << 20, u64::MAX, block);
+        assert_eq!(all.len(), 2);
+        // 20 MB: each sweep's cluster whole, with a little after it, in
+        // at most half the budget.
+        let some = within_budget(&clustered, &node, 2 << 20, 20_000_000, block);
+        assert_eq!(some.len(), 101);
+        assert!(cost(&some, block) <= 10_000_000, "{}", cost(&some, block));
+        assert!(some.iter().all(|s| s.end - s.start >= 2_096));
+        // Too little for any gap: every target alone, the node always.
+        let none = within_budget(&clustered, &node, 2 << 20, 1000, block);
+        assert_eq!(none.len(), 201);
+        assert!(none.contains(&node[0]));
+    }
+
+    #[test]
+    fn spans_are_priced_as_they_are_fetched() {
+        let block = 100;
+        // Dense: whole blocks, the partly covered ones too.
+        assert_eq!(cost(&[50..250], block), 300);
+        // One span alone among raw data: the wave goes as pieces.
+        assert_eq!(cost(&[50..250, 1000..1010], block), 210);
+    }
+
+    #[test]
+    fn a_target_alone_among_raw_data_is_fetched_as_a_piece() {
+        let block = 128 << 10;
+        // A cluster of headers fills its blocks: blocks.
+        assert!(!as_pieces(
+            &[0..300_000, 1 << 20..(1 << 20) + 100_000],
+            block
+        ));
+        // One header among a sweep's data: a piece, and the wave with it.
+        assert!(as_pieces(&[0..300_000, 900_000..900_512], block));
+        // A span across a block boundary costs two blocks.
+        assert!(as_pieces(&[block - 50_000..block + 50_000], block));
+        assert!(!as_pieces(&[], block));
     }
 
     #[test]

@@ -1,0 +1,387 @@
+//! Pieces: small byte ranges fetched exactly, kept beside a file's blocks.
+//!
+//! A guess at metadata scattered through a file (an object header after
+//! each sweep's data, one every few hundred KB) would cost a whole block per
+//! target; a piece costs the target's own bytes. A reader whose range lies
+//! inside one piece is served from it; any other read goes to the blocks as
+//! before, so a piece is only ever a shortcut, never the only copy.
+//!
+//! Pieces never overlap: of a new range, only the bytes no piece holds or
+//! is fetching are fetched, and a piece that arrives next to another joins
+//! it, so a read across both is served whole. The store is bounded in
+//! bytes; past that, ranges are not taken (their readers fetch blocks).
+
+#![cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::{Condvar, Mutex};
+
+/// A file's pieces.
+pub(crate) struct Pieces {
+    state: Mutex<State>,
+    arrived: Condvar,
+    capacity: u64,
+}
+
+#[derive(Default)]
+struct State {
+    /// Each piece by its first byte.
+    by_start: BTreeMap<u64, Piece>,
+    /// Bytes of the pieces here and coming.
+    bytes: u64,
+}
+
+struct Piece {
+    end: u64,
+    bytes: Option<Arc<[u8]>>,
+    /// While the piece is coming: the round trips the file's readers had
+    /// counted when its fetch started, and whether a reader has waited for
+    /// it yet (see [`Served::cost_a_round`]).
+    rounds_at_start: u64,
+    waited: bool,
+}
+
+/// How a read from the pieces went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Served {
+    /// No piece holds the whole range (or the one that would failed).
+    No,
+    /// Copied from a piece; `cost_a_round` if the reader waited for a piece
+    /// whose fetch no counted round overlapped, and no reader waited for
+    /// it before (the same rule as a guessed block's).
+    Yes { cost_a_round: bool },
+}
+
+impl Pieces {
+    /// A store of at most `capacity` bytes.
+    pub(crate) fn new(capacity: u64) -> Pieces {
+        Pieces {
+            state: Mutex::new(State::default()),
+            arrived: Condvar::new(),
+            capacity,
+        }
+    }
+
+    /// Takes the bytes of `ranges` that no piece holds or is fetching,
+    /// as many as fit, marking them as coming, the file's readers having
+    /// counted `rounds` round trips so far. Returns the ranges taken, which
+    /// the caller must [`deliver`](Self::deliver) (or fail) each.
+    pub(crate) fn claim(&self, ranges: &[Range<u64>], rounds: u64) -> Vec<Range<u64>> {
+        let mut state = self.state.lock();
+        let mut taken = Vec::new();
+        for range in ranges {
+            for gap in state.gaps_in(range.clone()) {
+                let len = gap.end - gap.start;
+                if state.bytes.saturating_add(len) > self.capacity {
+                    continue;
+                }
+                state.bytes += len;
+                state.by_start.insert(
+                    gap.start,
+                    Piece {
+                        end: gap.end,
+                        bytes: None,
+                        rounds_at_start: rounds,
+                        waited: false,
+                    },
+                );
+                taken.push(gap);
+            }
+        }
+        taken
+    }
+
+    /// Hands over the bytes of a claimed range, or `None` if its fetch
+    /// failed (its readers then read blocks).
+    pub(crate) fn deliver(&self, range: Range<u64>, bytes: Option<Vec<u8>>) {
+        let mut state = self.state.lock();
+        let claimed = state
+            .by_start
+            .get(&range.start)
+            .is_some_and(|p| p.end == range.end && p.bytes.is_none());
+        if claimed {
+            match bytes.filter(|b| b.len() as u64 == range.end - range.start) {
+                Some(bytes) => state.join(range.start, bytes),
+                None => {
+                    state.by_start.remove(&range.start);
+                    state.bytes -= range.end - range.start;
+                }
+            }
+        }
+        drop(state);
+        self.arrived.notify_all();
+    }
+
+    /// Fills `buf` with the bytes at `pos` if the pieces hold them all,
+    /// waiting until `deadline` for pieces still coming; `rounds` is the
+    /// round trips the file's readers have counted now.
+    pub(crate) fn read(&self, pos: u64, buf: &mut [u8], deadline: Instant, rounds: u64) -> Served {
+        let end = pos.saturating_add(buf.len() as u64);
+        let mut state = self.state.lock();
+        let mut cost_a_round = false;
+        loop {
+            match state.cover(pos, end) {
+                Cover::None => return Served::No,
+                Cover::Here(start) => {
+                    let bytes = state.by_start[&start].bytes.as_ref().expect("here");
+                    let at = (pos - start) as usize;
+                    buf.copy_from_slice(&bytes[at..at + buf.len()]);
+                    return Served::Yes { cost_a_round };
+                }
+                Cover::Coming(starts) => {
+                    for start in starts {
+                        let piece = state.by_start.get_mut(&start).expect("coming");
+                        cost_a_round |= !piece.waited && piece.rounds_at_start == rounds;
+                        piece.waited = true;
+                    }
+                }
+            }
+            if self.arrived.wait_until(&mut state, deadline).timed_out() {
+                return Served::No;
+            }
+        }
+    }
+
+    /// Whether one piece here holds all of `range`.
+    pub(crate) fn holds(&self, range: Range<u64>) -> bool {
+        matches!(
+            self.state.lock().cover(range.start, range.end),
+            Cover::Here(_)
+        )
+    }
+
+    /// The bytes from `pos` to the end of the piece holding it, at most
+    /// `max`: empty if no piece here holds `pos`.
+    pub(crate) fn bytes_from(&self, pos: u64, max: usize) -> Vec<u8> {
+        let state = self.state.lock();
+        let Some((&start, piece)) = state.by_start.range(..=pos).next_back() else {
+            return Vec::new();
+        };
+        match &piece.bytes {
+            Some(bytes) if piece.end > pos => {
+                let at = (pos - start) as usize;
+                bytes[at..bytes.len().min(at.saturating_add(max))].to_vec()
+            }
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// How the pieces cover a range.
+enum Cover {
+    /// Not all of it.
+    None,
+    /// All of it, in the piece that starts there.
+    Here(u64),
+    /// All of it, in pieces one after the other, some still coming (those
+    /// that start there); once they arrive, they are one piece.
+    Coming(Vec<u64>),
+}
+
+impl State {
+    /// How the pieces cover `pos..end`.
+    fn cover(&self, pos: u64, end: u64) -> Cover {
+        let Some((&first, _)) = self.by_start.range(..=pos).next_back() else {
+            return Cover::None;
+        };
+        let mut coming = Vec::new();
+        let (mut reached, mut pieces) = (first, 0);
+        for (&start, piece) in self.by_start.range(first..) {
+            if start != reached || reached >= end.max(pos + 1) {
+                break;
+            }
+            if piece.bytes.is_none() {
+                coming.push(start);
+            }
+            reached = piece.end;
+            pieces += 1;
+        }
+        if reached < end || reached <= pos {
+            return Cover::None;
+        }
+        match (coming.is_empty(), pieces) {
+            (true, 1) => Cover::Here(first),
+            // Pieces here next to each other are joined on arrival.
+            (true, _) => Cover::None,
+            (false, _) => Cover::Coming(coming),
+        }
+    }
+
+    /// The parts of `range` no piece holds or is fetching.
+    fn gaps_in(&self, range: Range<u64>) -> Vec<Range<u64>> {
+        let mut gaps = Vec::new();
+        let mut at = range.start;
+        let first = self
+            .by_start
+            .range(..=range.start)
+            .next_back()
+            .map_or(range.start, |(&s, _)| s);
+        for (&start, piece) in self.by_start.range(first..range.end) {
+            if start > at {
+                gaps.push(at..start);
+            }
+            at = at.max(piece.end);
+        }
+        if at < range.end {
+            gaps.push(at..range.end);
+        }
+        gaps
+    }
+
+    /// Makes the piece claimed at `start` hold `bytes`, joined with the
+    /// pieces here just before and just after it.
+    fn join(&mut self, start: u64, bytes: Vec<u8>) {
+        let mut first = start;
+        let mut joined = bytes;
+        let before = self.by_start.range(..start).next_back();
+        if let Some((&s, p)) = before.filter(|(_, p)| p.end == start && p.bytes.is_some()) {
+            let mut whole = p.bytes.as_ref().expect("here").to_vec();
+            whole.extend_from_slice(&joined);
+            joined = whole;
+            self.by_start.remove(&start);
+            first = s;
+        }
+        let end = first + joined.len() as u64;
+        let after = self.by_start.get(&end).filter(|p| p.bytes.is_some());
+        if let Some(next) = after.and_then(|p| p.bytes.clone()) {
+            joined.extend_from_slice(&next);
+            self.by_start.remove(&end);
+        }
+        let end = first + joined.len() as u64;
+        let piece = self.by_start.get_mut(&first).expect("claimed or joined");
+        piece.end = end;
+        piece.bytes = Some(Arc::from(joined));
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::single_range_in_vec_init)] // one range, as a list of them
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn soon() -> Instant {
+        Instant::now() + Duration::from_secs(5)
+    }
+
+    #[test]
+    fn a_read_inside_a_piece_is_served_from_it() {
+        let pieces = Pieces::new(1 << 20);
+        assert_eq!(
+            pieces.claim(&[100..200, 1000..1010], 0),
+            [100..200, 1000..1010]
+        );
+        pieces.deliver(100..200, Some((0..100).collect()));
+        let mut buf = [0; 10];
+        assert_eq!(
+            pieces.read(150, &mut buf, soon(), 0),
+            Served::Yes {
+                cost_a_round: false
+            }
+        );
+        assert_eq!(buf, [50, 51, 52, 53, 54, 55, 56, 57, 58, 59]);
+        assert!(pieces.holds(100..200));
+        assert!(!pieces.holds(100..201), "past its end");
+        assert!(!pieces.holds(1000..1010), "still coming");
+        let mut past = [0; 60];
+        assert_eq!(pieces.read(150, &mut past, soon(), 0), Served::No);
+        assert_eq!(pieces.bytes_from(190, 100), (90..100).collect::<Vec<u8>>());
+        assert!(pieces.bytes_from(200, 100).is_empty());
+        assert!(pieces.bytes_from(50, 100).is_empty());
+    }
+
+    #[test]
+    fn a_failed_or_short_piece_serves_nothing_and_frees_its_room() {
+        let pieces = Pieces::new(100);
+        assert_eq!(
+            pieces.claim(&[0..60, 100..160], 0),
+            vec![0..60],
+            "room for one"
+        );
+        pieces.deliver(0..60, Some(vec![1; 59]));
+        assert_eq!(pieces.read(0, &mut [0; 4], soon(), 0), Served::No);
+        assert_eq!(pieces.claim(&[100..160], 0), vec![100..160]);
+        pieces.deliver(100..160, None);
+        assert!(!pieces.holds(100..101));
+    }
+
+    #[test]
+    fn only_bytes_no_piece_holds_are_fetched_and_neighbours_join() {
+        let pieces = Pieces::new(1 << 20);
+        assert_eq!(pieces.claim(&[100..200], 0), vec![100..200]);
+        // A longer read of a header: only its rest, while the first part
+        // is still coming.
+        assert_eq!(pieces.claim(&[100..400, 150..160], 0), vec![200..400]);
+        assert_eq!(pieces.claim(&[50..450], 0), [50..100, 400..450]);
+        pieces.deliver(200..400, Some(vec![2; 200]));
+        pieces.deliver(50..100, Some(vec![0; 50]));
+        assert!(!pieces.holds(150..250), "a part still coming");
+        pieces.deliver(100..200, Some(vec![1; 100]));
+        assert!(pieces.holds(50..400));
+        assert!(!pieces.holds(50..401));
+        let mut buf = [9; 4];
+        assert!(matches!(
+            pieces.read(198, &mut buf, soon(), 0),
+            Served::Yes { .. }
+        ));
+        assert_eq!(buf, [1, 1, 2, 2]);
+        // The last part failed: the rest still serves what it holds.
+        pieces.deliver(400..450, None);
+        assert!(pieces.holds(50..400) && !pieces.holds(390..410));
+        assert_eq!(pieces.claim(&[0..500], 0), [0..50, 400..500]);
+    }
+
+    #[test]
+    fn a_read_across_a_piece_still_coming_waits_for_it() {
+        let pieces = Arc::new(Pieces::new(1 << 20));
+        pieces.claim(&[0..10], 0);
+        pieces.deliver(0..10, Some(vec![1; 10]));
+        pieces.claim(&[10..20], 0);
+        let deliver = {
+            let pieces = Arc::clone(&pieces);
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                pieces.deliver(10..20, Some(vec![2; 10]));
+            })
+        };
+        let mut buf = [0; 4];
+        let served = pieces.read(8, &mut buf, soon(), 0);
+        deliver.join().unwrap();
+        assert!(matches!(served, Served::Yes { .. }));
+        assert_eq!(buf, [1, 1, 2, 2]);
+    }
+
+    #[test]
+    fn waiting_for_a_piece_costs_one_round_unless_a_round_overlapped_it() {
+        let wait = |rounds_now: u64| {
+            let pieces = Arc::new(Pieces::new(1 << 20));
+            pieces.claim(&[0..10], 5);
+            let deliver = {
+                let pieces = Arc::clone(&pieces);
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(50));
+                    pieces.deliver(0..10, Some(vec![1; 10]));
+                })
+            };
+            let mut buf = [0; 10];
+            let served = pieces.read(0, &mut buf, soon(), rounds_now);
+            deliver.join().unwrap();
+            assert_eq!(buf, [1; 10]);
+            served
+        };
+        let cost = |cost_a_round| Served::Yes { cost_a_round };
+        assert_eq!(wait(5), cost(true));
+        assert_eq!(wait(6), cost(false), "a round was counted meanwhile");
+        let pieces = Pieces::new(1 << 20);
+        pieces.claim(&[0..10], 5);
+        assert_eq!(
+            pieces.read(0, &mut [0; 10], Instant::now(), 5),
+            Served::No,
+            "timed out: the reader reads blocks"
+        );
+    }
+}
