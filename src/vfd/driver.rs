@@ -776,6 +776,52 @@ mod tests {
     }
 
     #[test]
+    fn guessed_pieces_cost_their_own_bytes_and_serve_reads_inside_them() {
+        let data = support::test_data(1 << 20, 5);
+        let server = support::RangeServer::new(data.clone());
+        let remote = support::builder()
+            .block_size(128 << 10)
+            .open(server.url("/p.h5"))
+            .unwrap();
+        let opened = server.requests();
+        // Two headers alone among raw data, and one the server fails.
+        server.set_hook(|req, reply| match req.range() {
+            Some((500_000, _)) => support::Reply::new(500),
+            _ => reply,
+        });
+        let wanted = vec![300_000..300_512, 500_000..500_100, 700_000..700_600];
+        let fetched = remote.guess_pieces(wanted.clone(), u64::MAX);
+        assert_eq!(fetched, 1212);
+        let mut asked = server.ranges()[opened..].to_vec();
+        asked.sort_unstable();
+        asked.dedup();
+        assert_eq!(
+            asked,
+            [(300_000, 300_511), (500_000, 500_099), (700_000, 700_599)],
+            "each its own bytes, no block"
+        );
+        server.set_hook(|_, reply| reply);
+        let guessed = server.requests();
+        assert!(remote.is_cached(300_000..300_512) && remote.is_cached(700_100..700_600));
+        assert!(!remote.is_cached(500_000..500_100), "the failed one");
+        let held = vec![wanted[0].clone(), wanted[2].clone()];
+        assert_eq!(remote.guess_pieces(held, u64::MAX), 0, "nothing twice");
+        let mut header = vec![0; 400];
+        remote.read_exact_at(700_150, &mut header).unwrap();
+        assert_eq!(header, data[700_150..700_550]);
+        assert_eq!(server.requests(), guessed, "served by the piece");
+        // A read past a piece's end, or where a piece failed, reads blocks.
+        let mut past = vec![0; 600];
+        remote.read_exact_at(300_000, &mut past).unwrap();
+        assert_eq!(past, data[300_000..300_600]);
+        remote.read_exact_at(500_000, &mut header).unwrap();
+        assert_eq!(header, data[500_000..500_400]);
+        assert!(server.requests() > guessed);
+        // The allowance bounds what is fetched.
+        assert_eq!(remote.guess_pieces(vec![900_000..900_512], 511), 0);
+    }
+
+    #[test]
     fn reads_zero_fill_past_eof_and_refuse_past_eoa() {
         let data = support::test_data(10_000, 4);
         let (file, _server) = driver_file(&data, 12_000);
