@@ -93,9 +93,19 @@ impl Engine {
         }
     }
 
-    /// Caches block `index`, fetched while opening the file.
+    /// Caches block `index`, fetched while opening the file, if it is as
+    /// long as that block of the file is now (a block of another version
+    /// of the file never enters either cache).
     pub(crate) fn seed(&self, index: u64, bytes: Vec<u8>) {
-        if !bytes.is_empty() {
+        let whole = bytes.len() as u64 == self.block_len(index);
+        if !whole {
+            tracing::debug!(
+                index,
+                len = bytes.len(),
+                "a block fetched at open is not the file's block now; not cached"
+            );
+        }
+        if whole && !bytes.is_empty() {
             if let Some(disk) = &self.disk {
                 disk.write(index, &bytes);
             }

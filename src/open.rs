@@ -115,7 +115,9 @@ fn warm_open(
     if age < builder.revalidate_after {
         return Ok(Some((Opened { identity, first }, false)));
     }
-    match transport.open_unless(first_len.max(1), &identity)? {
+    // A whole first block is asked for, not the known version's: if the
+    // file changed, its size may have too.
+    match transport.open_unless(builder.block_size, &identity)? {
         None => Ok(Some((Opened { identity, first }, true))),
         Some(changed) => Ok(Some((changed, true))),
     }

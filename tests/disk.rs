@@ -288,6 +288,46 @@ fn a_warm_open_of_a_changed_file_reads_the_new_version_and_drops_the_old() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A file cached at one size, then changed to another (Last-Modified only,
+/// as many servers validate): the warm open reads the new version whole,
+/// whatever the sizes are next to the block size.
+#[test]
+fn a_warm_open_of_a_file_that_grew_or_shrank_reads_the_new_bytes() {
+    let block = BLOCK as usize;
+    let sizes = [
+        (1_000, 200_000),
+        (200_000, 1_000),
+        (block, block + 1),
+        (block + 1, block),
+        (block - 1, 3 * block),
+        (3 * block, block - 1),
+    ];
+    for (n, (old_len, new_len)) in sizes.into_iter().enumerate() {
+        let seed = 80 + 2 * n as u64;
+        let server = RangeServer::new(test_data(old_len, seed));
+        server.set_etag(None);
+        server.set_last_modified(Some("Mon, 30 Nov 2026 12:00:00 GMT"));
+        let dir = temp_dir(&format!("resized-{n}"));
+        let old = open(&server, "/f", &dir);
+        assert_eq!(read(&old, 0, old_len), test_data(old_len, seed));
+        drop(old);
+        let new_data = test_data(new_len, seed + 1);
+        server.set_data(new_data.clone());
+        server.set_last_modified(Some("Tue, 01 Dec 2026 12:00:00 GMT"));
+        let new = open(&server, "/f", &dir);
+        assert_eq!(new.len(), new_len as u64, "{old_len} -> {new_len}");
+        assert_eq!(read(&new, 0, new_len), new_data, "{old_len} -> {new_len}");
+        // A read across the first two blocks, where a short first block
+        // would have put the second's bytes at the wrong offsets.
+        if new_len > block + 10 {
+            let across = read(&new, BLOCK - 10, 20);
+            assert_eq!(across, new_data[block - 10..block + 10]);
+        }
+        assert_eq!(new.stats().disk_hits, 0, "{old_len} -> {new_len}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
 #[test]
 fn within_revalidate_after_a_warm_open_asks_nothing() {
     let data = test_data(1 << 20, 72);
