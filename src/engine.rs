@@ -421,10 +421,9 @@ impl Engine {
         };
         // One fetch per block across processes: blocks another process is
         // fetching are waited for on disk, after this process's own.
-        let stale = self.options.read_timeout;
         let (mut locks, mut theirs) = (Vec::new(), Vec::new());
         for index in claim.owned.clone() {
-            match disk.claim_fetch(index, stale) {
+            match disk.claim_fetch(index) {
                 Fetcher::Me(lock) => {
                     // Another process may have written it and let go of its
                     // lock since the disk was asked: look once more.
@@ -444,7 +443,7 @@ impl Engine {
         }
         let mut waited = false;
         for index in theirs {
-            if let Some(bytes) = disk.wait_for(index, self.block_len(index), deadline, stale) {
+            if let Some(bytes) = disk.wait_for(index, self.block_len(index), deadline) {
                 waited = true;
                 self.hand_over(claim, index, bytes, is_needed, got);
             }
@@ -738,6 +737,19 @@ impl Engine {
         fetched
     }
 
+    /// Counts background work that is not one fetch (the HDF5 driver's
+    /// crawl, from the moment it has work until it has none) for as long
+    /// as the returned guard lives: [`wait_for_background`](Self::wait_for_background)
+    /// waits for it too, so a measurement never reads the statistics
+    /// between two of its waves.
+    #[cfg(any(feature = "hdf5", feature = "vfd"))]
+    pub(crate) fn background_work(self: &Arc<Self>) -> BackgroundWork {
+        *self.background.lock() += 1;
+        BackgroundWork {
+            engine: Arc::clone(self),
+        }
+    }
+
     fn background_ended(&self) {
         *self.background.lock() -= 1;
         self.background_done.notify_all();
@@ -857,6 +869,19 @@ fn copy_out<'a>(
         skip = 0;
     }
     debug_assert_eq!(written, buf.len());
+}
+
+/// Background work under way until dropped: see [`Engine::background_work`].
+#[cfg(any(feature = "hdf5", feature = "vfd"))]
+pub(crate) struct BackgroundWork {
+    engine: Arc<Engine>,
+}
+
+#[cfg(any(feature = "hdf5", feature = "vfd"))]
+impl Drop for BackgroundWork {
+    fn drop(&mut self) {
+        self.engine.background_ended();
+    }
 }
 
 #[cfg(test)]

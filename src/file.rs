@@ -211,6 +211,12 @@ impl RemoteFile {
         self.engine.prefetch_here(ranges, max_bytes)
     }
 
+    /// See [`Engine::background_work`](crate::engine::Engine::background_work).
+    #[cfg(any(feature = "hdf5", feature = "vfd"))]
+    pub(crate) fn background_work(&self) -> crate::engine::BackgroundWork {
+        self.engine.background_work()
+    }
+
     /// See [`Engine::guess_pieces`](crate::engine::Engine::guess_pieces).
     #[cfg(any(feature = "hdf5", feature = "vfd"))]
     pub(crate) fn guess_pieces(&self, ranges: Vec<std::ops::Range<u64>>, max_bytes: u64) -> u64 {
@@ -347,7 +353,8 @@ impl RemoteFile {
 
     /// Waits until the fetches started by
     /// [`prefetch_in_background`](RemoteFile::prefetch_in_background) (by
-    /// this file or any clone, and by the HDF5 driver's metadata prefetch)
+    /// this file or any clone, and by the HDF5 driver's metadata prefetch,
+    /// whose crawl counts from the moment it has work until it has none)
     /// have ended, for at most `timeout`; returns whether they have. For
     /// measurements: [`stats`](RemoteFile::stats) then counts all of them.
     ///

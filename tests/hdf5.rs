@@ -52,6 +52,16 @@ fn serve(path: &PathBuf) -> RangeServer {
     RangeServer::new(std::fs::read(path).expect("read the test file"))
 }
 
+/// As [`serve`], each answer 10 ms late: a race between the crawl and
+/// HDF5 is then decided by the network, as on a real link, not by which
+/// thread a busy machine runs first.
+fn serve_far_away(path: &PathBuf) -> RangeServer {
+    serve(path).with_hook(|_, reply| {
+        std::thread::sleep(Duration::from_millis(10));
+        reply
+    })
+}
+
 fn open_remote(server: &RangeServer, name: &str) -> (h5::File, remfile::RemoteFile) {
     let remote = builder().open(server.url(name)).expect("open over HTTP");
     let file = h5::open(remote.clone()).expect("open as HDF5");
@@ -407,7 +417,7 @@ fn walk_spread(
 
 #[test]
 fn the_metadata_prefetch_walks_a_file_in_fewer_rounds() {
-    let server = serve(spread_file());
+    let server = serve_far_away(spread_file());
     let (off, off_read, quiet) = walk_spread(&server, spread_file(), false);
     let (on, on_read, did) = walk_spread(&server, spread_file(), true);
     eprintln!("prefetch off: walk {off:?}, read {off_read:?}");
@@ -487,7 +497,7 @@ fn damaged_metadata_reads_the_same_remotely_and_locally() {
 
 #[test]
 fn the_metadata_prefetch_reads_the_latest_format_too() {
-    let server = serve(spread_file_latest());
+    let server = serve_far_away(spread_file_latest());
     let (off, _, _) = walk_spread(&server, spread_file_latest(), false);
     let (on, _, did) = walk_spread(&server, spread_file_latest(), true);
     eprintln!("latest format: prefetch off: {off:?}\n  on: {on:?}; {did:?}");

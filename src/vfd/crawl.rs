@@ -15,6 +15,7 @@ use parking_lot::{Condvar, Mutex};
 use super::prefetch::{MAX_PIECE, Prefetcher};
 use super::spans;
 use crate::RemoteFile;
+use crate::engine::BackgroundWork;
 use crate::h5meta::Target;
 
 /// The crawl of one file, stopped when dropped.
@@ -31,8 +32,9 @@ struct Shared {
 
 #[derive(Default)]
 struct Signal {
-    /// The frontier may have targets.
-    work: bool,
+    /// The frontier may have targets: background work under way from the
+    /// wake that said so until the thread has crawled them.
+    work: Option<BackgroundWork>,
     stop: bool,
     /// The thread has been started (or could not be).
     started: bool,
@@ -54,7 +56,9 @@ impl Crawler {
     /// first time.
     pub fn wake(&self) {
         let mut signal = self.shared.signal.lock();
-        signal.work = true;
+        if signal.work.is_none() && !signal.stop {
+            signal.work = Some(self.shared.file.background_work());
+        }
         if !signal.started {
             signal.started = true;
             let shared = Arc::clone(&self.shared);
@@ -62,6 +66,9 @@ impl Crawler {
                 .name("remfile-crawl".into())
                 .spawn(move || shared.run());
             if let Err(e) = spawned {
+                // No crawl then: nothing holds background work for it.
+                signal.work = None;
+                signal.stop = true;
                 tracing::debug!(error = %e, "no thread for the metadata crawl");
             }
         }
@@ -72,7 +79,10 @@ impl Crawler {
 impl Crawler {
     /// Stops the crawl: it starts no further wave.
     pub fn stop(&self) {
-        self.shared.signal.lock().stop = true;
+        let mut signal = self.shared.signal.lock();
+        signal.stop = true;
+        signal.work = None;
+        drop(signal);
         self.shared.wake.notify_one();
     }
 }
@@ -86,16 +96,18 @@ impl Drop for Crawler {
 impl Shared {
     fn run(&self) {
         loop {
-            {
+            // Held until this round of waves has ended: a wake meanwhile
+            // leaves work of its own for the next round.
+            let _working = {
                 let mut signal = self.signal.lock();
-                while !signal.work && !signal.stop {
+                while signal.work.is_none() && !signal.stop {
                     self.wake.wait(&mut signal);
                 }
                 if signal.stop {
                     return;
                 }
-                signal.work = false;
-            }
+                signal.work.take()
+            };
             while self.wave() {
                 if self.signal.lock().stop {
                     return;
