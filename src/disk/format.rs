@@ -28,6 +28,12 @@ pub(crate) struct Owner<'a> {
     pub index: u64,
 }
 
+/// The length of the block file of `owner` holding `payload_len` bytes:
+/// no block file of a block of at most that length is longer.
+pub(crate) fn encoded_len(owner: Owner<'_>, payload_len: u64) -> u64 {
+    (SIGNATURE.len() + 4 + owner.identity.len() + 28) as u64 + payload_len
+}
+
 /// The bytes of a block file holding `payload`.
 pub(crate) fn encode(owner: Owner<'_>, payload: &[u8]) -> Vec<u8> {
     let id = owner.identity.as_bytes();
@@ -90,6 +96,7 @@ mod tests {
     fn a_block_reads_back_only_as_itself() {
         let payload: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
         let bytes = encode(OWNER, &payload);
+        assert_eq!(bytes.len() as u64, encoded_len(OWNER, 4096));
         assert_eq!(decode(OWNER, &bytes), Ok(&payload[..]));
         let other = |f: fn(&mut Owner<'static>)| {
             let mut o = OWNER;

@@ -9,8 +9,18 @@
 //! deleted and fetched again. A directory that cannot be written, a full
 //! disk or a directory deleted underneath are never errors for a read: the
 //! bytes come from the network, with a `warn` event.
+//!
+//! Everything in the directory is the user's alone, and nothing planted in
+//! it is followed ([`private`]); one process fetches a block while the
+//! others wait for it ([`lock`]); each file's last version seen is
+//! recorded ([`record`]).
 
 mod format;
+mod lock;
+mod private;
+mod record;
+
+pub(crate) use record::{identity, name};
 
 use std::fmt;
 use std::fs;
@@ -18,11 +28,12 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use parking_lot::Mutex;
 
 use self::format::Owner;
+pub(crate) use self::lock::FetchLock;
 
 /// Eviction frees space down to this fraction of the capacity, so that it
 /// does not run again at the next block.
@@ -45,9 +56,19 @@ const STALE_TEMPORARY: Duration = Duration::from_secs(3600);
 /// whose signatures change still find their blocks, and a changed file never
 /// receives its old bytes. A file with no validator is not cached on disk.
 ///
-/// Several processes may use one directory at once. Its size is kept under
-/// `capacity` (plus the blocks being written), evicting the least recently
-/// used blocks.
+/// Several processes may use one directory at once, and one block is
+/// fetched by one of them while the others wait for it. Its size is kept
+/// under `capacity` (plus the blocks being written), evicting the least
+/// recently used blocks.
+///
+/// The directory and everything in it are private to the user (0700 and
+/// 0600), and [`open`](DiskCache::open) refuses a directory another user
+/// could write. Nothing found in it is followed: a link, a FIFO or a file
+/// longer than a block file is never read through, written through or
+/// waited on. A directory on a network filesystem (NFSv3 or later, Lustre)
+/// is shared by every machine that mounts it: exclusive creation and
+/// rename must be atomic there, and the machines' clocks agree within a
+/// second or two.
 ///
 /// Cloning is cheap and yields a handle to the same cache.
 ///
@@ -84,16 +105,29 @@ impl fmt::Debug for DiskCache {
 }
 
 impl DiskCache {
-    /// Opens (creating it if need be) the cache in `dir`, which holds at
-    /// most `capacity` bytes of blocks.
+    /// Opens (creating it, private to the user, if need be) the cache in
+    /// `dir`, which holds at most `capacity` bytes of blocks.
     ///
     /// # Errors
     ///
-    /// The directory cannot be created or read.
+    /// The directory cannot be created or read, or another user could write
+    /// it or its parts (owned by someone else, group or world writable, a
+    /// part replaced by a link): [`io::ErrorKind::PermissionDenied`], with
+    /// a message that says which. Such a directory would let them plant
+    /// blocks that a read serves, or read the blocks.
+    ///
+    /// ```no_run
+    /// match remfile::DiskCache::open("/tmp/shared-by-everyone", 1 << 30) {
+    ///     Ok(disk) => println!("caching in {}", disk.dir().display()),
+    ///     Err(e) => eprintln!("no disk cache: {e}"),
+    /// }
+    /// ```
     pub fn open(dir: impl AsRef<Path>, capacity: u64) -> io::Result<DiskCache> {
         let dir = dir.as_ref().to_path_buf();
-        fs::create_dir_all(dir.join("blocks"))?;
-        fs::create_dir_all(dir.join("tmp"))?;
+        private::make_top_dir(&dir)?;
+        for part in ["blocks", "tmp", "files"] {
+            private::make_dir(&dir.join(part))?;
+        }
         let used = block_files(&dir).iter().map(|b| b.len).sum();
         Ok(DiskCache {
             inner: Arc::new(Inner {
@@ -139,6 +173,58 @@ impl DiskCache {
             .dir
             .join("blocks")
             .join(format!("{:016x}", fnv1a(identity.as_bytes())))
+    }
+
+    fn files_dir(&self) -> PathBuf {
+        self.inner.dir.join("files")
+    }
+
+    /// Makes `dir`, a directory inside the cache, and those between, each
+    /// private and none a link (a directory deleted underneath is made
+    /// again).
+    fn make_inside(&self, dir: &Path) -> io::Result<()> {
+        let top = &self.inner.dir;
+        private::make_top_dir(top)?;
+        let inside = dir.strip_prefix(top).map_err(io::Error::other)?;
+        let mut at = top.clone();
+        for part in inside.components() {
+            at.push(part);
+            private::make_dir(&at)?;
+        }
+        Ok(())
+    }
+
+    /// Writes `bytes` to a new temporary file, then renames it to `path`
+    /// (in a directory of the cache): a reader sees the whole file or none
+    /// of it, and whatever was at `path` (a link included) is replaced,
+    /// never written through.
+    fn write_file(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        use std::io::Write;
+        let tmp = self.inner.dir.join("tmp");
+        let (temporary, mut file) = match private::create_temporary(&tmp) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                self.make_inside(&tmp)?;
+                private::create_temporary(&tmp)?
+            }
+            other => other?,
+        };
+        let renamed = file.write_all(bytes).and_then(|()| {
+            drop(file);
+            let parent = path.parent().unwrap_or(&self.inner.dir);
+            match fs::symlink_metadata(parent) {
+                Ok(meta) if meta.is_dir() => {}
+                _ => {
+                    // Gone (deleted underneath), or replaced: made again.
+                    let _ = fs::remove_file(parent);
+                    self.make_inside(parent)?;
+                }
+            }
+            fs::rename(&temporary, path)
+        });
+        if renamed.is_err() {
+            let _ = fs::remove_file(&temporary);
+        }
+        renamed
     }
 
     fn warn_once(&self, what: &str, error: &io::Error) {
@@ -193,17 +279,29 @@ impl DiskFile {
         self.dir.join(format!("{}-{index}", self.block_size))
     }
 
+    /// The longest a block file of this file can be.
+    fn max_file_len(&self, index: u64) -> u64 {
+        format::encoded_len(self.owner(index), self.block_size)
+    }
+
     /// Block `index`, `len` bytes long, if it is on disk and intact. A block
-    /// file that is not is deleted.
+    /// file that is not (a link, a FIFO, too long included) is deleted.
     pub(crate) fn read(&self, index: u64, len: u64) -> Option<Vec<u8>> {
         let path = self.path(index);
-        let bytes = fs::read(&path).ok()?;
+        let max = self.max_file_len(index);
+        let bytes = match private::read_regular(&path, max) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "disk cache: not a block file; removed");
+                let _ = fs::remove_file(&path);
+                return None;
+            }
+        };
         match format::decode(self.owner(index), &bytes) {
             Ok(payload) if payload.len() as u64 == len => {
                 // Reading is using: the block is the most recently used now.
-                if let Ok(f) = fs::File::options().write(true).open(&path) {
-                    let _ = f.set_modified(SystemTime::now());
-                }
+                let _ = private::touch(&path, max);
                 Some(payload.to_vec())
             }
             outcome => {
@@ -219,10 +317,7 @@ impl DiskFile {
     pub(crate) fn write(&self, index: u64, payload: &[u8]) {
         let bytes = format::encode(self.owner(index), payload);
         let inner = &self.cache.inner;
-        let temporary = temporary_path(&inner.dir);
-        let written = write_then_rename(&temporary, &self.path(index), &bytes, &self.dir);
-        if let Err(e) = written {
-            let _ = fs::remove_file(&temporary);
+        if let Err(e) = self.cache.write_file(&self.path(index), &bytes) {
             self.cache.warn_once("cannot write a block", &e);
             return;
         }
@@ -230,19 +325,6 @@ impl DiskFile {
         if used > inner.capacity {
             self.cache.evict();
         }
-    }
-}
-
-/// A claim on fetching one block for every process using the directory: a
-/// lock file beside the block, deleted when dropped (the block written or
-/// given up).
-pub(crate) struct FetchLock {
-    path: PathBuf,
-}
-
-impl Drop for FetchLock {
-    fn drop(&mut self) {
-        let _ = fs::remove_file(&self.path);
     }
 }
 
@@ -261,53 +343,35 @@ impl DiskFile {
     }
 
     /// Claims block `index` for this process to fetch, unless another process
-    /// is fetching it. A lock whose process died, or older than `stale`, is
-    /// taken over: a dead process never makes others wait.
-    pub(crate) fn claim_fetch(&self, index: u64, stale: Duration) -> Fetcher {
+    /// is fetching it (see [`lock`] for when a lock is left over and taken).
+    pub(crate) fn claim_fetch(&self, index: u64) -> Fetcher {
         let path = self.lock_path(index);
-        for _ in 0..2 {
-            let created = fs::File::options().write(true).create_new(true).open(&path);
-            match created {
-                Ok(mut f) => {
-                    use std::io::Write;
-                    let _ = writeln!(f, "{}", std::process::id());
-                    return Fetcher::Me(Some(FetchLock { path }));
-                }
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                    if !lock_is_stale(&path, stale) {
-                        return Fetcher::Other;
-                    }
-                    let _ = fs::remove_file(&path);
-                }
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    if fs::create_dir_all(&self.dir).is_err() {
-                        return Fetcher::Me(None);
-                    }
-                }
-                Err(_) => return Fetcher::Me(None),
-            }
+        let taken = match FetchLock::take(&path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => self
+                .cache
+                .make_inside(&self.dir)
+                .and_then(|()| FetchLock::take(&path)),
+            other => other,
+        };
+        match taken {
+            Ok(Some(lock)) => Fetcher::Me(Some(lock)),
+            Ok(None) => Fetcher::Other,
+            Err(_) => Fetcher::Me(None),
         }
-        Fetcher::Me(None)
     }
 
     /// Waits for another process to write block `index` (`len` bytes): the
-    /// block once it is on disk; `None` once no live process holds its lock
-    /// without having written it, or at `deadline`.
-    pub(crate) fn wait_for(
-        &self,
-        index: u64,
-        len: u64,
-        deadline: std::time::Instant,
-        stale: Duration,
-    ) -> Option<Vec<u8>> {
+    /// block once it is on disk; `None` once no one holds its lock without
+    /// having written it, after [`lock::WAIT_AT_MOST`], or at `deadline`.
+    pub(crate) fn wait_for(&self, index: u64, len: u64, deadline: Instant) -> Option<Vec<u8>> {
         let lock = self.lock_path(index);
+        let deadline = deadline.min(Instant::now() + lock::WAIT_AT_MOST);
         let mut pause = Duration::from_millis(1);
         loop {
             if let Some(block) = self.read(index, len) {
                 return Some(block);
             }
-            let held = lock.exists() && !lock_is_stale(&lock, stale);
-            if !held || std::time::Instant::now() >= deadline {
+            if !lock::is_held(&lock) || Instant::now() >= deadline {
                 // Written just before the lock went, perhaps.
                 return self.read(index, len);
             }
@@ -315,67 +379,6 @@ impl DiskFile {
             pause = (pause * 2).min(Duration::from_millis(20));
         }
     }
-}
-
-/// A lock with no process id in it this long after it was made was left by
-/// a process killed between making it and writing its id.
-const LOCK_GRACE: Duration = Duration::from_secs(2);
-
-/// Whether the lock at `path` is left over: its process is gone (where the
-/// system says which processes live), it never got its process's id, or it
-/// is older than `stale`.
-fn lock_is_stale(path: &Path, stale: Duration) -> bool {
-    let Ok(meta) = fs::metadata(path) else {
-        return false;
-    };
-    let age = meta
-        .modified()
-        .ok()
-        .and_then(|t| t.elapsed().ok())
-        .unwrap_or_default();
-    let pid = fs::read_to_string(path)
-        .ok()
-        .and_then(|pid| pid.trim().parse::<u32>().ok());
-    let dead = match pid {
-        Some(pid) => {
-            let proc = Path::new("/proc");
-            proc.join("self").exists() && !proc.join(pid.to_string()).exists()
-        }
-        None => age > LOCK_GRACE,
-    };
-    age > stale || dead
-}
-
-/// A name under `dir/tmp` that no other writer uses: the process's id, and
-/// a count shared by every cache handle of the process (two handles on one
-/// directory must not write to the same temporary file).
-fn temporary_path(dir: &Path) -> PathBuf {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, Relaxed);
-    dir.join("tmp")
-        .join(format!("{}-{n}.tmp", std::process::id()))
-}
-
-/// Writes `bytes` to `temporary`, then renames it to `path`: a reader sees
-/// the whole block or none of it.
-fn write_then_rename(temporary: &Path, path: &Path, bytes: &[u8], dir: &Path) -> io::Result<()> {
-    let write = || fs::write(temporary, bytes);
-    if let Err(e) = write() {
-        if e.kind() != io::ErrorKind::NotFound {
-            return Err(e);
-        }
-        // The directory was deleted underneath: make it again, once.
-        fs::create_dir_all(temporary.parent().unwrap_or(dir))?;
-        write()?;
-    }
-    if let Err(e) = fs::rename(temporary, path) {
-        if e.kind() != io::ErrorKind::NotFound {
-            return Err(e);
-        }
-        fs::create_dir_all(dir)?;
-        fs::rename(temporary, path)?;
-    }
-    Ok(())
 }
 
 /// A block file found in the directory.
@@ -391,15 +394,22 @@ fn block_files(dir: &Path) -> Vec<BlockFile> {
     let Ok(files) = fs::read_dir(dir.join("blocks")) else {
         return out;
     };
+    // File types as the entries are, never what a link points to: a link
+    // planted in place of a directory is neither scanned nor evicted into.
     for file_dir in files.flatten() {
+        if !file_dir.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
         let Ok(blocks) = fs::read_dir(file_dir.path()) else {
             continue;
         };
         for block in blocks.flatten() {
-            if block.path().extension().is_some_and(|e| e == "lock") {
+            if block.path().extension().is_some_and(|e| e == "lock")
+                || !block.file_type().is_ok_and(|t| t.is_file())
+            {
                 continue;
             }
-            if let Ok(meta) = block.metadata() {
+            if let Ok(meta) = fs::symlink_metadata(block.path()) {
                 out.push(BlockFile {
                     path: block.path(),
                     len: meta.len(),
@@ -417,8 +427,7 @@ fn remove_stale_temporaries(dir: &Path) {
     };
     let now = SystemTime::now();
     for e in entries.flatten() {
-        let old = e
-            .metadata()
+        let old = fs::symlink_metadata(e.path())
             .and_then(|m| m.modified())
             .is_ok_and(|t| now.duration_since(t).unwrap_or_default() > STALE_TEMPORARY);
         if old {
@@ -436,109 +445,6 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
-/// The name a file goes by on disk: its URL without query, fragment and
-/// credentials, or the builder's key.
-pub(crate) fn name(url: &url::Url, key: Option<&str>) -> String {
-    match key {
-        Some(k) => format!("key {k}"),
-        None => {
-            let mut bare = url.clone();
-            bare.set_query(None);
-            bare.set_fragment(None);
-            let _ = bare.set_password(None);
-            let _ = bare.set_username("");
-            format!("url {bare}")
-        }
-    }
-}
-
-/// The identity of a file version on disk: its [`name`], the validator,
-/// the size. `None` without a validator to tell versions apart.
-pub(crate) fn identity(
-    url: &url::Url,
-    key: Option<&str>,
-    strong_etag: Option<&str>,
-    last_modified: Option<&str>,
-    size: u64,
-) -> Option<String> {
-    let validator = strong_etag
-        .map(|e| format!("etag {e}"))
-        .or_else(|| last_modified.map(|m| format!("modified {m}")))?;
-    Some(format!("{}\n{validator}\nsize {size}", name(url, key)))
-}
-
-/// The version of a file seen last, as [`DiskCache::recall`] finds it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Known {
-    /// Its identity text (see [`identity`]).
-    pub identity: String,
-    pub etag: Option<String>,
-    pub last_modified: Option<String>,
-    pub size: u64,
-    /// When it was last confirmed.
-    pub seen: SystemTime,
-}
-
-impl Known {
-    /// Parses an identity text written for `name`.
-    fn parse(name: &str, identity: &str, seen: SystemTime) -> Option<Known> {
-        let mut lines = identity.lines();
-        if lines.next()? != name {
-            return None;
-        }
-        let validator = lines.next()?;
-        let size = lines.next()?.strip_prefix("size ")?.parse().ok()?;
-        let (etag, last_modified) = match validator.split_once(' ')? {
-            ("etag", e) => (Some(e.to_owned()), None),
-            ("modified", m) => (None, Some(m.to_owned())),
-            _ => return None,
-        };
-        Some(Known {
-            identity: identity.to_owned(),
-            etag,
-            last_modified,
-            size,
-            seen,
-        })
-    }
-}
-
-impl DiskCache {
-    fn record_path(&self, name: &str) -> PathBuf {
-        self.inner
-            .dir
-            .join("files")
-            .join(format!("{:016x}", fnv1a(name.as_bytes())))
-    }
-
-    /// Notes that the file called `name` is, as of now, the version
-    /// `identity`; forgets the blocks of the version it was before, if
-    /// another.
-    pub(crate) fn remember(&self, name: &str, identity: &str) {
-        if let Some(old) = self.recall(name) {
-            if old.identity != identity {
-                let _ = fs::remove_dir_all(self.version_dir(&old.identity));
-            }
-        }
-        let inner = &self.inner;
-        let temporary = temporary_path(&inner.dir);
-        let dir = inner.dir.join("files");
-        let path = self.record_path(name);
-        if let Err(e) = write_then_rename(&temporary, &path, identity.as_bytes(), &dir) {
-            let _ = fs::remove_file(&temporary);
-            self.warn_once("cannot note a file's version", &e);
-        }
-    }
-
-    /// The version of the file called `name` seen last, and when.
-    pub(crate) fn recall(&self, name: &str) -> Option<Known> {
-        let path = self.record_path(name);
-        let text = fs::read_to_string(&path).ok()?;
-        let seen = fs::metadata(&path).and_then(|m| m.modified()).ok()?;
-        Known::parse(name, &text, seen)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -547,49 +453,6 @@ mod tests {
         let d = std::env::temp_dir().join(format!("remfile-disk-{name}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&d);
         d
-    }
-
-    #[test]
-    fn identity_leaves_out_the_query_and_needs_a_validator() {
-        let u = |s: &str| url::Url::parse(s).unwrap();
-        let a = identity(
-            &u("https://h/f.nwb?X-Amz-Signature=1"),
-            None,
-            Some("\"e\""),
-            None,
-            9,
-        );
-        let b = identity(
-            &u("https://h/f.nwb?X-Amz-Signature=2"),
-            None,
-            Some("\"e\""),
-            None,
-            9,
-        );
-        assert_eq!(a, b);
-        assert!(!a.as_ref().unwrap().contains("Signature"));
-        assert_ne!(
-            a,
-            identity(&u("https://h/f.nwb"), None, Some("\"f\""), None, 9)
-        );
-        assert_ne!(
-            a,
-            identity(&u("https://h/f.nwb"), None, Some("\"e\""), None, 10)
-        );
-        assert_eq!(identity(&u("https://h/f.nwb"), None, None, None, 9), None);
-        let lm = identity(&u("https://h/f.nwb"), None, None, Some("Mon"), 9).unwrap();
-        assert!(lm.contains("modified Mon"));
-        let keyed = identity(&u("https://h/a"), Some("asset-1"), Some("\"e\""), None, 9);
-        assert_eq!(
-            keyed,
-            identity(
-                &u("https://other/b"),
-                Some("asset-1"),
-                Some("\"e\""),
-                None,
-                9
-            )
-        );
     }
 
     #[test]

@@ -251,6 +251,15 @@ fn parse_size(value: &str) -> Option<u64> {
     n.checked_mul(unit_bytes)
 }
 
+/// Says, once per process, that the disk cache `dir` is not used and why.
+fn without_disk_cache(dir: &str, error: &std::io::Error) {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    tracing::warn!(dir, %error, "disk cache not used");
+    if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        eprintln!("remfile: disk cache {dir} not used ({error}); files are read without it");
+    }
+}
+
 fn parse_duration(value: &str) -> Option<Duration> {
     let (n, unit) = number_and_unit(value)?;
     let seconds: u64 = match unit {
@@ -274,7 +283,9 @@ fn parse_switch(value: &str) -> Option<bool> {
 
 impl Config {
     /// The builder these settings describe, from [`hdf5_builder`]. A
-    /// `ca_file` that cannot be read is an error naming it.
+    /// `ca_file` that cannot be read is an error naming it; a `disk_cache`
+    /// that cannot be opened, or is refused (another user could write it),
+    /// is left out, with a message on standard error once per process.
     pub fn builder(&self) -> Result<Builder, ConfigError> {
         let mut b = hdf5_builder();
         let capacity = self
@@ -297,13 +308,15 @@ impl Config {
                 Setting::Timeout(d) => b.read_timeout(d),
                 Setting::ConnectTimeout(d) => b.connect_timeout(d),
                 Setting::HttpsOnly(yes) => b.https_only(yes),
-                Setting::DiskCache(dir) => {
-                    let disk = crate::DiskCache::open(&dir, capacity).map_err(|e| ConfigError {
-                        key: "disk_cache".into(),
-                        reason: format!("cannot open {dir}: {e}"),
-                    })?;
-                    b.disk_cache(disk)
-                }
+                Setting::DiskCache(dir) => match crate::DiskCache::open(&dir, capacity) {
+                    Ok(disk) => b.disk_cache(disk),
+                    Err(e) => {
+                        // A cache is never worth a failed open: the file is
+                        // read without it, and the user told why, once.
+                        without_disk_cache(&dir, &e);
+                        b
+                    }
+                },
                 Setting::DiskCapacity(_) => b,
                 Setting::CacheKey(key) => b.cache_key(key),
                 Setting::RevalidateAfter(d) => b.revalidate_after(d),
@@ -396,8 +409,21 @@ mod tests {
             c.remote
                 .contains(&Setting::RevalidateAfter(Duration::from_secs(86_400)))
         );
-        assert!(c.builder().is_ok());
+        assert!(c.builder().unwrap().disk_cache.is_some());
         assert!(dir.join("blocks").is_dir(), "the disk cache opened");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_disk_cache_refused_is_left_out_and_the_file_opens() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("remfile-config-open-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let c = parse(&format!("disk_cache={}", dir.display())).unwrap();
+        assert!(c.builder().unwrap().disk_cache.is_none());
+        assert!(!dir.join("blocks").exists(), "nothing made in it");
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -1,0 +1,375 @@
+//! Fetch locks: one process fetches a block while the others using the
+//! directory wait for it on disk.
+//!
+//! A lock is a file beside the block, made with exclusive creation. It says
+//! who holds it (host, PID namespace, process id), and its holder keeps it
+//! fresh by renewing its modification time every [`RENEW_EVERY`] while the
+//! fetch runs. A lock not renewed for [`FRESH_FOR`] is stale whoever it
+//! names, and one whose time lies in the future is not trusted: a holder
+//! that died, on this machine or another, in this PID namespace or
+//! another, never makes others wait longer than that. A process id is
+//! consulted only when the holder is on this host and in this namespace,
+//! where it means something, and only to let go sooner. A waiter waits at
+//! most [`WAIT_AT_MOST`], then fetches the block itself: a duplicate fetch
+//! costs bytes, never correctness.
+//!
+//! On a network filesystem shared by several machines this needs exclusive
+//! creation and rename to be atomic (NFSv3 and later, Lustre, GPFS) and the
+//! machines' clocks to agree within a second or two.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant, SystemTime};
+
+use parking_lot::Mutex;
+
+use super::private;
+
+/// How often a holder renews its locks.
+pub(crate) const RENEW_EVERY: Duration = Duration::from_secs(2);
+
+/// A lock not renewed for this long is stale: three renewals missed.
+pub(crate) const FRESH_FOR: Duration = Duration::from_secs(6);
+
+/// A lock with no holder written in it this long after it was made was
+/// left by a process killed between making it and writing it.
+const GRACE: Duration = Duration::from_secs(2);
+
+/// How far in the future a lock's time may lie (clocks of machines sharing
+/// a directory differ a little) before it is not trusted.
+const FUTURE_TOLERANCE: Duration = Duration::from_secs(2);
+
+/// The longest a reader waits for another process's fetch of a block.
+pub(crate) const WAIT_AT_MOST: Duration = Duration::from_secs(20);
+
+/// No lock file this crate writes is longer.
+const MAX_LOCK_LEN: u64 = 4096;
+
+/// Who holds a lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Holder {
+    pub host: String,
+    /// The PID namespace, where the system names it (Linux).
+    pub pid_namespace: Option<String>,
+    pub pid: u32,
+}
+
+impl Holder {
+    /// This process.
+    pub(crate) fn me() -> &'static Holder {
+        static ME: OnceLock<Holder> = OnceLock::new();
+        ME.get_or_init(|| Holder {
+            host: host_name(),
+            pid_namespace: fs::read_link("/proc/self/ns/pid")
+                .ok()
+                .map(|p| p.to_string_lossy().into_owned()),
+            pid: std::process::id(),
+        })
+    }
+
+    fn to_text(&self) -> String {
+        format!(
+            "remfile fetch lock\nhost {}\npid namespace {}\npid {}\n",
+            self.host,
+            self.pid_namespace.as_deref().unwrap_or("-"),
+            self.pid
+        )
+    }
+
+    /// The holder a lock file names; a bare process id (as earlier versions
+    /// wrote) names a process on this host, in this namespace.
+    pub(crate) fn parse(text: &str) -> Option<Holder> {
+        if let Ok(pid) = text.trim().parse() {
+            return Some(Holder {
+                pid,
+                ..Holder::me().clone()
+            });
+        }
+        let mut lines = text.lines();
+        if lines.next()? != "remfile fetch lock" {
+            return None;
+        }
+        let host = lines.next()?.strip_prefix("host ")?.to_owned();
+        let namespace = lines.next()?.strip_prefix("pid namespace ")?;
+        let pid = lines.next()?.strip_prefix("pid ")?.parse().ok()?;
+        Some(Holder {
+            host,
+            pid_namespace: (namespace != "-").then(|| namespace.to_owned()),
+            pid,
+        })
+    }
+
+    /// Whether `self` is a process this one can see by its id.
+    fn is_visible_to(&self, me: &Holder) -> bool {
+        self.host == me.host
+            && self.pid_namespace.is_some()
+            && self.pid_namespace == me.pid_namespace
+    }
+}
+
+fn host_name() -> String {
+    #[cfg(unix)]
+    {
+        let uname = rustix::system::uname();
+        let name = uname.nodename().to_string_lossy().trim().to_owned();
+        if !name.is_empty() && !name.contains('\n') {
+            return name;
+        }
+    }
+    "unknown".to_owned()
+}
+
+/// Whether a lock last renewed at `renewed`, naming `holder` (if it could be
+/// read), is stale at `now` for `me`. `alive` says whether a process id is
+/// alive where `me` runs (`None`: it cannot be known).
+pub(crate) fn is_stale(
+    renewed: SystemTime,
+    now: SystemTime,
+    holder: Option<&Holder>,
+    me: &Holder,
+    alive: impl Fn(u32) -> Option<bool>,
+) -> bool {
+    let age = match now.duration_since(renewed) {
+        Ok(age) => age,
+        // In the future: a clock far off, or a forged time.
+        Err(ahead) => return ahead.duration() > FUTURE_TOLERANCE,
+    };
+    if age > FRESH_FOR {
+        return true;
+    }
+    match holder {
+        None => age > GRACE,
+        Some(h) if h.is_visible_to(me) => alive(h.pid) == Some(false),
+        Some(_) => false,
+    }
+}
+
+/// Whether process `pid` is alive here, where `/proc` says.
+fn alive_here(pid: u32) -> Option<bool> {
+    let proc = Path::new("/proc");
+    proc.join("self")
+        .exists()
+        .then(|| proc.join(pid.to_string()).exists())
+}
+
+/// Whether the lock at `path` is held: there, fresh and its holder not
+/// known dead.
+pub(crate) fn is_held(path: &Path) -> bool {
+    let Ok(file) = private::open_regular(path, MAX_LOCK_LEN) else {
+        return false;
+    };
+    let Ok(renewed) = file.metadata().and_then(|m| m.modified()) else {
+        return false;
+    };
+    let mut text = String::new();
+    let read = file.take(MAX_LOCK_LEN).read_to_string(&mut text);
+    let holder = read.ok().and_then(|_| Holder::parse(&text));
+    !is_stale(
+        renewed,
+        SystemTime::now(),
+        holder.as_ref(),
+        Holder::me(),
+        alive_here,
+    )
+}
+
+/// A held fetch lock, renewed while it lives and deleted when dropped (the
+/// block written or given up).
+pub(crate) struct FetchLock {
+    path: PathBuf,
+    id: u64,
+}
+
+impl FetchLock {
+    /// Takes the lock at `path` if no one holds it (a stale one is taken
+    /// over). `Ok(None)`: someone does.
+    pub(crate) fn take(path: &Path) -> io::Result<Option<FetchLock>> {
+        for _ in 0..2 {
+            match private::create_new(path) {
+                Ok(mut file) => {
+                    file.write_all(Holder::me().to_text().as_bytes())?;
+                    return Ok(Some(FetchLock::renewed(path.to_path_buf())));
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                    if is_held(path) {
+                        return Ok(None);
+                    }
+                    // Whatever is there (a stale lock, a link, a FIFO), it
+                    // is removed, never followed.
+                    let _ = fs::remove_file(path);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(None)
+    }
+
+    fn renewed(path: PathBuf) -> FetchLock {
+        let id = RENEWALS.add(path.clone());
+        FetchLock { path, id }
+    }
+}
+
+impl Drop for FetchLock {
+    fn drop(&mut self) {
+        RENEWALS.remove(self.id);
+        let _ = fs::remove_file(&self.path);
+    }
+}
+
+/// The locks this process holds, renewed by one thread while there are any.
+struct Renewals {
+    state: Mutex<RenewalState>,
+}
+
+struct RenewalState {
+    held: BTreeMap<u64, PathBuf>,
+    next_id: u64,
+    thread_running: bool,
+}
+
+static RENEWALS: Renewals = Renewals {
+    state: Mutex::new(RenewalState {
+        held: BTreeMap::new(),
+        next_id: 0,
+        thread_running: false,
+    }),
+};
+
+impl Renewals {
+    fn add(&'static self, path: PathBuf) -> u64 {
+        let mut state = self.state.lock();
+        let id = state.next_id;
+        state.next_id += 1;
+        state.held.insert(id, path);
+        if !state.thread_running {
+            let spawned = std::thread::Builder::new()
+                .name("remfile-lock-renewal".into())
+                .spawn(move || self.run());
+            // Without the thread, a fetch longer than a lock stays fresh
+            // may be done twice: bytes, never correctness.
+            state.thread_running = spawned.is_ok();
+        }
+        id
+    }
+
+    fn remove(&self, id: u64) {
+        self.state.lock().held.remove(&id);
+    }
+
+    fn run(&self) {
+        loop {
+            let started = Instant::now();
+            std::thread::sleep(RENEW_EVERY);
+            let held: Vec<PathBuf> = {
+                let mut state = self.state.lock();
+                if state.held.is_empty() {
+                    state.thread_running = false;
+                    return;
+                }
+                state.held.values().cloned().collect()
+            };
+            for path in held {
+                let _ = private::touch(&path, MAX_LOCK_LEN);
+            }
+            tracing::trace!(elapsed = ?started.elapsed(), "fetch locks renewed");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn holder(host: &str, ns: Option<&str>, pid: u32) -> Holder {
+        Holder {
+            host: host.into(),
+            pid_namespace: ns.map(Into::into),
+            pid,
+        }
+    }
+
+    #[test]
+    fn a_held_lock_is_renewed_until_dropped() {
+        let dir = std::env::temp_dir().join(format!("remfile-lock-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("0.lock");
+        let lock = FetchLock::take(&path).unwrap().expect("no one holds it");
+        assert!(is_held(&path));
+        assert!(
+            FetchLock::take(&path).unwrap().is_none(),
+            "held, even by this process"
+        );
+        let long_ago = SystemTime::now() - FRESH_FOR * 2;
+        fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(long_ago)
+            .unwrap();
+        assert!(!is_held(&path), "stale until renewed");
+        std::thread::sleep(RENEW_EVERY + Duration::from_millis(700));
+        assert!(is_held(&path), "renewed while held");
+        drop(lock);
+        assert!(!path.exists());
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_lock_says_who_holds_it() {
+        let me = holder("node-1", Some("pid:[4026531836]"), 42);
+        assert_eq!(Holder::parse(&me.to_text()), Some(me));
+        let no_ns = holder("node-1", None, 7);
+        assert_eq!(Holder::parse(&no_ns.to_text()), Some(no_ns));
+        assert_eq!(
+            Holder::parse("12\n").unwrap().pid,
+            12,
+            "an earlier version's"
+        );
+        assert_eq!(Holder::parse(""), None);
+        assert_eq!(Holder::parse("remfile fetch lock\nhost x\n"), None);
+    }
+
+    #[test]
+    fn a_lock_is_stale_when_not_renewed_from_the_future_or_its_holder_dead() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let me = holder("a", Some("ns1"), 1);
+        let s = |ago: i64, h: Option<&Holder>, alive: Option<bool>| {
+            let renewed = if ago >= 0 {
+                now - Duration::from_secs(ago as u64)
+            } else {
+                now + Duration::from_secs((-ago) as u64)
+            };
+            is_stale(renewed, now, h, &me, |_| alive)
+        };
+        let here = holder("a", Some("ns1"), 99);
+        let elsewhere = holder("b", Some("ns1"), 99);
+        let other_ns = holder("a", Some("ns2"), 99);
+        // Fresh and alive, or unknowable: held.
+        assert!(!s(1, Some(&here), Some(true)));
+        assert!(
+            !s(1, Some(&elsewhere), Some(false)),
+            "its pid means nothing here"
+        );
+        assert!(
+            !s(1, Some(&other_ns), Some(false)),
+            "nor in another namespace"
+        );
+        assert!(!s(1, Some(&here), None));
+        // Dead where that can be known: stale at once.
+        assert!(s(1, Some(&here), Some(false)));
+        // Not renewed: stale whoever it names.
+        assert!(s(7, Some(&here), Some(true)));
+        assert!(s(7, Some(&elsewhere), None));
+        // From the future beyond the clocks' tolerance: not trusted.
+        assert!(s(-3600, Some(&here), Some(true)));
+        assert!(!s(-1, Some(&here), Some(true)));
+        // No holder yet: a moment's grace.
+        assert!(!s(1, None, None));
+        assert!(s(3, None, None));
+    }
+}

@@ -1,0 +1,305 @@
+//! The filesystem as the disk cache uses it: everything it makes is the
+//! user's alone (directories 0700, files 0600), it trusts no directory
+//! another user could write, it never follows a link it finds, and it reads
+//! only regular files of a bounded length, so that nothing planted in the
+//! directory — a symlink, a FIFO, a huge file — can make it write, delete or
+//! wait outside the cache.
+
+use std::fs::{self, File};
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+
+/// Makes directory `path` (not its parents) private to the user if it does
+/// not exist, then checks that it is: see [`check_dir`]. A directory this
+/// crate made earlier with wider permissions is narrowed to the user.
+pub(crate) fn make_dir(path: &Path) -> io::Result<()> {
+    if let Err(e) = dir_builder().create(path) {
+        if e.kind() != io::ErrorKind::AlreadyExists {
+            return Err(e);
+        }
+    }
+    check_dir(path, Follow::No)?;
+    narrow(path)
+}
+
+/// Makes the cache's top directory `path`, with its parents, if it does not
+/// exist, then checks it: the user named it, so a link to it is followed.
+pub(crate) fn make_top_dir(path: &Path) -> io::Result<()> {
+    if !path.exists() {
+        let mut builder = dir_builder();
+        builder.recursive(true);
+        builder.create(path)?;
+    }
+    check_dir(path, Follow::Yes)
+}
+
+/// Whether the last component of a path may be a link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Follow {
+    Yes,
+    No,
+}
+
+/// Checks that `path` is a directory no other user can write: owned by this
+/// user (or by root, which is trusted anyway) and writable by neither its
+/// group nor others. With [`Follow::No`] a link is refused.
+pub(crate) fn check_dir(path: &Path, follow: Follow) -> io::Result<()> {
+    let meta = match follow {
+        Follow::Yes => fs::metadata(path)?,
+        Follow::No => fs::symlink_metadata(path)?,
+    };
+    if meta.file_type().is_symlink() {
+        return Err(refused(path, "is a symbolic link"));
+    }
+    if !meta.is_dir() {
+        return Err(refused(path, "is not a directory"));
+    }
+    owned_by_user_alone(path, &meta)
+}
+
+#[cfg(unix)]
+fn owned_by_user_alone(path: &Path, meta: &fs::Metadata) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let me = current_user();
+    if meta.uid() != me && meta.uid() != 0 {
+        return Err(refused(path, "belongs to another user"));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(refused(
+            path,
+            "can be written by other users (group or world writable)",
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn owned_by_user_alone(_path: &Path, _meta: &fs::Metadata) -> io::Result<()> {
+    Ok(())
+}
+
+/// The effective user id of this process.
+#[cfg(unix)]
+pub(crate) fn current_user() -> u32 {
+    rustix::process::geteuid().as_raw()
+}
+
+fn refused(path: &Path, why: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        format!(
+            "disk cache directory {} {why}: refused, as another user could \
+             plant or read blocks there",
+            path.display()
+        ),
+    )
+}
+
+/// Narrows a directory this crate made (owned by the user) to the user.
+fn narrow(path: &Path) -> io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let meta = fs::symlink_metadata(path)?;
+        if meta.uid() == current_user() && meta.mode() & 0o077 != 0 {
+            fs::set_permissions(path, fs::Permissions::from_mode(0o700))?;
+        }
+    }
+    let _ = path;
+    Ok(())
+}
+
+fn dir_builder() -> fs::DirBuilder {
+    #[allow(unused_mut)]
+    let mut builder = fs::DirBuilder::new();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        builder.mode(0o700);
+    }
+    builder
+}
+
+/// Open options that never follow a link in the last component, never
+/// block on a FIFO or a device, and make files private to the user.
+fn options() -> fs::OpenOptions {
+    #[allow(unused_mut)]
+    let mut options = fs::OpenOptions::new();
+    #[cfg(unix)]
+    {
+        use rustix::fs::OFlags;
+        use std::os::unix::fs::OpenOptionsExt;
+        let flags = (OFlags::NOFOLLOW | OFlags::NONBLOCK).bits();
+        options.mode(0o600).custom_flags(flags as i32);
+    }
+    options
+}
+
+/// Opens `path` for reading if it is a regular file (not a link, a FIFO, a
+/// device) of at most `max_len` bytes.
+pub(crate) fn open_regular(path: &Path, max_len: u64) -> io::Result<File> {
+    let file = options().read(true).open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "not a regular file",
+        ));
+    }
+    if meta.len() > max_len {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "longer than any file the cache writes",
+        ));
+    }
+    Ok(file)
+}
+
+/// The bytes of the regular file at `path`, at most `max_len` of them (see
+/// [`open_regular`]).
+pub(crate) fn read_regular(path: &Path, max_len: u64) -> io::Result<Vec<u8>> {
+    let file = open_regular(path, max_len)?;
+    let mut bytes = Vec::new();
+    // Bounded even if the file grows while it is read.
+    file.take(max_len.saturating_add(1))
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max_len {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "longer than any file the cache writes",
+        ));
+    }
+    Ok(bytes)
+}
+
+/// Creates `path` for writing, failing if anything (a file, a link) is
+/// there already.
+pub(crate) fn create_new(path: &Path) -> io::Result<File> {
+    options().write(true).create_new(true).open(path)
+}
+
+/// Creates a new file in `dir` under a name no one can foretell, failing
+/// rather than opening anything already there: its path and the file.
+pub(crate) fn create_temporary(dir: &Path) -> io::Result<(PathBuf, File)> {
+    let mut last = None;
+    for _ in 0..8 {
+        let path = dir.join(format!("{:016x}.tmp", unpredictable()));
+        match create_new(&path) {
+            Ok(file) => return Ok((path, file)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| io::Error::other("no free temporary name")))
+}
+
+/// 64 bits no other process can foretell: the standard library seeds each
+/// `RandomState` from the system's randomness.
+fn unpredictable() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos(),
+    );
+    hasher.finish()
+}
+
+/// Sets the modification time of the regular file at `path` to now,
+/// without following a link (a used block is the most recently used; a
+/// renewed lock is fresh).
+pub(crate) fn touch(path: &Path, max_len: u64) -> io::Result<()> {
+    open_regular(path, max_len)?.set_modified(std::time::SystemTime::now())
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn temp_dir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("remfile-private-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(&d).unwrap();
+        fs::set_permissions(&d, fs::Permissions::from_mode(0o700)).unwrap();
+        d
+    }
+
+    fn mode(path: &Path) -> u32 {
+        fs::symlink_metadata(path).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn what_it_makes_is_the_users_alone() {
+        let d = temp_dir("modes");
+        make_dir(&d.join("sub")).unwrap();
+        assert_eq!(mode(&d.join("sub")), 0o700);
+        let (path, _) = create_temporary(&d).unwrap();
+        assert_eq!(mode(&path), 0o600);
+        // A directory made earlier with wider permissions is narrowed.
+        fs::create_dir(d.join("old")).unwrap();
+        fs::set_permissions(d.join("old"), fs::Permissions::from_mode(0o755)).unwrap();
+        make_dir(&d.join("old")).unwrap();
+        assert_eq!(mode(&d.join("old")), 0o700);
+        let _ = fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_directory_others_can_write_or_a_link_is_refused() {
+        let d = temp_dir("refuse");
+        fs::create_dir(d.join("open")).unwrap();
+        fs::set_permissions(d.join("open"), fs::Permissions::from_mode(0o777)).unwrap();
+        let e = make_top_dir(&d.join("open")).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::PermissionDenied, "{e}");
+        assert!(e.to_string().contains("written by other users"), "{e}");
+        fs::set_permissions(d.join("open"), fs::Permissions::from_mode(0o1777)).unwrap();
+        assert!(make_top_dir(&d.join("open")).is_err(), "sticky too");
+        fs::create_dir(d.join("real")).unwrap();
+        std::os::unix::fs::symlink(d.join("real"), d.join("link")).unwrap();
+        let e = make_dir(&d.join("link")).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::PermissionDenied, "{e}");
+        // The user's own name for the top directory may be a link.
+        make_top_dir(&d.join("link")).unwrap();
+        let _ = fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn only_regular_files_of_bounded_length_are_read() {
+        let d = temp_dir("regular");
+        fs::write(d.join("f"), b"12345").unwrap();
+        assert_eq!(read_regular(&d.join("f"), 5).unwrap(), b"12345");
+        assert_eq!(
+            read_regular(&d.join("f"), 4).unwrap_err().kind(),
+            io::ErrorKind::InvalidData
+        );
+        std::os::unix::fs::symlink(d.join("f"), d.join("link")).unwrap();
+        assert!(read_regular(&d.join("link"), 5).is_err(), "a link");
+        let made = std::process::Command::new("mkfifo")
+            .arg(d.join("fifo"))
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let started = std::time::Instant::now();
+        assert!(read_regular(&d.join("fifo"), 5).is_err(), "a FIFO");
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        let _ = fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_new_file_never_opens_what_is_there() {
+        let d = temp_dir("create");
+        fs::write(d.join("victim"), b"keep").unwrap();
+        std::os::unix::fs::symlink(d.join("victim"), d.join("planted")).unwrap();
+        assert_eq!(
+            create_new(&d.join("planted")).unwrap_err().kind(),
+            io::ErrorKind::AlreadyExists
+        );
+        assert_eq!(fs::read(d.join("victim")).unwrap(), b"keep");
+        let (a, _) = create_temporary(&d).unwrap();
+        let (b, _) = create_temporary(&d).unwrap();
+        assert_ne!(a, b);
+        let _ = fs::remove_dir_all(&d);
+    }
+}
