@@ -148,6 +148,7 @@ fn transport(
         },
         retry: builder.retry,
         https_only: builder.https_only,
+        allow_redirect_to_http: builder.allow_redirect_to_http,
         max_redirects: builder.max_redirects,
         max_connections: builder.max_connections as usize,
         url_provider: builder.url_provider.clone(),

@@ -27,7 +27,7 @@ pub const MAX_BLOCK_SIZE: u64 = 256 * MIB;
 /// |---|---|
 /// | [`block_size`](Builder::block_size) | 1 MiB |
 /// | [`cache_capacity`](Builder::cache_capacity) | 256 MiB, private to the file |
-/// | [`disk_cache`](Builder::disk_cache) / [`cache_key`](Builder::cache_key) | none / the URL without its query |
+/// | [`disk_cache`](Builder::disk_cache) / [`cache_key`](Builder::cache_key) | none / the URL without its signature parameters |
 /// | [`revalidate_after`](Builder::revalidate_after) | 0 (every open asks the server) |
 /// | [`read_ahead_min`](Builder::read_ahead_min) / [`read_ahead_max`](Builder::read_ahead_max) | 1 MiB / 64 MiB (at most a quarter of the cache) |
 /// | [`max_concurrent_requests`](Builder::max_concurrent_requests) | 4 |
@@ -45,6 +45,7 @@ pub const MAX_BLOCK_SIZE: u64 = 256 * MIB;
 /// | [`user_agent`](Builder::user_agent) | `remfile/<version>` |
 /// | [`proxy_from_env`](Builder::proxy_from_env) | `true` |
 /// | [`https_only`](Builder::https_only) | `false` |
+/// | [`allow_redirect_to_http`](Builder::allow_redirect_to_http) | `false` |
 ///
 /// `Debug` shows header names but never their values.
 ///
@@ -90,6 +91,7 @@ pub struct Builder {
     pub(crate) agent: Option<Agent>,
     pub(crate) proxy_from_env: bool,
     pub(crate) https_only: bool,
+    pub(crate) allow_redirect_to_http: bool,
     pub(crate) url_provider: Option<Arc<UrlProvider>>,
     pub(crate) extra_roots: Vec<Vec<u8>>,
 }
@@ -122,6 +124,7 @@ impl Default for Builder {
             agent: None,
             proxy_from_env: true,
             https_only: false,
+            allow_redirect_to_http: false,
             url_provider: None,
             extra_roots: Vec::new(),
         }
@@ -157,6 +160,7 @@ impl fmt::Debug for Builder {
             .field("agent", &self.agent.as_ref().map(|_| "caller-supplied"))
             .field("proxy_from_env", &self.proxy_from_env)
             .field("https_only", &self.https_only)
+            .field("allow_redirect_to_http", &self.allow_redirect_to_http)
             .field("url_provider", &self.url_provider.as_ref().map(|_| "set"))
             .field("extra_roots", &self.extra_roots.len())
             .finish()
@@ -204,7 +208,7 @@ impl Builder {
     }
 
     /// Names the file in the disk cache with `key` instead of its URL
-    /// (without the query string, which the disk cache never uses): for a
+    /// (without its signature parameters, see [`DiskCache`]): for a
     /// file whose URL itself changes between sessions, such as an archive's
     /// asset behind redirect targets that rotate. The validator and size
     /// still tell versions apart.
@@ -449,6 +453,21 @@ impl Builder {
         self
     }
 
+    /// Follows a redirect from an `https` URL to a plain `http` one (off by
+    /// default: such a redirect is an [`ErrorKind::Redirect`] error, since
+    /// the bytes would travel in the clear, and be cached under the `https`
+    /// name). [`https_only`](Builder::https_only) refuses it whatever this
+    /// says.
+    ///
+    /// ```
+    /// // A mirror that redirects to plain HTTP, trusted on purpose.
+    /// let builder = remfile::RemoteFile::builder().allow_redirect_to_http(true);
+    /// ```
+    pub fn allow_redirect_to_http(mut self, yes: bool) -> Self {
+        self.allow_redirect_to_http = yes;
+        self
+    }
+
     /// A source of fresh URLs for the same file, for presigned URLs that
     /// expire (S3, DANDI). When a URL that worked is refused (`401` or `403`),
     /// the provider is asked for a new one, once per failing request; the new
@@ -484,6 +503,9 @@ impl Builder {
 
     /// Checks every option; the first one out of range is the error.
     pub(crate) fn validate(&self) -> Result<()> {
+        // Past this a deadline is no deadline, and far past it the clock
+        // cannot hold it.
+        const MAX_TIMEOUT: Duration = Duration::from_secs(30 * 86_400);
         let bad = |what: String| Err(Error::new(ErrorKind::InvalidConfig, what));
         if self.block_size == 0 || self.block_size > MAX_BLOCK_SIZE {
             return bad(format!(
@@ -511,8 +533,11 @@ impl Builder {
             ("idle_timeout", self.idle_timeout),
             ("read_timeout", self.read_timeout),
         ] {
-            if d.is_zero() {
-                return bad(format!("{name} must be positive"));
+            if d.is_zero() || d > MAX_TIMEOUT {
+                return bad(format!(
+                    "{name} must be positive and at most {} days, not {d:?}",
+                    MAX_TIMEOUT.as_secs() / 86_400
+                ));
             }
         }
         for (name, value) in &self.headers {
@@ -551,6 +576,8 @@ mod tests {
             Builder::default().block_size(MAX_BLOCK_SIZE + 1),
             Builder::default().max_concurrent_requests(0),
             Builder::default().idle_timeout(Duration::ZERO),
+            Builder::default().read_timeout(Duration::from_secs(i64::MAX as u64)),
+            Builder::default().connect_timeout(Duration::MAX),
             Builder::default().header("Range", "bytes=0-1"),
             Builder::default().header("bad name", "x"),
             Builder::default().header("X-Ok", "bad\nvalue"),

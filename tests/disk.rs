@@ -147,6 +147,41 @@ fn a_cache_key_names_the_file_whatever_its_url() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[test]
+fn two_files_that_differ_by_a_query_parameter_never_share_blocks() {
+    // One download endpoint, two files of one size and one Last-Modified:
+    // told apart by `id` alone.
+    let one = test_data(300_000, 68);
+    let two = test_data(300_000, 69);
+    let lm = "Tue, 01 Dec 2026 00:00:00 GMT";
+    let second = two.clone();
+    let server = RangeServer::new(one.clone()).with_hook(move |req, reply| {
+        if req.query.as_deref() == Some("id=2") {
+            support::range_reply(&second, None, Some(lm), req)
+        } else {
+            reply
+        }
+    });
+    server.set_etag(None);
+    server.set_last_modified(Some(lm));
+    let dir = temp_dir("query");
+    let open_id = |id: u32| {
+        builder()
+            .block_size(BLOCK)
+            .disk_cache(DiskCache::open(&dir, 64 << 20).unwrap())
+            .revalidate_after(std::time::Duration::from_secs(3600))
+            .open(server.url(&format!("/download?id={id}")))
+            .unwrap()
+    };
+    assert!(read(&open_id(1), 0, one.len()) == one, "id=1's bytes");
+    assert!(read(&open_id(2), 0, two.len()) == two, "id=2's bytes");
+    assert!(read(&open_id(1), 0, one.len()) == one, "id=1's bytes");
+    let again = open_id(2);
+    assert!(read(&again, 0, two.len()) == two, "id=2's bytes");
+    assert!(again.stats().disk_hits > 0, "each from its own blocks");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Every file under `dir`.
 fn walk(dir: &PathBuf) -> Vec<PathBuf> {
     let mut out = Vec::new();

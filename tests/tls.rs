@@ -96,10 +96,21 @@ fn https_only_refuses_plain_http_and_redirects_to_it() {
         0,
         "the plain HTTP target was never contacted"
     );
-    // Without https_only the same redirect is followed.
+    // Without https_only the downgrade is still refused, unless allowed.
+    let e = builder()
+        .add_root_certificates(pki.ca_pem.clone())
+        .open(server.url("/start"))
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Redirect, "{e}");
+    assert!(e.to_string().contains("allow_redirect_to_http"), "{e}");
+    assert_eq!(plain.requests(), 0);
     let file = builder()
         .add_root_certificates(pki.ca_pem)
+        .allow_redirect_to_http(true)
         .open(server.url("/start"))
         .unwrap();
     assert_eq!(file.len(), 1000);
+    let mut buf = [0; 10];
+    file.read_exact_at(990, &mut buf).unwrap();
+    assert_eq!(buf, test_data(1000, 3)[990..]);
 }

@@ -50,11 +50,23 @@ const STALE_TEMPORARY: Duration = Duration::from_secs(3600);
 /// Put it behind a file's memory cache with
 /// [`Builder::disk_cache`](crate::Builder::disk_cache): a read looks in
 /// memory, then on disk, then fetches. A block on disk belongs to one
-/// version of one remote file — its URL without the query string (or the
-/// builder's [`cache_key`](crate::Builder::cache_key)), its validator
-/// (a strong ETag, or else `Last-Modified`) and its size — so presigned URLs
-/// whose signatures change still find their blocks, and a changed file never
+/// version of one remote file — its URL without credentials, fragment and
+/// signature parameters (or the builder's
+/// [`cache_key`](crate::Builder::cache_key)), its validator (a strong ETag,
+/// or else `Last-Modified`) and its size — so presigned URLs whose
+/// signatures change still find their blocks, and a changed file never
 /// receives its old bytes. A file with no validator is not cached on disk.
+///
+/// The signature parameters left out of the name: `X-Amz-*` and `X-Goog-*`
+/// (S3, GCS) always; in a URL that carries a signature (`X-Amz-Signature`,
+/// `X-Goog-Signature`, `Signature` or `sig`), also `AWSAccessKeyId`,
+/// `GoogleAccessId`, `Signature`, `Expires` (S3 and GCS query
+/// authentication, version 2), `Policy`, `Key-Pair-Id` (CloudFront) and the
+/// fields of an Azure SAS (`sv`, `ss`, `srt`, `sp`, `se`, `st`, `spr`, `sig`,
+/// `sr`, `si`, `sdd`, `ses`, `skoid`, `sktid`, `skt`, `ske`, `sks`, `skv`,
+/// `saoid`, `suoid`, `scid`). Every other parameter is part of the name:
+/// `download?id=1` and `download?id=2` are two files. A URL that signs
+/// with other parameters needs a [`cache_key`](crate::Builder::cache_key).
 ///
 /// Several processes may use one directory at once, and one block is
 /// fetched by one of them while the others wait for it. Its size is kept

@@ -12,20 +12,81 @@ use super::{DiskCache, fnv1a, private};
 /// No record this crate writes is longer (a URL is at most some kilobytes).
 const MAX_RECORD_LEN: u64 = 1 << 20;
 
-/// The name a file goes by on disk: its URL without query, fragment and
-/// credentials, or the builder's key.
+/// The name a file goes by on disk: its URL without signature parameters
+/// (see [`is_signature`]), fragment and credentials, or the builder's key.
+/// The rest of the query stays: `download?id=1` and `download?id=2` are
+/// two files.
 pub(crate) fn name(url: &url::Url, key: Option<&str>) -> String {
     match key {
         Some(k) => format!("key {k}"),
         None => {
             let mut bare = url.clone();
+            let signed = url.query_pairs().any(|(k, _)| is_signature_itself(&k));
+            let kept: Vec<(String, String)> = url
+                .query_pairs()
+                .filter(|(k, _)| !is_signature(k, signed))
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect();
             bare.set_query(None);
+            if !kept.is_empty() {
+                bare.query_pairs_mut().extend_pairs(kept);
+            }
             bare.set_fragment(None);
             let _ = bare.set_password(None);
             let _ = bare.set_username("");
             format!("url {bare}")
         }
     }
+}
+
+/// Query parameters that carry a URL's signature itself.
+fn is_signature_itself(key: &str) -> bool {
+    ["x-amz-signature", "x-goog-signature", "signature", "sig"]
+        .iter()
+        .any(|s| key.eq_ignore_ascii_case(s))
+}
+
+/// Whether query parameter `key` signs or authorizes a URL rather than
+/// names what it serves, so that it changes from one presigned URL of an
+/// object to the next: S3's and GCS's `X-Amz-*` and `X-Goog-*` always; in a
+/// `signed` URL (one with a signature parameter) also S3's and GCS's older
+/// `AWSAccessKeyId`, `GoogleAccessId`, `Signature` and `Expires`,
+/// CloudFront's `Policy` and `Key-Pair-Id`, and Azure's SAS fields (`sv`,
+/// `ss`, `srt`, `sp`, `se`, `st`, `spr`, `sig`, `sr`, `si`, `sdd`, `ses`,
+/// `skoid`, `sktid`, `skt`, `ske`, `sks`, `skv`, `saoid`, `suoid`, `scid`).
+fn is_signature(key: &str, signed: bool) -> bool {
+    const ALWAYS: [&str; 2] = ["x-amz-", "x-goog-"];
+    const WHEN_SIGNED: [&str; 27] = [
+        "awsaccesskeyid",
+        "googleaccessid",
+        "signature",
+        "expires",
+        "policy",
+        "key-pair-id",
+        "sv",
+        "ss",
+        "srt",
+        "sp",
+        "se",
+        "st",
+        "spr",
+        "sig",
+        "sr",
+        "si",
+        "sdd",
+        "ses",
+        "skoid",
+        "sktid",
+        "skt",
+        "ske",
+        "sks",
+        "skv",
+        "saoid",
+        "suoid",
+        "scid",
+    ];
+    let lower = key.to_ascii_lowercase();
+    ALWAYS.iter().any(|p| lower.starts_with(p)) || (signed && WHEN_SIGNED.contains(&lower.as_str()))
 }
 
 /// The identity of a file version on disk: its [`name`], the validator,
@@ -114,6 +175,33 @@ impl DiskCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_name_drops_signatures_and_keeps_what_names_the_file() {
+        let n = |s: &str| name(&url::Url::parse(s).unwrap(), None);
+        assert_ne!(n("https://h/download?id=1"), n("https://h/download?id=2"));
+        assert_eq!(n("https://h/download?id=1"), "url https://h/download?id=1");
+        let s3 = |sig: &str, date: &str| {
+            n(&format!(
+                "https://b.s3.amazonaws.com/blobs/x?versionId=7&X-Amz-Algorithm=AWS4-HMAC-SHA256\
+                 &X-Amz-Credential=AK%2F1&X-Amz-Date={date}&X-Amz-Expires=3600\
+                 &X-Amz-SignedHeaders=host&X-Amz-Signature={sig}"
+            ))
+        };
+        assert_eq!(s3("ab", "20261201T000000Z"), s3("cd", "20261202T000000Z"));
+        assert_eq!(
+            s3("ab", "1"),
+            "url https://b.s3.amazonaws.com/blobs/x?versionId=7"
+        );
+        let cloudfront = n("https://d.cloudfront.net/f?Expires=1&Signature=s&Key-Pair-Id=k&part=2");
+        assert_eq!(cloudfront, "url https://d.cloudfront.net/f?part=2");
+        let azure =
+            n("https://a.blob.core.windows.net/c/f?sv=2020&se=2026&sr=b&sp=r&sig=x%3D&snapshot=3");
+        assert_eq!(azure, "url https://a.blob.core.windows.net/c/f?snapshot=3");
+        // Without a signature, short names are the application's own.
+        assert_eq!(n("https://h/f?sp=1&st=2"), "url https://h/f?sp=1&st=2");
+        assert_eq!(n("https://u:pw@h/f#frag"), "url https://h/f");
+    }
 
     #[test]
     fn identity_leaves_out_the_query_and_needs_a_validator() {

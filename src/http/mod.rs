@@ -69,6 +69,7 @@ pub(crate) struct TransportConfig {
     pub timeouts: Timeouts,
     pub retry: RetryPolicy,
     pub https_only: bool,
+    pub allow_redirect_to_http: bool,
     pub max_redirects: u32,
     pub max_connections: usize,
     pub url_provider: Option<Arc<UrlProvider>>,
@@ -88,6 +89,7 @@ pub(crate) struct Transport {
     timeouts: Timeouts,
     retry: RetryPolicy,
     https_only: bool,
+    allow_redirect_to_http: bool,
     max_redirects: u32,
     url_provider: Option<Arc<UrlProvider>>,
     /// Whether the file was opened: only a URL that worked may be renewed.
@@ -110,6 +112,7 @@ impl Transport {
             timeouts: config.timeouts,
             retry: config.retry,
             https_only: config.https_only,
+            allow_redirect_to_http: config.allow_redirect_to_http,
             max_redirects: config.max_redirects,
             permits: Permits::new(config.max_connections),
             link: config.link,

@@ -80,7 +80,22 @@ impl Transport {
                     format!("more than {} redirects", self.max_redirects),
                 )));
             }
-            url = next_hop(resp, &url)?;
+            let next = next_hop(resp, &url)?;
+            let downgrade = url.scheme() == "https" && next.scheme() == "http";
+            // (Under https_only the next request refuses it, as any http.)
+            if downgrade && !self.allow_redirect_to_http && !self.https_only {
+                // Its bytes would be read in the clear, and cached under the
+                // https name as if they had come over TLS.
+                return Err(Failure::fatal(Error::new(
+                    ErrorKind::Redirect,
+                    format!(
+                        "refusing a redirect from https to plain http ({}); \
+                         Builder::allow_redirect_to_http allows it",
+                        redact(&next)
+                    ),
+                )));
+            }
+            url = next;
         }
     }
 

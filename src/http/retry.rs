@@ -268,7 +268,10 @@ impl Transport {
         let delay = self
             .retry
             .delay(so_far.retries, jitter(), failure.retry_after);
-        if Instant::now() + delay >= deadline {
+        if Instant::now()
+            .checked_add(delay)
+            .is_none_or(|t| t >= deadline)
+        {
             return Err(failure.error);
         }
         tracing::warn!(
@@ -307,7 +310,12 @@ impl Transport {
                 format!("the URL provider gave an invalid URL: {e}"),
             )
         })?;
-        if !matches!(url.scheme(), "http" | "https") || (self.https_only && url.scheme() != "https")
+        let downgrade = url.scheme() == "http"
+            && self.original.read().scheme() == "https"
+            && !self.allow_redirect_to_http;
+        if !matches!(url.scheme(), "http" | "https")
+            || (self.https_only && url.scheme() != "https")
+            || downgrade
         {
             return Err(Error::new(
                 ErrorKind::InvalidUrl,

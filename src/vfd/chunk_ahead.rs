@@ -185,6 +185,11 @@ impl ChunkAhead {
         let mut asked = 0;
         while let Some(p) = run.next_to_fetch.filter(|_| asked < run.window) {
             let Some(bytes) = self.bytes(p) else { break };
+            // Never more than a step may ask for, whatever length a damaged
+            // or hostile index gives a chunk: HDF5 reads such a chunk itself.
+            if asked + (bytes.end - bytes.start) > max.max(1) {
+                break;
+            }
             asked += bytes.end - bytes.start;
             self.asked.insert(bytes.start);
             match ahead.last_mut() {
@@ -292,6 +297,28 @@ mod tests {
         }
         let ahead = a.on_read(hit(chunk(35, len), len), 0, 64 * MIB);
         assert_eq!(ahead, [chunk(36, len)..chunk(44, len)]);
+    }
+
+    #[test]
+    fn a_chunk_longer_than_a_step_may_ask_for_is_never_asked_for() {
+        let len = MIB;
+        let mut chunks: Vec<Range<u64>> =
+            (0..4).map(|i| MIB + i * len..MIB + (i + 1) * len).collect();
+        // An index that says the next chunk is a terabyte long.
+        chunks.push(5 * MIB..5 * MIB + (1 << 40));
+        let mut a = ChunkAhead::default();
+        a.add_leaf(
+            0,
+            ChunkLeaf {
+                chunks,
+                next_leaf: None,
+            },
+        );
+        a.on_read(miss(chunk(0, len), len), 0, 64 * MIB);
+        let ahead = a.on_read(miss(chunk(1, len), len), 0, 64 * MIB);
+        assert_eq!(ahead, [chunk(2, len)..chunk(4, len)]);
+        assert!(a.on_read(hit(chunk(2, len), len), 0, 64 * MIB).is_empty());
+        assert!(a.on_read(miss(chunk(3, len), len), 0, 64 * MIB).is_empty());
     }
 
     #[test]

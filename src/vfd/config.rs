@@ -65,6 +65,10 @@ pub const KEYS: &[(&str, &str)] = &[
     ),
     ("https_only", "refuse plain http (switch; default off)"),
     (
+        "allow_redirect_to_http",
+        "follow a redirect from https to plain http (switch; default off)",
+    ),
+    (
         "disk_cache",
         "a directory for a disk cache shared by runs and processes (path)",
     ),
@@ -124,6 +128,8 @@ pub enum Setting {
     CaFile(String),
     /// `https_only`.
     HttpsOnly(bool),
+    /// `allow_redirect_to_http`.
+    AllowRedirectToHttp(bool),
     /// `disk_cache`.
     DiskCache(String),
     /// `disk_capacity`.
@@ -184,6 +190,13 @@ pub fn parse(config: &str) -> Result<Config, ConfigError> {
         let duration =
             || parse_duration(value).ok_or_else(|| wrong("expected a duration such as 30s"));
         let switch = || parse_switch(value).ok_or_else(|| wrong("expected on or off"));
+        let path = || {
+            // An empty path would be the current directory, wherever the
+            // program happens to run.
+            (!value.is_empty())
+                .then(|| value.to_owned())
+                .ok_or_else(|| wrong("expected a path"))
+        };
         let setting = match key {
             "block_size" => Setting::BlockSize(size()?),
             "cache" => Setting::Cache(size()?),
@@ -196,9 +209,10 @@ pub fn parse(config: &str) -> Result<Config, ConfigError> {
             ),
             "timeout" => Setting::Timeout(duration()?),
             "connect_timeout" => Setting::ConnectTimeout(duration()?),
-            "ca_file" => Setting::CaFile(value.to_owned()),
+            "ca_file" => Setting::CaFile(path()?),
             "https_only" => Setting::HttpsOnly(switch()?),
-            "disk_cache" => Setting::DiskCache(value.to_owned()),
+            "allow_redirect_to_http" => Setting::AllowRedirectToHttp(switch()?),
+            "disk_cache" => Setting::DiskCache(path()?),
             "disk_capacity" => Setting::DiskCapacity(size()?),
             "cache_key" => Setting::CacheKey(value.to_owned()),
             "revalidate_after" => Setting::RevalidateAfter(duration()?),
@@ -308,6 +322,7 @@ impl Config {
                 Setting::Timeout(d) => b.read_timeout(d),
                 Setting::ConnectTimeout(d) => b.connect_timeout(d),
                 Setting::HttpsOnly(yes) => b.https_only(yes),
+                Setting::AllowRedirectToHttp(yes) => b.allow_redirect_to_http(yes),
                 Setting::DiskCache(dir) => match crate::DiskCache::open(&dir, capacity) {
                     Ok(disk) => b.disk_cache(disk),
                     Err(e) => {
@@ -428,6 +443,14 @@ mod tests {
     }
 
     #[test]
+    fn an_absurd_duration_is_refused_not_a_panic() {
+        let Err(e) = open_source("http://127.0.0.1:9/x", "timeout=9223372036854775807s") else {
+            panic!("opened");
+        };
+        assert!(e.contains("read_timeout"), "{e}");
+    }
+
+    #[test]
     fn a_bad_configuration_string_names_the_key() {
         for (config, key) in [
             ("blocksize=1MiB", "blocksize"),
@@ -437,6 +460,8 @@ mod tests {
             ("cache", "cache"),
             ("retries=99999999999", "retries"),
             ("cache=99999999999GiB", "cache"),
+            ("disk_cache=", "disk_cache"),
+            ("ca_file=", "ca_file"),
         ] {
             let e = parse(config).unwrap_err();
             assert_eq!(e.key, key, "{config}: {e}");

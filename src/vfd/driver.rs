@@ -511,7 +511,8 @@ fn read_raw(f: &DriverFile, addr: haddr_t, buf: &mut [u8]) -> Result<(), ReadErr
         return read_into(f, addr, buf);
     };
     if !ahead.is_empty() {
-        let fetched = source.file.prefetch_in_background(ahead, u64::MAX);
+        // Bounded here too: the step is whatever the index said.
+        let fetched = source.file.prefetch_in_background(ahead, bounds.1);
         prefetch.lock().fetched_chunks(fetched);
     }
     let inside = inside_file(f, addr, buf)?;
