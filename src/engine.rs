@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use crate::cache::{Block, BlockCache, Claim, FileKey, Pieces, Served};
-use crate::disk::{DiskFile, Fetcher};
+use crate::disk::{Claimed, DiskFile};
 use crate::error::{Error, Result};
 use crate::fanout::{Done, Next, fan_out};
 use crate::http::{Identity, Sink, Transport};
@@ -43,6 +43,10 @@ pub(crate) struct ReadOptions {
     pub read_timeout: Duration,
 }
 
+/// The longest the last handle of a file waits, when dropped, for its
+/// blocks still to be written to the disk cache.
+const DISK_FLUSH_AT_DROP: Duration = Duration::from_secs(10);
+
 /// The state all clones of a file share, and how reads are served from it.
 pub(crate) struct Engine {
     transport: Transport,
@@ -64,6 +68,16 @@ pub(crate) struct Engine {
 
 /// A fetched run of blocks, or why it failed.
 type Fetched = (Range<u64>, Result<Vec<Vec<u8>>>);
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        // A program that ends after reading leaves its blocks on disk for
+        // the next run (they are written in the background).
+        if let Some(disk) = &self.disk {
+            disk.flush(Instant::now() + DISK_FLUSH_AT_DROP);
+        }
+    }
+}
 
 impl Engine {
     pub(crate) fn new(
@@ -421,23 +435,21 @@ impl Engine {
         };
         // One fetch per block across processes: blocks another process is
         // fetching are waited for on disk, after this process's own.
-        let (mut locks, mut theirs) = (Vec::new(), Vec::new());
-        for index in claim.owned.clone() {
-            match disk.claim_fetch(index) {
-                Fetcher::Me(lock) => {
-                    // Another process may have written it and let go of its
-                    // lock since the disk was asked: look once more.
-                    match disk.read(index, self.block_len(index)) {
-                        Some(bytes) => self.hand_over(claim, index, bytes, is_needed, got),
-                        None => locks.extend(lock),
-                    }
-                }
-                Fetcher::Other => theirs.push(index),
+        let Claimed {
+            locks,
+            mine,
+            mut theirs,
+        } = disk.claim_fetches(&claim.owned.clone());
+        for index in mine {
+            // Another process may have written it and let go of its lock
+            // since the disk was asked: look once more.
+            if let Some(bytes) = disk.read(index, self.block_len(index)) {
+                self.hand_over(claim, index, bytes, is_needed, got);
             }
         }
         theirs.sort_unstable();
         let (mut rounds, failure) = self.fetch_network(claim, is_needed, got, deadline, &theirs);
-        drop(locks);
+        disk.release_after_writes(locks);
         if failure.is_some() || theirs.is_empty() {
             return (rounds, failure);
         }

@@ -487,8 +487,10 @@ fn a_lock_left_by_a_dead_process_is_taken_over() {
         2,
         "the open's, and block 5 fetched here"
     );
-    // Taken over (and released), not waited out: a lock waited out until
+    // Taken over (and released once its block is written, at the latest
+    // when the file is dropped), not waited out: a lock waited out until
     // the read's deadline would still be there.
+    drop(file);
     assert!(!lock.exists());
     let _ = std::fs::remove_dir_all(&dir);
 }

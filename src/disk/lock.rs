@@ -177,9 +177,18 @@ pub(crate) fn is_held(path: &Path) -> bool {
 }
 
 /// A held fetch lock, renewed while it lives and deleted when dropped (the
-/// block written or given up).
+/// blocks written or given up).
+///
+/// One lock covers the blocks of a fetch: the lock file of the first is
+/// made, and those of the others are hard links to it ([`extend`](Self::extend)),
+/// which cost no new file (making files is what costs on a busy
+/// filesystem), are made atomically or not at all, as exclusive creation
+/// is (on NFS too), and share the first's holder and time: renewing it
+/// renews them all.
 pub(crate) struct FetchLock {
+    /// The lock file made; the others link to it.
     path: PathBuf,
+    links: Vec<PathBuf>,
     id: u64,
 }
 
@@ -207,15 +216,44 @@ impl FetchLock {
         Ok(None)
     }
 
+    /// Extends this lock to the lock file at `path`, if no one holds that
+    /// (a stale one is taken over): whether it now covers it. An error if
+    /// the filesystem cannot link (a lock of its own is then needed).
+    pub(crate) fn extend(&mut self, path: &Path) -> io::Result<bool> {
+        for _ in 0..2 {
+            match fs::hard_link(&self.path, path) {
+                Ok(()) => {
+                    self.links.push(path.to_path_buf());
+                    return Ok(true);
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                    if is_held(path) {
+                        return Ok(false);
+                    }
+                    let _ = fs::remove_file(path);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(false)
+    }
+
     fn renewed(path: PathBuf) -> FetchLock {
         let id = RENEWALS.add(path.clone());
-        FetchLock { path, id }
+        FetchLock {
+            path,
+            links: Vec::new(),
+            id,
+        }
     }
 }
 
 impl Drop for FetchLock {
     fn drop(&mut self) {
         RENEWALS.remove(self.id);
+        for link in &self.links {
+            let _ = fs::remove_file(link);
+        }
         let _ = fs::remove_file(&self.path);
     }
 }
@@ -316,6 +354,38 @@ mod tests {
         assert!(is_held(&path), "renewed while held");
         drop(lock);
         assert!(!path.exists());
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn one_lock_covers_many_blocks_through_links() {
+        let dir = std::env::temp_dir().join(format!("remfile-lock-links-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let at = |i: u32| dir.join(format!("{i}.lock"));
+        // Block 2 is another's.
+        let theirs = FetchLock::take(&at(2)).unwrap().unwrap();
+        let mut mine = FetchLock::take(&at(0)).unwrap().unwrap();
+        assert!(mine.extend(&at(1)).unwrap());
+        assert!(!mine.extend(&at(2)).unwrap(), "held by another");
+        assert!(mine.extend(&at(3)).unwrap());
+        for i in [1, 3] {
+            assert!(is_held(&at(i)));
+            assert!(FetchLock::take(&at(i)).unwrap().is_none());
+        }
+        // Renewing the first renews them all: they are one file.
+        let long_ago = SystemTime::now() - FRESH_FOR * 2;
+        fs::File::options()
+            .write(true)
+            .open(at(0))
+            .unwrap()
+            .set_modified(long_ago)
+            .unwrap();
+        assert!(!is_held(&at(3)), "stale together");
+        drop(mine);
+        assert!(![0, 1, 3].iter().any(|&i| at(i).exists()));
+        assert!(at(2).exists(), "another's lock stays");
+        drop(theirs);
         let _ = fs::remove_dir_all(&dir);
     }
 

@@ -12,13 +12,14 @@
 //!
 //! Everything in the directory is the user's alone, and nothing planted in
 //! it is followed ([`private`]); one process fetches a block while the
-//! others wait for it ([`lock`]); each file's last version seen is
-//! recorded ([`record`]).
+//! others wait for it ([`lock`]); blocks are written off the fetch path
+//! ([`writer`]); each file's last version seen is recorded ([`record`]).
 
 mod format;
 mod lock;
 mod private;
 mod record;
+mod writer;
 
 pub(crate) use record::{identity, name};
 
@@ -34,6 +35,7 @@ use parking_lot::Mutex;
 
 use self::format::Owner;
 pub(crate) use self::lock::FetchLock;
+use self::writer::{WriteFile, Writer};
 
 /// Eviction frees space down to this fraction of the capacity, so that it
 /// does not run again at the next block.
@@ -73,6 +75,11 @@ const STALE_TEMPORARY: Duration = Duration::from_secs(3600);
 /// under `capacity` (plus the blocks being written), evicting the least
 /// recently used blocks.
 ///
+/// Blocks are written in the background, so that a cold read costs no more
+/// than without a disk cache: a block waiting to be written is read from the
+/// queue, and dropping the last handle of a file waits (up to 10 s) until its
+/// blocks are on disk, for the next run to find them.
+///
 /// The directory and everything in it are private to the user (0700 and
 /// 0600), and [`open`](DiskCache::open) refuses a directory another user
 /// could write. Nothing found in it is followed: a link, a FIFO or a file
@@ -105,6 +112,8 @@ struct Inner {
     evicting: Mutex<()>,
     /// Set once a write failed, so that the warning is given once.
     warned: AtomicBool,
+    /// Block files waiting to be written, and the thread that writes them.
+    writer: Arc<Writer>,
 }
 
 impl fmt::Debug for DiskCache {
@@ -148,6 +157,7 @@ impl DiskCache {
                 used: AtomicU64::new(used),
                 evicting: Mutex::new(()),
                 warned: AtomicBool::new(false),
+                writer: Arc::default(),
             }),
         })
     }
@@ -210,7 +220,7 @@ impl DiskCache {
     /// (in a directory of the cache): a reader sees the whole file or none
     /// of it, and whatever was at `path` (a link included) is replaced,
     /// never written through.
-    fn write_file(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+    fn store_file(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
         use std::io::Write;
         let tmp = self.inner.dir.join("tmp");
         let (temporary, mut file) = match private::create_temporary(&tmp) {
@@ -291,6 +301,15 @@ impl DiskFile {
         self.dir.join(format!("{}-{index}", self.block_size))
     }
 
+    /// What is at the file's directory, looked at without following it.
+    fn dir_state(&self) -> DirState {
+        match fs::symlink_metadata(&self.dir) {
+            Ok(meta) if meta.is_dir() => DirState::Real,
+            Ok(_) => DirState::Replaced,
+            Err(_) => DirState::Missing,
+        }
+    }
+
     /// The longest a block file of this file can be.
     fn max_file_len(&self, index: u64) -> u64 {
         format::encoded_len(self.owner(index), self.block_size)
@@ -300,6 +319,16 @@ impl DiskFile {
     /// file that is not (a link, a FIFO, too long included) is deleted.
     pub(crate) fn read(&self, index: u64, len: u64) -> Option<Vec<u8>> {
         let path = self.path(index);
+        if self.dir_state() == DirState::Replaced {
+            // Never read (nor remove) anything through a link.
+            return None;
+        }
+        if let Some(queued) = self.cache.inner.writer.waiting(&path) {
+            return format::decode(self.owner(index), &queued)
+                .ok()
+                .filter(|p| p.len() as u64 == len)
+                .map(<[u8]>::to_vec);
+        }
         let max = self.max_file_len(index);
         let bytes = match private::read_regular(&path, max) {
             Ok(bytes) => bytes,
@@ -326,26 +355,75 @@ impl DiskFile {
 
     /// Keeps block `index` on disk. Failures (a read-only or full disk, a
     /// directory deleted underneath) are warned of, never returned.
+    /// It is written in the background (see [`writer`]); until then a read
+    /// finds it in the queue. A full queue skips it.
     pub(crate) fn write(&self, index: u64, payload: &[u8]) {
         let bytes = format::encode(self.owner(index), payload);
-        let inner = &self.cache.inner;
-        if let Err(e) = self.cache.write_file(&self.path(index), &bytes) {
-            self.cache.warn_once("cannot write a block", &e);
+        let queued = self
+            .cache
+            .inner
+            .writer
+            .write(self.path(index), bytes, || Box::new(self.cache.clone()));
+        if !queued {
+            tracing::debug!(index, "disk cache: the write queue is full; block not kept");
+        }
+    }
+
+    /// Releases `locks` once the blocks queued before them are on disk, so
+    /// that a process waiting for one finds it there.
+    pub(crate) fn release_after_writes(&self, locks: Vec<FetchLock>) {
+        self.cache
+            .inner
+            .writer
+            .release_after_writes(locks, || Box::new(self.cache.clone()));
+    }
+
+    /// Waits until the blocks queued (by any file of this cache) are on
+    /// disk, or `deadline`.
+    pub(crate) fn flush(&self, deadline: Instant) -> bool {
+        self.cache.inner.writer.flush(deadline)
+    }
+}
+
+impl WriteFile for DiskCache {
+    fn write_file(&self, path: &Path, bytes: &[u8]) {
+        if let Err(e) = self.store_file(path, bytes) {
+            self.warn_once("cannot write a block", &e);
             return;
         }
+        let inner = &self.inner;
         let used = inner.used.fetch_add(bytes.len() as u64, Relaxed) + bytes.len() as u64;
         if used > inner.capacity {
-            self.cache.evict();
+            self.evict();
         }
     }
 }
 
-/// Who fetches a block.
-pub(crate) enum Fetcher {
-    /// This process, holding the lock (or none, if the directory cannot
-    /// hold one: no process can then wait for another).
+/// What is at a file's directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DirState {
+    Real,
+    /// A link, or anything else that is not a directory.
+    Replaced,
+    Missing,
+}
+
+/// The blocks of a fetch, sorted out among the processes using the
+/// directory.
+#[derive(Default)]
+pub(crate) struct Claimed {
+    /// The locks held on `mine` (none where the directory cannot hold one:
+    /// no process can then wait for another).
+    pub locks: Vec<FetchLock>,
+    /// The blocks this process fetches, in the order asked.
+    pub mine: Vec<u64>,
+    /// The blocks another live process is fetching, and will write.
+    pub theirs: Vec<u64>,
+}
+
+/// Who fetches one block.
+enum Fetcher {
     Me(Option<FetchLock>),
-    /// Another live process, which will write it.
     Other,
 }
 
@@ -354,15 +432,42 @@ impl DiskFile {
         self.dir.join(format!("{}-{index}.lock", self.block_size))
     }
 
-    /// Claims block `index` for this process to fetch, unless another process
-    /// is fetching it (see [`lock`] for when a lock is left over and taken).
-    pub(crate) fn claim_fetch(&self, index: u64) -> Fetcher {
-        let path = self.lock_path(index);
-        let taken = match FetchLock::take(&path) {
+    /// Claims `blocks` for this process to fetch, but those another process
+    /// is fetching (see [`lock`] for when a lock is left over and taken):
+    /// one lock for all, its files linked to the first's.
+    pub(crate) fn claim_fetches(&self, blocks: &[u64]) -> Claimed {
+        if self.dir_state() == DirState::Replaced {
+            // A link (or a file) where the file's directory should be: the
+            // locks would be made wherever it points. Made again here.
+            let _ = fs::remove_file(&self.dir);
+        }
+        let mut claimed = Claimed::default();
+        for &index in blocks {
+            let path = self.lock_path(index);
+            let fetcher = match claimed.locks.last_mut().map(|l| l.extend(&path)) {
+                Some(Ok(true)) => Fetcher::Me(None),
+                Some(Ok(false)) => Fetcher::Other,
+                // The first, or a filesystem that cannot link.
+                Some(Err(_)) | None => self.claim_one(&path),
+            };
+            match fetcher {
+                Fetcher::Me(lock) => {
+                    claimed.mine.push(index);
+                    claimed.locks.extend(lock);
+                }
+                Fetcher::Other => claimed.theirs.push(index),
+            }
+        }
+        claimed
+    }
+
+    /// A lock of its own at `path`.
+    fn claim_one(&self, path: &Path) -> Fetcher {
+        let taken = match FetchLock::take(path) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => self
                 .cache
                 .make_inside(&self.dir)
-                .and_then(|()| FetchLock::take(&path)),
+                .and_then(|()| FetchLock::take(path)),
             other => other,
         };
         match taken {
@@ -461,6 +566,12 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 mod tests {
     use super::*;
 
+    /// Waits until `f`'s blocks are on disk (they are written in the
+    /// background).
+    fn written(f: &DiskFile) {
+        assert!(f.flush(Instant::now() + Duration::from_secs(10)));
+    }
+
     fn temp_dir(name: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("remfile-disk-{name}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&d);
@@ -473,6 +584,7 @@ mod tests {
         let disk = DiskCache::open(&dir, 1 << 20).unwrap();
         let f = disk.file("id".into(), 4096);
         f.write(3, &[7; 4096]);
+        written(&f);
         let again = DiskCache::open(&dir, 1 << 20)
             .unwrap()
             .file("id".into(), 4096);
@@ -481,6 +593,7 @@ mod tests {
         // That read deleted it as damaged.
         assert_eq!(again.read(3, 4096), None);
         f.write(4, &[1; 4096]);
+        written(&f);
         let path = f.path(4);
         let mut bytes = fs::read(&path).unwrap();
         let last = bytes.len() - 1;
@@ -499,6 +612,7 @@ mod tests {
         let f = disk.file("id".into(), 10_000);
         for i in 0..50 {
             f.write(i, &[i as u8; 10_000]);
+            written(&f);
             assert!(
                 disk.size_on_disk() <= 100_000 + 10_100,
                 "{}",
@@ -522,6 +636,7 @@ mod tests {
                     for i in 0..200 {
                         f.write(i, &[w; 4096]);
                     }
+                    written(&f);
                 })
             })
             .collect();
@@ -545,6 +660,7 @@ mod tests {
         let f = disk.file("id".into(), 100);
         fs::remove_dir_all(&dir).unwrap();
         f.write(0, &[5; 100]);
+        written(&f);
         assert_eq!(f.read(0, 100), Some(vec![5; 100]));
         let _ = fs::remove_dir_all(&dir);
     }

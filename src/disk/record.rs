@@ -156,7 +156,7 @@ impl DiskCache {
             }
         }
         let path = self.record_path(name);
-        if let Err(e) = self.write_file(&path, identity.as_bytes()) {
+        if let Err(e) = self.store_file(&path, identity.as_bytes()) {
             self.warn_once("cannot note a file's version", &e);
         }
     }
