@@ -412,10 +412,41 @@ fn processes_sharing_a_directory_fetch_each_block_about_once() {
     if let Ok(spec) = std::env::var("REMFILE_DISK_SHARER") {
         return sharing_reader(&spec);
     }
+    share_one_file_among_processes("sharing", &[]);
+}
+
+#[test]
+fn processes_in_separate_pid_namespaces_share_one_directory() {
+    if std::env::var("REMFILE_DISK_SHARER").is_ok() {
+        return;
+    }
+    // As containers do: each process has its own process ids, so that a
+    // lock's process id means nothing to the others.
+    let permitted = |wrap: &[&str]| {
+        std::process::Command::new(wrap[0])
+            .args(&wrap[1..])
+            .arg("true")
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let plain: &[&str] = &["unshare", "--pid", "--fork"];
+    let as_user: &[&str] = &["unshare", "--user", "--map-root-user", "--pid", "--fork"];
+    let Some(wrap) = [plain, as_user].into_iter().find(|w| permitted(w)) else {
+        eprintln!("SKIPPED: `unshare --pid --fork` is not permitted here");
+        return;
+    };
+    share_one_file_among_processes("namespaces", wrap);
+}
+
+/// Eight processes (each started through `wrap`, a command that runs the
+/// rest, if any) read one 64 MiB file through one directory at once: every
+/// byte right, and the file fetched about once.
+fn share_one_file_among_processes(name: &str, wrap: &[&str]) {
     const PROCESSES: usize = 8;
     let data = test_data(64 << 20, 73);
     let server = RangeServer::new(data.clone());
-    let dir = temp_dir("sharing");
+    let dir = temp_dir(name);
     // The file's version on disk first, so that every reader sees the same.
     read(&open(&server, "/f", &dir), 0, 1);
     let served = || -> u64 {
@@ -426,9 +457,18 @@ fn processes_sharing_a_directory_fetch_each_block_about_once() {
             .sum()
     };
     let before = served();
+    let exe = std::env::current_exe().unwrap();
     let children: Vec<_> = (0..PROCESSES)
         .map(|_| {
-            std::process::Command::new(std::env::current_exe().unwrap())
+            let mut command = match wrap.split_first() {
+                Some((program, args)) => {
+                    let mut c = std::process::Command::new(program);
+                    c.args(args).arg(&exe);
+                    c
+                }
+                None => std::process::Command::new(&exe),
+            };
+            command
                 .args([
                     "processes_sharing_a_directory_fetch_each_block_about_once",
                     "--exact",
@@ -448,7 +488,7 @@ fn processes_sharing_a_directory_fetch_each_block_about_once() {
     }
     let fetched = served() - before;
     eprintln!(
-        "{PROCESSES} processes fetched {fetched} bytes of an {} byte file",
+        "{PROCESSES} processes ({name}) fetched {fetched} bytes of an {} byte file",
         data.len()
     );
     // Each block once, give or take a block claimed by one process while
