@@ -8,7 +8,7 @@ use std::sync::Arc;
 use url::Url;
 
 use crate::cache::{BlockCache, FileKey};
-use crate::disk::{self, DiskFile};
+use crate::disk::{self, DiskFile, FirstOpen};
 use crate::engine::{Engine, ReadOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::file::RemoteFile;
@@ -25,7 +25,20 @@ pub(crate) fn open(builder: &Builder, url: &str) -> Result<RemoteFile> {
     let counters = Arc::new(Counters::default());
     let link = Arc::new(LinkMeter::new(builder.link));
     let transport = transport(builder, url.clone(), &link, &counters)?;
-    let (opened, tail, asked) = match warm_open(builder, &url, &transport)? {
+    let mut first_open = None;
+    let mut warm = warm_open(builder, &url, &transport)?;
+    if let (None, Some(disk)) = (&warm, &builder.disk_cache) {
+        // Processes opening a file at the same moment fetch it once: the
+        // others open it warm from what the first put on disk.
+        let name = disk::name(&url, builder.cache_key.as_deref());
+        let deadline = std::time::Instant::now() + builder.read_timeout;
+        match disk.claim_first_open(&name, deadline) {
+            FirstOpen::Ours(lock) => first_open = Some(lock),
+            FirstOpen::Waited => warm = warm_open(builder, &url, &transport)?,
+            FirstOpen::Unclaimed => {}
+        }
+    }
+    let (opened, tail, asked) = match warm {
         Some((opened, asked)) => (opened, None, asked),
         None => {
             let (opened, tail) = first_request(&transport, builder.block_size, builder.open_tail);
@@ -49,6 +62,9 @@ pub(crate) fn open(builder: &Builder, url: &str) -> Result<RemoteFile> {
         counters,
     );
     engine.seed(0, opened.first);
+    if let (Some(lock), Some(disk)) = (first_open, &builder.disk_cache) {
+        disk.release_after_writes(lock);
+    }
     if let Some(tail) = tail {
         for (index, block) in tail_blocks(tail, builder.block_size) {
             // The first block came with the opening request.

@@ -412,7 +412,24 @@ fn processes_sharing_a_directory_fetch_each_block_about_once() {
     if let Ok(spec) = std::env::var("REMFILE_DISK_SHARER") {
         return sharing_reader(&spec);
     }
-    share_one_file_among_processes("sharing", &[]);
+    share_one_file_among_processes("sharing", &[], true);
+}
+
+#[test]
+fn processes_opening_an_uncached_file_at_once_fetch_its_first_block_once() {
+    if std::env::var("REMFILE_DISK_SHARER").is_ok() {
+        return;
+    }
+    let server = share_one_file_among_processes("cold-opens", &[], false);
+    // One open fetched block 0; the others waited for it and opened warm,
+    // asking only whether it changed.
+    let bodies_of_block_0 = server
+        .log()
+        .iter()
+        .filter(|r| r.range().is_some_and(|(first, _)| first == 0))
+        .filter(|r| r.header("if-none-match").is_none())
+        .count();
+    assert_eq!(bodies_of_block_0, 1);
 }
 
 #[test]
@@ -436,24 +453,30 @@ fn processes_in_separate_pid_namespaces_share_one_directory() {
         eprintln!("SKIPPED: `unshare --pid --fork` is not permitted here");
         return;
     };
-    share_one_file_among_processes("namespaces", wrap);
+    share_one_file_among_processes("namespaces", wrap, true);
 }
 
 /// Eight processes (each started through `wrap`, a command that runs the
-/// rest, if any) read one 64 MiB file through one directory at once: every
-/// byte right, and the file fetched about once.
-fn share_one_file_among_processes(name: &str, wrap: &[&str]) {
+/// rest, if any) read one 64 MiB file through one directory at once (the
+/// file's version known there first if `warm`): every byte right, and the
+/// file fetched about once. The server, for its log.
+fn share_one_file_among_processes(name: &str, wrap: &[&str], warm: bool) -> RangeServer {
     const PROCESSES: usize = 8;
     let data = test_data(64 << 20, 73);
     let server = RangeServer::new(data.clone());
     let dir = temp_dir(name);
-    // The file's version on disk first, so that every reader sees the same.
-    read(&open(&server, "/f", &dir), 0, 1);
+    if warm {
+        read(&open(&server, "/f", &dir), 0, 1);
+    }
+    // Bytes asked for, but by a warm open's conditional request (a 304,
+    // no body, for a file that did not change).
     let served = || -> u64 {
         server
-            .ranges()
+            .log()
             .iter()
-            .map(|&(first, last)| last.saturating_sub(first) + 1)
+            .filter(|r| r.header("if-none-match").is_none())
+            .filter_map(|r| r.range())
+            .map(|(first, last)| last.saturating_sub(first) + 1)
             .sum()
     };
     let before = served();
@@ -499,6 +522,7 @@ fn share_one_file_among_processes(name: &str, wrap: &[&str]) {
         data.len()
     );
     let _ = std::fs::remove_dir_all(&dir);
+    server
 }
 
 #[test]

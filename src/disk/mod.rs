@@ -21,7 +21,7 @@ mod private;
 mod record;
 mod writer;
 
-pub(crate) use record::{identity, name};
+pub(crate) use record::{FirstOpen, identity, name};
 
 use std::fmt;
 use std::fs;
@@ -195,6 +195,14 @@ impl DiskCache {
             .dir
             .join("blocks")
             .join(format!("{:016x}", fnv1a(identity.as_bytes())))
+    }
+
+    /// Releases `lock` once the blocks queued so far are on disk.
+    pub(crate) fn release_after_writes(&self, lock: FetchLock) {
+        let cache = self.clone();
+        self.inner
+            .writer
+            .release_after_writes(vec![lock], || Box::new(cache));
     }
 
     fn files_dir(&self) -> PathBuf {

@@ -5,9 +5,21 @@
 use std::fs;
 use std::io::Read;
 use std::path::PathBuf;
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
+use super::lock::{FetchLock, WAIT_AT_MOST, is_held};
 use super::{DiskCache, fnv1a, private};
+
+/// How the first open of a file the disk knows nothing of went.
+pub(crate) enum FirstOpen {
+    /// This process opens it; the claim is released once its first block is
+    /// on disk.
+    Ours(FetchLock),
+    /// Another process opened it, or gave up: look on disk again.
+    Waited,
+    /// No claim could be made (a read-only directory): open it.
+    Unclaimed,
+}
 
 /// No record this crate writes is longer (a URL is at most some kilobytes).
 const MAX_RECORD_LEN: u64 = 1 << 20;
@@ -144,6 +156,29 @@ impl DiskCache {
     fn record_path(&self, name: &str) -> PathBuf {
         self.files_dir()
             .join(format!("{:016x}", fnv1a(name.as_bytes())))
+    }
+
+    /// Claims the first open of the file called `name`, which the disk
+    /// knows nothing of, so that processes opening it at the same moment
+    /// fetch its first block once: the one that gets the claim opens it as
+    /// usual (and releases the claim once its first block is on disk, see
+    /// [`DiskCache::release_after_writes`]); the others wait for that, then
+    /// open it warm.
+    pub(crate) fn claim_first_open(&self, name: &str, deadline: Instant) -> FirstOpen {
+        let path = self.record_path(name).with_extension("lock");
+        match FetchLock::take(&path) {
+            Ok(Some(lock)) => FirstOpen::Ours(lock),
+            Ok(None) => {
+                let deadline = deadline.min(Instant::now() + WAIT_AT_MOST);
+                let mut pause = Duration::from_millis(1);
+                while is_held(&path) && Instant::now() < deadline {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(20));
+                }
+                FirstOpen::Waited
+            }
+            Err(_) => FirstOpen::Unclaimed,
+        }
     }
 
     /// Notes that the file called `name` is, as of now, the version
