@@ -324,9 +324,15 @@ pub const OPEN_TAIL: u64 = crate::vfd::config::OPEN_TAIL;
 /// The block size of [`builder()`].
 pub const BLOCK_SIZE: u64 = crate::vfd::config::BLOCK_SIZE;
 
+/// The most connections a remote HDF5 file keeps (the crate's default is
+/// 16): the metadata crawl fetches metadata spread among the data in small
+/// pieces, many at once.
+pub const CONNECTIONS: u64 = crate::vfd::config::CONNECTIONS;
+
 /// The options [`open_url`] opens remote files with: [`RemoteFile::builder`]
-/// with an [`open_tail`](Builder::open_tail) of [`OPEN_TAIL`] and a
-/// [`block_size`](Builder::block_size) of [`BLOCK_SIZE`]. Start from it to
+/// with an [`open_tail`](Builder::open_tail) of [`OPEN_TAIL`], a
+/// [`block_size`](Builder::block_size) of [`BLOCK_SIZE`] and up to
+/// [`CONNECTIONS`] [connections](Builder::max_connections). Start from it to
 /// add options of your own (headers, a shared cache…).
 ///
 /// HDF5 writers often leave the root group's header and much other metadata
