@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use crate::cache::{Block, BlockCache, Claim, FileKey, Pieces, Served};
-use crate::disk::{Claimed, DiskFile};
+use crate::disk::{self, Claimed, DiskFile};
 use crate::error::{Error, Result};
 use crate::fanout::{Done, Next, fan_out};
 use crate::http::{Identity, Sink, Transport};
@@ -454,8 +454,10 @@ impl Engine {
             return (rounds, failure);
         }
         let mut waited = false;
+        // One bound for all of them, which leaves time to fetch them here.
+        let until = disk::wait_bound(deadline);
         for index in theirs {
-            if let Some(bytes) = disk.wait_for(index, self.block_len(index), deadline) {
+            if let Some(bytes) = disk.wait_for(index, self.block_len(index), until) {
                 waited = true;
                 self.hand_over(claim, index, bytes, is_needed, got);
             }

@@ -33,7 +33,14 @@ pub(crate) fn open(builder: &Builder, url: &str) -> Result<RemoteFile> {
         let name = disk::name(&url, builder.cache_key.as_deref());
         let deadline = std::time::Instant::now() + builder.read_timeout;
         match disk.claim_first_open(&name, deadline) {
-            FirstOpen::Ours(lock) => first_open = Some(lock),
+            FirstOpen::Ours(lock) => {
+                // The claim may have been let go just before it was
+                // asked for, the first block on disk by then.
+                warm = warm_open(builder, &url, &transport)?;
+                if warm.is_none() {
+                    first_open = Some(lock);
+                }
+            }
             FirstOpen::Waited => warm = warm_open(builder, &url, &transport)?,
             FirstOpen::Unclaimed => {}
         }

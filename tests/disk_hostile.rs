@@ -193,11 +193,31 @@ fn a_block_directory_replaced_by_a_link_is_neither_scanned_nor_evicted_into() {
     let dir = temp_dir("evict");
     let outside = temp_dir("evict-victims");
     let files = cache_once(&server, &dir, &data);
+    // Someone's files, named and aged as the least recently used blocks
+    // would be, behind a link that stands where a file's blocks would.
     let targets = victims(&outside, 16);
+    let hour_ago = SystemTime::now() - Duration::from_secs(3600);
+    for (i, (p, _)) in targets.iter().enumerate() {
+        let as_block = outside.join(format!("{BLOCK}-{i}"));
+        fs::rename(p, &as_block).unwrap();
+        fs::File::options()
+            .write(true)
+            .open(&as_block)
+            .unwrap()
+            .set_modified(hour_ago)
+            .unwrap();
+    }
+    let targets: Vec<_> = targets
+        .into_iter()
+        .enumerate()
+        .map(|(i, (_, bytes))| (outside.join(format!("{BLOCK}-{i}")), bytes))
+        .collect();
+    symlink(&outside, dir.join("blocks").join("ffffffffffffffff")).unwrap();
+    // And the read file's own block directory replaced by a link too.
     fs::remove_dir_all(&files).unwrap();
     symlink(&outside, &files).unwrap();
-    // A cache too small for the file evicts as it reads: through the link,
-    // it would delete someone's files.
+    // A cache too small for what is read evicts as it goes: through a
+    // link, it would delete someone's files first.
     let small = 3 * BLOCK;
     assert_eq!(
         read_all_within(open(&server, &dir, small), Duration::from_secs(30)),
@@ -210,6 +230,10 @@ fn a_block_directory_replaced_by_a_link_is_neither_scanned_nor_evicted_into() {
         .open(other.url("/g"))
         .unwrap();
     read_all_within(file, Duration::from_secs(30));
+    assert!(
+        DiskCache::open(&dir, small).unwrap().size_on_disk() <= small + 2 * BLOCK,
+        "evicted"
+    );
     assert_untouched(&targets);
     assert_eq!(
         fs::read_dir(&outside).unwrap().count(),

@@ -59,15 +59,20 @@ pub(crate) struct Holder {
 
 impl Holder {
     /// This process.
-    pub(crate) fn me() -> &'static Holder {
-        static ME: OnceLock<Holder> = OnceLock::new();
-        ME.get_or_init(|| Holder {
-            host: host_name(),
-            pid_namespace: fs::read_link("/proc/self/ns/pid")
+    pub(crate) fn me() -> Holder {
+        static HOST: OnceLock<(String, Option<String>)> = OnceLock::new();
+        let (host, pid_namespace) = HOST.get_or_init(|| {
+            let namespace = fs::read_link("/proc/self/ns/pid")
                 .ok()
-                .map(|p| p.to_string_lossy().into_owned()),
+                .map(|p| p.to_string_lossy().into_owned());
+            (host_name(), namespace)
+        });
+        Holder {
+            host: host.clone(),
+            pid_namespace: pid_namespace.clone(),
+            // Asked each time: a forked child is another process.
             pid: std::process::id(),
-        })
+        }
     }
 
     fn to_text(&self) -> String {
@@ -85,7 +90,7 @@ impl Holder {
         if let Ok(pid) = text.trim().parse() {
             return Some(Holder {
                 pid,
-                ..Holder::me().clone()
+                ..Holder::me()
             });
         }
         let mut lines = text.lines();
@@ -147,12 +152,14 @@ pub(crate) fn is_stale(
     }
 }
 
-/// Whether process `pid` is alive here, where `/proc` says.
+/// Whether process `pid` is alive here, where `/proc` says: a `/proc` of
+/// this process's PID namespace (one mounted for another namespace names
+/// this process otherwise).
 fn alive_here(pid: u32) -> Option<bool> {
     let proc = Path::new("/proc");
-    proc.join("self")
-        .exists()
-        .then(|| proc.join(pid.to_string()).exists())
+    let own = fs::read_link(proc.join("self"))
+        .is_ok_and(|me| me.as_os_str() == std::process::id().to_string().as_str());
+    own.then(|| proc.join(pid.to_string()).exists())
 }
 
 /// Whether the lock at `path` is held: there, fresh and its holder not
@@ -171,7 +178,7 @@ pub(crate) fn is_held(path: &Path) -> bool {
         renewed,
         SystemTime::now(),
         holder.as_ref(),
-        Holder::me(),
+        &Holder::me(),
         alive_here,
     )
 }
@@ -199,7 +206,10 @@ impl FetchLock {
         for _ in 0..2 {
             match private::create_new(path) {
                 Ok(mut file) => {
-                    file.write_all(Holder::me().to_text().as_bytes())?;
+                    if let Err(e) = file.write_all(Holder::me().to_text().as_bytes()) {
+                        let _ = fs::remove_file(path);
+                        return Err(e);
+                    }
                     return Ok(Some(FetchLock::renewed(path.to_path_buf())));
                 }
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
@@ -266,14 +276,15 @@ struct Renewals {
 struct RenewalState {
     held: BTreeMap<u64, PathBuf>,
     next_id: u64,
-    thread_running: bool,
+    /// The process whose thread renews: a child forked from it has none.
+    thread_of: Option<u32>,
 }
 
 static RENEWALS: Renewals = Renewals {
     state: Mutex::new(RenewalState {
         held: BTreeMap::new(),
         next_id: 0,
-        thread_running: false,
+        thread_of: None,
     }),
 };
 
@@ -283,13 +294,14 @@ impl Renewals {
         let id = state.next_id;
         state.next_id += 1;
         state.held.insert(id, path);
-        if !state.thread_running {
+        let me = std::process::id();
+        if state.thread_of != Some(me) {
             let spawned = std::thread::Builder::new()
                 .name("remfile-lock-renewal".into())
                 .spawn(move || self.run());
             // Without the thread, a fetch longer than a lock stays fresh
             // may be done twice: bytes, never correctness.
-            state.thread_running = spawned.is_ok();
+            state.thread_of = spawned.is_ok().then_some(me);
         }
         id
     }
@@ -305,7 +317,7 @@ impl Renewals {
             let held: Vec<PathBuf> = {
                 let mut state = self.state.lock();
                 if state.held.is_empty() {
-                    state.thread_running = false;
+                    state.thread_of = None;
                     return;
                 }
                 state.held.values().cloned().collect()
@@ -349,7 +361,6 @@ mod tests {
             .unwrap()
             .set_modified(long_ago)
             .unwrap();
-        assert!(!is_held(&path), "stale until renewed");
         std::thread::sleep(RENEW_EVERY + Duration::from_millis(700));
         assert!(is_held(&path), "renewed while held");
         drop(lock);
@@ -374,14 +385,10 @@ mod tests {
             assert!(FetchLock::take(&at(i)).unwrap().is_none());
         }
         // Renewing the first renews them all: they are one file.
-        let long_ago = SystemTime::now() - FRESH_FOR * 2;
-        fs::File::options()
-            .write(true)
-            .open(at(0))
-            .unwrap()
-            .set_modified(long_ago)
-            .unwrap();
-        assert!(!is_held(&at(3)), "stale together");
+        use std::os::unix::fs::MetadataExt;
+        let inode = |i| fs::metadata(at(i)).unwrap().ino();
+        assert_eq!(inode(0), inode(3));
+        assert_ne!(inode(0), inode(2));
         drop(mine);
         assert!(![0, 1, 3].iter().any(|&i| at(i).exists()));
         assert!(at(2).exists(), "another's lock stays");

@@ -133,8 +133,9 @@ impl DiskCache {
     ///
     /// The directory cannot be created or read, or another user could write
     /// it or its parts (owned by someone else, group or world writable, a
-    /// part replaced by a link): [`io::ErrorKind::PermissionDenied`], with
-    /// a message that says which. Such a directory would let them plant
+    /// part replaced by a link) or replace it (a parent directory they can
+    /// write, unless it is sticky as `/tmp` is):
+    /// [`io::ErrorKind::PermissionDenied`], with a message that says which. Such a directory would let them plant
     /// blocks that a read serves, or read the blocks.
     ///
     /// ```no_run
@@ -407,6 +408,15 @@ impl WriteFile for DiskCache {
     }
 }
 
+/// Until when a read whose deadline is `deadline` waits for other
+/// processes' fetches: [`lock::WAIT_AT_MOST`] at most, and half the time it
+/// has left, so that it can still fetch what they did not bring.
+pub(crate) fn wait_bound(deadline: Instant) -> Instant {
+    let now = Instant::now();
+    let half_left = deadline.saturating_duration_since(now) / 2;
+    now + half_left.min(lock::WAIT_AT_MOST)
+}
+
 /// What is at a file's directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum DirState {
@@ -487,10 +497,9 @@ impl DiskFile {
 
     /// Waits for another process to write block `index` (`len` bytes): the
     /// block once it is on disk; `None` once no one holds its lock without
-    /// having written it, after [`lock::WAIT_AT_MOST`], or at `deadline`.
+    /// having written it, or at `deadline` (see [`wait_bound`]).
     pub(crate) fn wait_for(&self, index: u64, len: u64, deadline: Instant) -> Option<Vec<u8>> {
         let lock = self.lock_path(index);
-        let deadline = deadline.min(Instant::now() + lock::WAIT_AT_MOST);
         let mut pause = Duration::from_millis(1);
         loop {
             if let Some(block) = self.read(index, len) {

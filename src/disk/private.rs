@@ -24,13 +24,50 @@ pub(crate) fn make_dir(path: &Path) -> io::Result<()> {
 
 /// Makes the cache's top directory `path`, with its parents, if it does not
 /// exist, then checks it: the user named it, so a link to it is followed.
+/// Its parents are checked too: one that another user could write would let
+/// them put a directory of their own in its place (a sticky one, as `/tmp`,
+/// does not).
 pub(crate) fn make_top_dir(path: &Path) -> io::Result<()> {
     if !path.exists() {
         let mut builder = dir_builder();
         builder.recursive(true);
         builder.create(path)?;
     }
-    check_dir(path, Follow::Yes)
+    check_dir(path, Follow::Yes)?;
+    let real = fs::canonicalize(path)?;
+    for parent in real.ancestors().skip(1) {
+        check_parent(parent)?;
+    }
+    Ok(())
+}
+
+#[cfg(unix)]
+fn check_parent(path: &Path) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = fs::metadata(path)?;
+    let others_could_rename = meta.mode() & 0o022 != 0 && meta.mode() & 0o1000 == 0;
+    let foreign = meta.uid() != current_user() && meta.uid() != 0;
+    if others_could_rename || foreign {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "disk cache directory: its parent {} {}: refused, as another user could put \
+                 a directory of their own in the cache's place",
+                path.display(),
+                if foreign {
+                    "belongs to another user"
+                } else {
+                    "can be written by other users and is not sticky"
+                }
+            ),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn check_parent(_path: &Path) -> io::Result<()> {
+    Ok(())
 }
 
 /// Whether the last component of a path may be a link.
@@ -145,6 +182,16 @@ pub(crate) fn open_regular(path: &Path, max_len: u64) -> io::Result<File> {
             io::ErrorKind::InvalidData,
             "not a regular file",
         ));
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        if meta.uid() != current_user() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "a file of another user",
+            ));
+        }
     }
     if meta.len() > max_len {
         return Err(io::Error::new(
@@ -262,6 +309,13 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::PermissionDenied, "{e}");
         // The user's own name for the top directory may be a link.
         make_top_dir(&d.join("link")).unwrap();
+        // A parent others can write, unless sticky, is refused too.
+        fs::create_dir(d.join("shared")).unwrap();
+        fs::set_permissions(d.join("shared"), fs::Permissions::from_mode(0o777)).unwrap();
+        let e = make_top_dir(&d.join("shared/cache")).unwrap_err();
+        assert!(e.to_string().contains("parent"), "{e}");
+        fs::set_permissions(d.join("shared"), fs::Permissions::from_mode(0o1777)).unwrap();
+        make_top_dir(&d.join("shared/cache")).unwrap();
         let _ = fs::remove_dir_all(&d);
     }
 

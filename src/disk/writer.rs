@@ -35,9 +35,33 @@ struct Queue {
     /// The bytes of the block files waiting, by path (the latest wins).
     waiting: HashMap<PathBuf, Arc<Vec<u8>>>,
     bytes: u64,
-    /// A job is being done (the queue may be empty meanwhile).
-    busy: bool,
-    thread_running: bool,
+    /// Jobs queued, and jobs done, since the start: jobs are done in the
+    /// order queued, so a flush waits for `done` to reach `queued` as it
+    /// was, not for an empty queue (which a busy cache may never have).
+    queued: u64,
+    done: u64,
+    /// The process whose thread writes: a child forked from it has none.
+    thread_of: Option<u32>,
+}
+
+impl Queue {
+    fn push(&mut self, job: Job) {
+        self.jobs.push_back(job);
+        self.queued += 1;
+    }
+
+    /// Drops every job (releasing their locks: their blocks will not be
+    /// written), as done.
+    fn abandon(&mut self) {
+        self.jobs.clear();
+        self.waiting.clear();
+        self.bytes = 0;
+        self.done = self.queued;
+    }
+
+    fn has_thread(&self) -> bool {
+        self.thread_of == Some(std::process::id())
+    }
 }
 
 /// The queue of one disk cache, and its thread.
@@ -71,7 +95,7 @@ impl Writer {
         if let Some(old) = queue.waiting.insert(path.clone(), Arc::new(bytes)) {
             queue.bytes -= old.len() as u64;
         }
-        queue.jobs.push_back(Job::Write(path));
+        queue.push(Job::Write(path));
         self.start(&mut queue, to);
         true
     }
@@ -87,12 +111,12 @@ impl Writer {
             return;
         }
         let mut queue = self.queue.lock();
-        if queue.jobs.is_empty() && !queue.busy {
+        if queue.done == queue.queued {
             drop(queue);
             drop(locks);
             return;
         }
-        queue.jobs.push_back(Job::Release(locks));
+        queue.push(Job::Release(locks));
         self.start(&mut queue, to);
     }
 
@@ -101,20 +125,21 @@ impl Writer {
         self.queue.lock().waiting.get(path).cloned()
     }
 
-    /// Waits until everything queued is written, or `deadline`; returns
-    /// whether it is.
+    /// Waits until everything queued so far is written, or `deadline`;
+    /// returns whether it is.
     pub(crate) fn flush(&self, deadline: Instant) -> bool {
         let mut queue = self.queue.lock();
-        while !queue.jobs.is_empty() || queue.busy {
+        let target = queue.queued;
+        while queue.done < target {
             if self.idle.wait_until(&mut queue, deadline).timed_out() {
-                return queue.jobs.is_empty() && !queue.busy;
+                return queue.done >= target;
             }
         }
         true
     }
 
     fn start(self: &Arc<Self>, queue: &mut Queue, to: impl FnOnce() -> Box<dyn WriteFile>) {
-        if queue.thread_running {
+        if queue.has_thread() {
             self.work.notify_one();
             return;
         }
@@ -124,29 +149,30 @@ impl Writer {
             .name("remfile-disk-writer".into())
             .spawn(move || writer.run(&*target));
         if spawned.is_ok() {
-            queue.thread_running = true;
+            queue.thread_of = Some(std::process::id());
         } else {
             // No thread: the queue is dropped, its locks released; the
             // blocks are fetched again when next needed.
             tracing::debug!("no thread to write the disk cache");
-            queue.jobs.clear();
-            queue.waiting.clear();
-            queue.bytes = 0;
+            queue.abandon();
+            self.idle.notify_all();
         }
     }
 
     fn run(&self, target: &dyn WriteFile) {
+        // A panic in a write ends the thread: the queue is abandoned (its
+        // locks released), and the next job starts a new one.
+        let _guard = Abandon(self);
         let mut queue = self.queue.lock();
         loop {
             let Some(job) = queue.jobs.pop_front() else {
                 self.idle.notify_all();
                 if self.work.wait_for(&mut queue, LINGER).timed_out() && queue.jobs.is_empty() {
-                    queue.thread_running = false;
+                    queue.thread_of = None;
                     return;
                 }
                 continue;
             };
-            queue.busy = true;
             match job {
                 Job::Write(path) => {
                     let bytes = queue.waiting.get(&path).cloned();
@@ -174,7 +200,23 @@ impl Writer {
                     queue = self.queue.lock();
                 }
             }
-            queue.busy = false;
+            queue.done += 1;
+            self.idle.notify_all();
+        }
+    }
+}
+
+/// Abandons the queue if its thread ends by a panic.
+struct Abandon<'a>(&'a Writer);
+
+impl Drop for Abandon<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let mut queue = self.0.queue.lock();
+            queue.abandon();
+            queue.thread_of = None;
+            drop(queue);
+            self.0.idle.notify_all();
         }
     }
 }
@@ -193,8 +235,38 @@ mod tests {
     impl WriteFile for Recorder {
         fn write_file(&self, path: &Path, bytes: &[u8]) {
             let _open = self.gate.lock();
+            if path.starts_with("slow") {
+                std::thread::sleep(Duration::from_millis(800));
+            }
             self.written.lock().push((path.to_path_buf(), bytes.len()));
         }
+    }
+
+    #[test]
+    fn a_flush_waits_for_what_was_queued_before_it_only() {
+        let writer = Arc::new(Writer::default());
+        let rec = Recorder::default();
+        let to = || Box::new(rec.clone()) as Box<dyn WriteFile>;
+        assert!(writer.write("slow/a".into(), vec![1; 10], to));
+        let more = {
+            let (writer, rec) = (Arc::clone(&writer), rec.clone());
+            std::thread::spawn(move || {
+                // Queued after the flush began: a busy cache.
+                std::thread::sleep(Duration::from_millis(100));
+                for i in 0..3 {
+                    let to = || Box::new(rec.clone()) as Box<dyn WriteFile>;
+                    assert!(writer.write(format!("slow/b{i}").into(), vec![2; 10], to));
+                }
+            })
+        };
+        assert!(writer.flush(Instant::now() + Duration::from_secs(10)));
+        let written = rec.written.lock().clone();
+        assert_eq!(written[0].0, Path::new("slow/a"));
+        // Three more writes of 800 ms each were queued meanwhile.
+        assert!(written.len() < 4, "waited for later writes: {written:?}");
+        more.join().unwrap();
+        assert!(writer.flush(Instant::now() + Duration::from_secs(10)));
+        assert_eq!(rec.written.lock().len(), 4);
     }
 
     #[test]
