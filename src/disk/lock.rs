@@ -197,6 +197,8 @@ pub(crate) struct FetchLock {
     path: PathBuf,
     links: Vec<PathBuf>,
     id: u64,
+    /// The process that took it: a child forked with a copy deletes nothing.
+    pid: u32,
 }
 
 impl FetchLock {
@@ -254,12 +256,16 @@ impl FetchLock {
             path,
             links: Vec::new(),
             id,
+            pid: std::process::id(),
         }
     }
 }
 
 impl Drop for FetchLock {
     fn drop(&mut self) {
+        if self.pid != std::process::id() {
+            return;
+        }
         RENEWALS.remove(self.id);
         for link in &self.links {
             let _ = fs::remove_file(link);
@@ -295,6 +301,10 @@ impl Renewals {
         state.next_id += 1;
         state.held.insert(id, path);
         let me = std::process::id();
+        if state.thread_of.is_some_and(|pid| pid != me) {
+            // Forked since: the parent's locks are the parent's to renew.
+            state.held.retain(|&held, _| held == id);
+        }
         if state.thread_of != Some(me) {
             let spawned = std::thread::Builder::new()
                 .name("remfile-lock-renewal".into())

@@ -133,8 +133,9 @@ impl DiskCache {
     ///
     /// The directory cannot be created or read, or another user could write
     /// it or its parts (owned by someone else, group or world writable, a
-    /// part replaced by a link) or replace it (a parent directory they can
-    /// write, unless it is sticky as `/tmp` is):
+    /// part replaced by a link, a link to it another user made) or replace
+    /// it (a parent directory anyone can write that is not sticky as `/tmp`
+    /// is):
     /// [`io::ErrorKind::PermissionDenied`], with a message that says which. Such a directory would let them plant
     /// blocks that a read serves, or read the blocks.
     ///
@@ -145,8 +146,10 @@ impl DiskCache {
     /// }
     /// ```
     pub fn open(dir: impl AsRef<Path>, capacity: u64) -> io::Result<DiskCache> {
-        let dir = dir.as_ref().to_path_buf();
-        private::make_top_dir(&dir)?;
+        private::make_top_dir(dir.as_ref())?;
+        // The path it resolves to now: a link in it changed later changes
+        // nothing.
+        let dir = fs::canonicalize(dir.as_ref())?;
         for part in ["blocks", "tmp", "files"] {
             private::make_dir(&dir.join(part))?;
         }
@@ -163,7 +166,7 @@ impl DiskCache {
         })
     }
 
-    /// The directory.
+    /// The directory, as its path resolved when it was opened.
     pub fn dir(&self) -> &Path {
         &self.inner.dir
     }

@@ -24,10 +24,14 @@ pub(crate) fn make_dir(path: &Path) -> io::Result<()> {
 
 /// Makes the cache's top directory `path`, with its parents, if it does not
 /// exist, then checks it: the user named it, so a link to it is followed.
-/// Its parents are checked too: one that another user could write would let
-/// them put a directory of their own in its place (a sticky one, as `/tmp`,
-/// does not).
+/// A link to it must be the user's (or root's), and its parents may not be
+/// writable by anyone without being sticky, as `/tmp` is: anyone could put a
+/// directory of their own in its place. (Its parents' owners and groups are
+/// not held against it: files of another user are never read, and the
+/// user's are private, so such a swap costs the cache, never its secrecy or
+/// its bytes.)
 pub(crate) fn make_top_dir(path: &Path) -> io::Result<()> {
+    check_link(path)?;
     if !path.exists() {
         let mut builder = dir_builder();
         builder.recursive(true);
@@ -45,20 +49,14 @@ pub(crate) fn make_top_dir(path: &Path) -> io::Result<()> {
 fn check_parent(path: &Path) -> io::Result<()> {
     use std::os::unix::fs::MetadataExt;
     let meta = fs::metadata(path)?;
-    let others_could_rename = meta.mode() & 0o022 != 0 && meta.mode() & 0o1000 == 0;
-    let foreign = meta.uid() != current_user() && meta.uid() != 0;
-    if others_could_rename || foreign {
+    if meta.mode() & 0o002 != 0 && meta.mode() & 0o1000 == 0 {
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
             format!(
-                "disk cache directory: its parent {} {}: refused, as another user could put \
-                 a directory of their own in the cache's place",
+                "disk cache directory: its parent {} can be written by anyone and is not \
+                 sticky: refused, as anyone could put a directory of their own in the \
+                 cache's place",
                 path.display(),
-                if foreign {
-                    "belongs to another user"
-                } else {
-                    "can be written by other users and is not sticky"
-                }
             ),
         ));
     }
@@ -67,6 +65,27 @@ fn check_parent(path: &Path) -> io::Result<()> {
 
 #[cfg(not(unix))]
 fn check_parent(_path: &Path) -> io::Result<()> {
+    Ok(())
+}
+
+/// Refuses `path` if it is a link another user made (they could point it
+/// elsewhere later; the cache keeps the path it resolved to at open).
+#[cfg(unix)]
+fn check_link(path: &Path) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    match fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_symlink() => {
+            if meta.uid() != current_user() && meta.uid() != 0 {
+                return Err(refused(path, "is a link another user made"));
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+#[cfg(not(unix))]
+fn check_link(_path: &Path) -> io::Result<()> {
     Ok(())
 }
 

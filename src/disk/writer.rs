@@ -40,6 +40,9 @@ struct Queue {
     /// was, not for an empty queue (which a busy cache may never have).
     queued: u64,
     done: u64,
+    /// Jobs dropped unwritten (a thread that could not start or panicked):
+    /// a flush across them did not write everything.
+    dropped: u64,
     /// The process whose thread writes: a child forked from it has none.
     thread_of: Option<u32>,
 }
@@ -56,7 +59,30 @@ impl Queue {
         self.jobs.clear();
         self.waiting.clear();
         self.bytes = 0;
+        self.dropped += self.queued - self.done;
         self.done = self.queued;
+    }
+
+    /// The queue as this process's: in a child forked while the parent had
+    /// work queued, the parent's jobs are the parent's to do (their locks
+    /// are the parent's: forgotten here, never released).
+    fn own(&mut self) -> &mut Queue {
+        if self.thread_of.is_some_and(|pid| pid != std::process::id()) {
+            self.adopt_after_fork();
+        }
+        self
+    }
+
+    fn adopt_after_fork(&mut self) {
+        for job in self.jobs.drain(..) {
+            if let Job::Release(locks) = job {
+                std::mem::forget(locks);
+            }
+        }
+        self.waiting.clear();
+        self.bytes = 0;
+        self.done = self.queued;
+        self.thread_of = None;
     }
 
     fn has_thread(&self) -> bool {
@@ -86,7 +112,8 @@ impl Writer {
         bytes: Vec<u8>,
         to: impl FnOnce() -> Box<dyn WriteFile>,
     ) -> bool {
-        let mut queue = self.queue.lock();
+        let mut guard = self.queue.lock();
+        let queue = guard.own();
         let len = bytes.len() as u64;
         if queue.bytes + len > MAX_QUEUED {
             return false;
@@ -96,7 +123,7 @@ impl Writer {
             queue.bytes -= old.len() as u64;
         }
         queue.push(Job::Write(path));
-        self.start(&mut queue, to);
+        self.start(queue, to);
         true
     }
 
@@ -110,14 +137,15 @@ impl Writer {
         if locks.is_empty() {
             return;
         }
-        let mut queue = self.queue.lock();
+        let mut guard = self.queue.lock();
+        let queue = guard.own();
         if queue.done == queue.queued {
-            drop(queue);
+            drop(guard);
             drop(locks);
             return;
         }
         queue.push(Job::Release(locks));
-        self.start(&mut queue, to);
+        self.start(queue, to);
     }
 
     /// The block file waiting to be written at `path`, if one is.
@@ -128,14 +156,29 @@ impl Writer {
     /// Waits until everything queued so far is written, or `deadline`;
     /// returns whether it is.
     pub(crate) fn flush(&self, deadline: Instant) -> bool {
+        self.flush_to(self.mark(), deadline)
+    }
+
+    /// Where the queue stands: what [`flush_to`](Self::flush_to) waits for.
+    fn mark(&self) -> Mark {
+        let mut guard = self.queue.lock();
+        let queue = guard.own();
+        Mark {
+            queued: queue.queued,
+            dropped: queue.dropped,
+        }
+    }
+
+    /// Waits until the jobs queued before `mark` are done, or `deadline`;
+    /// returns whether they were written (none dropped).
+    fn flush_to(&self, mark: Mark, deadline: Instant) -> bool {
         let mut queue = self.queue.lock();
-        let target = queue.queued;
-        while queue.done < target {
+        while queue.done < mark.queued {
             if self.idle.wait_until(&mut queue, deadline).timed_out() {
-                return queue.done >= target;
+                break;
             }
         }
-        true
+        queue.done >= mark.queued && queue.dropped == mark.dropped
     }
 
     fn start(self: &Arc<Self>, queue: &mut Queue, to: impl FnOnce() -> Box<dyn WriteFile>) {
@@ -206,6 +249,13 @@ impl Writer {
     }
 }
 
+/// A point in the queue (see [`Writer::mark`]).
+#[derive(Debug, Clone, Copy)]
+struct Mark {
+    queued: u64,
+    dropped: u64,
+}
+
 /// Abandons the queue if its thread ends by a panic.
 struct Abandon<'a>(&'a Writer);
 
@@ -243,28 +293,49 @@ mod tests {
     }
 
     #[test]
+    fn a_forked_child_leaves_the_parents_jobs_and_locks_alone() {
+        let dir = std::env::temp_dir().join(format!("remfile-writer-fork-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let lock = FetchLock::take(&dir.join("0.lock")).unwrap().unwrap();
+        let writer = Arc::new(Writer::default());
+        {
+            // As a child finds the queue: the parent's jobs, its thread's
+            // process not this one.
+            let mut queue = writer.queue.lock();
+            queue.waiting.insert("parent".into(), Arc::new(vec![1]));
+            queue.push(Job::Write("parent".into()));
+            queue.push(Job::Release(vec![lock]));
+            queue.thread_of = Some(std::process::id().wrapping_add(1));
+        }
+        let rec = Recorder::default();
+        let to = || Box::new(rec.clone()) as Box<dyn WriteFile>;
+        assert!(writer.write("child".into(), vec![2; 3], to));
+        assert!(writer.flush(Instant::now() + Duration::from_secs(10)));
+        assert_eq!(*rec.written.lock(), [(PathBuf::from("child"), 3)]);
+        assert!(
+            dir.join("0.lock").exists(),
+            "the parent's lock is the parent's"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn a_flush_waits_for_what_was_queued_before_it_only() {
         let writer = Arc::new(Writer::default());
         let rec = Recorder::default();
         let to = || Box::new(rec.clone()) as Box<dyn WriteFile>;
         assert!(writer.write("slow/a".into(), vec![1; 10], to));
-        let more = {
-            let (writer, rec) = (Arc::clone(&writer), rec.clone());
-            std::thread::spawn(move || {
-                // Queued after the flush began: a busy cache.
-                std::thread::sleep(Duration::from_millis(100));
-                for i in 0..3 {
-                    let to = || Box::new(rec.clone()) as Box<dyn WriteFile>;
-                    assert!(writer.write(format!("slow/b{i}").into(), vec![2; 10], to));
-                }
-            })
-        };
-        assert!(writer.flush(Instant::now() + Duration::from_secs(10)));
+        let mark = writer.mark();
+        // Queued after the flush began: a busy cache.
+        for i in 0..3 {
+            assert!(writer.write(format!("slow/b{i}").into(), vec![2; 10], to));
+        }
+        assert!(writer.flush_to(mark, Instant::now() + Duration::from_secs(10)));
         let written = rec.written.lock().clone();
         assert_eq!(written[0].0, Path::new("slow/a"));
         // Three more writes of 800 ms each were queued meanwhile.
         assert!(written.len() < 4, "waited for later writes: {written:?}");
-        more.join().unwrap();
         assert!(writer.flush(Instant::now() + Duration::from_secs(10)));
         assert_eq!(rec.written.lock().len(), 4);
     }
