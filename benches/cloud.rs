@@ -997,6 +997,38 @@ fn corpus_walk(label: &str, path: &Path, url: &str) {
         note(format!("    {dataset}, rows 0..{rows}"));
     }
     assert!(remote.wait_for_background_fetches(Duration::from_secs(60)));
+    corpus_disk_walk(label, url);
+}
+
+/// Open and walk through a disk cache: cold (filling it), then warm, as the
+/// next run of a program finds it.
+fn corpus_disk_walk(label: &str, url: &str) {
+    let dir =
+        std::env::temp_dir().join(format!("remfile-bench-corpus-disk-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    for pass in ["cold", "warm"] {
+        let disk = remfile::DiskCache::open(&dir, 4 << 30).unwrap();
+        let mark = server_log_len();
+        let (cpu0, t0) = (cpu_time(), Instant::now());
+        let file = h5::OpenOptions::new()
+            .remote(h5::builder().proxy_from_env(false).disk_cache(disk.clone()))
+            .open_url(url)
+            .unwrap();
+        let remote = h5::driver_info(&file).unwrap().remote;
+        h5files::walk_all_info(&file).unwrap();
+        corpus_report(
+            label,
+            &format!("disk {pass}: o+w"),
+            t0,
+            cpu0,
+            remote.stats(),
+            mark,
+        );
+        drop(file);
+        assert!(remote.wait_for_background_fetches(Duration::from_secs(60)));
+        assert!(disk.flush(Duration::from_secs(60)));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The chunked numeric dataset with the most elements, and how many of

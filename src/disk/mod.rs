@@ -166,6 +166,23 @@ impl DiskCache {
         })
     }
 
+    /// Waits until the blocks queued so far (by any file of this cache) are
+    /// written, for at most `timeout`; returns whether they are. Dropping
+    /// the last handle of a file waits for its blocks already; this is for
+    /// a program that must know, before it ends or measures.
+    ///
+    /// ```no_run
+    /// # let disk = remfile::DiskCache::open("/tmp/cache", 1 << 30)?;
+    /// assert!(disk.flush(std::time::Duration::from_secs(10)));
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn flush(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now()
+            .checked_add(timeout)
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(365 * 86_400));
+        self.inner.writer.flush(deadline)
+    }
+
     /// The directory, as its path resolved when it was opened.
     pub fn dir(&self) -> &Path {
         &self.inner.dir
