@@ -61,10 +61,6 @@ pub(crate) struct Engine {
     counters: Arc<Counters>,
     /// Small ranges guesses fetched exactly (see [`Engine::guess_pieces`]).
     pieces: Pieces,
-    /// With a disk cache, the blocks of reads served from pieces, to be
-    /// fetched whole in the background so that the next run finds them on
-    /// disk (see [`Engine::backfill_disk`]).
-    backfill: Mutex<std::collections::BTreeSet<u64>>,
     /// Background fetches under way, and their end.
     background: Mutex<usize>,
     background_done: Condvar,
@@ -102,7 +98,6 @@ impl Engine {
                 options.read_ahead_max,
             )),
             pieces: Pieces::new(pieces_capacity(cache.capacity())),
-            backfill: Mutex::default(),
             cache,
             options,
             link,
@@ -261,38 +256,7 @@ impl Engine {
         Counters::add(&c.cache_hits, 1);
         Counters::add(&c.bytes_read, buf.len() as u64);
         self.note_read(pos, buf.len() as u64, false);
-        if self.disk.is_some() {
-            let blocks = plan::blocks_covering(pos, buf.len() as u64, self.options.block_size);
-            self.backfill.lock().extend(blocks);
-        }
         true
-    }
-
-    /// Fetches whole, in the background, the blocks of the reads pieces
-    /// served since the last call, so that they reach the disk cache: a
-    /// piece is no block, and the next run would fetch it again. Nobody
-    /// waits for them (bytes, no round trip). Returns the bytes claimed.
-    #[cfg(any(feature = "hdf5", feature = "vfd"))]
-    pub(crate) fn backfill_disk(self: &Arc<Self>) -> u64 {
-        let blocks: Vec<u64> = std::mem::take(&mut *self.backfill.lock())
-            .into_iter()
-            .collect();
-        if blocks.is_empty() {
-            return 0;
-        }
-        let bs = self.options.block_size;
-        let ranges: Vec<Range<u64>> = plan::runs(&blocks)
-            .into_iter()
-            .map(|run| run.start * bs..(run.end * bs).min(self.identity.size))
-            .collect();
-        self.prefetch_in_background(ranges, u64::MAX)
-    }
-
-    /// Waits until the blocks queued for the disk cache are written, or
-    /// `deadline`; true without a disk cache.
-    #[cfg(any(feature = "hdf5", feature = "vfd"))]
-    pub(crate) fn flush_disk(&self, deadline: Instant) -> bool {
-        self.disk.as_ref().is_none_or(|d| d.flush(deadline))
     }
 
     /// Fetches the bytes at `pos` straight into `buf`, in concurrent parts of

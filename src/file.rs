@@ -217,19 +217,6 @@ impl RemoteFile {
         self.engine.background_work()
     }
 
-    /// See [`Engine::backfill_disk`](crate::engine::Engine::backfill_disk).
-    #[cfg(any(feature = "hdf5", feature = "vfd"))]
-    pub(crate) fn backfill_disk(&self) -> u64 {
-        self.engine.backfill_disk()
-    }
-
-    /// Waits until the blocks queued for the disk cache are written, for at
-    /// most `timeout`.
-    #[cfg(any(feature = "hdf5", feature = "vfd"))]
-    pub(crate) fn flush_disk(&self, timeout: std::time::Duration) -> bool {
-        self.engine.flush_disk(std::time::Instant::now() + timeout)
-    }
-
     /// See [`Engine::guess_pieces`](crate::engine::Engine::guess_pieces).
     #[cfg(any(feature = "hdf5", feature = "vfd"))]
     pub(crate) fn guess_pieces(&self, ranges: Vec<std::ops::Range<u64>>, max_bytes: u64) -> u64 {

@@ -42,55 +42,7 @@ fn walk_one(name: &str) {
     // holds little of the metadata, and spans fill only gaps under 750 kB.
     let slow = Link::known(Duration::from_millis(30), 25_000_000);
     let small_blocks = h5::builder().block_size(64 << 10).open_tail(64 << 10);
-    walk_with(name, small_blocks.clone().link(slow), 3);
-    walk_twice_through_a_disk_cache(name, small_blocks.link(slow));
-}
-
-/// Opens and walks `name` through a disk cache twice, as two runs of a
-/// program: the second reads what the first fetched from disk, pieces of
-/// metadata among the data included, and asks the server only whether the
-/// file changed: one request, no body.
-fn walk_twice_through_a_disk_cache(name: &str, builder: remfile::Builder) {
-    let Some(dir) = small_corpus() else {
-        return;
-    };
-    let path = dir.join(name);
-    let Ok(local) = h5::File::open(&path) else {
-        return;
-    };
-    let server = RangeServer::new(std::fs::read(&path).unwrap()).with_hook(|_, reply| {
-        std::thread::sleep(ROUND_TRIP);
-        reply
-    });
-    let cache = h5files::temp_path(&format!("corpus-disk-{name}"));
-    let _ = std::fs::remove_dir_all(&cache);
-    let disk = remfile::DiskCache::open(&cache, 1 << 30).unwrap();
-    let mut passes = Vec::new();
-    for _ in 0..2 {
-        let file = h5::OpenOptions::new()
-            .remote(builder.clone().disk_cache(disk.clone()))
-            .open_url(server.url(&format!("/{name}")))
-            .unwrap();
-        let remote = h5::driver_info(&file).unwrap().remote;
-        h5files::walk_all_info(&file).unwrap();
-        assert_eq!(described(&file), described(&local), "{name}");
-        drop(file);
-        // As when a program ends: its last guesses and writes done.
-        assert!(remote.wait_for_background_fetches(Duration::from_secs(30)));
-        assert!(disk.flush(Duration::from_secs(30)));
-        passes.push(remote.stats());
-    }
-    eprintln!(
-        "{name} through a disk cache: cold {:?}\n  warm {:?}",
-        passes[0], passes[1]
-    );
-    let warm = &passes[1];
-    assert_eq!(
-        (warm.requests, warm.bytes_fetched),
-        (1, 0),
-        "{name}: {warm:?}"
-    );
-    let _ = std::fs::remove_dir_all(&cache);
+    walk_with(name, small_blocks.link(slow), 3);
 }
 
 fn walk_with(name: &str, builder: remfile::Builder, most_rounds: u64) {

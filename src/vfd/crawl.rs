@@ -162,8 +162,6 @@ impl Shared {
         for target in &missing {
             self.parse(target);
         }
-        // What HDF5 read from pieces so far goes to the disk cache whole.
-        self.file.backfill_disk();
         true
     }
 

@@ -351,9 +351,6 @@ unsafe fn config_string(host: &api::HostApi, fapl: hid_t) -> Result<String, Stri
 /// How long closing a file waits for its guesses still in flight.
 const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// How long closing a file waits for its blocks to reach the disk cache.
-const DISK_FLUSH_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
-
 unsafe extern "C" fn close(file: *mut H5FD_t) -> herr_t {
     guard(-1, || {
         // SAFETY: `file` came from `open` (a Box), and HDF5 closes each file
@@ -362,15 +359,10 @@ unsafe extern "C" fn close(file: *mut H5FD_t) -> herr_t {
         if let Some(crawler) = &file.reader.crawler {
             crawler.stop();
         }
-        // The blocks of reads pieces served since the crawl's last wave.
-        file.reader.file.backfill_disk();
         // Guesses still in flight end first (briefly): a program that exits
         // right after closing leaves no fetch running, and what they bring
         // reaches a disk cache for the next run.
         file.reader.file.wait_for_background_fetches(CLOSE_WAIT);
-        // And the disk cache has the blocks they and the reads brought, even
-        // if the process ends right after (a thread may still hold the file).
-        file.reader.file.flush_disk(DISK_FLUSH_WAIT);
         drop(file);
         0
     })
