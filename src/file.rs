@@ -366,12 +366,8 @@ impl RemoteFile {
     /// # Ok::<(), remfile::Error>(())
     /// ```
     pub fn wait_for_background_fetches(&self, timeout: std::time::Duration) -> bool {
-        self.engine.wait_for_background(
-            // A timeout past what the clock holds is as good as a year.
-            std::time::Instant::now()
-                .checked_add(timeout)
-                .unwrap_or_else(|| std::time::Instant::now() + ONE_YEAR),
-        )
+        self.engine
+            .wait_for_background(crate::deadline_after(timeout))
     }
 
     /// What is known of the link to the server (see [`Builder::link`]):
@@ -388,8 +384,6 @@ impl RemoteFile {
         self.engine.link_estimate()
     }
 }
-
-const ONE_YEAR: std::time::Duration = std::time::Duration::from_secs(365 * 86_400);
 
 impl fmt::Debug for RemoteFile {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

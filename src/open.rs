@@ -70,7 +70,7 @@ pub(crate) fn open(builder: &Builder, url: &str) -> Result<RemoteFile> {
     );
     engine.seed(0, opened.first);
     if let (Some(lock), Some(disk)) = (first_open, &builder.disk_cache) {
-        disk.release_after_writes(lock);
+        disk.release_after_writes(vec![lock]);
     }
     if let Some(tail) = tail {
         for (index, block) in tail_blocks(tail, builder.block_size) {

@@ -82,6 +82,29 @@ fn assert_untouched(victims: &[(PathBuf, Vec<u8>)]) {
     }
 }
 
+/// A file of `blocks` blocks of test data (from `seed`), served, and read
+/// once cold through a disk cache in a directory of its own.
+struct Cached {
+    data: Vec<u8>,
+    server: RangeServer,
+    dir: PathBuf,
+    /// The file's block directory.
+    files: PathBuf,
+}
+
+fn cached(name: &str, blocks: usize, seed: u64) -> Cached {
+    let data = test_data(blocks * BLOCK as usize, seed);
+    let server = RangeServer::new(data.clone());
+    let dir = temp_dir(name);
+    let files = cache_once(&server, &dir, &data);
+    Cached {
+        data,
+        server,
+        dir,
+        files,
+    }
+}
+
 /// A cold read through `dir`, so that the block, lock and record names
 /// exist to be attacked: the file's block directory.
 fn cache_once(server: &RangeServer, dir: &Path, data: &[u8]) -> PathBuf {
@@ -99,10 +122,7 @@ fn cache_once(server: &RangeServer, dir: &Path, data: &[u8]) -> PathBuf {
 
 #[test]
 fn what_the_cache_writes_is_private_to_the_user() {
-    let data = test_data(5 * BLOCK as usize, 81);
-    let server = RangeServer::new(data.clone());
-    let dir = temp_dir("private");
-    cache_once(&server, &dir, &data);
+    let Cached { dir, .. } = cached("private", 5, 81);
     let all = entries(&dir);
     assert!(all.len() > 8, "{all:?}");
     for p in std::iter::once(dir.clone()).chain(all) {
@@ -138,12 +158,14 @@ fn a_directory_other_users_can_write_is_refused() {
 
 #[test]
 fn links_planted_where_the_cache_writes_are_replaced_never_followed() {
-    let data = test_data(6 * BLOCK as usize, 82);
-    let server = RangeServer::new(data.clone());
-    let dir = temp_dir("links");
+    let Cached {
+        data,
+        server,
+        dir,
+        files,
+    } = cached("links", 6, 82);
     let outside = temp_dir("links-victims");
-    let files = cache_once(&server, &dir, &data);
-    let mut targets = victims(&outside, 64);
+    let targets = victims(&outside, 64);
     let mut next = targets.iter().cycle();
     let mut plant = |at: PathBuf| {
         let _ = fs::remove_file(&at);
@@ -181,18 +203,19 @@ fn links_planted_where_the_cache_writes_are_replaced_never_followed() {
     );
     assert!(server.requests() - requests_before <= 1, "read from disk");
     assert_untouched(&targets);
-    targets.clear();
     let _ = fs::remove_dir_all(&dir);
     let _ = fs::remove_dir_all(&outside);
 }
 
 #[test]
 fn a_block_directory_replaced_by_a_link_is_neither_scanned_nor_evicted_into() {
-    let data = test_data(8 * BLOCK as usize, 83);
-    let server = RangeServer::new(data.clone());
-    let dir = temp_dir("evict");
+    let Cached {
+        data,
+        server,
+        dir,
+        files,
+    } = cached("evict", 8, 83);
     let outside = temp_dir("evict-victims");
-    let files = cache_once(&server, &dir, &data);
     // Someone's files, named and aged as the least recently used blocks
     // would be, behind a link that stands where a file's blocks would.
     let targets = victims(&outside, 16);
@@ -246,10 +269,12 @@ fn a_block_directory_replaced_by_a_link_is_neither_scanned_nor_evicted_into() {
 
 #[test]
 fn a_fifo_at_a_block_path_or_a_lock_path_is_no_hang() {
-    let data = test_data(4 * BLOCK as usize, 85);
-    let server = RangeServer::new(data.clone());
-    let dir = temp_dir("fifo");
-    let files = cache_once(&server, &dir, &data);
+    let Cached {
+        data,
+        server,
+        dir,
+        files,
+    } = cached("fifo", 4, 85);
     for block in entries(&files) {
         fs::remove_file(&block).unwrap();
         for at in [block.clone(), block.with_extension("lock")] {
@@ -305,10 +330,12 @@ fn forge_lock(files: &Path, pid: u32, renewed: SystemTime) -> PathBuf {
 
 #[test]
 fn a_lock_from_the_future_is_not_trusted() {
-    let data = test_data(4 * BLOCK as usize, 86);
-    let server = RangeServer::new(data.clone());
-    let dir = temp_dir("future");
-    let files = cache_once(&server, &dir, &data);
+    let Cached {
+        data,
+        server,
+        dir,
+        files,
+    } = cached("future", 4, 86);
     // Process 1 is always alive; the time is an hour ahead.
     forge_lock(&files, 1, SystemTime::now() + Duration::from_secs(3600));
     let started = Instant::now();
@@ -326,10 +353,12 @@ fn a_lock_from_the_future_is_not_trusted() {
 
 #[test]
 fn a_lock_no_one_renews_delays_a_read_a_few_seconds_at_most() {
-    let data = test_data(4 * BLOCK as usize, 87);
-    let server = RangeServer::new(data.clone());
-    let dir = temp_dir("unrenewed");
-    let files = cache_once(&server, &dir, &data);
+    let Cached {
+        data,
+        server,
+        dir,
+        files,
+    } = cached("unrenewed", 4, 87);
     // Alive, fresh, but never renewed (a holder stopped, or on a machine
     // whose process id means nothing here).
     forge_lock(&files, 1, SystemTime::now());

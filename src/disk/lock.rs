@@ -183,6 +183,47 @@ pub(crate) fn is_held(path: &Path) -> bool {
     )
 }
 
+/// Makes the lock file at `path` with `make`, which fails if anything is
+/// there: whether it made it, false if someone holds the lock there.
+/// Whatever is there and not held (a stale lock, a link, a FIFO) is
+/// removed, never followed, and `make` tried once more.
+fn make_unless_held(path: &Path, mut make: impl FnMut() -> io::Result<()>) -> io::Result<bool> {
+    for _ in 0..2 {
+        match make() {
+            Ok(()) => return Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                if is_held(path) {
+                    return Ok(false);
+                }
+                let _ = fs::remove_file(path);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(false)
+}
+
+/// Looks with `look` until it finds what it looks for, the lock at `path`
+/// is no longer held, or `deadline`; then once more (it may have come just
+/// before the lock went).
+pub(crate) fn look_while_held<T>(
+    path: &Path,
+    deadline: Instant,
+    mut look: impl FnMut() -> Option<T>,
+) -> Option<T> {
+    let mut pause = Duration::from_millis(1);
+    loop {
+        if let Some(found) = look() {
+            return Some(found);
+        }
+        if !is_held(path) || Instant::now() >= deadline {
+            return look();
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(20));
+    }
+}
+
 /// A held fetch lock, renewed while it lives and deleted when dropped (the
 /// blocks written or given up).
 ///
@@ -205,49 +246,25 @@ impl FetchLock {
     /// Takes the lock at `path` if no one holds it (a stale one is taken
     /// over). `Ok(None)`: someone does.
     pub(crate) fn take(path: &Path) -> io::Result<Option<FetchLock>> {
-        for _ in 0..2 {
-            match private::create_new(path) {
-                Ok(mut file) => {
-                    if let Err(e) = file.write_all(Holder::me().to_text().as_bytes()) {
-                        let _ = fs::remove_file(path);
-                        return Err(e);
-                    }
-                    return Ok(Some(FetchLock::renewed(path.to_path_buf())));
-                }
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                    if is_held(path) {
-                        return Ok(None);
-                    }
-                    // Whatever is there (a stale lock, a link, a FIFO), it
-                    // is removed, never followed.
+        let made = make_unless_held(path, || {
+            let mut file = private::create_new(path)?;
+            file.write_all(Holder::me().to_text().as_bytes())
+                .inspect_err(|_| {
                     let _ = fs::remove_file(path);
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(None)
+                })
+        })?;
+        Ok(made.then(|| FetchLock::renewed(path.to_path_buf())))
     }
 
     /// Extends this lock to the lock file at `path`, if no one holds that
     /// (a stale one is taken over): whether it now covers it. An error if
     /// the filesystem cannot link (a lock of its own is then needed).
     pub(crate) fn extend(&mut self, path: &Path) -> io::Result<bool> {
-        for _ in 0..2 {
-            match fs::hard_link(&self.path, path) {
-                Ok(()) => {
-                    self.links.push(path.to_path_buf());
-                    return Ok(true);
-                }
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                    if is_held(path) {
-                        return Ok(false);
-                    }
-                    let _ = fs::remove_file(path);
-                }
-                Err(e) => return Err(e),
-            }
+        let linked = make_unless_held(path, || fs::hard_link(&self.path, path))?;
+        if linked {
+            self.links.push(path.to_path_buf());
         }
-        Ok(false)
+        Ok(linked)
     }
 
     fn renewed(path: PathBuf) -> FetchLock {
@@ -371,7 +388,12 @@ mod tests {
             .unwrap()
             .set_modified(long_ago)
             .unwrap();
-        std::thread::sleep(RENEW_EVERY + Duration::from_millis(700));
+        // Renewed by the thread within a renewal period (a busy machine
+        // may take longer; the lock would be stale forever otherwise).
+        let until = Instant::now() + RENEW_EVERY * 5;
+        while !is_held(&path) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(50));
+        }
         assert!(is_held(&path), "renewed while held");
         drop(lock);
         assert!(!path.exists());

@@ -177,10 +177,7 @@ impl DiskCache {
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn flush(&self, timeout: Duration) -> bool {
-        let deadline = Instant::now()
-            .checked_add(timeout)
-            .unwrap_or_else(|| Instant::now() + Duration::from_secs(365 * 86_400));
-        self.inner.writer.flush(deadline)
+        self.inner.writer.flush(crate::deadline_after(timeout))
     }
 
     /// The directory, as its path resolved when it was opened.
@@ -218,12 +215,13 @@ impl DiskCache {
             .join(format!("{:016x}", fnv1a(identity.as_bytes())))
     }
 
-    /// Releases `lock` once the blocks queued so far are on disk.
-    pub(crate) fn release_after_writes(&self, lock: FetchLock) {
+    /// Releases `locks` once the blocks queued so far are on disk, so that
+    /// a process waiting for one finds it there.
+    pub(crate) fn release_after_writes(&self, locks: Vec<FetchLock>) {
         let cache = self.clone();
         self.inner
             .writer
-            .release_after_writes(vec![lock], || Box::new(cache));
+            .release_after_writes(locks, || Box::new(cache));
     }
 
     fn files_dir(&self) -> PathBuf {
@@ -398,13 +396,9 @@ impl DiskFile {
         }
     }
 
-    /// Releases `locks` once the blocks queued before them are on disk, so
-    /// that a process waiting for one finds it there.
+    /// See [`DiskCache::release_after_writes`].
     pub(crate) fn release_after_writes(&self, locks: Vec<FetchLock>) {
-        self.cache
-            .inner
-            .writer
-            .release_after_writes(locks, || Box::new(self.cache.clone()));
+        self.cache.release_after_writes(locks);
     }
 
     /// Waits until the blocks queued (by any file of this cache) are on
@@ -519,19 +513,7 @@ impl DiskFile {
     /// block once it is on disk; `None` once no one holds its lock without
     /// having written it, or at `deadline` (see [`wait_bound`]).
     pub(crate) fn wait_for(&self, index: u64, len: u64, deadline: Instant) -> Option<Vec<u8>> {
-        let lock = self.lock_path(index);
-        let mut pause = Duration::from_millis(1);
-        loop {
-            if let Some(block) = self.read(index, len) {
-                return Some(block);
-            }
-            if !lock::is_held(&lock) || Instant::now() >= deadline {
-                // Written just before the lock went, perhaps.
-                return self.read(index, len);
-            }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(20));
-        }
+        lock::look_while_held(&self.lock_path(index), deadline, || self.read(index, len))
     }
 }
 

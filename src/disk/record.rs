@@ -5,9 +5,9 @@
 use std::fs;
 use std::io::Read;
 use std::path::PathBuf;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 
-use super::lock::{FetchLock, WAIT_AT_MOST, is_held};
+use super::lock::{FetchLock, WAIT_AT_MOST, look_while_held};
 use super::{DiskCache, fnv1a, private};
 
 /// How the first open of a file the disk knows nothing of went.
@@ -170,11 +170,7 @@ impl DiskCache {
             Ok(Some(lock)) => FirstOpen::Ours(lock),
             Ok(None) => {
                 let deadline = deadline.min(Instant::now() + WAIT_AT_MOST);
-                let mut pause = Duration::from_millis(1);
-                while is_held(&path) && Instant::now() < deadline {
-                    std::thread::sleep(pause);
-                    pause = (pause * 2).min(Duration::from_millis(20));
-                }
+                look_while_held(&path, deadline, || None::<()>);
                 FirstOpen::Waited
             }
             Err(_) => FirstOpen::Unclaimed,

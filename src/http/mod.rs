@@ -101,6 +101,14 @@ pub(crate) struct Transport {
 }
 
 impl Transport {
+    /// Whether moving from `from` to `to` (a redirect, a provider's fresh
+    /// URL) is a downgrade from `https` to plain `http` the builder did not
+    /// allow: its bytes would travel in the clear, and be cached under the
+    /// `https` name as if they had come over TLS.
+    fn refuses_downgrade(&self, from: &Url, to: &Url) -> bool {
+        from.scheme() == "https" && to.scheme() == "http" && !self.allow_redirect_to_http
+    }
+
     pub fn new(url: Url, config: TransportConfig, counters: Arc<Counters>) -> Transport {
         Transport {
             agent: config.agent,

@@ -81,11 +81,8 @@ impl Transport {
                 )));
             }
             let next = next_hop(resp, &url)?;
-            let downgrade = url.scheme() == "https" && next.scheme() == "http";
             // (Under https_only the next request refuses it, as any http.)
-            if downgrade && !self.allow_redirect_to_http && !self.https_only {
-                // Its bytes would be read in the clear, and cached under the
-                // https name as if they had come over TLS.
+            if !self.https_only && self.refuses_downgrade(&url, &next) {
                 return Err(Failure::fatal(Error::new(
                     ErrorKind::Redirect,
                     format!(

@@ -310,9 +310,7 @@ impl Transport {
                 format!("the URL provider gave an invalid URL: {e}"),
             )
         })?;
-        let downgrade = url.scheme() == "http"
-            && self.original.read().scheme() == "https"
-            && !self.allow_redirect_to_http;
+        let downgrade = self.refuses_downgrade(&self.original.read(), &url);
         if !matches!(url.scheme(), "http" | "https")
             || (self.https_only && url.scheme() != "https")
             || downgrade
