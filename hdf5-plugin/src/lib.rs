@@ -25,7 +25,7 @@ use std::ffi::{CStr, CString, c_int, c_void};
 use std::panic::catch_unwind;
 use std::sync::OnceLock;
 
-use remfile::vfd::{self, ErrorIds, HostApi, hid_t};
+use remfile::vfd::{self, HostApi};
 
 /// `H5PL_TYPE_VFD`.
 const H5PL_TYPE_VFD: c_int = 2;
@@ -123,33 +123,7 @@ fn find_hdf5() -> Option<HostApi> {
 /// # Safety
 /// `handle` is a handle from `dlopen`.
 unsafe fn api_of(handle: *mut c_void) -> Option<HostApi> {
-    type Version = unsafe extern "C" fn(*mut u32, *mut u32, *mut u32) -> c_int;
-    // SAFETY: per the caller.
-    let get = |name: &CStr| Some(unsafe { symbol(handle, name) }).filter(|p| !p.is_null());
-    let version = get(c"H5get_libversion")?;
-    let id = |name: &CStr| get(name).map(|p| p as *const hid_t);
-    let error_ids = ErrorIds {
-        class: id(c"H5E_ERR_CLS_g")?,
-        vfl: id(c"H5E_VFL_g")?,
-        read: id(c"H5E_READERROR_g")?,
-        cant_open: id(c"H5E_CANTOPENFILE_g")?,
-        unsupported: id(c"H5E_UNSUPPORTED_g")?,
-    };
-    // SAFETY: each symbol is the HDF5 function of that name, whose C
-    // signature the pointer type spells.
-    unsafe {
-        let version: Version = std::mem::transmute(version);
-        let (mut major, mut minor, mut release) = (0, 0, 0);
-        version(&mut major, &mut minor, &mut release);
-        Some(HostApi {
-            version: (major, minor, release),
-            push_error: std::mem::transmute::<*mut c_void, vfd::PushError>(get(c"H5Epush2")?),
-            error_ids,
-            // A plugin's fapl carries a configuration string, never a reader
-            // (asking for driver info there only pushes an error).
-            driver_info: None,
-            driver_config: get(c"H5Pget_driver_config_str")
-                .map(|p| std::mem::transmute::<*mut c_void, vfd::DriverConfig>(p)),
-        })
-    }
+    // SAFETY: per the caller; a symbol found by name is the library's
+    // function or global of that name.
+    unsafe { HostApi::from_symbols(|name| symbol(handle, name)) }
 }

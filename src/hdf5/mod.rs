@@ -393,18 +393,12 @@ pub struct DriverInfo {
 /// # Ok::<(), remfile::hdf5::OpenError>(())
 /// ```
 pub fn driver_info(file: &File) -> Option<DriverInfo> {
-    let source = source_of(file)?;
+    let counters = source_of(file)?.counters();
     Some(DriverInfo {
-        remote: source.file.clone(),
-        read_calls: source.read_calls.load(std::sync::atomic::Ordering::Relaxed),
-        vector_calls: source
-            .vector_calls
-            .load(std::sync::atomic::Ordering::Relaxed),
-        prefetch: source
-            .prefetch
-            .as_ref()
-            .map(|p| p.lock().stats())
-            .unwrap_or_default(),
+        remote: counters.remote,
+        read_calls: counters.read_calls,
+        vector_calls: counters.vector_calls,
+        prefetch: counters.prefetch,
     })
 }
 

@@ -2,7 +2,7 @@
 //! it from the library it links; a plugin, from the library that loaded it
 //! (a program may hold HDF5 privately, so a plugin cannot link its own).
 
-use std::ffi::{c_char, c_uint, c_void};
+use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::sync::OnceLock;
 
 use super::ffi::{herr_t, hid_t};
@@ -59,6 +59,44 @@ pub struct HostApi {
     pub driver_info: Option<DriverInfo>,
     /// `H5Pget_driver_config_str`; absent before HDF5 1.14.
     pub driver_config: Option<DriverConfig>,
+}
+
+impl HostApi {
+    /// The table of the HDF5 library whose symbols `lookup` finds (null for
+    /// a name it does not export), or `None` if it is not HDF5. A plugin's
+    /// fapl carries a configuration string, never a reader, so
+    /// [`driver_info`](HostApi::driver_info) is left out.
+    ///
+    /// # Safety
+    /// Each non-null pointer `lookup` returns is the library's symbol of
+    /// that name: the function or global of the type HDF5 declares.
+    pub unsafe fn from_symbols(lookup: impl Fn(&CStr) -> *mut c_void) -> Option<HostApi> {
+        type Version = unsafe extern "C" fn(*mut u32, *mut u32, *mut u32) -> c_int;
+        let get = |name: &CStr| Some(lookup(name)).filter(|p| !p.is_null());
+        let id = |name: &CStr| get(name).map(|p| p as *const hid_t);
+        let error_ids = ErrorIds {
+            class: id(c"H5E_ERR_CLS_g")?,
+            vfl: id(c"H5E_VFL_g")?,
+            read: id(c"H5E_READERROR_g")?,
+            cant_open: id(c"H5E_CANTOPENFILE_g")?,
+            unsupported: id(c"H5E_UNSUPPORTED_g")?,
+        };
+        // SAFETY: per the caller, each pointer is the HDF5 function of that
+        // name, whose C signature the pointer type spells.
+        unsafe {
+            let version: Version = std::mem::transmute(get(c"H5get_libversion")?);
+            let (mut major, mut minor, mut release) = (0, 0, 0);
+            version(&mut major, &mut minor, &mut release);
+            Some(HostApi {
+                version: (major, minor, release),
+                push_error: std::mem::transmute::<*mut c_void, PushError>(get(c"H5Epush2")?),
+                error_ids,
+                driver_info: None,
+                driver_config: get(c"H5Pget_driver_config_str")
+                    .map(|p| std::mem::transmute::<*mut c_void, DriverConfig>(p)),
+            })
+        }
+    }
 }
 
 // SAFETY: the table holds function pointers and addresses of the library's

@@ -315,7 +315,12 @@ impl Config {
     /// that cannot be opened, or is refused (another user could write it),
     /// is left out, with a message on standard error once per process.
     pub fn builder(&self) -> Result<Builder, ConfigError> {
-        let mut b = hdf5_builder();
+        self.apply(hdf5_builder())
+    }
+
+    /// `b` with these settings applied (as [`builder`](Config::builder) does
+    /// to [`hdf5_builder`]): for remote files read other than through HDF5.
+    pub fn apply(&self, mut b: Builder) -> Result<Builder, ConfigError> {
         let capacity = self
             .remote
             .iter()

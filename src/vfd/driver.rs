@@ -19,7 +19,7 @@ use super::api::{self, Minor};
 use super::chunk_ahead::ChunkRead;
 use super::crawl::Crawler;
 use super::ffi::*;
-use super::prefetch::{Prefetcher, Seen};
+use super::prefetch::{PrefetchStats, Prefetcher, Seen};
 use super::spans;
 use crate::h5meta::MemType;
 use crate::{Error, RemoteFile};
@@ -101,6 +101,48 @@ impl Drop for Source {
             );
         }
     }
+}
+
+/// What the driver counted for one open file.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Counters {
+    /// The remote file HDF5 reads from (a clone: its statistics are the
+    /// file's).
+    pub remote: RemoteFile,
+    /// Read callbacks HDF5 made.
+    pub read_calls: u64,
+    /// Vector read callbacks HDF5 made (HDF5 1.14 and later).
+    pub vector_calls: u64,
+    /// What the metadata prefetch did (all zero when it is off).
+    pub prefetch: PrefetchStats,
+}
+
+impl Source {
+    /// The file's counters now.
+    pub(crate) fn counters(&self) -> Counters {
+        Counters {
+            remote: self.file.clone(),
+            read_calls: self.read_calls.load(Relaxed),
+            vector_calls: self.vector_calls.load(Relaxed),
+            prefetch: self
+                .prefetch
+                .as_ref()
+                .map(|p| p.lock().stats())
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// The counters of the open file whose driver handle (from
+/// `H5Fget_vfd_handle`) is `handle`.
+///
+/// # Safety
+/// `handle` is the handle of a file of this driver, still open.
+pub unsafe fn counters_of_handle(handle: *const c_void) -> Counters {
+    // SAFETY: per the caller, the `Arc::as_ptr` of a live Source
+    // ([`get_handle`]), borrowed for this call.
+    unsafe { &*(handle as *const Source) }.counters()
 }
 
 /// How many remote files the driver holds now.

@@ -18,5 +18,6 @@ pub(crate) mod prefetch;
 mod spans;
 
 pub use api::{DriverConfig, DriverInfo, ErrorIds, HostApi, PushError, install};
-pub use driver::class_for;
+pub use driver::{Counters, class_for, counters_of_handle};
 pub use ffi::{herr_t, hid_t};
+pub use prefetch::PrefetchStats;

@@ -1,0 +1,348 @@
+//! The native half of the `remfile_hdf5` Python package: a remote file
+//! ([`Remote`], wrapped by the package's `RemoteFile`, an `io.RawIOBase`) and
+//! the HDF5 driver bound to the HDF5 library h5py loaded (never to another
+//! copy in the process: the netCDF4 wheel, conda and others bring their own).
+//!
+//! The Python package is the interface; this module is not (its names start
+//! with an underscore where the package wraps them).
+
+use std::ffi::{CStr, CString, c_char, c_void};
+use std::sync::OnceLock;
+
+use parking_lot::Mutex;
+use pyo3::exceptions::{
+    PyConnectionError, PyFileNotFoundError, PyOSError, PyPermissionError, PyRuntimeError,
+    PyTimeoutError, PyValueError,
+};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+use remfile::vfd::{self, HostApi, config, herr_t, hid_t};
+use remfile::{Error, ErrorKind, RemoteFile, Stats};
+
+/// The first HDF5 version whose file access property lists carry a driver's
+/// configuration string.
+const FIRST_VERSION: (u32, u32, u32) = (1, 14, 0);
+
+/// A remote error as the Python exception of its kind: all are `OSError`s
+/// (a missing file `FileNotFoundError`, a refusal `PermissionError`, a
+/// timeout `TimeoutError`), but a malformed URL or option, a `ValueError`.
+fn to_py(e: Error) -> PyErr {
+    let message = e.to_string();
+    match e.kind() {
+        ErrorKind::InvalidUrl | ErrorKind::InvalidConfig => PyValueError::new_err(message),
+        ErrorKind::HttpStatus(404 | 410) => PyFileNotFoundError::new_err(message),
+        ErrorKind::HttpStatus(401 | 403) => PyPermissionError::new_err(message),
+        ErrorKind::Timeout => PyTimeoutError::new_err(message),
+        ErrorKind::Network => PyConnectionError::new_err(message),
+        _ => PyOSError::new_err(message),
+    }
+}
+
+fn config_error(e: config::ConfigError) -> PyErr {
+    PyValueError::new_err(e.to_string())
+}
+
+/// Parses the configuration string, or says what is wrong with it.
+fn parse(options: &str) -> PyResult<config::Config> {
+    config::parse(options).map_err(config_error)
+}
+
+/// A file on an HTTP(S) server, read at positions.
+#[pyclass(frozen, module = "remfile_hdf5._native")]
+struct Remote {
+    file: RemoteFile,
+}
+
+#[pymethods]
+impl Remote {
+    /// Opens `url` with the settings of the configuration string `options`
+    /// (the driver's keys; those that only HDF5 files use are refused).
+    #[new]
+    fn new(py: Python<'_>, url: &str, options: &str) -> PyResult<Remote> {
+        let parsed = parse(options)?;
+        let hdf5_only = [
+            ("metadata_prefetch", !parsed.metadata_prefetch),
+            ("chunk_read_ahead", !parsed.chunk_read_ahead),
+            ("stats", parsed.stats),
+        ];
+        if let Some((key, _)) = hdf5_only.iter().find(|(_, set)| *set) {
+            return Err(PyValueError::new_err(format!(
+                "`{key}` applies to HDF5 files only, not to a file object"
+            )));
+        }
+        let builder = parsed.apply(RemoteFile::builder()).map_err(config_error)?;
+        let file = py.detach(|| builder.open(url)).map_err(to_py)?;
+        Ok(Remote { file })
+    }
+
+    /// The file's length in bytes.
+    #[getter]
+    fn size(&self) -> u64 {
+        self.file.len()
+    }
+
+    /// The URL without its query string or credentials.
+    #[getter]
+    fn url(&self) -> &str {
+        self.file.url()
+    }
+
+    /// Up to `n` bytes at `pos` (fewer only at the end of the file).
+    fn read_at<'py>(&self, py: Python<'py>, pos: u64, n: usize) -> PyResult<Bound<'py, PyBytes>> {
+        let len = self.file.len();
+        let n = n.min(usize::try_from(len.saturating_sub(pos)).unwrap_or(usize::MAX));
+        let mut buf = vec![0u8; n];
+        if n > 0 {
+            py.detach(|| self.file.read_exact_at(pos, &mut buf))
+                .map_err(to_py)?;
+        }
+        Ok(PyBytes::new(py, &buf))
+    }
+
+    /// The bytes of each `(start, end)` range, fetched together.
+    fn read_ranges<'py>(
+        &self,
+        py: Python<'py>,
+        ranges: Vec<(u64, u64)>,
+    ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+        let ranges: Vec<std::ops::Range<u64>> = ranges.into_iter().map(|(a, b)| a..b).collect();
+        let parts = py
+            .detach(|| self.file.read_ranges(&ranges))
+            .map_err(to_py)?;
+        Ok(parts.iter().map(|p| PyBytes::new(py, p)).collect())
+    }
+
+    /// The file's statistics.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        stats_dict(py, &self.file.stats())
+    }
+
+    /// Waits up to `seconds` for fetches started in the background to end.
+    fn wait_for_background_fetches(&self, py: Python<'_>, seconds: f64) -> bool {
+        let timeout = std::time::Duration::from_secs_f64(seconds.clamp(0.0, 86_400.0));
+        py.detach(|| self.file.wait_for_background_fetches(timeout))
+    }
+}
+
+fn stats_dict<'py>(py: Python<'py>, s: &Stats) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("requests", s.requests)?;
+    d.set_item("round_trips", s.round_trips)?;
+    d.set_item("bytes_fetched", s.bytes_fetched)?;
+    d.set_item("bytes_read", s.bytes_read)?;
+    d.set_item("cache_hits", s.cache_hits)?;
+    d.set_item("cache_misses", s.cache_misses)?;
+    d.set_item("retries", s.retries)?;
+    d.set_item("disk_hits", s.disk_hits)?;
+    d.set_item("disk_bytes_read", s.disk_bytes_read)?;
+    Ok(d)
+}
+
+/// The functions of h5py's HDF5 the package calls itself (the driver's own
+/// are in [`HostApi`]).
+struct Library {
+    version: (u32, u32, u32),
+    /// The driver's id in that library.
+    driver: hid_t,
+    set_driver_by_name: SetDriverByName,
+    get_access_plist: IdOf,
+    get_driver: IdOf,
+    close_plist: Close,
+    get_vfd_handle: VfdHandle,
+}
+
+/// `H5Pset_driver_by_name`.
+type SetDriverByName = unsafe extern "C" fn(hid_t, *const c_char, *const c_char) -> herr_t;
+/// `H5Fget_access_plist`, `H5Pget_driver`.
+type IdOf = unsafe extern "C" fn(hid_t) -> hid_t;
+/// `H5Pclose`.
+type Close = unsafe extern "C" fn(hid_t) -> herr_t;
+/// `H5Fget_vfd_handle`.
+type VfdHandle = unsafe extern "C" fn(hid_t, hid_t, *mut *mut c_void) -> herr_t;
+
+/// The library the driver is bound to, once bound.
+static LIBRARY: OnceLock<Library> = OnceLock::new();
+/// Binding happens once; this keeps two threads from both trying.
+static BINDING: Mutex<()> = Mutex::new(());
+
+/// A symbol of the object behind `handle` or of its dependencies, if found.
+fn symbol(handle: *mut c_void, name: &CStr) -> *mut c_void {
+    // SAFETY: a handle from dlopen, which stays loaded (never closed), and a
+    // C string.
+    unsafe { libc::dlsym(handle, name.as_ptr()) }
+}
+
+/// Binds the driver to the HDF5 library that the already loaded shared
+/// object at `path` (an h5py extension module) links, registers it there,
+/// and returns that library's version.
+#[pyfunction]
+fn _bind_hdf5(path: &str) -> PyResult<(u32, u32, u32)> {
+    let _once = BINDING.lock();
+    if let Some(bound) = LIBRARY.get() {
+        return Ok(bound.version);
+    }
+    let c_path = CString::new(path).map_err(|_| PyValueError::new_err("a path with a NUL"))?;
+    // SAFETY: RTLD_NOLOAD only looks up an object already loaded.
+    let handle = unsafe { libc::dlopen(c_path.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
+    if handle.is_null() {
+        return Err(PyRuntimeError::new_err(format!(
+            "{path} is not loaded: import h5py first"
+        )));
+    }
+    // SAFETY: symbols found by name in HDF5 are its functions and globals.
+    let api: HostApi = unsafe { HostApi::from_symbols(|name| symbol(handle, name)) }
+        .ok_or_else(|| PyRuntimeError::new_err(format!("no HDF5 library behind {path}")))?;
+    let (a, b, c) = api.version;
+    if api.version < FIRST_VERSION {
+        return Err(PyRuntimeError::new_err(format!(
+            "h5py's HDF5 is {a}.{b}.{c}; the remfile driver needs HDF5 1.14 or later \
+             (earlier versions cannot pass a driver its options): install an h5py built \
+             with HDF5 1.14+ (any h5py wheel from PyPI since 3.11)"
+        )));
+    }
+    let installed = vfd::install(api);
+    if !std::ptr::eq(installed.error_ids.class, api.error_ids.class) {
+        let (x, y, z) = installed.version;
+        return Err(PyRuntimeError::new_err(format!(
+            "the remfile driver already serves another HDF5 library ({x}.{y}.{z}) in this \
+             process (loaded as a plugin before h5py); it cannot serve h5py's ({a}.{b}.{c}) too"
+        )));
+    }
+    let function = |name: &CStr| {
+        let p = symbol(handle, name);
+        if p.is_null() {
+            Err(PyRuntimeError::new_err(format!(
+                "HDF5 {a}.{b}.{c} has no {}",
+                name.to_string_lossy()
+            )))
+        } else {
+            Ok(p)
+        }
+    };
+    type Register = unsafe extern "C" fn(*const c_void) -> hid_t;
+    // SAFETY: each pointer is the HDF5 function of that name, whose C
+    // signature the type spells.
+    let library = unsafe {
+        let register = std::mem::transmute::<*mut c_void, Register>(function(c"H5FDregister")?);
+        let driver = register(vfd::class_for(api.version));
+        if driver < 0 {
+            return Err(PyRuntimeError::new_err(format!(
+                "HDF5 {a}.{b}.{c} refused to register the remfile driver"
+            )));
+        }
+        Library {
+            version: api.version,
+            driver,
+            set_driver_by_name: std::mem::transmute::<*mut c_void, SetDriverByName>(function(
+                c"H5Pset_driver_by_name",
+            )?),
+            get_access_plist: std::mem::transmute::<*mut c_void, IdOf>(function(
+                c"H5Fget_access_plist",
+            )?),
+            get_driver: std::mem::transmute::<*mut c_void, IdOf>(function(c"H5Pget_driver")?),
+            close_plist: std::mem::transmute::<*mut c_void, Close>(function(c"H5Pclose")?),
+            get_vfd_handle: std::mem::transmute::<*mut c_void, VfdHandle>(function(
+                c"H5Fget_vfd_handle",
+            )?),
+        }
+    };
+    Ok(LIBRARY.get_or_init(|| library).version)
+}
+
+fn bound() -> PyResult<&'static Library> {
+    LIBRARY
+        .get()
+        .ok_or_else(|| PyRuntimeError::new_err("the remfile driver is not bound to h5py's HDF5"))
+}
+
+/// Checks a configuration string: a `ValueError` naming the key that is
+/// wrong, before HDF5 sees it.
+#[pyfunction]
+fn check_options(options: &str) -> PyResult<()> {
+    parse(options).map(drop)
+}
+
+/// The keys a configuration string may hold, with what each sets.
+#[pyfunction]
+fn option_keys() -> Vec<(&'static str, &'static str)> {
+    config::KEYS.to_vec()
+}
+
+/// Sets the driver, with the configuration string `options`, on the file
+/// access property list `fapl` (an id of h5py's HDF5). The caller holds
+/// h5py's lock.
+#[pyfunction]
+fn _set_driver(fapl: hid_t, options: &str) -> PyResult<()> {
+    parse(options)?;
+    let library = bound()?;
+    let options = CString::new(options).map_err(|_| PyValueError::new_err("options with a NUL"))?;
+    // SAFETY: the library's function, with C strings; HDF5 checks the id.
+    let status =
+        unsafe { (library.set_driver_by_name)(fapl, c"remfile".as_ptr(), options.as_ptr()) };
+    if status < 0 {
+        return Err(PyRuntimeError::new_err(
+            "HDF5 could not set the remfile driver on the file access property list",
+        ));
+    }
+    Ok(())
+}
+
+/// The statistics of the open HDF5 file `file` (an id of h5py's HDF5), or
+/// `None` if it is not read through the driver. The caller holds h5py's
+/// lock.
+#[pyfunction]
+fn _file_stats<'py>(py: Python<'py>, file: hid_t) -> PyResult<Option<Bound<'py, PyDict>>> {
+    let library = bound()?;
+    // SAFETY: the library's functions; HDF5 checks the ids, and the plist
+    // taken is closed again.
+    let ours = unsafe {
+        let fapl = (library.get_access_plist)(file);
+        if fapl < 0 {
+            return Ok(None);
+        }
+        let driver = (library.get_driver)(fapl);
+        (library.close_plist)(fapl);
+        driver == library.driver
+    };
+    if !ours {
+        return Ok(None);
+    }
+    let mut handle: *mut c_void = std::ptr::null_mut();
+    // SAFETY: an open file of this driver (checked above), whose handle the
+    // driver gives; it stays valid while the file is open, as it is during
+    // this call (the caller holds h5py's lock).
+    let counters = unsafe {
+        if (library.get_vfd_handle)(file, 0, &mut handle) < 0 || handle.is_null() {
+            return Ok(None);
+        }
+        vfd::counters_of_handle(handle)
+    };
+    let d = stats_dict(py, &counters.remote.stats())?;
+    d.set_item("hdf5_reads", counters.read_calls + counters.vector_calls)?;
+    let p = counters.prefetch;
+    d.set_item("metadata_reads_foreseen", p.predicted_reads)?;
+    d.set_item("metadata_reads", p.predicted_reads + p.unpredicted_reads)?;
+    d.set_item("metadata_bytes", p.metadata_bytes)?;
+    d.set_item("prefetch_bytes", p.speculative_bytes)?;
+    d.set_item("chunk_reads", p.chunk_reads)?;
+    Ok(Some(d))
+}
+
+/// HDF5's version as h5py's library reports it, once bound.
+#[pyfunction]
+fn _hdf5_version() -> Option<(u32, u32, u32)> {
+    LIBRARY.get().map(|l| l.version)
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<Remote>()?;
+    m.add_function(wrap_pyfunction!(_bind_hdf5, m)?)?;
+    m.add_function(wrap_pyfunction!(check_options, m)?)?;
+    m.add_function(wrap_pyfunction!(option_keys, m)?)?;
+    m.add_function(wrap_pyfunction!(_set_driver, m)?)?;
+    m.add_function(wrap_pyfunction!(_file_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(_hdf5_version, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,263 @@
+"""The wheel, installed: the h5py driver, pynwb, netCDF4 beside it, options,
+errors, the file object, threads and child processes; all against the
+tests' own server on 127.0.0.1, every value compared with a local read."""
+
+import concurrent.futures
+import io
+import multiprocessing
+import os
+import subprocess
+import sys
+import textwrap
+import zipfile
+
+import h5py
+import numpy as np
+import pytest
+
+import remfile_hdf5
+
+
+def walk(f):
+    """Every object's name, kind, attributes, shape, dtype, chunks and filters,
+    and every small dataset's values (h5py's visititems, as users walk)."""
+    out = {"/": sorted((k, repr(v)) for k, v in f.attrs.items())}
+
+    def visit(name, obj):
+        entry = [type(obj).__name__, sorted((k, repr(v)) for k, v in obj.attrs.items())]
+        if isinstance(obj, h5py.Dataset):
+            entry += [obj.shape, str(obj.dtype), obj.chunks, obj.compression]
+            if obj.size <= 10_000:
+                entry.append(repr(obj[()]))
+        out[name] = entry
+
+    f.visititems(visit)
+    return out
+
+
+def test_walk_and_slice_equal_the_local_file(server, files):
+    local = os.path.join(files, "data.h5")
+    with h5py.File(local, "r") as f:
+        expected = walk(f)
+        expected_slice = f["big"][150:1700, 3:40]
+        expected_tail = f["contiguous"][-1000:]
+    with h5py.File(server.url("data.h5"), "r", driver="remfile") as f:
+        assert walk(f) == expected
+        np.testing.assert_array_equal(f["big"][150:1700, 3:40], expected_slice)
+        np.testing.assert_array_equal(f["contiguous"][-1000:], expected_tail)
+        s = remfile_hdf5.stats(f)
+        assert s["requests"] >= 1 and s["hdf5_reads"] > 0
+        assert s["bytes_fetched"] <= os.path.getsize(local) * 2
+        # Any object of the file reports its file's statistics.
+        assert remfile_hdf5.stats(f["big"])["requests"] >= s["requests"]
+
+
+def test_a_file_opened_otherwise_has_no_driver_statistics(files):
+    with h5py.File(os.path.join(files, "data.h5"), "r") as f:
+        assert remfile_hdf5.stats(f) is None
+
+
+def test_open_is_h5py_with_the_driver(server):
+    with remfile_hdf5.open(server.url("data.h5"), cache="64MiB") as f:
+        assert f.driver == "remfile" or isinstance(f, h5py.File)
+        assert f["group03/inner"].attrs["index"] == 3
+    with pytest.raises(ValueError, match="read-only"):
+        remfile_hdf5.open(server.url("data.h5"), "r+")
+
+
+def test_pynwb_reads_through_the_driver(server, files):
+    from pynwb import NWBHDF5IO
+
+    with NWBHDF5IO(os.path.join(files, "session.nwb"), "r") as io_:
+        local = io_.read()
+        expected = {k: v.data[:] for k, v in local.acquisition.items()}
+        expected_speed = local.processing["behavior"]["speed"].data[:]
+    with NWBHDF5IO(file=remfile_hdf5.open(server.url("session.nwb")), mode="r") as io_:
+        nwb = io_.read()
+        assert nwb.session_description == "a test session"
+        got = {k: v.data[:] for k, v in nwb.acquisition.items()}
+        assert got.keys() == expected.keys()
+        for k in got:
+            np.testing.assert_array_equal(got[k], expected[k])
+        np.testing.assert_array_equal(nwb.processing["behavior"]["speed"].data[:], expected_speed)
+
+
+@pytest.mark.parametrize("first", ["netCDF4", "h5py"])
+def test_netcdf4_beside_the_driver(server, files, first):
+    # In a fresh process, each import order: netCDF4's own HDF5 reads a
+    # local file as before, and h5py's reads the remote one through the
+    # driver (no environment variable sends every file through it).
+    second = "h5py" if first == "netCDF4" else "netCDF4"
+    script = textwrap.dedent(
+        f"""
+        import {first}, {second}
+        import remfile_hdf5, h5py, netCDF4, sys
+        with netCDF4.Dataset(sys.argv[1]) as d:
+            local = d["temperature"][:].sum()
+            assert d.title == "a netCDF file"
+        with h5py.File(sys.argv[2], "r", driver="remfile") as f:
+            remote = f["temperature"][:].sum()
+        print(float(local), float(remote))
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, os.path.join(files, "local.nc"), server.url("local.nc")],
+        capture_output=True, text=True, check=True, env=_env_without_driver(),
+    ).stdout.split()
+    assert out == [str(float(sum(range(200))))] * 2
+
+
+def _env_without_driver():
+    env = dict(os.environ)
+    for name in ["HDF5_DRIVER", "HDF5_DRIVER_CONFIG", "HDF5_PLUGIN_PATH"]:
+        env.pop(name, None)
+    return env
+
+
+def _read_big(url, **options):
+    with h5py.File(url, "r", driver="remfile", metadata_prefetch=False, **options) as f:
+        f["big"][:]
+        f["big"][:]
+
+
+def test_options_reach_the_driver(server):
+    url = server.url("data.h5")
+    mark = server.mark()
+    _read_big(url)
+    roomy = len(server.requests_since(mark))
+    mark = server.mark()
+    # A cache of one small block forgets each chunk before its second read.
+    _read_big(url, cache="16KiB", block_size="16KiB", tail=0)
+    tiny = len(server.requests_since(mark))
+    assert tiny > roomy, (tiny, roomy)
+
+
+def test_a_disk_cache_makes_the_second_process_cost_one_request(server, tmp_path):
+    script = textwrap.dedent(
+        """
+        import sys, h5py, remfile_hdf5
+        with h5py.File(sys.argv[1], "r", driver="remfile", disk_cache=sys.argv[2]) as f:
+            print(float(f["big"][:].sum()))
+        """
+    )
+    run = lambda: subprocess.run(  # noqa: E731
+        [sys.executable, "-c", script, server.url("data.h5"), str(tmp_path / "cache")],
+        capture_output=True, text=True, check=True, env=_env_without_driver(),
+    ).stdout
+    first = run()
+    mark = server.mark()
+    assert run() == first
+    assert len(server.requests_since(mark)) == 1, server.requests_since(mark)
+    assert oct(os.stat(tmp_path / "cache").st_mode & 0o777) == oct(0o700)
+
+
+@pytest.mark.parametrize(
+    "options, key",
+    [
+        ({"cache": "lots"}, "cache"),
+        ({"cache_size": "1GiB"}, "cache_size"),
+        ({"timeout": "soon"}, "timeout"),
+        ({"metadata_prefetch": "maybe"}, "metadata_prefetch"),
+        ({"block_size": True}, "block_size"),
+        ({"connections": -1}, "connections"),
+    ],
+)
+def test_a_bad_option_is_a_value_error_naming_it(server, options, key):
+    with pytest.raises(ValueError, match=key):
+        h5py.File(server.url("data.h5"), "r", driver="remfile", **options)
+    with pytest.raises(ValueError, match=key):
+        remfile_hdf5.RemoteFile(server.url("blob.bin"), **options)
+
+
+def test_options_in_python_terms():
+    assert remfile_hdf5.options_string(cache=1 << 20, timeout=1.5, stats=True) == (
+        "cache=1048576;timeout=1500ms;stats=on"
+    )
+    assert "disk_cache" in remfile_hdf5.option_keys()
+
+
+def test_a_missing_file_is_an_os_error_naming_the_status(server):
+    with pytest.raises(OSError, match="404") as raised:
+        h5py.File(server.url("missing.h5"), "r", driver="remfile")
+    assert "secret" not in str(raised.value)
+    with pytest.raises(FileNotFoundError, match="404") as raised:
+        remfile_hdf5.RemoteFile(server.url("missing.bin"))
+    assert "secret" not in str(raised.value)
+
+
+def test_the_file_object_reads_as_a_local_file(server, files):
+    local = open(os.path.join(files, "blob.bin"), "rb").read()
+    with remfile_hdf5.RemoteFile(server.url("blob.bin")) as fo:
+        assert fo.size == len(local) and fo.readable() and fo.seekable()
+        assert "secret" not in repr(fo) and "secret" not in fo.url
+        assert fo.read(10) == local[:10]
+        assert fo.seek(-100, io.SEEK_END) == len(local) - 100
+        assert fo.read() == local[-100:]
+        assert fo.read(5) == b""
+        fo.seek(1_000_000)
+        buf = bytearray(70_000)
+        assert fo.readinto(buf) == 70_000 and bytes(buf) == local[1_000_000:1_070_000]
+        assert fo.tell() == 1_070_000
+        assert fo.read_at(5, 3) == local[5:8] and fo.tell() == 1_070_000
+        parts = fo.read_ranges([(0, 4), (2_000_000, 2_000_100)])
+        assert parts == [local[:4], local[2_000_000:2_000_100]]
+        assert fo.stats()["requests"] >= 1
+        assert io.BufferedReader(remfile_hdf5.RemoteFile(server.url("blob.bin"))).read() == local
+    with pytest.raises(ValueError):
+        fo.read(1)
+
+
+def test_the_file_object_under_zipfile_and_h5py(server, files):
+    with zipfile.ZipFile(os.path.join(files, "archive.zip"), "w") as z:
+        z.writestr("a.txt", "first")
+        z.writestr("b/c.txt", "second" * 1000)
+    with remfile_hdf5.RemoteFile(server.url("archive.zip")) as fo:
+        z = zipfile.ZipFile(fo)
+        assert z.namelist() == ["a.txt", "b/c.txt"]
+        assert z.read("b/c.txt") == b"second" * 1000
+    with remfile_hdf5.RemoteFile(server.url("data.h5")) as fo, h5py.File(fo, "r") as f:
+        with h5py.File(os.path.join(files, "data.h5"), "r") as local:
+            np.testing.assert_array_equal(f["big"][10:20], local["big"][10:20])
+
+
+def test_several_threads_read_at_once(server, files):
+    local = open(os.path.join(files, "blob.bin"), "rb").read()
+    with remfile_hdf5.RemoteFile(server.url("blob.bin"), cache="1MiB") as fo:
+        def read(i):
+            pos = (i * 97_531) % (len(local) - 50_000)
+            return pos, fo.read_at(pos, 50_000)
+
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            for pos, data in pool.map(read, range(64)):
+                assert data == local[pos:pos + 50_000]
+
+
+def _child_sum(url):
+    import h5py
+
+    import remfile_hdf5  # noqa: F401  (registers the driver in a spawned child)
+
+    with h5py.File(url, "r", driver="remfile") as f:
+        return float(f["big"][:].sum())
+
+
+def _child_reads(fo):
+    fo.seek(1000)
+    return fo.read(100)
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_child_processes_read_the_same_file(server, files, method):
+    url = server.url("data.h5")
+    with h5py.File(os.path.join(files, "data.h5"), "r") as f:
+        expected = float(f["big"][:].sum())
+    # The parent has the file open (and the driver's threads running) first.
+    with h5py.File(url, "r", driver="remfile") as f:
+        assert float(f["big"][:].sum()) == expected
+        ctx = multiprocessing.get_context(method)
+        with ctx.Pool(2) as pool:
+            assert pool.map(_child_sum, [url, url]) == [expected, expected]
+    local = open(os.path.join(files, "blob.bin"), "rb").read()
+    with remfile_hdf5.RemoteFile(server.url("blob.bin")) as fo:
+        with multiprocessing.get_context(method).Pool(1) as pool:
+            assert pool.apply(_child_reads, (fo,)) == local[1000:1100]
