@@ -752,7 +752,7 @@ fn peers(label: &str, file: &Path, url: &str) {
         return;
     }
     let runs: [(&Path, &[&str]); 3] = [
-        (&venv, &["remfile-py", "fsspec", "local"]),
+        (&venv, &["remfile-py", "fsspec", "local", "wheel", "wheel-fileobj"]),
         (&venv, &["plugin"]),
         (Path::new("/usr/bin/python3"), &["ros3"]),
     ];
@@ -1088,7 +1088,8 @@ fn server_rounds(mark: usize) -> usize {
 
 /// The other readers on one corpus file, by `benches/peers.py --corpus`.
 fn corpus_peers(label: &str, python: &Path, file: &Path, url: &str) {
-    for names in [&["remfile-py", "fsspec", "local"][..], &["plugin"]] {
+    let others = ["remfile-py", "fsspec", "local", "wheel", "wheel-fileobj"];
+    for names in [&others[..], &["plugin"]] {
         run_peers(label, python, &["--corpus"], names, file, url);
     }
 }

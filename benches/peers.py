@@ -6,7 +6,8 @@
 
 PEER is one of: remfile-py (Python remfile + h5py), fsspec (fsspec's HTTP file
 with a block cache + h5py), ros3 (h5py's ros3 driver), local (the file on
-disk). Prints one JSON object per peer and phase: wall and CPU seconds, and
+disk), plugin (the HDF5 plugin, by HDF5_DRIVER), wheel (the remfile_hdf5
+package's driver="remfile"), wheel-fileobj (its RemoteFile + h5py). Prints one JSON object per peer and phase: wall and CPU seconds, and
 the requests, bytes and connections the server counted (from its /__stats
 endpoint). A peer whose package is missing prints an "error" line instead.
 The cloud benchmark (benches/cloud.rs) runs this script and merges its lines
@@ -174,6 +175,17 @@ def opener(peer, url, path):
         return lambda: h5py.File(url, "r", driver="ros3")
     if peer == "local":
         return lambda: h5py.File(path, "r")
+    if peer == "wheel":
+        # The Python package: the same driver, registered with h5py on import.
+        import remfile_hdf5  # noqa: F401
+
+        return lambda: h5py.File(url, "r", driver="remfile")
+    if peer == "wheel-fileobj":
+        # The package's file object under h5py's file-object driver, as
+        # Python remfile and fsspec are: no metadata prefetch, no chunk index.
+        import remfile_hdf5
+
+        return lambda: h5py.File(remfile_hdf5.RemoteFile(url), "r")
     if peer == "plugin":
         # The remfile plugin, loaded by this h5py's own HDF5 from
         # HDF5_PLUGIN_PATH because HDF5_DRIVER says so.
