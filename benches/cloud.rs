@@ -752,7 +752,10 @@ fn peers(label: &str, file: &Path, url: &str) {
         return;
     }
     let runs: [(&Path, &[&str]); 3] = [
-        (&venv, &["remfile-py", "fsspec", "local", "wheel", "wheel-fileobj"]),
+        (
+            &venv,
+            &["remfile-py", "fsspec", "local", "wheel", "wheel-fileobj"],
+        ),
         (&venv, &["plugin"]),
         (Path::new("/usr/bin/python3"), &["ros3"]),
     ];
