@@ -79,7 +79,7 @@ pub struct Error {
     inner: Arc<Inner>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Inner {
     kind: ErrorKind,
     message: String,
@@ -88,6 +88,10 @@ struct Inner {
     body: Option<String>,
     hint: Option<&'static str>,
     attempts: u32,
+    /// Whether trying again can help, as decided where the failure was
+    /// classified (the retry loop follows the same verdict); `None` for
+    /// errors no request caused, judged by their kind.
+    retryable: Option<bool>,
 }
 
 /// How many bytes of an error body are kept for [`Error::body_excerpt`].
@@ -104,6 +108,7 @@ impl Error {
                 body: None,
                 hint: None,
                 attempts: 0,
+                retryable: None,
             }),
         }
     }
@@ -112,16 +117,7 @@ impl Error {
         match Arc::get_mut(&mut self.inner) {
             Some(inner) => f(inner),
             None => {
-                let old = &self.inner;
-                let mut inner = Inner {
-                    kind: old.kind,
-                    message: old.message.clone(),
-                    url: old.url.clone(),
-                    range: old.range.clone(),
-                    body: old.body.clone(),
-                    hint: old.hint,
-                    attempts: old.attempts,
-                };
+                let mut inner = Inner::clone(&self.inner);
                 f(&mut inner);
                 self.inner = Arc::new(inner);
             }
@@ -143,6 +139,11 @@ impl Error {
             return self;
         }
         self.edit(|i| i.range = Some(range))
+    }
+
+    /// Records whether trying again can help (see [`Error::is_retryable`]).
+    pub(crate) fn with_verdict(self, retryable: bool) -> Error {
+        self.edit(|i| i.retryable = Some(retryable))
     }
 
     pub(crate) fn with_body(self, body: String) -> Error {
@@ -195,10 +196,15 @@ impl Error {
     }
 
     /// Whether the same operation could succeed if tried again later: timeouts,
-    /// network failures, `429` and `5xx` statuses.
+    /// network failures, `429` and `5xx` statuses; not a failed TLS handshake
+    /// (an untrusted certificate, say), a refusal or a malformed response.
+    /// The verdict is the one the crate's own retries followed.
     ///
     /// The crate has already retried such errors as its retry policy allows.
     pub fn is_retryable(&self) -> bool {
+        if let Some(verdict) = self.inner.retryable {
+            return verdict;
+        }
         match self.inner.kind {
             ErrorKind::Timeout | ErrorKind::Network => true,
             ErrorKind::HttpStatus(code) => code == 429 || (500..600).contains(&code),

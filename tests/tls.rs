@@ -42,6 +42,7 @@ fn an_unknown_certificate_authority_is_refused_at_once() {
     assert_eq!(e.kind(), ErrorKind::Network, "{e}");
     assert!(e.to_string().contains("TLS"), "{e}");
     assert_eq!(e.attempts(), 1, "a certificate error is not retried");
+    assert!(!e.is_retryable(), "and a caller is told not to retry it");
     assert_eq!(server.requests(), 0);
     // Another CA's certificate does not help.
     let other = TestPki::new();

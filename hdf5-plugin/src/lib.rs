@@ -14,7 +14,7 @@
 //!
 //! The driver is the one `remfile::hdf5` registers: the same block cache,
 //! read-ahead, metadata prefetch, chunk read-ahead, retries and errors. The
-//! configuration string's keys are listed in `remfile::vfd::config::KEYS`.
+//! configuration string's keys are listed in `remfile::vfd::config::KEYS`, with what each sets.
 //!
 //! A program may load HDF5 privately (the h5py wheel loads its own copy under
 //! a mangled name, without making its symbols global), so the plugin links

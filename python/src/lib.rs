@@ -16,7 +16,7 @@ use pyo3::exceptions::{
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
-use remfile::vfd::{self, HostApi, config, herr_t, hid_t};
+use remfile::vfd::{self, HostApi, config, herr_t, hid_t, source};
 use remfile::{Error, ErrorKind, RemoteFile, Stats};
 
 /// The first HDF5 version whose file access property lists carry a driver's
@@ -61,16 +61,16 @@ impl Remote {
     fn new(py: Python<'_>, url: &str, options: &str) -> PyResult<Remote> {
         let parsed = parse(options)?;
         let hdf5_only = [
-            ("metadata_prefetch", !parsed.metadata_prefetch),
-            ("chunk_read_ahead", !parsed.chunk_read_ahead),
-            ("stats", parsed.stats),
+            ("metadata_prefetch", !parsed.metadata_prefetch()),
+            ("chunk_read_ahead", !parsed.chunk_read_ahead()),
+            ("stats", parsed.stats()),
         ];
         if let Some((key, _)) = hdf5_only.iter().find(|(_, set)| *set) {
             return Err(PyValueError::new_err(format!(
                 "`{key}` applies to HDF5 files only, not to a file object"
             )));
         }
-        let builder = parsed.apply(RemoteFile::builder()).map_err(config_error)?;
+        let builder = source::apply(&parsed, RemoteFile::builder()).map_err(config_error)?;
         let file = py.detach(|| builder.open(url)).map_err(to_py)?;
         Ok(Remote { file })
     }
@@ -265,7 +265,7 @@ fn check_options(options: &str) -> PyResult<()> {
 /// The keys a configuration string may hold, with what each sets.
 #[pyfunction]
 fn option_keys() -> Vec<(&'static str, &'static str)> {
-    config::KEYS.to_vec()
+    config::KEYS.iter().map(|k| (k.name, k.help)).collect()
 }
 
 /// Sets the driver, with the configuration string `options`, on the file

@@ -85,9 +85,10 @@ pub use ::hdf5::{Dataset, File};
 /// [`read_hyperslab`] returns an [`ndarray::ArrayD`].
 pub use ::ndarray;
 
-use crate::vfd::driver::{self, FaplInfo, Source};
+use crate::vfd::driver::FaplInfo;
 pub use crate::vfd::prefetch::PrefetchStats;
 use crate::vfd::prefetch::Prefetcher;
+use crate::vfd::source::{self, Source};
 use crate::{Builder, RemoteFile};
 
 /// Options for opening a remote HDF5 file: HDF5's caches, and a hook for any
@@ -529,7 +530,7 @@ pub fn read_hyperslab<T: hdf5_metno::H5Type>(
 /// How many remote files the driver holds open now, across all HDF5 files.
 /// It drops to zero once every HDF5 object of every file is dropped.
 pub fn open_remote_files() -> usize {
-    driver::live_readers()
+    source::live_readers()
 }
 
 /// The version of the linked HDF5 library, `(major, minor, release)`.

@@ -292,11 +292,7 @@ impl Transport {
             429 | 500..=599 => Retry::Yes,
             _ => Retry::No,
         };
-        Failure {
-            error,
-            retry,
-            retry_after,
-        }
+        Failure::new(error, retry, retry_after)
     }
 }
 

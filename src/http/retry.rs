@@ -141,20 +141,22 @@ pub(super) enum Retry {
 }
 
 impl Failure {
-    pub fn fatal(error: Error) -> Failure {
+    /// The one place a verdict is made: what the loop does with `error`, and
+    /// what [`Error::is_retryable`] tells the caller, agree.
+    pub fn new(error: Error, retry: Retry, retry_after: Option<Duration>) -> Failure {
         Failure {
-            error,
-            retry: Retry::No,
-            retry_after: None,
+            error: error.with_verdict(retry == Retry::Yes),
+            retry,
+            retry_after,
         }
     }
 
+    pub fn fatal(error: Error) -> Failure {
+        Failure::new(error, Retry::No, None)
+    }
+
     pub fn transient(error: Error) -> Failure {
-        Failure {
-            error,
-            retry: Retry::Yes,
-            retry_after: None,
-        }
+        Failure::new(error, Retry::Yes, None)
     }
 }
 

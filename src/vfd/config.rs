@@ -8,13 +8,15 @@
 //! `B`, `KiB`, `MiB`, `GiB` (or `K`, `M`, `G`, powers of 1024, and `KB`,
 //! `MB`, `GB`, powers of 1000); durations `ms`, `s`, `min`, `h`, `d`; switches `on`,
 //! `off`, `true`, `false`, `1`, `0`.
+//!
+//! Each key is one row of one table: its name, its help, and how its value
+//! reads into a [`Setting`]. Opening the file those settings describe (a
+//! disk cache to open, a CA file to read) is [`super::source`]'s job.
 
 use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
-use super::driver::Source;
-use crate::{Builder, RemoteFile, RetryPolicy};
+use crate::{Builder, RemoteFile};
 
 /// How much of the end of the file an HDF5 open fetches beside the
 /// superblock.
@@ -42,82 +44,199 @@ pub fn hdf5_builder() -> Builder {
         .max_connections(CONNECTIONS)
 }
 
-/// The keys a configuration string may hold, with what each sets.
-pub const KEYS: &[(&str, &str)] = &[
-    ("block_size", "the block size (size; default 128KiB)"),
-    ("cache", "the block cache's capacity (size)"),
-    (
-        "tail",
-        "bytes of the file's end fetched at open (size; default 1MiB)",
-    ),
-    (
-        "read_ahead_max",
-        "the most a sequential stream reads ahead (size)",
-    ),
-    ("concurrency", "parallel requests for one read (count)"),
-    (
-        "connections",
-        "the most connections kept (count; default 64)",
-    ),
-    ("retries", "retries of a failed request (count)"),
-    ("timeout", "the longest wait for one read (duration)"),
-    (
-        "connect_timeout",
-        "the longest wait for a connection (duration)",
-    ),
-    (
-        "metadata_prefetch",
-        "fetch what metadata points to (switch; default on)",
-    ),
-    (
-        "chunk_read_ahead",
-        "read chunks ahead along the chunk index (switch; default on)",
-    ),
-    (
-        "ca_file",
-        "a PEM file of CA certificates to trust beside the built-in roots",
-    ),
-    ("https_only", "refuse plain http (switch; default off)"),
-    (
-        "allow_redirect_to_http",
-        "follow a redirect from https to plain http (switch; default off)",
-    ),
-    (
-        "disk_cache",
-        "a directory for a disk cache shared by runs and processes (path)",
-    ),
-    (
-        "disk_capacity",
-        "the disk cache's capacity (size; default 10GiB)",
-    ),
-    (
-        "cache_key",
-        "the name the file goes by in the disk cache, instead of its URL",
-    ),
-    (
-        "revalidate_after",
-        "how long a version on disk is trusted without asking (duration; default 0s)",
-    ),
-    (
-        "stats",
-        "print requests, round trips and bytes to standard error at close (switch; or REMFILE_STATS=1)",
-    ),
-];
-
-/// A configuration string, parsed.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Config {
-    /// `(key, value)` settings of the remote file, in order.
-    pub remote: Vec<Setting>,
-    /// `metadata_prefetch`.
-    pub metadata_prefetch: bool,
-    /// `chunk_read_ahead`.
-    pub chunk_read_ahead: bool,
-    /// `stats`.
-    pub stats: bool,
+/// One key of the configuration string.
+pub struct Key {
+    /// Its name.
+    pub name: &'static str,
+    /// What it sets, and the kind of its value (size, duration, switch,
+    /// count, path) first in parentheses.
+    pub help: &'static str,
+    /// Its value, read; else why not.
+    read: fn(&str) -> Result<Setting, &'static str>,
 }
 
-/// One setting of the remote file.
+const SIZE: &str = "expected a size such as 1MiB";
+const COUNT: &str = "expected a whole number";
+const DURATION: &str = "expected a duration such as 30s";
+const SWITCH: &str = "expected on or off";
+const PATH: &str = "expected a path";
+
+fn size(value: &str) -> Result<u64, &'static str> {
+    parse_size(value).ok_or(SIZE)
+}
+
+fn count(value: &str) -> Result<u64, &'static str> {
+    value.parse().map_err(|_| COUNT)
+}
+
+fn duration(value: &str) -> Result<Duration, &'static str> {
+    parse_duration(value).ok_or(DURATION)
+}
+
+fn switch(value: &str) -> Result<bool, &'static str> {
+    parse_switch(value).ok_or(SWITCH)
+}
+
+/// A path: never empty (that would be the current directory, wherever the
+/// program happens to run).
+fn path(value: &str) -> Result<String, &'static str> {
+    (!value.is_empty()).then(|| value.to_owned()).ok_or(PATH)
+}
+
+/// Every key, in the order the documentation lists them.
+pub const KEYS: &[Key] = &[
+    Key {
+        name: "block_size",
+        help: "the block size (size; default 128KiB)",
+        read: |v| size(v).map(Setting::BlockSize),
+    },
+    Key {
+        name: "cache",
+        help: "the block cache's capacity (size)",
+        read: |v| size(v).map(Setting::Cache),
+    },
+    Key {
+        name: "tail",
+        help: "bytes of the file's end fetched at open (size; default 1MiB)",
+        read: |v| size(v).map(Setting::Tail),
+    },
+    Key {
+        name: "read_ahead_max",
+        help: "the most a sequential stream reads ahead (size)",
+        read: |v| size(v).map(Setting::ReadAheadMax),
+    },
+    Key {
+        name: "concurrency",
+        help: "parallel requests for one read (count)",
+        read: |v| count(v).map(Setting::Concurrency),
+    },
+    Key {
+        name: "connections",
+        help: "the most connections kept (count; default 64)",
+        read: |v| count(v).map(Setting::Connections),
+    },
+    Key {
+        name: "retries",
+        help: "retries of a failed request (count)",
+        read: |v| {
+            let n = u32::try_from(count(v)?).map_err(|_| COUNT)?;
+            Ok(Setting::Retries(n))
+        },
+    },
+    Key {
+        name: "timeout",
+        help: "the longest wait for one read (duration)",
+        read: |v| duration(v).map(Setting::Timeout),
+    },
+    Key {
+        name: "connect_timeout",
+        help: "the longest wait for a connection (duration)",
+        read: |v| duration(v).map(Setting::ConnectTimeout),
+    },
+    Key {
+        name: "metadata_prefetch",
+        help: "fetch what metadata points to (switch; default on)",
+        read: |v| switch(v).map(Setting::MetadataPrefetch),
+    },
+    Key {
+        name: "chunk_read_ahead",
+        help: "read chunks ahead along the chunk index (switch; default on)",
+        read: |v| switch(v).map(Setting::ChunkReadAhead),
+    },
+    Key {
+        name: "ca_file",
+        help: "a PEM file of CA certificates to trust beside the built-in roots (path)",
+        read: |v| path(v).map(Setting::CaFile),
+    },
+    Key {
+        name: "https_only",
+        help: "refuse plain http (switch; default off)",
+        read: |v| switch(v).map(Setting::HttpsOnly),
+    },
+    Key {
+        name: "allow_redirect_to_http",
+        help: "follow a redirect from https to plain http (switch; default off)",
+        read: |v| switch(v).map(Setting::AllowRedirectToHttp),
+    },
+    Key {
+        name: "disk_cache",
+        help: "a directory for a disk cache shared by runs and processes (path)",
+        read: |v| path(v).map(Setting::DiskCache),
+    },
+    Key {
+        name: "disk_capacity",
+        help: "the disk cache's capacity (size; default 10GiB)",
+        read: |v| size(v).map(Setting::DiskCapacity),
+    },
+    Key {
+        name: "cache_key",
+        help: "the name the file goes by in the disk cache, instead of its URL (text)",
+        read: |v| Ok(Setting::CacheKey(v.to_owned())),
+    },
+    Key {
+        name: "revalidate_after",
+        help: "how long a version on disk is trusted without asking (duration; default 0s)",
+        read: |v| duration(v).map(Setting::RevalidateAfter),
+    },
+    Key {
+        name: "stats",
+        help: "print requests, round trips and bytes to standard error at close (switch; or REMFILE_STATS=1)",
+        read: |v| switch(v).map(Setting::Stats),
+    },
+];
+
+/// A configuration string, parsed: its settings in order (a later one of a
+/// key wins). The default, no settings, is what `parse("")` gives.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Config {
+    /// The settings, in the order given.
+    pub settings: Vec<Setting>,
+}
+
+impl Config {
+    /// The last setting `pick` finds, if any.
+    fn last<T>(&self, pick: impl Fn(&Setting) -> Option<T>) -> Option<T> {
+        self.settings.iter().rev().find_map(pick)
+    }
+
+    /// `metadata_prefetch` (default on).
+    pub fn metadata_prefetch(&self) -> bool {
+        self.last(|s| match s {
+            Setting::MetadataPrefetch(on) => Some(*on),
+            _ => None,
+        })
+        .unwrap_or(true)
+    }
+
+    /// `chunk_read_ahead` (default on).
+    pub fn chunk_read_ahead(&self) -> bool {
+        self.last(|s| match s {
+            Setting::ChunkReadAhead(on) => Some(*on),
+            _ => None,
+        })
+        .unwrap_or(true)
+    }
+
+    /// `stats` (default off).
+    pub fn stats(&self) -> bool {
+        self.last(|s| match s {
+            Setting::Stats(on) => Some(*on),
+            _ => None,
+        })
+        .unwrap_or(false)
+    }
+
+    /// `disk_capacity` (default [`DISK_CAPACITY`]).
+    pub fn disk_capacity(&self) -> u64 {
+        self.last(|s| match s {
+            Setting::DiskCapacity(n) => Some(*n),
+            _ => None,
+        })
+        .unwrap_or(DISK_CAPACITY)
+    }
+}
+
+/// One setting.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Setting {
     /// `block_size`.
@@ -138,6 +257,10 @@ pub enum Setting {
     Timeout(Duration),
     /// `connect_timeout`.
     ConnectTimeout(Duration),
+    /// `metadata_prefetch`.
+    MetadataPrefetch(bool),
+    /// `chunk_read_ahead`.
+    ChunkReadAhead(bool),
     /// `ca_file`.
     CaFile(String),
     /// `https_only`.
@@ -152,6 +275,8 @@ pub enum Setting {
     CacheKey(String),
     /// `revalidate_after`.
     RevalidateAfter(Duration),
+    /// `stats`.
+    Stats(bool),
 }
 
 /// The disk cache's capacity when the configuration names none.
@@ -178,79 +303,27 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-/// Parses a configuration string (see the module's documentation).
+/// Parses a configuration string (see the module's documentation): no I/O.
 pub fn parse(config: &str) -> Result<Config, ConfigError> {
-    let mut out = Config {
-        metadata_prefetch: true,
-        chunk_read_ahead: true,
-        ..Config::default()
-    };
+    let mut out = Config::default();
     for pair in config.split(';').map(str::trim).filter(|p| !p.is_empty()) {
         let (key, value) = pair.split_once('=').ok_or_else(|| ConfigError {
             key: pair.to_owned(),
             reason: "expected key=value".into(),
         })?;
         let (key, value) = (key.trim(), value.trim());
-        let wrong = |reason: &str| ConfigError {
+        let Some(row) = KEYS.iter().find(|k| k.name == key) else {
+            let known: Vec<&str> = KEYS.iter().map(|k| k.name).collect();
+            return Err(ConfigError {
+                key: key.to_owned(),
+                reason: format!("unknown key (known: {})", known.join(", ")),
+            });
+        };
+        let setting = (row.read)(value).map_err(|reason| ConfigError {
             key: key.to_owned(),
             reason: format!("{reason}, not `{value}`"),
-        };
-        let size = || parse_size(value).ok_or_else(|| wrong("expected a size such as 1MiB"));
-        let count = || {
-            value
-                .parse::<u64>()
-                .map_err(|_| wrong("expected a whole number"))
-        };
-        let duration =
-            || parse_duration(value).ok_or_else(|| wrong("expected a duration such as 30s"));
-        let switch = || parse_switch(value).ok_or_else(|| wrong("expected on or off"));
-        let path = || {
-            // An empty path would be the current directory, wherever the
-            // program happens to run.
-            (!value.is_empty())
-                .then(|| value.to_owned())
-                .ok_or_else(|| wrong("expected a path"))
-        };
-        let setting = match key {
-            "block_size" => Setting::BlockSize(size()?),
-            "cache" => Setting::Cache(size()?),
-            "tail" => Setting::Tail(size()?),
-            "read_ahead_max" => Setting::ReadAheadMax(size()?),
-            "concurrency" => Setting::Concurrency(count()?),
-            "connections" => Setting::Connections(count()?),
-            "retries" => Setting::Retries(
-                u32::try_from(count()?).map_err(|_| wrong("expected a whole number"))?,
-            ),
-            "timeout" => Setting::Timeout(duration()?),
-            "connect_timeout" => Setting::ConnectTimeout(duration()?),
-            "ca_file" => Setting::CaFile(path()?),
-            "https_only" => Setting::HttpsOnly(switch()?),
-            "allow_redirect_to_http" => Setting::AllowRedirectToHttp(switch()?),
-            "disk_cache" => Setting::DiskCache(path()?),
-            "disk_capacity" => Setting::DiskCapacity(size()?),
-            "cache_key" => Setting::CacheKey(value.to_owned()),
-            "revalidate_after" => Setting::RevalidateAfter(duration()?),
-            "metadata_prefetch" => {
-                out.metadata_prefetch = switch()?;
-                continue;
-            }
-            "chunk_read_ahead" => {
-                out.chunk_read_ahead = switch()?;
-                continue;
-            }
-            "stats" => {
-                out.stats = switch()?;
-                continue;
-            }
-            _ => {
-                let known: Vec<&str> = KEYS.iter().map(|(k, _)| *k).collect();
-                return Err(ConfigError {
-                    key: key.to_owned(),
-                    reason: format!("unknown key (known: {})", known.join(", ")),
-                });
-            }
-        };
-        out.remote.push(setting);
+        })?;
+        out.settings.push(setting);
     }
     Ok(out)
 }
@@ -279,15 +352,6 @@ fn parse_size(value: &str) -> Option<u64> {
     n.checked_mul(unit_bytes)
 }
 
-/// Says, once per process, that the disk cache `dir` is not used and why.
-fn without_disk_cache(dir: &str, error: &std::io::Error) {
-    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    tracing::warn!(dir, %error, "disk cache not used");
-    if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
-        eprintln!("remfile: disk cache {dir} not used ({error}); files are read without it");
-    }
-}
-
 fn parse_duration(value: &str) -> Option<Duration> {
     let (n, unit) = number_and_unit(value)?;
     let seconds: u64 = match unit {
@@ -301,7 +365,7 @@ fn parse_duration(value: &str) -> Option<Duration> {
     Some(Duration::from_secs(n.checked_mul(seconds)?))
 }
 
-fn parse_switch(value: &str) -> Option<bool> {
+pub(crate) fn parse_switch(value: &str) -> Option<bool> {
     match value {
         "on" | "true" | "1" | "yes" => Some(true),
         "off" | "false" | "0" | "no" => Some(false),
@@ -309,106 +373,9 @@ fn parse_switch(value: &str) -> Option<bool> {
     }
 }
 
-impl Config {
-    /// The builder these settings describe, from [`hdf5_builder`]. A
-    /// `ca_file` that cannot be read is an error naming it; a `disk_cache`
-    /// that cannot be opened, or is refused (another user could write it),
-    /// is left out, with a message on standard error once per process.
-    pub fn builder(&self) -> Result<Builder, ConfigError> {
-        self.apply(hdf5_builder())
-    }
-
-    /// `b` with these settings applied (as [`builder`](Config::builder) does
-    /// to [`hdf5_builder`]): for remote files read other than through HDF5.
-    pub fn apply(&self, mut b: Builder) -> Result<Builder, ConfigError> {
-        let capacity = self
-            .remote
-            .iter()
-            .find_map(|s| match s {
-                Setting::DiskCapacity(n) => Some(*n),
-                _ => None,
-            })
-            .unwrap_or(DISK_CAPACITY);
-        for setting in &self.remote {
-            b = match setting.clone() {
-                Setting::BlockSize(n) => b.block_size(n),
-                Setting::Cache(n) => b.cache_capacity(n),
-                Setting::Tail(n) => b.open_tail(n),
-                Setting::ReadAheadMax(n) => b.read_ahead_max(n),
-                Setting::Concurrency(n) => b.max_concurrent_requests(n),
-                Setting::Connections(n) => b.max_connections(n),
-                Setting::Retries(n) => b.retry_policy(RetryPolicy::default().max_retries(n)),
-                Setting::Timeout(d) => b.read_timeout(d),
-                Setting::ConnectTimeout(d) => b.connect_timeout(d),
-                Setting::HttpsOnly(yes) => b.https_only(yes),
-                Setting::AllowRedirectToHttp(yes) => b.allow_redirect_to_http(yes),
-                Setting::DiskCache(dir) => match crate::DiskCache::open(&dir, capacity) {
-                    Ok(disk) => b.disk_cache(disk),
-                    Err(e) => {
-                        // A cache is never worth a failed open: the file is
-                        // read without it, and the user told why, once.
-                        without_disk_cache(&dir, &e);
-                        b
-                    }
-                },
-                Setting::DiskCapacity(_) => b,
-                Setting::CacheKey(key) => b.cache_key(key),
-                Setting::RevalidateAfter(d) => b.revalidate_after(d),
-                Setting::CaFile(path) => {
-                    let pem = std::fs::read(&path).map_err(|e| ConfigError {
-                        key: "ca_file".into(),
-                        reason: format!("cannot read {path}: {e}"),
-                    })?;
-                    b.add_root_certificates(pem)
-                }
-            };
-        }
-        Ok(b)
-    }
-}
-
-/// Opens the remote file at `url` as `config` says, for the driver. The
-/// error is a message for HDF5's error stack: the bad key, or why the open
-/// failed (status, timeout…).
-pub(crate) fn open_source(url: &str, config: &str) -> Result<Arc<Source>, String> {
-    let config = parse(config).map_err(|e| e.to_string())?;
-    if !is_http(url) {
-        // A local path (HDF5_DRIVER=remfile sends every open here).
-        return Err(format!(
-            "the remfile driver reads http:// and https:// URLs, not `{url}`: \
-             open local files with another driver (in h5py, driver=\"sec2\")"
-        ));
-    }
-    let file = config
-        .builder()
-        .map_err(|e| e.to_string())?
-        .open(url)
-        .map_err(|e| format!("cannot open the remote file: {e}"))?;
-    let source = Source::new(file, config.metadata_prefetch, config.chunk_read_ahead);
-    let from_env = std::env::var("REMFILE_STATS").is_ok_and(|v| parse_switch(&v) == Some(true));
-    if config.stats || from_env {
-        source.report_at_close();
-    }
-    Ok(source)
-}
-
-/// Whether `name` is an `http://` or `https://` URL.
-fn is_http(name: &str) -> bool {
-    let lower = name.get(..8).unwrap_or(name).to_ascii_lowercase();
-    lower.starts_with("http://") || lower.starts_with("https://")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_local_path_is_refused_with_a_hint() {
-        assert!(is_http("https://example.com/f.nwb") && is_http("HTTP://x"));
-        assert!(!is_http("/data/f.nwb") && !is_http("s3://bucket/key") && !is_http("http"));
-        let e = open_source("/data/f.nwb", "").err().unwrap();
-        assert!(e.contains("/data/f.nwb") && e.contains("sec2"), "{e}");
-    }
 
     #[test]
     fn a_configuration_string_sets_what_it_names() {
@@ -417,56 +384,60 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            c.remote,
+            c.settings,
             [
                 Setting::BlockSize(1 << 20),
                 Setting::Cache(2 << 30),
                 Setting::Timeout(Duration::from_secs(30)),
                 Setting::Retries(2),
+                Setting::Stats(true),
+                Setting::ChunkReadAhead(false),
             ]
         );
-        assert!(c.stats && c.metadata_prefetch && !c.chunk_read_ahead);
+        assert!(c.stats() && c.metadata_prefetch() && !c.chunk_read_ahead());
         assert_eq!(parse("").unwrap(), parse(" ; ").unwrap());
-        assert_eq!(parse("tail=64KB").unwrap().remote, [Setting::Tail(64_000)]);
         assert_eq!(
-            parse("connect_timeout=250ms").unwrap().remote,
+            parse("tail=64KB").unwrap().settings,
+            [Setting::Tail(64_000)]
+        );
+        assert_eq!(
+            parse("connect_timeout=250ms").unwrap().settings,
             [Setting::ConnectTimeout(Duration::from_millis(250))]
         );
-        assert!(parse("block_size=4096").unwrap().builder().is_ok());
-        let dir = std::env::temp_dir().join(format!("remfile-config-{}", std::process::id()));
-        let c = parse(&format!(
-            "disk_cache={};disk_capacity=1GiB;cache_key=asset-1;revalidate_after=1d",
-            dir.display()
-        ))
-        .unwrap();
-        assert!(
-            c.remote
-                .contains(&Setting::RevalidateAfter(Duration::from_secs(86_400)))
+        assert_eq!(
+            parse("disk_capacity=1GiB").unwrap().disk_capacity(),
+            1 << 30
         );
-        assert!(c.builder().unwrap().disk_cache.is_some());
-        assert!(dir.join("blocks").is_dir(), "the disk cache opened");
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    #[cfg(unix)]
-    #[test]
-    fn a_disk_cache_refused_is_left_out_and_the_file_opens() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = std::env::temp_dir().join(format!("remfile-config-open-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
-        let c = parse(&format!("disk_cache={}", dir.display())).unwrap();
-        assert!(c.builder().unwrap().disk_cache.is_none());
-        assert!(!dir.join("blocks").exists(), "nothing made in it");
-        let _ = std::fs::remove_dir_all(&dir);
+        assert!(
+            !parse("stats=on;stats=off").unwrap().stats(),
+            "the last one wins"
+        );
     }
 
     #[test]
-    fn an_absurd_duration_is_refused_not_a_panic() {
-        let Err(e) = open_source("http://127.0.0.1:9/x", "timeout=9223372036854775807s") else {
-            panic!("opened");
-        };
-        assert!(e.contains("read_timeout"), "{e}");
+    fn the_defaults_are_those_of_an_empty_string() {
+        let (empty, default) = (parse("").unwrap(), Config::default());
+        assert_eq!(empty, default);
+        assert!(default.metadata_prefetch() && default.chunk_read_ahead() && !default.stats());
+        assert_eq!(default.disk_capacity(), DISK_CAPACITY);
+    }
+
+    #[test]
+    fn every_key_is_documented_with_its_kind() {
+        // The Python package reads a value's kind from the help: the first
+        // word in its one pair of parentheses, at its end.
+        for key in KEYS {
+            let (_, tail) = key.help.split_once('(').unwrap();
+            let kind = tail.split([';', ')']).next().unwrap();
+            assert!(
+                ["size", "count", "duration", "switch", "path", "text"].contains(&kind)
+                    && key.help.ends_with(')')
+                    && !tail.contains('('),
+                "{}: {}",
+                key.name,
+                key.help
+            );
+        }
     }
 
     #[test]
@@ -486,11 +457,5 @@ mod tests {
             assert_eq!(e.key, key, "{config}: {e}");
             assert!(e.to_string().contains(key), "{e}");
         }
-        let e = parse("ca_file=/nonexistent/ca.pem")
-            .unwrap()
-            .builder()
-            .unwrap_err();
-        assert_eq!(e.key, "ca_file");
-        assert!(e.to_string().contains("/nonexistent/ca.pem"), "{e}");
     }
 }

@@ -11,145 +11,17 @@ use std::fmt;
 use std::ops::Range;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 
-use parking_lot::Mutex;
 
 use super::api::{self, Minor};
 use super::chunk_ahead::ChunkRead;
-use super::crawl::Crawler;
 use super::ffi::*;
-use super::prefetch::{PrefetchStats, Prefetcher, Seen};
+use super::prefetch::Seen;
+use super::source::Source;
 use super::spans;
 use crate::h5meta::MemType;
-use crate::{Error, RemoteFile};
-
-/// What a driver file reads from, shared by every open of it and the fapl
-/// copies HDF5 keeps. Freed when the last of those goes.
-pub(crate) struct Source {
-    pub file: RemoteFile,
-    /// The metadata prefetch and the chunk read-ahead, if either is on.
-    pub prefetch: Option<Arc<Mutex<Prefetcher>>>,
-    /// The metadata prefetch's crawl ahead of HDF5, if it is on.
-    crawler: Option<Crawler>,
-    /// The last error a read met, for the error returned to the caller.
-    pub last_error: Mutex<Option<Error>>,
-    pub read_calls: AtomicU64,
-    pub vector_calls: AtomicU64,
-    /// Whether to print the file's statistics to standard error when the
-    /// last open of it closes.
-    report: std::sync::atomic::AtomicBool,
-}
-
-static LIVE_READERS: AtomicUsize = AtomicUsize::new(0);
-
-impl Source {
-    pub fn new(file: RemoteFile, metadata: bool, chunks: bool) -> Arc<Source> {
-        LIVE_READERS.fetch_add(1, Relaxed);
-        let prefetch =
-            (metadata || chunks).then(|| Arc::new(Mutex::new(Prefetcher::new(metadata, chunks))));
-        let crawler = match &prefetch {
-            Some(p) if metadata => Some(Crawler::new(Arc::clone(p), file.clone())),
-            _ => None,
-        };
-        // The crawl starts now, from what opening the file fetched, while
-        // HDF5 is still setting up.
-        if let (Some(p), Some(crawler)) = (&prefetch, &crawler) {
-            if p.lock().start() {
-                crawler.wake();
-            }
-        }
-        Arc::new(Source {
-            file,
-            prefetch,
-            crawler,
-            last_error: Mutex::new(None),
-            read_calls: AtomicU64::new(0),
-            vector_calls: AtomicU64::new(0),
-            report: std::sync::atomic::AtomicBool::new(false),
-        })
-    }
-
-    /// Prints the file's statistics to standard error when it closes.
-    pub fn report_at_close(&self) {
-        self.report.store(true, Relaxed);
-    }
-}
-
-impl Drop for Source {
-    fn drop(&mut self) {
-        LIVE_READERS.fetch_sub(1, Relaxed);
-        if self.report.load(Relaxed) {
-            let s = self.file.stats();
-            let p = self
-                .prefetch
-                .as_ref()
-                .map(|p| p.lock().stats())
-                .unwrap_or_default();
-            eprintln!(
-                "remfile: {}: {} requests in {} round trips, {} bytes fetched, {} bytes read; \
-                 {} HDF5 reads, {} of {} metadata reads foreseen, {} chunk reads",
-                self.file.url(),
-                s.requests,
-                s.round_trips,
-                s.bytes_fetched,
-                s.bytes_read,
-                self.read_calls.load(Relaxed) + self.vector_calls.load(Relaxed),
-                p.predicted_reads,
-                p.predicted_reads + p.unpredicted_reads,
-                p.chunk_reads,
-            );
-        }
-    }
-}
-
-/// What the driver counted for one open file.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct Counters {
-    /// The remote file HDF5 reads from (a clone: its statistics are the
-    /// file's).
-    pub remote: RemoteFile,
-    /// Read callbacks HDF5 made.
-    pub read_calls: u64,
-    /// Vector read callbacks HDF5 made (HDF5 1.14 and later).
-    pub vector_calls: u64,
-    /// What the metadata prefetch did (all zero when it is off).
-    pub prefetch: PrefetchStats,
-}
-
-impl Source {
-    /// The file's counters now.
-    pub(crate) fn counters(&self) -> Counters {
-        Counters {
-            remote: self.file.clone(),
-            read_calls: self.read_calls.load(Relaxed),
-            vector_calls: self.vector_calls.load(Relaxed),
-            prefetch: self
-                .prefetch
-                .as_ref()
-                .map(|p| p.lock().stats())
-                .unwrap_or_default(),
-        }
-    }
-}
-
-/// The counters of the open file whose driver handle (from
-/// `H5Fget_vfd_handle`) is `handle`.
-///
-/// # Safety
-/// `handle` is the handle of a file of this driver, still open.
-pub unsafe fn counters_of_handle(handle: *const c_void) -> Counters {
-    // SAFETY: per the caller, the `Arc::as_ptr` of a live Source
-    // ([`get_handle`]), borrowed for this call.
-    unsafe { &*(handle as *const Source) }.counters()
-}
-
-/// How many remote files the driver holds now.
-#[cfg_attr(not(feature = "hdf5"), allow(dead_code))]
-pub(crate) fn live_readers() -> usize {
-    LIVE_READERS.load(Relaxed)
-}
+use crate::Error;
 
 /// The driver's part of a file access property list: one pointer, no padding
 /// (HDF5 compares driver infos with `memcmp`).
@@ -364,7 +236,7 @@ unsafe fn reader_for(name: *const c_char, fapl: hid_t) -> Result<Arc<Source>, St
     let url = unsafe { CStr::from_ptr(name) }.to_string_lossy();
     // SAFETY: as above.
     let config = unsafe { config_string(host, fapl) }?;
-    super::config::open_source(&url, &config)
+    super::source::open_source(&url, &config)
 }
 
 /// The fapl's driver configuration string ("" if none).

@@ -15,9 +15,11 @@ mod crawl;
 pub(crate) mod driver;
 pub(crate) mod ffi;
 pub(crate) mod prefetch;
+pub mod source;
 mod spans;
 
 pub use api::{DriverConfig, DriverInfo, ErrorIds, HostApi, PushError, install};
-pub use driver::{Counters, class_for, counters_of_handle};
+pub use driver::class_for;
 pub use ffi::{herr_t, hid_t};
 pub use prefetch::PrefetchStats;
+pub use source::{Counters, counters_of_handle};

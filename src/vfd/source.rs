@@ -1,0 +1,296 @@
+//! What the driver reads a file from (`Source`: the remote file, its
+//! prefetch and crawl, its counters), and opening it as a configuration
+//! string says: the I/O that [`super::config`]'s pure parse leaves out (a
+//! disk cache opened, a CA file read, the environment, the network).
+
+use std::ffi::c_void;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+
+use parking_lot::Mutex;
+
+use super::config::{self, Config, ConfigError, Setting};
+use super::crawl::Crawler;
+use super::prefetch::{PrefetchStats, Prefetcher};
+use crate::{Builder, Error, RemoteFile, RetryPolicy};
+
+/// What a driver file reads from, shared by every open of it and the fapl
+/// copies HDF5 keeps. Freed when the last of those goes.
+pub(crate) struct Source {
+    pub file: RemoteFile,
+    /// The metadata prefetch and the chunk read-ahead, if either is on.
+    pub prefetch: Option<Arc<Mutex<Prefetcher>>>,
+    /// The metadata prefetch's crawl ahead of HDF5, if it is on.
+    pub crawler: Option<Crawler>,
+    /// The last error a read met, for the error returned to the caller.
+    pub last_error: Mutex<Option<Error>>,
+    pub read_calls: AtomicU64,
+    pub vector_calls: AtomicU64,
+    /// Whether to print the file's statistics to standard error when the
+    /// last open of it closes.
+    report: std::sync::atomic::AtomicBool,
+}
+
+static LIVE_READERS: AtomicUsize = AtomicUsize::new(0);
+
+impl Source {
+    pub fn new(file: RemoteFile, metadata: bool, chunks: bool) -> Arc<Source> {
+        LIVE_READERS.fetch_add(1, Relaxed);
+        let prefetch =
+            (metadata || chunks).then(|| Arc::new(Mutex::new(Prefetcher::new(metadata, chunks))));
+        let crawler = match &prefetch {
+            Some(p) if metadata => Some(Crawler::new(Arc::clone(p), file.clone())),
+            _ => None,
+        };
+        // The crawl starts now, from what opening the file fetched, while
+        // HDF5 is still setting up.
+        if let (Some(p), Some(crawler)) = (&prefetch, &crawler) {
+            if p.lock().start() {
+                crawler.wake();
+            }
+        }
+        Arc::new(Source {
+            file,
+            prefetch,
+            crawler,
+            last_error: Mutex::new(None),
+            read_calls: AtomicU64::new(0),
+            vector_calls: AtomicU64::new(0),
+            report: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
+    /// Prints the file's statistics to standard error when it closes.
+    pub fn report_at_close(&self) {
+        self.report.store(true, Relaxed);
+    }
+}
+
+impl Drop for Source {
+    fn drop(&mut self) {
+        LIVE_READERS.fetch_sub(1, Relaxed);
+        if self.report.load(Relaxed) {
+            let s = self.file.stats();
+            let p = self
+                .prefetch
+                .as_ref()
+                .map(|p| p.lock().stats())
+                .unwrap_or_default();
+            eprintln!(
+                "remfile: {}: {} requests in {} round trips, {} bytes fetched, {} bytes read; \
+                 {} HDF5 reads, {} of {} metadata reads foreseen, {} chunk reads",
+                self.file.url(),
+                s.requests,
+                s.round_trips,
+                s.bytes_fetched,
+                s.bytes_read,
+                self.read_calls.load(Relaxed) + self.vector_calls.load(Relaxed),
+                p.predicted_reads,
+                p.predicted_reads + p.unpredicted_reads,
+                p.chunk_reads,
+            );
+        }
+    }
+}
+
+/// What the driver counted for one open file.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Counters {
+    /// The remote file HDF5 reads from (a clone: its statistics are the
+    /// file's).
+    pub remote: RemoteFile,
+    /// Read callbacks HDF5 made.
+    pub read_calls: u64,
+    /// Vector read callbacks HDF5 made (HDF5 1.14 and later).
+    pub vector_calls: u64,
+    /// What the metadata prefetch did (all zero when it is off).
+    pub prefetch: PrefetchStats,
+}
+
+impl Source {
+    /// The file's counters now.
+    pub(crate) fn counters(&self) -> Counters {
+        Counters {
+            remote: self.file.clone(),
+            read_calls: self.read_calls.load(Relaxed),
+            vector_calls: self.vector_calls.load(Relaxed),
+            prefetch: self
+                .prefetch
+                .as_ref()
+                .map(|p| p.lock().stats())
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// The counters of the open file whose driver handle (from
+/// `H5Fget_vfd_handle`) is `handle`.
+///
+/// # Safety
+/// `handle` is the handle of a file of this driver, still open.
+pub unsafe fn counters_of_handle(handle: *const c_void) -> Counters {
+    // SAFETY: per the caller, the `Arc::as_ptr` of a live Source
+    // (the driver's `get_handle`), borrowed for this call.
+    unsafe { &*(handle as *const Source) }.counters()
+}
+
+/// How many remote files the driver holds now.
+#[cfg_attr(not(feature = "hdf5"), allow(dead_code))]
+pub(crate) fn live_readers() -> usize {
+    LIVE_READERS.load(Relaxed)
+}
+
+/// The builder `config` describes, from [`config::hdf5_builder`].
+pub fn builder(config: &Config) -> Result<Builder, ConfigError> {
+    apply(config, config::hdf5_builder())
+}
+
+/// `b` with `config`'s settings applied: for remote files read other than
+/// through HDF5. A `ca_file` that cannot be read is an error naming it; a
+/// `disk_cache` that cannot be opened, or is refused (another user could
+/// write it), is left out, with a message on standard error once per
+/// process.
+pub fn apply(config: &Config, mut b: Builder) -> Result<Builder, ConfigError> {
+    for setting in &config.settings {
+        b = match setting.clone() {
+            Setting::BlockSize(n) => b.block_size(n),
+            Setting::Cache(n) => b.cache_capacity(n),
+            Setting::Tail(n) => b.open_tail(n),
+            Setting::ReadAheadMax(n) => b.read_ahead_max(n),
+            Setting::Concurrency(n) => b.max_concurrent_requests(n),
+            Setting::Connections(n) => b.max_connections(n),
+            Setting::Retries(n) => b.retry_policy(RetryPolicy::default().max_retries(n)),
+            Setting::Timeout(d) => b.read_timeout(d),
+            Setting::ConnectTimeout(d) => b.connect_timeout(d),
+            Setting::HttpsOnly(yes) => b.https_only(yes),
+            Setting::AllowRedirectToHttp(yes) => b.allow_redirect_to_http(yes),
+            Setting::DiskCache(dir) => match crate::DiskCache::open(&dir, config.disk_capacity()) {
+                Ok(disk) => b.disk_cache(disk),
+                Err(e) => {
+                    // A cache is never worth a failed open: the file is
+                    // read without it, and the user told why, once.
+                    without_disk_cache(&dir, &e);
+                    b
+                }
+            },
+            Setting::CacheKey(key) => b.cache_key(key),
+            Setting::RevalidateAfter(d) => b.revalidate_after(d),
+            Setting::CaFile(path) => {
+                let pem = std::fs::read(&path).map_err(|e| ConfigError {
+                    key: "ca_file".into(),
+                    reason: format!("cannot read {path}: {e}"),
+                })?;
+                b.add_root_certificates(pem)
+            }
+            // The driver's own, or read by `disk_cache`.
+            Setting::DiskCapacity(_)
+            | Setting::MetadataPrefetch(_)
+            | Setting::ChunkReadAhead(_)
+            | Setting::Stats(_) => b,
+        };
+    }
+    Ok(b)
+}
+
+/// Says, once per process, that the disk cache `dir` is not used and why.
+fn without_disk_cache(dir: &str, error: &std::io::Error) {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    tracing::warn!(dir, %error, "disk cache not used");
+    if !SAID.swap(true, Relaxed) {
+        eprintln!("remfile: disk cache {dir} not used ({error}); files are read without it");
+    }
+}
+
+/// Opens the remote file at `url` as the configuration string `config`
+/// says, for the driver. The error is a message for HDF5's error stack: the
+/// bad key, or why the open failed (status, timeout…).
+pub(crate) fn open_source(url: &str, config: &str) -> Result<Arc<Source>, String> {
+    let config = config::parse(config).map_err(|e| e.to_string())?;
+    if !is_http(url) {
+        // A local path (HDF5_DRIVER=remfile sends every open here).
+        return Err(format!(
+            "the remfile driver reads http:// and https:// URLs, not `{url}`: \
+             open local files with another driver (in h5py, driver=\"sec2\")"
+        ));
+    }
+    let file = builder(&config)
+        .map_err(|e| e.to_string())?
+        .open(url)
+        .map_err(|e| format!("cannot open the remote file: {e}"))?;
+    let source = Source::new(file, config.metadata_prefetch(), config.chunk_read_ahead());
+    let from_env =
+        std::env::var("REMFILE_STATS").is_ok_and(|v| config::parse_switch(&v) == Some(true));
+    if config.stats() || from_env {
+        source.report_at_close();
+    }
+    Ok(source)
+}
+
+/// Whether `name` is an `http://` or `https://` URL.
+fn is_http(name: &str) -> bool {
+    let lower = name.get(..8).unwrap_or(name).to_ascii_lowercase();
+    lower.starts_with("http://") || lower.starts_with("https://")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::super::config::{Setting, parse};
+    use super::*;
+
+    #[test]
+    fn a_local_path_is_refused_with_a_hint() {
+        assert!(is_http("https://example.com/f.nwb") && is_http("HTTP://x"));
+        assert!(!is_http("/data/f.nwb") && !is_http("s3://bucket/key") && !is_http("http"));
+        let e = open_source("/data/f.nwb", "").err().unwrap();
+        assert!(e.contains("/data/f.nwb") && e.contains("sec2"), "{e}");
+    }
+
+    #[test]
+    fn the_settings_reach_the_builder() {
+        assert!(builder(&parse("block_size=4096").unwrap()).is_ok());
+        let dir = std::env::temp_dir().join(format!("remfile-config-{}", std::process::id()));
+        let c = parse(&format!(
+            "disk_cache={};disk_capacity=1GiB;cache_key=asset-1;revalidate_after=1d",
+            dir.display()
+        ))
+        .unwrap();
+        assert!(
+            c.settings
+                .contains(&Setting::RevalidateAfter(Duration::from_secs(86_400)))
+        );
+        assert!(builder(&c).unwrap().disk_cache.is_some());
+        assert!(dir.join("blocks").is_dir(), "the disk cache opened");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_disk_cache_refused_is_left_out_and_the_file_opens() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("remfile-config-open-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let c = parse(&format!("disk_cache={}", dir.display())).unwrap();
+        assert!(builder(&c).unwrap().disk_cache.is_none());
+        assert!(!dir.join("blocks").exists(), "nothing made in it");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn an_absurd_duration_is_refused_not_a_panic() {
+        let Err(e) = open_source("http://127.0.0.1:9/x", "timeout=9223372036854775807s") else {
+            panic!("opened");
+        };
+        assert!(e.contains("read_timeout"), "{e}");
+    }
+
+    #[test]
+    fn an_unreadable_ca_file_names_it() {
+        let e = builder(&parse("ca_file=/nonexistent/ca.pem").unwrap()).unwrap_err();
+        assert_eq!(e.key, "ca_file");
+        assert!(e.to_string().contains("/nonexistent/ca.pem"), "{e}");
+    }
+}
