@@ -309,6 +309,15 @@ impl Engine {
     /// Fills every `(pos, buf)` (each inside the file), fetching all their
     /// missing blocks in one round.
     pub(crate) fn read_many(&self, reads: &mut [(u64, &mut [u8])]) -> Result<()> {
+        // A read a piece holds is served from it, as `read_into` serves one:
+        // the blocks may never have been fetched.
+        let mut reads: Vec<(u64, &mut [u8])> = reads
+            .iter_mut()
+            .filter_map(|(pos, buf)| {
+                let served = !buf.is_empty() && self.read_from_piece(*pos, buf);
+                (!served).then_some((*pos, &mut **buf))
+            })
+            .collect();
         let bs = self.options.block_size;
         let ranges = reads.iter().map(|(pos, buf)| *pos..*pos + buf.len() as u64);
         let needed = plan::blocks_of(ranges, bs);

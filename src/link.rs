@@ -29,10 +29,11 @@ use parking_lot::Mutex;
 pub enum Link {
     /// Measured from the responses (the default): the round trip is the
     /// shortest recent wait for response headers, the throughput the fastest
-    /// recent body of at least 256 KiB on one connection that took at least
-    /// half a round trip (a faster one was buffered before it was read, and
-    /// says nothing of the link). Until both are known, sizes are as with
-    /// [`Ignored`](Link::Ignored).
+    /// recent body of at least 256 KiB on one connection, timed from its
+    /// headers' arrival to its last byte (and as at least a millisecond).
+    /// A body cannot arrive before its headers, so that is a lower bound of
+    /// the link's speed, however soon the body was read. Until both are
+    /// known, sizes are as with [`Ignored`](Link::Ignored).
     #[default]
     Measured,
     /// Known in advance; nothing is measured, so sizes are fixed.
@@ -91,6 +92,10 @@ const WINDOW: usize = 8;
 /// Bodies shorter than this say more about latency than throughput.
 pub(crate) const MIN_BODY_SAMPLE: u64 = 256 * 1024;
 
+/// The least time a body sample is counted as taking (see
+/// [`LinkMeter::record_body`]).
+pub(crate) const LEAST_BODY_TIME: Duration = Duration::from_millis(1);
+
 /// The live estimate of one file's link, fed by its transport.
 #[derive(Debug)]
 pub(crate) struct LinkMeter {
@@ -146,16 +151,16 @@ impl LinkMeter {
         }
     }
 
-    /// A body of `bytes` took `took` from its first byte to its last, after
-    /// its headers took `waited`.
+    /// A body of `bytes` ended `took` after its headers arrived.
     ///
-    /// A body that arrives in much less time than its headers took was mostly
-    /// buffered while the headers were awaited: its speed is the reader's, not
-    /// the link's, so it is not a sample.
-    pub fn record_body(&self, bytes: u64, took: Duration, waited: Option<Duration>) {
-        let buffered = waited.is_none_or(|w| took < w / 2);
-        if self.mode == Link::Measured && bytes >= MIN_BODY_SAMPLE && !buffered {
-            let rate = bytes as f64 / took.as_secs_f64();
+    /// The body came over the link within that time (it cannot arrive before
+    /// its headers; a reader slow to read it only makes the time longer), so
+    /// `bytes / took` is no more than the link's speed. A body read at once
+    /// from buffers is counted as taking [`LEAST_BODY_TIME`]: on a link so
+    /// fast, a round trip is all that matters anyway.
+    pub fn record_body(&self, bytes: u64, took: Duration) {
+        if self.mode == Link::Measured && bytes >= MIN_BODY_SAMPLE {
+            let rate = bytes as f64 / took.max(LEAST_BODY_TIME).as_secs_f64();
             self.samples.lock().rates.push(rate);
         }
     }
@@ -198,11 +203,9 @@ mod tests {
         assert_eq!(meter.estimate(), None);
         meter.record_wait(30 * MS);
         assert_eq!(meter.estimate(), None);
-        meter.record_body(1000, 20 * MS, Some(30 * MS));
+        meter.record_body(1000, 20 * MS);
         assert_eq!(meter.estimate(), None, "too short a body to count");
-        meter.record_body(1 << 20, MS, Some(30 * MS));
-        assert_eq!(meter.estimate(), None, "buffered while the headers came");
-        meter.record_body(1 << 20, 20 * MS, Some(30 * MS));
+        meter.record_body(1 << 20, 20 * MS);
         let e = meter.estimate().unwrap();
         assert_eq!(e.round_trip, 30 * MS);
         assert_eq!(e.bytes_per_second, 52_428_800);
@@ -218,7 +221,7 @@ mod tests {
         }
         // A body slowed by slow start, then full-speed ones.
         for ms in [40, 20, 21] {
-            meter.record_body(1 << 20, ms * MS, Some(30 * MS));
+            meter.record_body(1 << 20, ms * MS);
         }
         let e = meter.estimate().unwrap();
         assert_eq!(e.round_trip, 30 * MS);
@@ -226,7 +229,7 @@ mod tests {
         // Old samples leave the window: the link got slower.
         for _ in 0..WINDOW {
             meter.record_wait(60 * MS);
-            meter.record_body(1 << 20, 40 * MS, Some(60 * MS));
+            meter.record_body(1 << 20, 40 * MS);
         }
         let e = meter.estimate().unwrap();
         assert_eq!(e.round_trip, 60 * MS);
@@ -234,16 +237,26 @@ mod tests {
     }
 
     #[test]
+    fn a_body_read_from_buffers_counts_as_taking_a_millisecond() {
+        let meter = LinkMeter::new(Link::Measured);
+        meter.record_wait(30 * MS);
+        meter.record_body(1 << 20, Duration::from_micros(50));
+        let e = meter.estimate().unwrap();
+        assert_eq!(e.bytes_per_second, 1_048_576_000, "1 MiB in a millisecond");
+        assert_eq!(e.bandwidth_delay_product(), 31_457_280);
+    }
+
+    #[test]
     fn a_known_link_ignores_samples_and_an_ignored_one_has_no_estimate() {
         let known = LinkMeter::new(Link::known(80 * MS, 20_000_000));
         known.record_wait(MS);
-        known.record_body(1 << 20, MS, None);
+        known.record_body(1 << 20, MS);
         let e = known.estimate().unwrap();
         assert_eq!((e.round_trip, e.bytes_per_second), (80 * MS, 20_000_000));
         assert_eq!(e.bandwidth_delay_product(), 1_600_000);
         let ignored = LinkMeter::new(Link::Ignored);
         ignored.record_wait(MS);
-        ignored.record_body(1 << 20, MS, None);
+        ignored.record_body(1 << 20, MS);
         assert_eq!(ignored.estimate(), None);
     }
 }

@@ -49,9 +49,10 @@ pub(crate) enum Precondition<'a> {
     ModifiedSince(&'a str),
 }
 
-/// How long a response's headers took to arrive, kept with the response.
+/// When a response's headers arrived, kept with the response (its body is
+/// timed from then).
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Waited(pub Duration);
+pub(super) struct HeadersArrived(pub Instant);
 
 const REDIRECT_STATUSES: [u16; 5] = [301, 302, 303, 307, 308];
 
@@ -136,7 +137,7 @@ impl Transport {
             f
         })?;
         self.link.record_wait(waited);
-        resp.extensions_mut().insert(Waited(waited));
+        resp.extensions_mut().insert(HeadersArrived(Instant::now()));
         tracing::debug!(
             url = %redact(url),
             range = %want,

@@ -15,7 +15,7 @@ use url::Url;
 use super::classify::classify_io;
 use super::content_range::{self, ContentRange};
 use super::redact::redact;
-use super::request::Waited;
+use super::request::HeadersArrived;
 use super::retry::{Failure, Retry};
 use super::sink::Sink;
 use super::{Transport, header};
@@ -240,8 +240,12 @@ impl Transport {
     /// Reads a body of exactly the sink's remaining length, then confirms the
     /// body ends there (which also returns the connection to the pool).
     fn read_body(&self, resp: &mut Response<Body>, sink: &mut Sink<'_>) -> Result<(), Failure> {
-        let (started, from) = (Instant::now(), sink.filled());
-        let waited = resp.extensions().get::<Waited>().map(|w| w.0);
+        let from = sink.filled();
+        // Timed from the headers' arrival: a lower bound of the link's speed.
+        let started = resp
+            .extensions()
+            .get::<HeadersArrived>()
+            .map_or_else(Instant::now, |h| h.0);
         let mut reader = resp.body_mut().as_reader();
         while !sink.is_full() {
             match reader.read(sink.spare()) {
@@ -260,7 +264,7 @@ impl Transport {
             }
         }
         self.link
-            .record_body(sink.filled() - from, started.elapsed(), waited);
+            .record_body(sink.filled() - from, started.elapsed());
         let mut probe = [0u8; 1];
         match reader.read(&mut probe) {
             Ok(0) | Err(_) => Ok(()),

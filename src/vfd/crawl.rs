@@ -2,8 +2,8 @@
 //! metadata graph.
 //!
 //! It takes the prefetch's frontier as a wave, parses at once the targets
-//! whose bytes are cached, and fetches the rest in one round, in spans
-//! priced by the link ([`super::spans`]); what those point to is the next
+//! whose bytes are cached, and fetches the rest in spans priced by the link
+//! ([`super::spans`]), in as few rounds as its connections allow; what those point to is the next
 //! wave. HDF5 never waits on it: a read of a block the crawl is fetching
 //! waits for that block only, as for any other reader's fetch.
 
@@ -150,6 +150,10 @@ impl Shared {
             allowed,
             block_size,
         );
+        // More spans than lanes take more than one round: merge the closest
+        // while the gaps cost less than the round they save.
+        let room = (allowed / 2).saturating_sub(spans::cost(&wanted, block_size));
+        let wanted = spans::fit_lanes(wanted, self.file.guess_concurrency(), gap, room);
         if self.signal.lock().stop {
             return false;
         }

@@ -13,15 +13,14 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
-
 use super::api::{self, Minor};
 use super::chunk_ahead::ChunkRead;
 use super::ffi::*;
 use super::prefetch::Seen;
 use super::source::Source;
 use super::spans;
-use crate::h5meta::MemType;
 use crate::Error;
+use crate::h5meta::MemType;
 
 /// The driver's part of a file access property list: one pointer, no padding
 /// (HDF5 compares driver infos with `memcmp`).
