@@ -151,6 +151,12 @@ impl Engine {
         self.link.estimate()
     }
 
+    /// The link as guesses are sized by (see [`crate::link::LinkMeter::guess_estimate`]).
+    #[cfg(any(feature = "hdf5", feature = "vfd"))]
+    pub(crate) fn guess_link_estimate(&self) -> Option<LinkEstimate> {
+        self.link.guess_estimate()
+    }
+
     /// The most requests a guess has in flight.
     #[cfg(any(feature = "hdf5", feature = "vfd"))]
     pub(crate) fn guess_concurrency(&self) -> u64 {

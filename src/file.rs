@@ -195,6 +195,12 @@ impl RemoteFile {
         self.engine.cached_from(pos, max)
     }
 
+    /// See [`Engine::guess_link_estimate`](crate::engine::Engine::guess_link_estimate).
+    #[cfg(any(feature = "hdf5", feature = "vfd"))]
+    pub(crate) fn guess_link_estimate(&self) -> Option<crate::LinkEstimate> {
+        self.engine.guess_link_estimate()
+    }
+
     /// See [`Engine::guess_concurrency`](crate::engine::Engine::guess_concurrency).
     #[cfg(any(feature = "hdf5", feature = "vfd"))]
     pub(crate) fn guess_concurrency(&self) -> u64 {

@@ -107,12 +107,10 @@ fn the_link_is_measured_from_the_responses() {
 }
 
 #[test]
-fn a_body_that_came_with_its_headers_measures_a_fast_link() {
+fn a_body_buffered_before_it_was_read_is_no_measure() {
     let data = test_data(4 * MIB as usize, 5);
     // The whole answer comes at once, 40 ms late: on loopback the body is
-    // in the socket's buffer before the headers are parsed. It crossed the
-    // link no slower than it is read, counted as at most 1 Gbit/s: a lower
-    // bound of the link's speed.
+    // in the socket's buffer before the headers are parsed.
     let server = RangeServer::new(data).with_hook(|_, reply| {
         std::thread::sleep(40 * MS);
         reply
@@ -121,10 +119,5 @@ fn a_body_that_came_with_its_headers_measures_a_fast_link() {
         .link(Link::Measured)
         .open(server.url("/f"))
         .unwrap();
-    let link = file.link_estimate().expect("measured at open");
-    assert!(link.round_trip >= 40 * MS, "{link:?}");
-    assert!(
-        (20_000_000..=125_000_000).contains(&link.bytes_per_second),
-        "1 MiB read at once, counted as at most a gigabit: {link:?}"
-    );
+    assert_eq!(file.link_estimate(), None, "no throughput sample yet");
 }

@@ -49,10 +49,13 @@ pub(crate) enum Precondition<'a> {
     ModifiedSince(&'a str),
 }
 
-/// When a response's headers arrived, kept with the response (its body is
-/// timed from then).
+/// How long a response's headers took, and when they arrived (its body is
+/// timed from then), kept with the response.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct HeadersArrived(pub Instant);
+pub(super) struct HeadersArrived {
+    pub waited: Duration,
+    pub at: Instant,
+}
 
 const REDIRECT_STATUSES: [u16; 5] = [301, 302, 303, 307, 308];
 
@@ -137,7 +140,10 @@ impl Transport {
             f
         })?;
         self.link.record_wait(waited);
-        resp.extensions_mut().insert(HeadersArrived(Instant::now()));
+        resp.extensions_mut().insert(HeadersArrived {
+            waited,
+            at: Instant::now(),
+        });
         tracing::debug!(
             url = %redact(url),
             range = %want,

@@ -241,11 +241,10 @@ impl Transport {
     /// body ends there (which also returns the connection to the pool).
     fn read_body(&self, resp: &mut Response<Body>, sink: &mut Sink<'_>) -> Result<(), Failure> {
         let from = sink.filled();
-        // Timed from the headers' arrival: a lower bound of the link's speed.
-        let started = resp
-            .extensions()
-            .get::<HeadersArrived>()
-            .map_or_else(Instant::now, |h| h.0);
+        // Timed from the headers' arrival: a reader slow to start reading
+        // does not make the link look faster.
+        let headers = resp.extensions().get::<HeadersArrived>().copied();
+        let started = headers.map_or_else(Instant::now, |h| h.at);
         let mut reader = resp.body_mut().as_reader();
         while !sink.is_full() {
             match reader.read(sink.spare()) {
@@ -263,8 +262,11 @@ impl Transport {
                 Err(e) => return Err(classify_io(e, "reading the response body")),
             }
         }
-        self.link
-            .record_body(sink.filled() - from, started.elapsed());
+        self.link.record_body(
+            sink.filled() - from,
+            started.elapsed(),
+            headers.map(|h| h.waited),
+        );
         let mut probe = [0u8; 1];
         match reader.read(&mut probe) {
             Ok(0) | Err(_) => Ok(()),

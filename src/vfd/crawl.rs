@@ -138,9 +138,13 @@ impl Shared {
         let (among_data, clustered): (Vec<&Target>, Vec<&Target>) =
             missing.iter().partition(|t| t.what.lies_among_raw_data());
         let ranges = |ts: Vec<&Target>| ts.iter().map(|t| t.bytes.clone()).collect::<Vec<_>>();
-        let link = self.file.link_estimate();
-        let gap = spans::gap_worth_filling(link);
-        let budget = spans::guess_budget(link, self.file.guess_concurrency());
+        let gap = spans::gap_worth_filling(self.file.link_estimate());
+        // A fast link whose bodies all come at once has no ordinary
+        // estimate, but it carries guesses at least as fast as they came.
+        let budget = spans::guess_budget(
+            self.file.guess_link_estimate(),
+            self.file.guess_concurrency(),
+        );
         let allowed = self.prefetch.lock().allowance(budget);
         let block_size = self.file.block_size();
         let wanted = spans::within_budget(
