@@ -47,9 +47,14 @@ mod cloud_server;
 #[path = "../tests/support/h5files.rs"]
 mod h5files;
 // The corpus's file names; the rest is the tests'.
+#[path = "../tests/support/plugin_build.rs"]
+mod plugin_build;
 #[allow(dead_code)]
 #[path = "../tests/support/python.rs"]
 mod python;
+#[allow(dead_code)]
+#[path = "../tests/support/skip.rs"]
+mod skip;
 
 #[path = "support/cpu.rs"]
 mod cpu;
@@ -796,24 +801,8 @@ fn run_peers(label: &str, python: &Path, mode: &[&str], names: &[&str], file: &P
 /// A directory holding the plugin alone, built (release) once.
 fn plugin_dir() -> Option<PathBuf> {
     static DIR: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
-    DIR.get_or_init(|| {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let built = Command::new(cargo)
-            .current_dir(&root)
-            .args(["build", "--quiet", "--release", "-p", "remfile-hdf5-plugin"])
-            .status()
-            .is_ok_and(|s| s.success());
-        let target = std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| root.join("target"));
-        let dir = target.join("bench-data/plugin");
-        std::fs::create_dir_all(&dir).ok()?;
-        let so = "libremfile_hdf5.so";
-        (built && std::fs::copy(target.join("release").join(so), dir.join(so)).is_ok())
-            .then_some(dir)
-    })
-    .clone()
+    DIR.get_or_init(|| plugin_build::plugin_dir(true).ok())
+        .clone()
 }
 
 fn print_peer_line(label: &str, line: &str) {

@@ -3,22 +3,20 @@
 
 mod support;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use remfile::{DiskCache, RemoteFile};
-use support::{RangeServer, builder, test_data};
+use support::{RangeServer, TempDir, builder, test_data};
 
 const BLOCK: u64 = 64 * 1024;
 
-fn temp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("remfile-disk-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
+fn temp_dir(name: &str) -> TempDir {
+    TempDir::new(&format!("disk-{name}"))
 }
 
 /// A file opened with the disk cache in `dir` and a memory cache of its own
 /// (a new process, as far as the memory cache is concerned).
-fn open(server: &RangeServer, path: &str, dir: &PathBuf) -> RemoteFile {
+fn open(server: &RangeServer, path: &str, dir: &Path) -> RemoteFile {
     builder()
         .block_size(BLOCK)
         .disk_cache(DiskCache::open(dir, 64 << 20).unwrap())
@@ -50,7 +48,6 @@ fn a_second_open_reads_the_blocks_the_first_fetched_from_disk() {
     // Blocks 4 to 12 of 64 KiB hold bytes 300,000 to 800,000.
     assert_eq!(cost.disk_hits, 9, "{cost:?}");
     assert_eq!(cost.disk_bytes_read, 9 * BLOCK, "{cost:?}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -65,7 +62,6 @@ fn a_changed_file_never_gets_its_old_blocks() {
     let new = open(&server, "/f", &dir);
     assert_eq!(read(&new, 200_000, 100_000), &new_data[200_000..300_000]);
     assert_eq!(new.stats().disk_hits, 0);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -92,7 +88,6 @@ fn a_damaged_block_on_disk_is_fetched_again() {
     assert_eq!(read(&file, 400_000, 10), &data[400_000..400_010]);
     assert_eq!(server.requests(), before + 1, "fetched again");
     assert_eq!(file.stats().disk_hits, 0);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -106,7 +101,6 @@ fn a_file_without_a_validator_stays_off_the_disk() {
     server.set_last_modified(Some("Mon, 30 Nov 2026 12:00:00 GMT"));
     read(&open(&server, "/f", &dir), 0, 500_000);
     assert!(!walk(&dir.join("blocks")).is_empty());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -144,7 +138,6 @@ fn a_cache_key_names_the_file_whatever_its_url() {
     let other = keyed("/download/b");
     assert_eq!(read(&other, 500_000, 1000), &data[500_000..501_000]);
     assert_eq!(other.stats().disk_hits, 1);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -179,11 +172,10 @@ fn two_files_that_differ_by_a_query_parameter_never_share_blocks() {
     let again = open_id(2);
     assert!(read(&again, 0, two.len()) == two, "id=2's bytes");
     assert!(again.stats().disk_hits > 0, "each from its own blocks");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Every file under `dir`.
-fn walk(dir: &PathBuf) -> Vec<PathBuf> {
+fn walk(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
         if e.path().is_dir() {
@@ -275,7 +267,6 @@ fn a_killed_writer_leaves_no_block_that_reads_wrong() {
         .unwrap();
     assert_eq!(read(&file, 0, data.len()), data);
     assert!(file.stats().disk_hits > 0, "{:?}", file.stats());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -300,7 +291,6 @@ fn a_warm_open_costs_one_request_and_no_body() {
     assert_eq!(read(&warm, 700_000, 300_000), &data[700_000..1_000_000]);
     assert_eq!(warm.stats().requests, 1);
     assert_eq!(read(&warm, 0, 1000), &data[..1000], "block 0, from disk");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -320,7 +310,6 @@ fn a_warm_open_of_a_changed_file_reads_the_new_version_and_drops_the_old() {
         old_blocks.iter().all(|p| !p.exists()),
         "the old version's blocks are gone"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A file cached at one size, then changed to another (Last-Modified only,
@@ -359,7 +348,6 @@ fn a_warm_open_of_a_file_that_grew_or_shrank_reads_the_new_bytes() {
             assert_eq!(across, new_data[block - 10..block + 10]);
         }
         assert_eq!(new.stats().disk_hits, 0, "{old_len} -> {new_len}");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }
 
@@ -390,7 +378,6 @@ fn within_revalidate_after_a_warm_open_asks_nothing() {
         Some("Mon, 30 Nov 2026 12:00:00 GMT")
     );
     assert_eq!(asking.stats().bytes_fetched, 0);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A reader of [`processes_sharing_a_directory_fetch_each_block_about_once`],
@@ -521,7 +508,6 @@ fn share_one_file_among_processes(name: &str, wrap: &[&str], warm: bool) -> Rang
         "{fetched} bytes for {}",
         data.len()
     );
-    let _ = std::fs::remove_dir_all(&dir);
     server
 }
 
@@ -556,5 +542,4 @@ fn a_lock_left_by_a_dead_process_is_taken_over() {
     // the read's deadline would still be there.
     drop(file);
     assert!(!lock.exists());
-    let _ = std::fs::remove_dir_all(&dir);
 }

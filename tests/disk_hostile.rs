@@ -13,14 +13,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
 use remfile::{DiskCache, RemoteFile};
-use support::{RangeServer, builder, test_data};
+use support::{RangeServer, TempDir, builder, test_data};
 
 const BLOCK: u64 = 64 * 1024;
 
-fn temp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("remfile-hostile-{name}-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&d);
-    d
+fn temp_dir(name: &str) -> TempDir {
+    TempDir::new(&format!("hostile-{name}"))
 }
 
 fn open(server: &RangeServer, dir: &Path, capacity: u64) -> RemoteFile {
@@ -87,7 +85,7 @@ fn assert_untouched(victims: &[(PathBuf, Vec<u8>)]) {
 struct Cached {
     data: Vec<u8>,
     server: RangeServer,
-    dir: PathBuf,
+    dir: TempDir,
     /// The file's block directory.
     files: PathBuf,
 }
@@ -125,12 +123,11 @@ fn what_the_cache_writes_is_private_to_the_user() {
     let Cached { dir, .. } = cached("private", 5, 81);
     let all = entries(&dir);
     assert!(all.len() > 8, "{all:?}");
-    for p in std::iter::once(dir.clone()).chain(all) {
+    for p in std::iter::once(dir.to_path_buf()).chain(all) {
         let mode = fs::symlink_metadata(&p).unwrap().permissions().mode() & 0o777;
         let want = if p.is_dir() { 0o700 } else { 0o600 };
         assert_eq!(mode, want, "{p:?} is {mode:o}");
     }
-    let _ = fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -153,7 +150,6 @@ fn a_directory_other_users_can_write_is_refused() {
     fs::set_permissions(dir.join("blocks"), fs::Permissions::from_mode(0o777)).unwrap();
     let e = DiskCache::open(&dir, 1 << 20).unwrap_err();
     assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}");
-    let _ = fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -203,8 +199,6 @@ fn links_planted_where_the_cache_writes_are_replaced_never_followed() {
     );
     assert!(server.requests() - requests_before <= 1, "read from disk");
     assert_untouched(&targets);
-    let _ = fs::remove_dir_all(&dir);
-    let _ = fs::remove_dir_all(&outside);
 }
 
 #[test]
@@ -263,8 +257,6 @@ fn a_block_directory_replaced_by_a_link_is_neither_scanned_nor_evicted_into() {
         targets.len(),
         "nothing added outside"
     );
-    let _ = fs::remove_dir_all(&dir);
-    let _ = fs::remove_dir_all(&outside);
 }
 
 #[test]
@@ -295,7 +287,6 @@ fn a_fifo_at_a_block_path_or_a_lock_path_is_no_hang() {
         "{:?}",
         started.elapsed()
     );
-    let _ = fs::remove_dir_all(&dir);
 }
 
 /// A lock at block 2's lock path naming `pid` on this host, last renewed at
@@ -348,7 +339,6 @@ fn a_lock_from_the_future_is_not_trusted() {
         "{:?}",
         started.elapsed()
     );
-    let _ = fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -373,5 +363,4 @@ fn a_lock_no_one_renews_delays_a_read_a_few_seconds_at_most() {
         waited > Duration::from_secs(3),
         "it did wait for a fresh lock: {waited:?}"
     );
-    let _ = fs::remove_dir_all(&dir);
 }

@@ -9,6 +9,8 @@
 
 #[path = "support/h5files.rs"]
 mod h5files;
+#[path = "support/plugin_build.rs"]
+mod plugin_build;
 mod support;
 
 use std::path::{Path, PathBuf};
@@ -26,56 +28,14 @@ fn root() -> PathBuf {
 fn python() -> Option<&'static Path> {
     static PYTHON: OnceLock<Option<PathBuf>> = OnceLock::new();
     PYTHON
-        .get_or_init(|| {
-            let candidates = [
-                std::env::var_os("REMFILE_PLUGIN_PYTHON").map(PathBuf::from),
-                Some(root().join("target/plugin-venv/bin/python")),
-                Some(root().join("target/peers-venv/bin/python")),
-            ];
-            let found = candidates.into_iter().flatten().find(|p| {
-                Command::new(p)
-                    .args(["-c", "import h5py, pynwb"])
-                    .output()
-                    .is_ok_and(|o| o.status.success())
-            });
-            if found.is_none() {
-                let msg = "SKIPPED: no Python with h5py and pynwb (target/plugin-venv), so the \
-                           plugin tests pass without running (`bash .ci/run` makes one)";
-                if std::env::var("CI").is_ok_and(|v| v == "true") {
-                    panic!("{msg}; under CI=true this is a failure");
-                }
-                use std::io::Write;
-                let _ = writeln!(std::io::stderr(), "{msg}");
-            }
-            found
-        })
+        .get_or_init(|| support::python::with_modules(&["h5py", "pynwb"]))
         .as_deref()
 }
 
-/// A directory holding the plugin alone (HDF5 tries every file of a plugin
-/// directory), built once.
+/// A directory holding the plugin alone, built once.
 fn plugin_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .current_dir(root())
-            .args(["build", "--quiet", "-p", "remfile-hdf5-plugin"])
-            .status()
-            .expect("run cargo");
-        assert!(status.success(), "building the plugin failed");
-        let target = std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| root().join("target"));
-        let dir = h5files::temp_path("hdf5-plugin-dir");
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::copy(
-            target.join("debug/libremfile_hdf5.so"),
-            dir.join("libremfile_hdf5.so"),
-        )
-        .expect("copy the plugin");
-        dir
-    })
+    DIR.get_or_init(|| plugin_build::plugin_dir(false).expect("building the plugin"))
 }
 
 /// Runs the check script in `mode` through the plugin; its JSON line (and,

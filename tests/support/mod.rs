@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 pub mod python;
+pub mod skip;
 
 use std::io::{BufRead, BufReader, Write};
 
@@ -17,6 +18,42 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use parking_lot::Mutex;
+
+/// A directory for one test: absent when made (the test creates it, or
+/// has the code under test create it), removed when dropped, also when the
+/// test fails.
+pub struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    /// `remfile-{name}-{pid}` in the system's temporary directory.
+    pub fn new(name: &str) -> TempDir {
+        let path = std::env::temp_dir().join(format!("remfile-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        TempDir(path)
+    }
+}
+
+impl std::ops::Deref for TempDir {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::path::Path> for TempDir {
+    fn as_ref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        // A test may have left a file where the directory was.
+        if std::fs::remove_dir_all(&self.0).is_err() {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+}
 
 /// Deterministic pseudo-random bytes (xorshift), different for each seed.
 pub fn test_data(len: usize, seed: u64) -> Vec<u8> {

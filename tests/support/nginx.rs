@@ -1,8 +1,8 @@
 //! A real nginx, started by the test in a temporary directory on 127.0.0.1.
 //!
 //! If the `nginx` binary is missing, `Nginx::start` returns `None` after
-//! printing why, so the test can be skipped; under `CI=true` it panics
-//! instead, so a missing install step cannot pass unnoticed.
+//! saying why ([`crate::support::skip`]'s rule: skipped, but a failure under
+//! `CI=true`).
 #![allow(dead_code)]
 
 use std::net::{TcpListener, TcpStream};
@@ -30,20 +30,7 @@ pub fn require_binary(name: &str, candidates: &[&str]) -> Option<PathBuf> {
             })
         });
     if found.is_none() {
-        let msg = format!(
-            "SKIPPED: {name} is not installed, so the tests that need it pass without running \
-             (`bash .ci/run` installs it and runs every test)"
-        );
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("{msg}; under CI=true this is a failure");
-        }
-        // Straight to stderr, past the test harness's capture, so the skip
-        // shows in `cargo test`'s output; once per test binary.
-        static SAID: std::sync::Once = std::sync::Once::new();
-        SAID.call_once(|| {
-            use std::io::Write;
-            let _ = writeln!(std::io::stderr(), "{msg}");
-        });
+        crate::support::skip::missing(&format!("{name} is not installed"));
     }
     found
 }
