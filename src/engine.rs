@@ -173,7 +173,7 @@ impl Engine {
     /// after it: only a read that `missed` a block reads ahead.
     fn note_read(&self, pos: u64, len: u64, missed: bool) -> u64 {
         let floor = if missed {
-            self.link_sizes().ahead_floor
+            self.link_sizes().ahead_floor_bytes
         } else {
             0
         };
@@ -189,7 +189,10 @@ impl Engine {
     /// The least and the most bytes a sequential stream reads ahead.
     #[cfg(any(feature = "hdf5", feature = "vfd"))]
     pub(crate) fn read_ahead_bounds(&self) -> (u64, u64) {
-        (self.link_sizes().ahead_floor, self.options.read_ahead_max)
+        (
+            self.link_sizes().ahead_floor_bytes,
+            self.options.read_ahead_max,
+        )
     }
 
     /// Fills `buf` with the bytes at `pos`; the range lies inside the file.
@@ -276,7 +279,7 @@ impl Engine {
         Counters::add(&self.counters.cache_misses, blocks.end - blocks.start);
         let min_part = self
             .link_sizes()
-            .min_part
+            .min_part_blocks
             .saturating_mul(self.options.block_size);
         let parts = plan::split(pos..pos + len, self.options.max_concurrency, min_part);
         let deadline = Instant::now() + self.options.read_timeout;
@@ -512,14 +515,14 @@ impl Engine {
         let max_gap = if claim.is_speculative() || !skip.is_empty() {
             0
         } else {
-            sizes.max_gap
+            sizes.max_gap_blocks
         };
         let lanes = if claim.is_speculative() {
             self.options.guess_concurrency
         } else {
             self.options.max_concurrency
         };
-        let parts = plan::parts(&owned, lanes, sizes.min_part, max_gap);
+        let parts = plan::parts(&owned, lanes, sizes.min_part_blocks, max_gap);
         let mut failure = None;
         let rounds = fan_out(
             parts,

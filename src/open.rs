@@ -88,13 +88,8 @@ pub(crate) fn open(builder: &Builder, url: &str) -> Result<RemoteFile> {
 /// the file's latest, confirmed now if the server was `asked`.
 fn disk_file(builder: &Builder, url: &Url, identity: &Identity, asked: bool) -> Option<DiskFile> {
     let disk = builder.disk_cache.as_ref()?;
-    let Some(text) = disk::identity(
-        url,
-        builder.cache_key.as_deref(),
-        identity.strong_etag(),
-        identity.last_modified.as_deref(),
-        identity.size,
-    ) else {
+    let name = disk::name(url, builder.cache_key.as_deref());
+    let Some(text) = disk::encode(&name, identity) else {
         tracing::debug!(
             "disk cache: the file has neither a strong ETag nor Last-Modified, so its blocks \
              cannot be validated and stay off the disk"
@@ -102,7 +97,7 @@ fn disk_file(builder: &Builder, url: &Url, identity: &Identity, asked: bool) -> 
         return None;
     };
     if asked {
-        disk.remember(&disk::name(url, builder.cache_key.as_deref()), &text);
+        disk.remember(&name, &text);
     }
     Some(disk.file(text, builder.block_size))
 }
@@ -124,16 +119,12 @@ fn warm_open(
     let Some(known) = disk.recall(&disk::name(url, builder.cache_key.as_deref())) else {
         return Ok(None);
     };
-    let first_len = builder.block_size.min(known.size);
-    let blocks = disk.file(known.identity.clone(), builder.block_size);
+    let first_len = builder.block_size.min(known.identity.size);
+    let blocks = disk.file(known.text.clone(), builder.block_size);
     let Some(first) = blocks.read(0, first_len) else {
         return Ok(None);
     };
-    let identity = Identity {
-        size: known.size,
-        etag: known.etag,
-        last_modified: known.last_modified,
-    };
+    let identity = known.identity;
     let age = known.seen.elapsed().unwrap_or(std::time::Duration::MAX);
     if age < builder.revalidate_after {
         return Ok(Some((Opened { identity, first }, false)));

@@ -417,6 +417,11 @@ impl Builder {
     /// Sends requests through this agent (sharing its connection pool, TLS and
     /// proxy settings). Redirects, status handling and timeouts are still set
     /// per request by this crate.
+    ///
+    /// This is the one place ureq's types appear in this crate's API (errors
+    /// never expose them): a release of remfile that moves to another major
+    /// version of ureq changes this signature, and says so as a breaking
+    /// change.
     pub fn agent(mut self, agent: Agent) -> Self {
         self.agent = Some(agent);
         self

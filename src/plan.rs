@@ -124,8 +124,9 @@ pub fn runs(blocks: &[u64]) -> Vec<Range<u64>> {
     out
 }
 
-/// Cuts a run of blocks into at most `max_parts` parts of at least `min_part`
-/// blocks each, as equal as possible, in order.
+/// Cuts a run (of blocks, or of bytes: any one unit) into at most
+/// `max_parts` parts of at least `min_part` of that unit each, as equal as
+/// possible, in order.
 pub fn split(run: Range<u64>, max_parts: u64, min_part: u64) -> Vec<Range<u64>> {
     let len = run.end.saturating_sub(run.start);
     if len == 0 {
@@ -201,15 +202,15 @@ fn len(run: &Range<u64>) -> u64 {
     run.end - run.start
 }
 
-/// The sizes that follow from the link, in blocks (but `ahead_floor`, in bytes).
+/// The sizes that follow from the link, each in the unit its name says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LinkSizes {
     /// The smallest part a fetch is split into.
-    pub min_part: u64,
+    pub min_part_blocks: u64,
     /// The longest gap between runs fetched together when requests are scarce.
-    pub max_gap: u64,
+    pub max_gap_blocks: u64,
     /// The least a sequential miss reads ahead.
-    pub ahead_floor: u64,
+    pub ahead_floor_bytes: u64,
 }
 
 /// Sizes for a link whose bandwidth-delay product is `bdp` bytes (if known).
@@ -229,14 +230,14 @@ pub fn link_sizes(
     let blocks = |bytes: u64| bytes.div_ceil(block_size).max(1);
     match bdp {
         None => LinkSizes {
-            min_part: blocks(split_size),
-            max_gap: coalesce_gap.unwrap_or(DEFAULT_COALESCE_GAP) / block_size,
-            ahead_floor: 0,
+            min_part_blocks: blocks(split_size),
+            max_gap_blocks: coalesce_gap.unwrap_or(DEFAULT_COALESCE_GAP) / block_size,
+            ahead_floor_bytes: 0,
         },
         Some(bdp) => LinkSizes {
-            min_part: blocks(bdp.min(split_size)),
-            max_gap: coalesce_gap.unwrap_or(bdp) / block_size,
-            ahead_floor: bdp,
+            min_part_blocks: blocks(bdp.min(split_size)),
+            max_gap_blocks: coalesce_gap.unwrap_or(bdp) / block_size,
+            ahead_floor_bytes: bdp,
         },
     }
 }
@@ -403,9 +404,9 @@ mod tests {
         assert_eq!(
             unknown,
             LinkSizes {
-                min_part: 4,
-                max_gap: 2,
-                ahead_floor: 0
+                min_part_blocks: 4,
+                max_gap_blocks: 2,
+                ahead_floor_bytes: 0
             }
         );
         // 30 ms at 500 MB/s: 15 MB. Parts stay at most split_size.
@@ -413,9 +414,9 @@ mod tests {
         assert_eq!(
             fast,
             LinkSizes {
-                min_part: 4,
-                max_gap: 14,
-                ahead_floor: 15_000_000
+                min_part_blocks: 4,
+                max_gap_blocks: 14,
+                ahead_floor_bytes: 15_000_000
             }
         );
         // 30 ms at 25 MB/s: 750 kB. Parts of one block spread a fetch wider.
@@ -423,14 +424,14 @@ mod tests {
         assert_eq!(
             slow,
             LinkSizes {
-                min_part: 1,
-                max_gap: 0,
-                ahead_floor: 750_000
+                min_part_blocks: 1,
+                max_gap_blocks: 0,
+                ahead_floor_bytes: 750_000
             }
         );
         // A gap set by the caller stays.
         assert_eq!(
-            link_sizes(Some(15_000_000), MIB, 4 * MIB, Some(0)).max_gap,
+            link_sizes(Some(15_000_000), MIB, 4 * MIB, Some(0)).max_gap_blocks,
             0
         );
     }

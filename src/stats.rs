@@ -26,13 +26,17 @@ pub struct Stats {
     /// Every HTTP request sent: retries and redirect hops included, so it equals
     /// what the server counts.
     pub requests: u64,
-    /// Sequential rounds of requests: requests sent concurrently for one read
-    /// count once. A read that waits for a fetch started in the background
+    /// Sequential rounds of requests, as planned: requests sent concurrently
+    /// for one read count once (a fetch of `n` parts on `c` connections
+    /// counts `n / c` rounded up, plus its retries). A read that waits for a
+    /// fetch started in the background
     /// ([`RemoteFile::prefetch_in_background`](crate::RemoteFile::prefetch_in_background))
     /// counts one round, unless the file's reads counted a round while that
     /// fetch was under way (the wait then overlapped it); the background
-    /// fetch itself counts none, so this is
-    /// how often readers waited for the network.
+    /// fetch itself counts none, so this is how often readers waited for the
+    /// network. It is counted, not timed: rounds seen from a server's log
+    /// (requests sent before any answer of the current round came back) can
+    /// differ where connections open slowly or answers come unevenly.
     pub round_trips: u64,
     /// Body bytes received from the server.
     pub bytes_fetched: u64,

@@ -21,7 +21,7 @@ mod private;
 mod record;
 mod writer;
 
-pub(crate) use record::{FirstOpen, identity, name};
+pub(crate) use record::{FirstOpen, encode, name};
 
 use std::fmt;
 use std::fs;

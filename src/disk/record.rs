@@ -9,6 +9,7 @@ use std::time::{Instant, SystemTime};
 
 use super::lock::{FetchLock, WAIT_AT_MOST, look_while_held};
 use super::{DiskCache, fnv1a, private};
+use crate::http::Identity;
 
 /// How the first open of a file the disk knows nothing of went.
 pub(crate) enum FirstOpen {
@@ -101,55 +102,51 @@ fn is_signature(key: &str, signed: bool) -> bool {
     ALWAYS.iter().any(|p| lower.starts_with(p)) || (signed && WHEN_SIGNED.contains(&lower.as_str()))
 }
 
-/// The identity of a file version on disk: its [`name`], the validator,
-/// the size. `None` without a validator to tell versions apart.
-pub(crate) fn identity(
-    url: &url::Url,
-    key: Option<&str>,
-    strong_etag: Option<&str>,
-    last_modified: Option<&str>,
-    size: u64,
-) -> Option<String> {
-    let validator = strong_etag
+/// A version of a file, as the disk cache writes it: the file's [`name`],
+/// its validator (a strong ETag, else `Last-Modified`) and its size, one per
+/// line. The text is the version's record and names its directory of
+/// blocks. `None` without a validator to tell versions apart.
+pub(crate) fn encode(name: &str, identity: &Identity) -> Option<String> {
+    let validator = identity
+        .strong_etag()
         .map(|e| format!("etag {e}"))
-        .or_else(|| last_modified.map(|m| format!("modified {m}")))?;
-    Some(format!("{}\n{validator}\nsize {size}", name(url, key)))
+        .or_else(|| {
+            identity
+                .last_modified
+                .as_ref()
+                .map(|m| format!("modified {m}"))
+        })?;
+    Some(format!("{name}\n{validator}\nsize {}", identity.size))
+}
+
+/// The version `text` encodes, if it is one of the file called `name`.
+fn decode(name: &str, text: &str) -> Option<Identity> {
+    let mut lines = text.lines();
+    if lines.next()? != name {
+        return None;
+    }
+    let validator = lines.next()?;
+    let size = lines.next()?.strip_prefix("size ")?.parse().ok()?;
+    let (etag, last_modified) = match validator.split_once(' ')? {
+        ("etag", e) => (Some(e.to_owned()), None),
+        ("modified", m) => (None, Some(m.to_owned())),
+        _ => return None,
+    };
+    Some(Identity {
+        size,
+        etag,
+        last_modified,
+    })
 }
 
 /// The version of a file seen last, as [`DiskCache::recall`] finds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Known {
-    /// Its identity text (see [`identity`]).
-    pub identity: String,
-    pub etag: Option<String>,
-    pub last_modified: Option<String>,
-    pub size: u64,
+pub(crate) struct Recalled {
+    /// Its text (see [`encode`]).
+    pub text: String,
+    pub identity: Identity,
     /// When it was last confirmed.
     pub seen: SystemTime,
-}
-
-impl Known {
-    /// Parses an identity text written for `name`.
-    fn parse(name: &str, identity: &str, seen: SystemTime) -> Option<Known> {
-        let mut lines = identity.lines();
-        if lines.next()? != name {
-            return None;
-        }
-        let validator = lines.next()?;
-        let size = lines.next()?.strip_prefix("size ")?.parse().ok()?;
-        let (etag, last_modified) = match validator.split_once(' ')? {
-            ("etag", e) => (Some(e.to_owned()), None),
-            ("modified", m) => (None, Some(m.to_owned())),
-            _ => return None,
-        };
-        Some(Known {
-            identity: identity.to_owned(),
-            etag,
-            last_modified,
-            size,
-            seen,
-        })
-    }
 }
 
 impl DiskCache {
@@ -182,8 +179,8 @@ impl DiskCache {
     /// another.
     pub(crate) fn remember(&self, name: &str, identity: &str) {
         if let Some(old) = self.recall(name) {
-            if old.identity != identity {
-                let _ = fs::remove_dir_all(self.version_dir(&old.identity));
+            if old.text != identity {
+                let _ = fs::remove_dir_all(self.version_dir(&old.text));
             }
         }
         let path = self.record_path(name);
@@ -193,13 +190,18 @@ impl DiskCache {
     }
 
     /// The version of the file called `name` seen last, and when.
-    pub(crate) fn recall(&self, name: &str) -> Option<Known> {
+    pub(crate) fn recall(&self, name: &str) -> Option<Recalled> {
         let path = self.record_path(name);
         let file = private::open_regular(&path, MAX_RECORD_LEN).ok()?;
         let seen = file.metadata().and_then(|m| m.modified()).ok()?;
         let mut text = String::new();
         file.take(MAX_RECORD_LEN).read_to_string(&mut text).ok()?;
-        Known::parse(name, &text, seen)
+        let identity = decode(name, &text)?;
+        Some(Recalled {
+            text,
+            identity,
+            seen,
+        })
     }
 }
 
@@ -234,46 +236,50 @@ mod tests {
         assert_eq!(n("https://u:pw@h/f#frag"), "url https://h/f");
     }
 
+    fn version(etag: Option<&str>, last_modified: Option<&str>, size: u64) -> Identity {
+        Identity {
+            size,
+            etag: etag.map(str::to_owned),
+            last_modified: last_modified.map(str::to_owned),
+        }
+    }
+
     #[test]
-    fn identity_leaves_out_the_query_and_needs_a_validator() {
-        let u = |s: &str| url::Url::parse(s).unwrap();
-        let a = identity(
-            &u("https://h/f.nwb?X-Amz-Signature=1"),
-            None,
-            Some("\"e\""),
-            None,
-            9,
-        );
-        let b = identity(
-            &u("https://h/f.nwb?X-Amz-Signature=2"),
-            None,
-            Some("\"e\""),
-            None,
-            9,
-        );
-        assert_eq!(a, b);
+    fn a_version_leaves_out_the_query_and_needs_a_validator() {
+        let u = |s: &str| name(&url::Url::parse(s).unwrap(), None);
+        let e = version(Some("\"e\""), None, 9);
+        let a = encode(&u("https://h/f.nwb?X-Amz-Signature=1"), &e);
+        assert_eq!(a, encode(&u("https://h/f.nwb?X-Amz-Signature=2"), &e));
         assert!(!a.as_ref().unwrap().contains("Signature"));
-        assert_ne!(
-            a,
-            identity(&u("https://h/f.nwb"), None, Some("\"f\""), None, 9)
-        );
-        assert_ne!(
-            a,
-            identity(&u("https://h/f.nwb"), None, Some("\"e\""), None, 10)
-        );
-        assert_eq!(identity(&u("https://h/f.nwb"), None, None, None, 9), None);
-        let lm = identity(&u("https://h/f.nwb"), None, None, Some("Mon"), 9).unwrap();
-        assert!(lm.contains("modified Mon"));
-        let keyed = identity(&u("https://h/a"), Some("asset-1"), Some("\"e\""), None, 9);
+        let f = u("https://h/f.nwb");
+        assert_ne!(a, encode(&f, &version(Some("\"f\""), None, 9)));
+        assert_ne!(a, encode(&f, &version(Some("\"e\""), None, 10)));
+        assert_eq!(encode(&f, &version(None, None, 9)), None);
         assert_eq!(
-            keyed,
-            identity(
-                &u("https://other/b"),
-                Some("asset-1"),
-                Some("\"e\""),
-                None,
-                9
-            )
+            encode(&f, &version(Some("W/\"e\""), None, 9)),
+            None,
+            "a weak ETag"
         );
+        let lm = encode(&f, &version(None, Some("Mon"), 9)).unwrap();
+        assert!(lm.contains("modified Mon"));
+        let key = |s: &str| name(&url::Url::parse(s).unwrap(), Some("asset-1"));
+        assert_eq!(
+            encode(&key("https://h/a"), &e),
+            encode(&key("https://other/b"), &e)
+        );
+    }
+
+    #[test]
+    fn a_version_reads_back_as_written() {
+        let f = "url https://h/f.nwb";
+        for v in [
+            version(Some("\"e\""), None, 9),
+            version(None, Some("Mon, 1 Dec"), 1 << 40),
+        ] {
+            assert_eq!(decode(f, &encode(f, &v).unwrap()), Some(v));
+        }
+        let text = encode(f, &version(Some("\"e\""), None, 9)).unwrap();
+        assert_eq!(decode("url https://h/other", &text), None, "another file's");
+        assert_eq!(decode(f, "url https://h/f.nwb\nsize 9"), None, "damaged");
     }
 }
