@@ -127,6 +127,19 @@ impl<T: Copy> Default for Window<T> {
     }
 }
 
+impl Samples {
+    /// The shortest recent wait, which handshakes and queues inflate least,
+    /// with the fastest of `rates`, which slow start slows least.
+    fn estimate(&self, rates: &Window<f64>) -> Option<LinkEstimate> {
+        let round_trip = self.waits.values().min()?;
+        let rate = rates.values().reduce(f64::max)?;
+        Some(LinkEstimate {
+            round_trip,
+            bytes_per_second: rate as u64,
+        })
+    }
+}
+
 impl<T: Copy> Window<T> {
     fn push(&mut self, value: T) {
         self.values[self.next] = Some(value);
@@ -188,12 +201,7 @@ impl LinkMeter {
             return None;
         }
         let samples = self.samples.lock();
-        let round_trip = samples.waits.values().min()?;
-        let rate = samples.floors.values().reduce(f64::max)?;
-        Some(LinkEstimate {
-            round_trip,
-            bytes_per_second: rate as u64,
-        })
+        samples.estimate(&samples.floors)
     }
 
     /// The estimate, once there is one.
@@ -209,14 +217,7 @@ impl LinkMeter {
             }),
             Link::Measured => {
                 let samples = self.samples.lock();
-                // The shortest wait is the least inflated by handshakes and
-                // queues; the fastest body the least by slow start.
-                let round_trip = samples.waits.values().min()?;
-                let rate = samples.rates.values().reduce(f64::max)?;
-                Some(LinkEstimate {
-                    round_trip,
-                    bytes_per_second: rate as u64,
-                })
+                samples.estimate(&samples.rates)
             }
         }
     }
