@@ -401,17 +401,13 @@ impl Engine {
     /// Fetches what `claim` owns and waits for what others fetch. Returns the
     /// blocks for which `is_needed` holds; a failure matters only if it hits
     /// one of those (a failed read-ahead costs nothing but its bytes).
-    fn complete(
-        &self,
-        mut claim: Claim,
-        is_needed: impl Fn(u64) -> bool,
-    ) -> Result<Vec<(u64, Block)>> {
+    fn complete(&self, claim: Claim, is_needed: impl Fn(u64) -> bool) -> Result<Vec<(u64, Block)>> {
         let deadline = Instant::now() + self.options.read_timeout;
-        let mut got = std::mem::take(&mut claim.found);
-        let (rounds, failure) = self.fetch_owned(&mut claim, &is_needed, &mut got, deadline);
+        let mut round = Round::new(claim, is_needed, deadline);
+        let (rounds, failure) = self.fetch_owned(&mut round);
         let waited = match failure {
             Some(e) => Err(e),
-            None => self.wait_for_others(&mut claim, &mut got, deadline),
+            None => self.wait_for_others(&mut round),
         };
         // Waiting for a speculative fetch still under way is a round trip of
         // this read's own (the fetch itself is counted by nobody).
@@ -420,7 +416,7 @@ impl Engine {
             &self.counters.round_trips,
             rounds.max(waited_on_guess.into()).into(),
         );
-        waited.map(|_| got)
+        waited.map(|_| round.got)
     }
 
     /// Fetches the blocks `claim` owns — from the disk cache, else in one
@@ -428,28 +424,16 @@ impl Engine {
     /// as it arrives (and the needed ones to `got`). Returns the rounds it
     /// took, and the first failure that hit a needed block (which stops
     /// parts not yet started).
-    fn fetch_owned(
-        &self,
-        claim: &mut Claim,
-        is_needed: &impl Fn(u64) -> bool,
-        got: &mut Vec<(u64, Block)>,
-        deadline: Instant,
-    ) -> (u32, Option<Error>) {
-        self.fetch_from_disk(claim, is_needed, got);
-        self.fetch_not_on_disk(claim, is_needed, got, deadline)
+    fn fetch_owned(&self, round: &mut Round<impl Fn(u64) -> bool>) -> (u32, Option<Error>) {
+        self.fetch_from_disk(round);
+        self.fetch_not_on_disk(round)
     }
 
     /// As [`fetch_owned`](Self::fetch_owned), for blocks the disk cache was
     /// already asked for.
-    fn fetch_not_on_disk(
-        &self,
-        claim: &mut Claim,
-        is_needed: &impl Fn(u64) -> bool,
-        got: &mut Vec<(u64, Block)>,
-        deadline: Instant,
-    ) -> (u32, Option<Error>) {
+    fn fetch_not_on_disk(&self, round: &mut Round<impl Fn(u64) -> bool>) -> (u32, Option<Error>) {
         let Some(disk) = &self.disk else {
-            return self.fetch_network(claim, is_needed, got, deadline, &[]);
+            return self.fetch_network(round, &[]);
         };
         // One fetch per block across processes: blocks another process is
         // fetching are waited for on disk, after this process's own.
@@ -457,32 +441,32 @@ impl Engine {
             locks,
             mine,
             mut theirs,
-        } = disk.claim_fetches(&claim.owned.clone());
+        } = disk.claim_fetches(&round.claim.owned.clone());
         for index in mine {
             // Another process may have written it and let go of its lock
             // since the disk was asked: look once more.
             if let Some(bytes) = disk.read(index, self.block_len(index)) {
-                self.hand_over(claim, index, bytes, is_needed, got);
+                self.hand_over(round, index, bytes);
             }
         }
         theirs.sort_unstable();
-        let (mut rounds, failure) = self.fetch_network(claim, is_needed, got, deadline, &theirs);
+        let (mut rounds, failure) = self.fetch_network(round, &theirs);
         disk.release_after_writes(locks);
         if failure.is_some() || theirs.is_empty() {
             return (rounds, failure);
         }
         let mut waited = false;
         // One bound for all of them, which leaves time to fetch them here.
-        let until = disk::wait_bound(deadline);
+        let until = disk::wait_bound(round.deadline);
         for index in theirs {
             if let Some(bytes) = disk.wait_for(index, self.block_len(index), until) {
                 waited = true;
-                self.hand_over(claim, index, bytes, is_needed, got);
+                self.hand_over(round, index, bytes);
             }
         }
         rounds = rounds.max(waited.into());
         // What the other processes did not bring, this one fetches.
-        let (more, failure) = self.fetch_network(claim, is_needed, got, deadline, &[]);
+        let (more, failure) = self.fetch_network(round, &[]);
         (rounds + more, failure)
     }
 
@@ -490,14 +474,12 @@ impl Engine {
     /// round of concurrent parts (see [`fetch_owned`](Self::fetch_owned)).
     fn fetch_network(
         &self,
-        claim: &mut Claim,
-        is_needed: &impl Fn(u64) -> bool,
-        got: &mut Vec<(u64, Block)>,
-        deadline: Instant,
+        round: &mut Round<impl Fn(u64) -> bool>,
         skip: &[u64],
     ) -> (u32, Option<Error>) {
         // Sorted again: handing blocks over reorders what is left.
-        let mut owned: Vec<u64> = claim
+        let mut owned: Vec<u64> = round
+            .claim
             .owned
             .iter()
             .copied()
@@ -512,23 +494,25 @@ impl Engine {
         // wanted by nobody, and no reader waits for the requests it saves.
         // Nor does a fetch around blocks another process is fetching: the
         // gaps are theirs.
-        let max_gap = if claim.is_speculative() || !skip.is_empty() {
+        let speculative = round.claim.is_speculative();
+        let max_gap = if speculative || !skip.is_empty() {
             0
         } else {
             sizes.max_gap_blocks
         };
-        let lanes = if claim.is_speculative() {
+        let lanes = if speculative {
             self.options.guess_concurrency
         } else {
             self.options.max_concurrency
         };
         let parts = plan::parts(&owned, lanes, sizes.min_part_blocks, max_gap);
         let mut failure = None;
+        let deadline = round.deadline;
         let rounds = fan_out(
             parts,
             lanes as usize,
             |part| self.fetch_blocks(part, deadline),
-            |(part, result)| match deliver(claim, &owned, part, result, is_needed, got) {
+            |(part, result)| match round.deliver(&owned, part, result) {
                 Some(e) => {
                     failure.get_or_insert(e);
                     Next::Stop
@@ -541,56 +525,35 @@ impl Engine {
 
     /// Hands over the blocks of `claim` that the disk cache holds (which
     /// then need no request).
-    fn fetch_from_disk(
-        &self,
-        claim: &mut Claim,
-        is_needed: &impl Fn(u64) -> bool,
-        got: &mut Vec<(u64, Block)>,
-    ) {
+    fn fetch_from_disk(&self, round: &mut Round<impl Fn(u64) -> bool>) {
         let Some(disk) = &self.disk else {
             return;
         };
-        for index in claim.owned.clone() {
+        for index in round.claim.owned.clone() {
             if let Some(bytes) = disk.read(index, self.block_len(index)) {
-                self.hand_over(claim, index, bytes, is_needed, got);
+                self.hand_over(round, index, bytes);
             }
         }
     }
 
-    /// Hands block `index`, read from disk, to the cache and its waiters.
-    fn hand_over(
-        &self,
-        claim: &mut Claim,
-        index: u64,
-        bytes: Vec<u8>,
-        is_needed: &impl Fn(u64) -> bool,
-        got: &mut Vec<(u64, Block)>,
-    ) {
+    /// Hands block `index`, read from disk, to the round.
+    fn hand_over(&self, round: &mut Round<impl Fn(u64) -> bool>, index: u64, bytes: Vec<u8>) {
         Counters::add(&self.counters.disk_hits, 1);
         Counters::add(&self.counters.disk_bytes_read, bytes.len() as u64);
-        let block = Arc::new(bytes);
-        if is_needed(index) {
-            got.push((index, block.clone()));
-        }
-        claim.fulfil(index, block);
+        round.take(index, Arc::new(bytes));
     }
 
     /// Waits for the blocks of `claim` that other readers fetch. A block a
     /// speculative fetch failed to bring is fetched here. Returns whether
     /// this had to wait for a speculative fetch still under way.
-    fn wait_for_others(
-        &self,
-        claim: &mut Claim,
-        got: &mut Vec<(u64, Block)>,
-        deadline: Instant,
-    ) -> Result<bool> {
+    fn wait_for_others(&self, round: &mut Round<impl Fn(u64) -> bool>) -> Result<bool> {
         let mut waited_on_guess = false;
-        for (i, pending) in std::mem::take(&mut claim.waiting) {
+        for (i, pending) in std::mem::take(&mut round.claim.waiting) {
             let guess = pending.is_speculative();
             waited_on_guess |= pending.costs_a_round(self.counters.round_trips.load(Relaxed));
-            match pending.wait(deadline) {
-                Ok(block) => got.push((i, block)),
-                Err(_) if guess => got.extend(self.fetch_missing(&[i])?),
+            match pending.wait(round.deadline) {
+                Ok(block) => round.got.push((i, block)),
+                Err(_) if guess => round.got.extend(self.fetch_missing(&[i])?),
                 Err(e) => return Err(e.with_url(self.transport.redacted_url())),
             }
         }
@@ -607,15 +570,15 @@ impl Engine {
         ranges: impl IntoIterator<Item = Range<u64>>,
         max_bytes: u64,
     ) -> u64 {
-        let (claim, claimed) = self.claim_guess(ranges, max_bytes);
-        let Some(claim) = claim else {
+        let (guess, claimed) = self.claim_guess(ranges, max_bytes);
+        let Some(guess) = guess else {
             return claimed;
         };
         let engine = Arc::clone(self);
         *self.background.lock() += 1;
         let spawned = std::thread::Builder::new()
             .name("remfile-prefetch".into())
-            .spawn(move || engine.fetch_guess(claim));
+            .spawn(move || engine.fetch_guess(guess));
         if spawned.is_err() {
             // The claim was dropped with the closure, which releases its
             // blocks to whoever needs them.
@@ -634,20 +597,20 @@ impl Engine {
         ranges: impl IntoIterator<Item = Range<u64>>,
         max_bytes: u64,
     ) -> u64 {
-        let (claim, claimed) = self.claim_guess(ranges, max_bytes);
-        if let Some(claim) = claim {
+        let (guess, claimed) = self.claim_guess(ranges, max_bytes);
+        if let Some(guess) = guess {
             *self.background.lock() += 1;
-            self.fetch_guess(claim);
+            self.fetch_guess(guess);
         }
         claimed
     }
 
     /// Fetches what a guess claimed and the disk did not have (it was asked
     /// when the claim was made), then ends one background fetch.
-    fn fetch_guess(&self, mut claim: Claim) {
-        let deadline = Instant::now() + self.options.read_timeout;
-        self.fetch_not_on_disk(&mut claim, &|_| false, &mut Vec::new(), deadline);
-        drop(claim);
+    fn fetch_guess(&self, mut guess: Guess) {
+        guess.deadline = Instant::now() + self.options.read_timeout;
+        self.fetch_not_on_disk(&mut guess);
+        drop(guess);
         self.background_ended();
     }
 
@@ -660,7 +623,7 @@ impl Engine {
         &self,
         ranges: impl IntoIterator<Item = Range<u64>>,
         max_bytes: u64,
-    ) -> (Option<Claim>, u64) {
+    ) -> (Option<Guess>, u64) {
         let mut missing = self.missing_blocks(ranges);
         let most = max_bytes / self.options.block_size;
         missing.truncate(usize::try_from(most).unwrap_or(usize::MAX));
@@ -668,10 +631,12 @@ impl Engine {
             return (None, 0);
         }
         let rounds = self.counters.round_trips.load(Relaxed);
-        let mut claim = self.cache.claim_speculative(&self.key, &missing, rounds);
+        let claim = self.cache.claim_speculative(&self.key, &missing, rounds);
         let claimed: u64 = claim.owned.iter().map(|&i| self.block_len(i)).sum();
-        self.fetch_from_disk(&mut claim, &|_| false, &mut Vec::new());
-        let left = (!claim.owned.is_empty()).then_some(claim);
+        let deadline = Instant::now() + self.options.read_timeout;
+        let mut guess = Round::new(claim, nobody_needs as fn(u64) -> bool, deadline);
+        self.fetch_from_disk(&mut guess);
+        let left = (!guess.claim.owned.is_empty()).then_some(guess);
         (left, claimed)
     }
 
@@ -834,38 +799,70 @@ fn pieces_capacity(cache_capacity: u64) -> u64 {
     (cache_capacity / 4).min(64 << 20)
 }
 
-/// Hands the outcome of fetching `part` to the claim: owned blocks go to the
-/// cache and their waiters (and the needed ones to `got`), or the failure
-/// goes to the waiters. Returns the failure if it hit a needed block.
-fn deliver(
-    claim: &mut Claim,
-    owned: &[u64],
-    part: Range<u64>,
-    result: Result<Vec<Vec<u8>>>,
-    is_needed: &impl Fn(u64) -> bool,
-    got: &mut Vec<(u64, Block)>,
-) -> Option<Error> {
-    let is_owned = |i: &u64| owned.binary_search(i).is_ok();
-    match result {
-        Ok(blocks) => {
-            // Gap blocks fetched to save a request are cached or fetched by
-            // others already: only owned ones are kept.
-            for (i, data) in part.zip(blocks).filter(|(i, _)| is_owned(i)) {
-                let block = Arc::new(data);
-                if is_needed(i) {
-                    got.push((i, block.clone()));
-                }
-                claim.fulfil(i, block);
-            }
-            None
+/// One fetch of a claim's blocks: the claim, which of its blocks the caller
+/// needs (handed back as they come, after those the claim found cached),
+/// and when it gives up. The engine orders where the blocks come from
+/// (memory, disk, network); the round takes them.
+struct Round<N> {
+    claim: Claim,
+    is_needed: N,
+    got: Vec<(u64, Block)>,
+    deadline: Instant,
+}
+
+/// A round no caller waits on: a guess fetched ahead.
+type Guess = Round<fn(u64) -> bool>;
+
+fn nobody_needs(_: u64) -> bool {
+    false
+}
+
+impl<N: Fn(u64) -> bool> Round<N> {
+    fn new(mut claim: Claim, is_needed: N, deadline: Instant) -> Round<N> {
+        let got = std::mem::take(&mut claim.found);
+        Round {
+            claim,
+            is_needed,
+            got,
+            deadline,
         }
-        Err(e) => {
-            for i in part.clone() {
-                claim.fail(i, &e);
+    }
+
+    /// Gives block `index` to the cache and its waiters, and to the caller
+    /// if it needs it.
+    fn take(&mut self, index: u64, block: Block) {
+        if (self.is_needed)(index) {
+            self.got.push((index, block.clone()));
+        }
+        self.claim.fulfil(index, block);
+    }
+
+    /// Takes the outcome of fetching `part`: its `owned` blocks (sorted; gap
+    /// blocks fetched to save a request are cached or fetched by others
+    /// already), or the failure, which goes to their waiters. Returns the
+    /// failure if it hit a needed block.
+    fn deliver(
+        &mut self,
+        owned: &[u64],
+        part: Range<u64>,
+        result: Result<Vec<Vec<u8>>>,
+    ) -> Option<Error> {
+        let is_owned = |i: &u64| owned.binary_search(i).is_ok();
+        match result {
+            Ok(blocks) => {
+                for (i, data) in part.zip(blocks).filter(|(i, _)| is_owned(i)) {
+                    self.take(i, Arc::new(data));
+                }
+                None
             }
-            part.clone()
-                .any(|i| is_owned(&i) && is_needed(i))
-                .then_some(e)
+            Err(e) => {
+                for i in part.clone() {
+                    self.claim.fail(i, &e);
+                }
+                part.clone()
+                    .any(|i| is_owned(&i) && (self.is_needed)(i))
+                    .then_some(e)
+            }
         }
     }
 }
