@@ -441,7 +441,7 @@ impl Engine {
             locks,
             mine,
             mut theirs,
-        } = disk.claim_fetches(&round.claim.owned.clone());
+        } = disk.claim_fetches(round.claim.owned());
         for index in mine {
             // Another process may have written it and let go of its lock
             // since the disk was asked: look once more.
@@ -477,15 +477,13 @@ impl Engine {
         round: &mut Round<impl Fn(u64) -> bool>,
         skip: &[u64],
     ) -> (u32, Option<Error>) {
-        // Sorted again: handing blocks over reorders what is left.
-        let mut owned: Vec<u64> = round
+        let owned: Vec<u64> = round
             .claim
-            .owned
+            .owned()
             .iter()
             .copied()
             .filter(|i| skip.binary_search(i).is_err())
             .collect();
-        owned.sort_unstable();
         if owned.is_empty() {
             return (0, None);
         }
@@ -529,7 +527,7 @@ impl Engine {
         let Some(disk) = &self.disk else {
             return;
         };
-        for index in round.claim.owned.clone() {
+        for index in round.claim.owned().to_vec() {
             if let Some(bytes) = disk.read(index, self.block_len(index)) {
                 self.hand_over(round, index, bytes);
             }
@@ -548,7 +546,7 @@ impl Engine {
     /// this had to wait for a speculative fetch still under way.
     fn wait_for_others(&self, round: &mut Round<impl Fn(u64) -> bool>) -> Result<bool> {
         let mut waited_on_guess = false;
-        for (i, pending) in std::mem::take(&mut round.claim.waiting) {
+        for (i, pending) in round.claim.take_waiting() {
             let guess = pending.is_speculative();
             waited_on_guess |= pending.costs_a_round(self.counters.round_trips.load(Relaxed));
             match pending.wait(round.deadline) {
@@ -632,11 +630,11 @@ impl Engine {
         }
         let rounds = self.counters.round_trips.load(Relaxed);
         let claim = self.cache.claim_speculative(&self.key, &missing, rounds);
-        let claimed: u64 = claim.owned.iter().map(|&i| self.block_len(i)).sum();
+        let claimed: u64 = claim.owned().iter().map(|&i| self.block_len(i)).sum();
         let deadline = Instant::now() + self.options.read_timeout;
         let mut guess = Round::new(claim, nobody_needs as fn(u64) -> bool, deadline);
         self.fetch_from_disk(&mut guess);
-        let left = (!guess.claim.owned.is_empty()).then_some(guess);
+        let left = (!guess.claim.owned().is_empty()).then_some(guess);
         (left, claimed)
     }
 
@@ -819,7 +817,7 @@ fn nobody_needs(_: u64) -> bool {
 
 impl<N: Fn(u64) -> bool> Round<N> {
     fn new(mut claim: Claim, is_needed: N, deadline: Instant) -> Round<N> {
-        let got = std::mem::take(&mut claim.found);
+        let got = claim.take_found();
         Round {
             claim,
             is_needed,

@@ -161,15 +161,31 @@ pub(crate) struct Claim {
     cache: BlockCache,
     file: FileKey,
     /// Needed blocks that turned out to be cached after all.
-    pub found: Vec<(u64, Block)>,
+    found: Vec<(u64, Block)>,
     /// Needed blocks another reader is fetching.
-    pub waiting: Vec<(u64, Arc<Pending>)>,
-    /// Blocks this reader must fetch, sorted.
-    pub owned: Vec<u64>,
+    waiting: Vec<(u64, Arc<Pending>)>,
+    /// Blocks this reader must fetch, sorted (and kept so as they are
+    /// delivered).
+    owned: Vec<u64>,
     speculative: bool,
 }
 
 impl Claim {
+    /// The blocks this reader must fetch and has not delivered, sorted.
+    pub fn owned(&self) -> &[u64] {
+        &self.owned
+    }
+
+    /// The needed blocks that turned out to be cached after all (once).
+    pub fn take_found(&mut self) -> Vec<(u64, Block)> {
+        std::mem::take(&mut self.found)
+    }
+
+    /// The needed blocks another reader is fetching (once).
+    pub fn take_waiting(&mut self) -> Vec<(u64, Arc<Pending>)> {
+        std::mem::take(&mut self.waiting)
+    }
+
     /// Whether a speculative fetch made the claim.
     pub fn is_speculative(&self) -> bool {
         self.speculative
@@ -177,16 +193,16 @@ impl Claim {
 
     /// Delivers a fetched block: into the cache, and to its waiters.
     pub fn fulfil(&mut self, index: u64, block: Block) {
-        if let Some(at) = self.owned.iter().position(|&i| i == index) {
-            self.owned.swap_remove(at);
+        if let Ok(at) = self.owned.binary_search(&index) {
+            self.owned.remove(at);
             self.cache.settle(&self.file, index, Ok(block));
         }
     }
 
     /// Reports a failed fetch of `index` to its waiters.
     pub fn fail(&mut self, index: u64, error: &Error) {
-        if let Some(at) = self.owned.iter().position(|&i| i == index) {
-            self.owned.swap_remove(at);
+        if let Ok(at) = self.owned.binary_search(&index) {
+            self.owned.remove(at);
             self.cache.settle(&self.file, index, Err(error.clone()));
         }
     }
