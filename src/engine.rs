@@ -204,6 +204,7 @@ impl Engine {
             return Ok(());
         }
         if self.read_from_piece(pos, buf) {
+            self.note_read(pos, len, false);
             return Ok(());
         }
         let mut have: Vec<Option<Block>> = needed
@@ -264,7 +265,6 @@ impl Engine {
         Counters::add(&c.round_trips, cost_a_round.into());
         Counters::add(&c.cache_hits, 1);
         Counters::add(&c.bytes_read, buf.len() as u64);
-        self.note_read(pos, buf.len() as u64, false);
         true
     }
 

@@ -196,8 +196,9 @@ impl Error {
     }
 
     /// Whether the same operation could succeed if tried again later: timeouts,
-    /// network failures, `429` and `5xx` statuses; not a failed TLS handshake
-    /// (an untrusted certificate, say), a refusal or a malformed response.
+    /// network failures, bodies cut short, `429` and `5xx` statuses; not a
+    /// failed TLS handshake (an untrusted certificate, say), a refusal or
+    /// another malformed response.
     /// The verdict is the one the crate's own retries followed.
     ///
     /// The crate has already retried such errors as its retry policy allows.

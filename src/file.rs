@@ -242,7 +242,8 @@ impl RemoteFile {
     /// (up to [`max_concurrent_requests`](Builder::max_concurrent_requests)
     /// requests, neighbouring runs merged as
     /// [`coalesce_gap`](Builder::coalesce_gap) allows). No read-ahead is added:
-    /// the caller said what it needs.
+    /// the caller said what it needs. (A range the HDF5 driver's metadata
+    /// prefetch is still bringing as a piece is waited for first.)
     ///
     /// The bytes are copied from the fetched blocks directly, so this works
     /// with a cache smaller than the ranges (unlike [`prefetch`](RemoteFile::prefetch)

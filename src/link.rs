@@ -130,9 +130,9 @@ impl<T: Copy> Default for Window<T> {
 impl Samples {
     /// The shortest recent wait, which handshakes and queues inflate least,
     /// with the fastest of `rates`, which slow start slows least.
-    fn estimate(&self, rates: &Window<f64>) -> Option<LinkEstimate> {
+    fn estimate(&self, rates: impl Iterator<Item = f64>) -> Option<LinkEstimate> {
         let round_trip = self.waits.values().min()?;
-        let rate = rates.values().reduce(f64::max)?;
+        let rate = rates.reduce(f64::max)?;
         Some(LinkEstimate {
             round_trip,
             bytes_per_second: rate as u64,
@@ -169,10 +169,10 @@ impl LinkMeter {
     /// A body of `bytes` ended `took` after its headers arrived, which took
     /// `waited`.
     ///
-    /// A body that arrives in much less time than its headers took was mostly
-    /// buffered while the headers were awaited: its speed is the reader's,
-    /// not the link's, so it is not a sample of the rate. It still bounds
-    /// the rate from below (it cannot have arrived before its headers), which
+    /// A body that ends much sooner after its headers than they took to come
+    /// came mostly with them: how soon says more of buffers than of the link,
+    /// so it is not a sample of the rate. It still bounds the rate from below
+    /// (it cannot have arrived before its headers), which
     /// [`guess_estimate`](LinkMeter::guess_estimate) uses, counted as at most
     /// [`MOST_RATE`].
     pub fn record_body(&self, bytes: u64, took: Duration, waited: Option<Duration>) {
@@ -188,20 +188,18 @@ impl LinkMeter {
     }
 
     /// The estimate for sizing guesses (the HDF5 driver's metadata budget):
-    /// [`estimate`](LinkMeter::estimate) if known, else the round trip with
-    /// the fastest recent lower bound of the rate. A fast link, whose bodies
-    /// all come at once, has no ordinary estimate, but it carries a guess at
-    /// least that fast; the sizes of reads stay as for an unknown link.
+    /// the shortest recent wait with the fastest recent rate, measured or
+    /// bounded from below (both are at most the link's speed). A fast link,
+    /// whose bodies all come with their headers, has no ordinary estimate,
+    /// but it carries a guess at least that fast; the sizes of reads stay as
+    /// for an unknown link.
     #[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
     pub fn guess_estimate(&self) -> Option<LinkEstimate> {
-        if let Some(known) = self.estimate() {
-            return Some(known);
-        }
         if self.mode != Link::Measured {
-            return None;
+            return self.estimate();
         }
         let samples = self.samples.lock();
-        samples.estimate(&samples.floors)
+        samples.estimate(samples.rates.values().chain(samples.floors.values()))
     }
 
     /// The estimate, once there is one.
@@ -217,7 +215,7 @@ impl LinkMeter {
             }),
             Link::Measured => {
                 let samples = self.samples.lock();
-                samples.estimate(&samples.rates)
+                samples.estimate(samples.rates.values())
             }
         }
     }

@@ -13,15 +13,18 @@ arguments: sizes as ``"1GiB"`` or a number of bytes, durations as ``"30s"``
 or a number of seconds, switches as ``True`` or ``False``, paths as strings
 or path objects. A wrong key or value is a ``ValueError`` naming it.
 
-Errors are ``OSError``\\ s: a missing file (HTTP 404) ``FileNotFoundError``, a
-refusal (401, 403) ``PermissionError``, a timeout ``TimeoutError``; the
-message names the status and the URL (without its query string).
+Errors are ``OSError``\\ s naming the status and the URL (without its query
+string); from :class:`RemoteFile` a missing file (HTTP 404) is a
+``FileNotFoundError``, a refusal (401, 403) a ``PermissionError``, a timeout a
+``TimeoutError``; through h5py, its own ``OSError`` carries the message.
 """
 
 from __future__ import annotations
 
 import datetime
 import io
+import math
+import operator
 import os
 import threading
 from typing import Any, Iterable, Optional, Sequence
@@ -53,33 +56,39 @@ def option_keys() -> dict:
     return dict(_KEYS)
 
 
+def _wrong(key: str, why: str) -> ValueError:
+    # Worded as the driver's own parser words it.
+    return ValueError(f"remfile driver configuration: `{key}`: {why}")
+
+
 def _value(key: str, value: Any) -> str:
     kind = _KINDS.get(key)
     if kind is None:
-        raise ValueError(f"unknown option {key!r} (known: {', '.join(_KEYS)})")
+        raise _wrong(key, f"unknown key (known: {', '.join(_KEYS)})")
     if isinstance(value, bool):
         if kind != "switch":
-            raise ValueError(f"option {key!r} takes a {kind}, not {value!r}")
+            raise _wrong(key, f"expected a {kind}, not {value!r}")
         return "on" if value else "off"
     if kind == "duration":
         if isinstance(value, datetime.timedelta):
             value = value.total_seconds()
         if isinstance(value, (int, float)):
-            if value < 0:
-                raise ValueError(f"option {key!r} takes a duration, not {value!r}")
-            return f"{round(value * 1000)}ms"
+            if not math.isfinite(value) or value < 0:
+                raise _wrong(key, f"expected a duration, not {value!r}")
+            # Up to the next millisecond: a short timeout is not zero.
+            return f"{math.ceil(value * 1000)}ms"
     if kind == "path" and isinstance(value, os.PathLike):
         value = os.fspath(value)
     if kind == "path" and isinstance(value, str):
         value = os.path.expanduser(value)
     if isinstance(value, int) and kind in ("size", "count"):
         if value < 0:
-            raise ValueError(f"option {key!r} takes a {kind}, not {value!r}")
+            raise _wrong(key, f"expected a {kind}, not {value!r}")
         return str(value)
     if not isinstance(value, str):
-        raise ValueError(f"option {key!r} takes a {kind}, not {value!r}")
+        raise _wrong(key, f"expected a {kind}, not {value!r}")
     if ";" in value or "\0" in value:
-        raise ValueError(f"option {key!r}: {value!r} may not hold ';'")
+        raise _wrong(key, f"{value!r} may not hold ';'")
     return value
 
 
@@ -99,7 +108,8 @@ def _bind_h5py():
     import h5py
     import h5py.defs
 
-    with _h5py_lock:
+    # Under h5py's own lock too: registering the driver is an HDF5 call.
+    with _h5py_lock, h5py._objects.phil:
         version = _native._bind_hdf5(h5py.defs.__file__)
     return h5py, version
 
@@ -146,38 +156,60 @@ class RemoteFile(io.RawIOBase):
     It reads through the crate's ``RemoteFile``: a block cache, a read-ahead
     sized by the link, retries, an optional disk cache, and errors that say
     what went wrong. Reads wait on the network without holding the GIL, so
-    several threads read at once; each read at the current position takes a
-    lock for the position only, and :meth:`read_at` and :meth:`read_ranges`
-    take none.
+    other threads run meanwhile. A read at the current position holds the
+    position's lock while it waits; :meth:`read_at` and :meth:`read_ranges`
+    take none, so several threads read those at once. A child process
+    (``fork``) that inherits the object opens the file again on first use,
+    with connections of its own.
 
     >>> with RemoteFile("https://example.com/data.zip", cache="64MiB") as fo:  # doctest: +SKIP
     ...     zipfile.ZipFile(fo).namelist()
     """
 
+    _final_stats: dict = {}
+
     def __init__(self, url: str, **options: Any) -> None:
         super().__init__()
         self._options = dict(options)
         self._url = url
-        self._remote = _native.Remote(url, options_string(**options))
+        self._text = options_string(**options)
         self._pos = 0
         self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._handle = _native.Remote(url, self._text)
+
+    @property
+    def _remote(self):
+        # A forked child must not share the parent's connections.
+        if self._pid != os.getpid():
+            with self._lock:
+                if self._pid != os.getpid():
+                    self._handle = _native.Remote(self._url, self._text)
+                    self._pid = os.getpid()
+        return self._handle
 
     def __repr__(self) -> str:
-        return f"<remfile_hdf5.RemoteFile {self._remote.url!r} size={self._remote.size}>"
+        handle = getattr(self, "_handle", None)
+        if handle is None:
+            return "<remfile_hdf5.RemoteFile (not opened)>"
+        state = " closed" if self.closed else ""
+        return f"<remfile_hdf5.RemoteFile {handle.url!r} size={handle.size}{state}>"
 
     def __reduce__(self):
         # A child process (spawn) opens the file again, with the same options.
-        return (_reopen, (self._url, self._options, self.tell() if not self.closed else 0))
+        if self.closed:
+            raise ValueError("cannot pickle a closed RemoteFile")
+        return (_reopen, (self._url, self._options, self.tell()))
 
     @property
     def url(self) -> str:
         """The URL, without its query string or credentials."""
-        return self._remote.url
+        return self._handle.url
 
     @property
     def size(self) -> int:
         """The file's length in bytes."""
-        return self._remote.size
+        return self._handle.size
 
     def readable(self) -> bool:
         self._checkClosed()
@@ -196,6 +228,7 @@ class RemoteFile(io.RawIOBase):
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
         self._checkClosed()
+        offset = operator.index(offset)
         with self._lock:
             if whence == io.SEEK_SET:
                 pos = offset
@@ -213,18 +246,22 @@ class RemoteFile(io.RawIOBase):
     def readinto(self, buffer) -> int:
         self._checkClosed()
         view = memoryview(buffer).cast("B")
+        if view.readonly:
+            raise TypeError("readinto() needs a writable buffer")
+        remote = self._remote
         with self._lock:
-            data = self._remote.read_at(self._pos, len(view))
+            data = remote.read_at(self._pos, len(view))
             self._pos += len(data)
         view[: len(data)] = data
         return len(data)
 
-    def read(self, size: int = -1) -> bytes:
+    def read(self, size: Optional[int] = -1) -> bytes:
         self._checkClosed()
+        remote = self._remote
         with self._lock:
-            if size is None or size < 0:
-                size = max(self._remote.size - self._pos, 0)
-            data = self._remote.read_at(self._pos, size)
+            left = max(remote.size - self._pos, 0)
+            size = left if size is None or size < 0 else min(operator.index(size), left)
+            data = remote.read_at(self._pos, size)
             self._pos += len(data)
         return data
 
@@ -235,9 +272,11 @@ class RemoteFile(io.RawIOBase):
         """Up to ``size`` bytes at ``pos`` (fewer only at the end of the file),
         leaving the position alone."""
         self._checkClosed()
+        pos, size = operator.index(pos), operator.index(size)
         if pos < 0 or size < 0:
             raise ValueError("position and size must not be negative")
-        return self._remote.read_at(pos, size)
+        remote = self._remote
+        return remote.read_at(pos, min(size, max(remote.size - pos, 0)))
 
     def read_ranges(self, ranges: Iterable[Sequence[int]]) -> list:
         """The bytes of each ``(start, end)`` range, end exclusive, fetched
@@ -245,26 +284,26 @@ class RemoteFile(io.RawIOBase):
         self._checkClosed()
         return self._remote.read_ranges([(int(a), int(b)) for a, b in ranges])
 
-    def stats(self) -> dict:
-        """What reading the file has cost so far (see :func:`stats`)."""
-        return self._remote.stats()
-
     def wait_for_background_fetches(self, timeout: float = 60.0) -> bool:
         """Waits up to ``timeout`` seconds for read-ahead fetches to end; whether
         they did."""
         return self._remote.wait_for_background_fetches(timeout)
 
+    def stats(self) -> dict:
+        """What reading the file has cost so far (see :func:`stats`); after
+        :meth:`close`, what it cost in all."""
+        if self.closed:
+            return dict(self._final_stats)
+        return self._remote.stats()
+
     def close(self) -> None:
-        if not self.closed:
-            self._remote = _Closed(self._remote)
+        handle = getattr(self, "_handle", None)
+        if not self.closed and handle is not None:
+            self._final_stats = handle.stats() if self._pid == os.getpid() else {}
+            # Lets go of the connections (and waits for disk-cache writes)
+            # without holding the GIL.
+            handle.close()
         super().close()
-
-
-class _Closed:
-    """What a closed file keeps: its URL and size, for ``repr``."""
-
-    def __init__(self, remote) -> None:
-        self.url, self.size = remote.url, remote.size
 
 
 def _reopen(url: str, options: dict, pos: int) -> RemoteFile:

@@ -6,7 +6,7 @@
 //! The Python package is the interface; this module is not (its names start
 //! with an underscore where the package wraps them).
 
-use std::ffi::{CStr, CString, c_char, c_void};
+use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::sync::OnceLock;
 
 use parking_lot::Mutex;
@@ -42,15 +42,30 @@ fn config_error(e: config::ConfigError) -> PyErr {
     PyValueError::new_err(e.to_string())
 }
 
-/// Parses the configuration string, or says what is wrong with it.
+/// Parses the configuration string and checks its values' ranges, or says
+/// what is wrong with it (the key first).
 fn parse(options: &str) -> PyResult<config::Config> {
-    config::parse(options).map_err(config_error)
+    let parsed = config::parse(options).map_err(config_error)?;
+    source::check(&parsed).map_err(config_error)?;
+    Ok(parsed)
 }
 
-/// A file on an HTTP(S) server, read at positions.
+/// A file on an HTTP(S) server, read at positions; closed by `close`.
 #[pyclass(frozen, module = "remfile_hdf5._native")]
 struct Remote {
-    file: RemoteFile,
+    file: Mutex<Option<RemoteFile>>,
+    url: String,
+    size: u64,
+}
+
+impl Remote {
+    /// The file, unless closed (a clone: reads share its cache).
+    fn file(&self) -> PyResult<RemoteFile> {
+        self.file
+            .lock()
+            .clone()
+            .ok_or_else(|| PyValueError::new_err("I/O operation on closed file"))
+    }
 }
 
 #[pymethods]
@@ -72,31 +87,44 @@ impl Remote {
         }
         let builder = source::apply(&parsed, RemoteFile::builder()).map_err(config_error)?;
         let file = py.detach(|| builder.open(url)).map_err(to_py)?;
-        Ok(Remote { file })
+        Ok(Remote {
+            url: file.url().to_owned(),
+            size: file.len(),
+            file: Mutex::new(Some(file)),
+        })
     }
 
     /// The file's length in bytes.
     #[getter]
     fn size(&self) -> u64 {
-        self.file.len()
+        self.size
     }
 
     /// The URL without its query string or credentials.
     #[getter]
     fn url(&self) -> &str {
-        self.file.url()
+        &self.url
     }
 
     /// Up to `n` bytes at `pos` (fewer only at the end of the file).
     fn read_at<'py>(&self, py: Python<'py>, pos: u64, n: usize) -> PyResult<Bound<'py, PyBytes>> {
-        let len = self.file.len();
-        let n = n.min(usize::try_from(len.saturating_sub(pos)).unwrap_or(usize::MAX));
-        let mut buf = vec![0u8; n];
-        if n > 0 {
-            py.detach(|| self.file.read_exact_at(pos, &mut buf))
-                .map_err(to_py)?;
-        }
-        Ok(PyBytes::new(py, &buf))
+        let file = self.file()?;
+        let n = n.min(usize::try_from(self.size.saturating_sub(pos)).unwrap_or(usize::MAX));
+        // Straight into the new bytes object, which no other thread sees
+        // before it is returned.
+        PyBytes::new_with(py, n, |buf| {
+            if buf.is_empty() {
+                return Ok(());
+            }
+            py.detach(|| file.read_exact_at(pos, buf)).map_err(to_py)
+        })
+    }
+
+    /// Lets go of the file: its connections, and the wait for its disk-cache
+    /// writes, without holding the GIL. Reads after it are a `ValueError`.
+    fn close(&self, py: Python<'_>) {
+        let file = self.file.lock().take();
+        py.detach(move || drop(file));
     }
 
     /// The bytes of each `(start, end)` range, fetched together.
@@ -105,22 +133,27 @@ impl Remote {
         py: Python<'py>,
         ranges: Vec<(u64, u64)>,
     ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+        let file = self.file()?;
         let ranges: Vec<std::ops::Range<u64>> = ranges.into_iter().map(|(a, b)| a..b).collect();
-        let parts = py
-            .detach(|| self.file.read_ranges(&ranges))
-            .map_err(to_py)?;
+        let parts = py.detach(|| file.read_ranges(&ranges)).map_err(to_py)?;
         Ok(parts.iter().map(|p| PyBytes::new(py, p)).collect())
     }
 
     /// The file's statistics.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        stats_dict(py, &self.file.stats())
+        stats_dict(py, &self.file()?.stats())
     }
 
     /// Waits up to `seconds` for fetches started in the background to end.
-    fn wait_for_background_fetches(&self, py: Python<'_>, seconds: f64) -> bool {
-        let timeout = std::time::Duration::from_secs_f64(seconds.clamp(0.0, 86_400.0));
-        py.detach(|| self.file.wait_for_background_fetches(timeout))
+    fn wait_for_background_fetches(&self, py: Python<'_>, seconds: f64) -> PyResult<bool> {
+        if !(seconds >= 0.0 && seconds.is_finite()) {
+            return Err(PyValueError::new_err(format!(
+                "a timeout of {seconds} seconds"
+            )));
+        }
+        let timeout = std::time::Duration::from_secs_f64(seconds.min(86_400.0));
+        let file = self.file()?;
+        Ok(py.detach(|| file.wait_for_background_fetches(timeout)))
     }
 }
 
@@ -220,6 +253,22 @@ fn _bind_hdf5(path: &str) -> PyResult<(u32, u32, u32)> {
         }
     };
     type Register = unsafe extern "C" fn(*const c_void) -> hid_t;
+    type IsRegistered = unsafe extern "C" fn(*const c_char) -> c_int;
+    // SAFETY: the HDF5 function of that name (1.14 and later), with a C
+    // string.
+    let registered = unsafe {
+        let is_registered = std::mem::transmute::<*mut c_void, IsRegistered>(function(
+            c"H5FDis_driver_registered_by_name",
+        )?);
+        is_registered(c"remfile".as_ptr())
+    };
+    if registered > 0 {
+        return Err(PyRuntimeError::new_err(
+            "h5py's HDF5 has a remfile driver already: the HDF5 plugin, loaded through \
+             HDF5_PLUGIN_PATH (HDF5_DRIVER=remfile loads it when h5py starts). Use one or the \
+             other: unset HDF5_DRIVER and HDF5_PLUGIN_PATH to use this package's driver",
+        ));
+    }
     // SAFETY: each pointer is the HDF5 function of that name, whose C
     // signature the type spells.
     let library = unsafe {

@@ -16,10 +16,10 @@ class Server:
     network holding the GIL, as h5py holds it through every HDF5 call, so
     a server in this process could not answer)."""
 
-    def __init__(self, root):
+    def __init__(self, root, delay_ms=0):
         here = os.path.dirname(os.path.abspath(__file__))
         self.process = subprocess.Popen(
-            [sys.executable, os.path.join(here, "range_server.py"), root],
+            [sys.executable, os.path.join(here, "range_server.py"), root, str(delay_ms)],
             stdout=subprocess.PIPE, text=True,
         )
         self.base = self.process.stdout.readline().strip()
@@ -110,5 +110,13 @@ def files(tmp_path_factory):
 @pytest.fixture(scope="session")
 def server(files):
     server = Server(files)
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="session")
+def slow_server(files):
+    """The same files, each answer 400 ms late."""
+    server = Server(files, delay_ms=400)
     yield server
     server.close()

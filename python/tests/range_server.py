@@ -2,7 +2,8 @@
 directory with range requests and ETags, answers 404 for others, keeps
 connections alive, and lists the requests it served at /__log (as JSON).
 
-Usage: range_server.py DIR (prints its base URL, then serves until killed).
+Usage: range_server.py DIR [DELAY_MS] (prints its base URL, then serves until
+killed; each answer DELAY_MS late, if given).
 """
 
 import http.server
@@ -11,6 +12,7 @@ import os
 import re
 import sys
 import threading
+import time
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -32,6 +34,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         with server.lock:
             server.log.append((self.command, path, self.headers.get("Range")))
+        time.sleep(server.delay)
         name = os.path.join(server.root, os.path.basename(path))
         if not os.path.isfile(name):
             payload = b"no such file"
@@ -84,6 +87,7 @@ def main():
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     httpd.daemon_threads = True
     httpd.root = sys.argv[1]
+    httpd.delay = int(sys.argv[2]) / 1000 if len(sys.argv) > 2 else 0
     httpd.log = []
     httpd.lock = threading.Lock()
     host, port = httpd.server_address

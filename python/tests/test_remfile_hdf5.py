@@ -6,9 +6,12 @@ import concurrent.futures
 import io
 import multiprocessing
 import os
+import pickle
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 import zipfile
 
 import h5py
@@ -59,7 +62,7 @@ def test_a_file_opened_otherwise_has_no_driver_statistics(files):
 
 def test_open_is_h5py_with_the_driver(server):
     with remfile_hdf5.open(server.url("data.h5"), cache="64MiB") as f:
-        assert f.driver == "remfile" or isinstance(f, h5py.File)
+        assert remfile_hdf5.stats(f) is not None, "read through the driver"
         assert f["group03/inner"].attrs["index"] == 3
     with pytest.raises(ValueError, match="read-only"):
         remfile_hdf5.open(server.url("data.h5"), "r+")
@@ -160,13 +163,20 @@ def test_a_disk_cache_makes_the_second_process_cost_one_request(server, tmp_path
         ({"metadata_prefetch": "maybe"}, "metadata_prefetch"),
         ({"block_size": True}, "block_size"),
         ({"connections": -1}, "connections"),
+        # In the parser's range, not in the reader's: refused before HDF5 too.
+        ({"block_size": 0}, "block_size"),
+        ({"connections": 1000}, "connections"),
+        ({"timeout": "40d"}, "timeout"),
+        ({"timeout": float("nan")}, "timeout"),
     ],
 )
 def test_a_bad_option_is_a_value_error_naming_it(server, options, key):
-    with pytest.raises(ValueError, match=key):
+    mark = server.mark()
+    with pytest.raises(ValueError, match=f"`{key}`"):
         h5py.File(server.url("data.h5"), "r", driver="remfile", **options)
-    with pytest.raises(ValueError, match=key):
+    with pytest.raises(ValueError, match=f"`{key}`"):
         remfile_hdf5.RemoteFile(server.url("blob.bin"), **options)
+    assert server.requests_since(mark) == [], "refused before any request"
 
 
 def test_options_in_python_terms():
@@ -205,6 +215,29 @@ def test_the_file_object_reads_as_a_local_file(server, files):
         assert io.BufferedReader(remfile_hdf5.RemoteFile(server.url("blob.bin"))).read() == local
     with pytest.raises(ValueError):
         fo.read(1)
+    assert fo.stats()["requests"] >= 1, "a closed file keeps what it cost"
+    assert "closed" in repr(fo)
+    with pytest.raises(ValueError):
+        pickle.dumps(fo)
+
+
+def test_the_file_object_at_its_edges(server, files):
+    local = open(os.path.join(files, "blob.bin"), "rb").read()
+    with remfile_hdf5.RemoteFile(server.url("blob.bin")) as fo:
+        fo.seek(-10, io.SEEK_END)
+        buf = bytearray(100)
+        assert fo.readinto(buf) == 10 and bytes(buf[:10]) == local[-10:], "short at the end"
+        assert fo.seek(-20, io.SEEK_CUR) == len(local) - 20
+        assert fo.read(2**64) == local[-20:]
+        assert fo.read_at(len(local) - 5, 2**64) == local[-5:]
+        with pytest.raises(ValueError):
+            fo.seek(-1)
+        with pytest.raises(TypeError):
+            fo.readinto(b"read-only")
+        with pytest.raises(TypeError):
+            fo.seek(1.5)
+        with pytest.raises(ValueError):
+            fo.wait_for_background_fetches(float("nan"))
 
 
 def test_the_file_object_under_zipfile_and_h5py(server, files):
@@ -261,3 +294,50 @@ def test_child_processes_read_the_same_file(server, files, method):
     with remfile_hdf5.RemoteFile(server.url("blob.bin")) as fo:
         with multiprocessing.get_context(method).Pool(1) as pool:
             assert pool.apply(_child_reads, (fo,)) == local[1000:1100]
+
+
+def test_other_threads_run_while_a_read_waits(slow_server, files):
+    local = open(os.path.join(files, "blob.bin"), "rb").read()
+    fo = remfile_hdf5.RemoteFile(slow_server.url("blob.bin"))
+    got, reading = [], threading.Event()
+
+    def read():
+        reading.set()
+        got.append(fo.read_at(2_000_000, 1000))
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    reading.wait()
+    # If the read held the GIL through its 400 ms wait, this thread could
+    # run again only once it ended.
+    time.sleep(0.05)
+    ran_while_waiting = reader.is_alive()
+    reader.join()
+    fo.close()
+    assert ran_while_waiting
+    assert got == [local[2_000_000:2_001_000]]
+
+
+_INHERITED = None
+
+
+def _read_inherited(_):
+    return _INHERITED.read_at(1_500_000, 100)
+
+
+def test_a_forked_child_opens_an_inherited_file_again(server, files):
+    global _INHERITED
+    local = open(os.path.join(files, "blob.bin"), "rb").read()
+    _INHERITED = remfile_hdf5.RemoteFile(server.url("blob.bin"))
+    try:
+        assert _INHERITED.read_at(0, 10) == local[:10]
+        mark = server.mark()
+        with multiprocessing.get_context("fork").Pool(1) as pool:
+            assert pool.map(_read_inherited, [0]) == [local[1_500_000:1_500_100]]
+        # The child opened the file anew (its own first request) rather
+        # than reading through the parent's connections.
+        assert len(server.requests_since(mark)) >= 2
+        assert _INHERITED.read_at(2_500_000, 10) == local[2_500_000:2_500_010]
+    finally:
+        _INHERITED.close()
+        _INHERITED = None

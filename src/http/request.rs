@@ -117,7 +117,7 @@ impl Transport {
         }
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
-            return Err(Failure::fatal(Error::new(
+            return Err(Failure::give_up(Error::new(
                 ErrorKind::Timeout,
                 "the read's overall deadline passed",
             )));

@@ -158,6 +158,16 @@ impl Failure {
     pub fn transient(error: Error) -> Failure {
         Failure::new(error, Retry::Yes, None)
     }
+
+    /// The loop stops here (its time is up), but trying again later could
+    /// help: the error keeps the verdict of its kind.
+    pub fn give_up(error: Error) -> Failure {
+        Failure {
+            error,
+            retry: Retry::No,
+            retry_after: None,
+        }
+    }
 }
 
 impl From<Error> for Failure {

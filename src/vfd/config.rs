@@ -191,9 +191,16 @@ pub const KEYS: &[Key] = &[
 pub struct Config {
     /// The settings, in the order given.
     pub settings: Vec<Setting>,
+    /// The key each setting was given by.
+    keys: Vec<&'static str>,
 }
 
 impl Config {
+    /// Each setting with the key it was given by.
+    pub fn keyed(&self) -> impl Iterator<Item = (&'static str, &Setting)> {
+        self.keys.iter().copied().zip(&self.settings)
+    }
+
     /// The last setting `pick` finds, if any.
     fn last<T>(&self, pick: impl Fn(&Setting) -> Option<T>) -> Option<T> {
         self.settings.iter().rev().find_map(pick)
@@ -324,6 +331,7 @@ pub fn parse(config: &str) -> Result<Config, ConfigError> {
             reason: format!("{reason}, not `{value}`"),
         })?;
         out.settings.push(setting);
+        out.keys.push(row.name);
     }
     Ok(out)
 }

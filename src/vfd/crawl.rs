@@ -117,8 +117,8 @@ impl Shared {
     }
 
     /// Crawls one wave: parses the frontier's cached targets (and what they
-    /// point to that is cached, and so on), then fetches the others in one
-    /// round and parses them. Returns whether the frontier had targets.
+    /// point to that is cached, and so on), then fetches the others (in one
+    /// round where the connections allow) and parses them. Returns whether the frontier had targets.
     fn wave(&self) -> bool {
         let mut missing = Vec::new();
         let mut any = false;
@@ -157,7 +157,14 @@ impl Shared {
         // More spans than lanes take more than one round: merge the closest
         // while the gaps cost less than the round they save.
         let room = (allowed / 2).saturating_sub(spans::cost(&wanted, block_size));
-        let wanted = spans::fit_lanes(wanted, self.file.guess_concurrency(), gap, room);
+        let fitted = spans::fit_lanes(wanted.clone(), self.file.guess_concurrency(), gap, room);
+        // Merging the sparse spans may turn the wave from pieces into whole
+        // blocks, priced differently: kept only if it still fits.
+        let wanted = if spans::cost(&fitted, block_size) <= allowed / 2 {
+            fitted
+        } else {
+            wanted
+        };
         if self.signal.lock().stop {
             return false;
         }

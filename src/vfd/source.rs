@@ -153,44 +153,69 @@ pub fn builder(config: &Config) -> Result<Builder, ConfigError> {
 /// process.
 pub fn apply(config: &Config, mut b: Builder) -> Result<Builder, ConfigError> {
     for setting in &config.settings {
-        b = match setting.clone() {
-            Setting::BlockSize(n) => b.block_size(n),
-            Setting::Cache(n) => b.cache_capacity(n),
-            Setting::Tail(n) => b.open_tail(n),
-            Setting::ReadAheadMax(n) => b.read_ahead_max(n),
-            Setting::Concurrency(n) => b.max_concurrent_requests(n),
-            Setting::Connections(n) => b.max_connections(n),
-            Setting::Retries(n) => b.retry_policy(RetryPolicy::default().max_retries(n)),
-            Setting::Timeout(d) => b.read_timeout(d),
-            Setting::ConnectTimeout(d) => b.connect_timeout(d),
-            Setting::HttpsOnly(yes) => b.https_only(yes),
-            Setting::AllowRedirectToHttp(yes) => b.allow_redirect_to_http(yes),
-            Setting::DiskCache(dir) => match crate::DiskCache::open(&dir, config.disk_capacity()) {
-                Ok(disk) => b.disk_cache(disk),
-                Err(e) => {
-                    // A cache is never worth a failed open: the file is
-                    // read without it, and the user told why, once.
-                    without_disk_cache(&dir, &e);
-                    b
-                }
-            },
-            Setting::CacheKey(key) => b.cache_key(key),
-            Setting::RevalidateAfter(d) => b.revalidate_after(d),
-            Setting::CaFile(path) => {
-                let pem = std::fs::read(&path).map_err(|e| ConfigError {
-                    key: "ca_file".into(),
-                    reason: format!("cannot read {path}: {e}"),
-                })?;
-                b.add_root_certificates(pem)
-            }
-            // The driver's own, or read by `disk_cache`.
-            Setting::DiskCapacity(_)
-            | Setting::MetadataPrefetch(_)
-            | Setting::ChunkReadAhead(_)
-            | Setting::Stats(_) => b,
-        };
+        b = apply_one(config, setting.clone(), b)?;
     }
     Ok(b)
+}
+
+/// Checks that every value of `config` is in range for the builder (a
+/// block size of 0, 300 connections or a timeout of 40 days are refused
+/// there), naming the key of the first that is not; reads no file and opens
+/// nothing (`ca_file` and `disk_cache` are checked when used).
+pub fn check(config: &Config) -> Result<(), ConfigError> {
+    for (key, setting) in config.keyed() {
+        if matches!(setting, Setting::DiskCache(_) | Setting::CaFile(_)) {
+            continue;
+        }
+        let b = apply_one(config, setting.clone(), config::hdf5_builder())?;
+        if let Err(e) = b.validate() {
+            return Err(ConfigError {
+                key: key.to_owned(),
+                reason: e.to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// `b` with `setting` applied (`config` for what it depends on).
+fn apply_one(config: &Config, setting: Setting, b: Builder) -> Result<Builder, ConfigError> {
+    Ok(match setting {
+        Setting::BlockSize(n) => b.block_size(n),
+        Setting::Cache(n) => b.cache_capacity(n),
+        Setting::Tail(n) => b.open_tail(n),
+        Setting::ReadAheadMax(n) => b.read_ahead_max(n),
+        Setting::Concurrency(n) => b.max_concurrent_requests(n),
+        Setting::Connections(n) => b.max_connections(n),
+        Setting::Retries(n) => b.retry_policy(RetryPolicy::default().max_retries(n)),
+        Setting::Timeout(d) => b.read_timeout(d),
+        Setting::ConnectTimeout(d) => b.connect_timeout(d),
+        Setting::HttpsOnly(yes) => b.https_only(yes),
+        Setting::AllowRedirectToHttp(yes) => b.allow_redirect_to_http(yes),
+        Setting::DiskCache(dir) => match crate::DiskCache::open(&dir, config.disk_capacity()) {
+            Ok(disk) => b.disk_cache(disk),
+            Err(e) => {
+                // A cache is never worth a failed open: the file is
+                // read without it, and the user told why, once.
+                without_disk_cache(&dir, &e);
+                b
+            }
+        },
+        Setting::CacheKey(key) => b.cache_key(key),
+        Setting::RevalidateAfter(d) => b.revalidate_after(d),
+        Setting::CaFile(path) => {
+            let pem = std::fs::read(&path).map_err(|e| ConfigError {
+                key: "ca_file".into(),
+                reason: format!("cannot read {path}: {e}"),
+            })?;
+            b.add_root_certificates(pem)
+        }
+        // The driver's own, or read by `disk_cache`.
+        Setting::DiskCapacity(_)
+        | Setting::MetadataPrefetch(_)
+        | Setting::ChunkReadAhead(_)
+        | Setting::Stats(_) => b,
+    })
 }
 
 /// Says, once per process, that the disk cache `dir` is not used and why.
@@ -207,6 +232,7 @@ fn without_disk_cache(dir: &str, error: &std::io::Error) {
 /// bad key, or why the open failed (status, timeout…).
 pub(crate) fn open_source(url: &str, config: &str) -> Result<Arc<Source>, String> {
     let config = config::parse(config).map_err(|e| e.to_string())?;
+    check(&config).map_err(|e| e.to_string())?;
     if !is_http(url) {
         // A local path (HDF5_DRIVER=remfile sends every open here).
         return Err(format!(
@@ -285,6 +311,23 @@ mod tests {
             panic!("opened");
         };
         assert!(e.contains("read_timeout"), "{e}");
+    }
+
+    #[test]
+    fn a_value_out_of_range_names_its_key() {
+        for (text, key) in [
+            ("block_size=0", "block_size"),
+            ("cache=1GiB;connections=0", "connections"),
+            ("concurrency=100", "concurrency"),
+            ("timeout=40d", "timeout"),
+            ("connect_timeout=0s", "connect_timeout"),
+        ] {
+            let e = check(&parse(text).unwrap()).unwrap_err();
+            assert_eq!(e.key, key, "{text}: {e}");
+        }
+        assert!(check(&parse("block_size=1MiB;connections=8;timeout=30s").unwrap()).is_ok());
+        // Neither read nor opened here.
+        assert!(check(&parse("ca_file=/nonexistent;disk_cache=/nonexistent").unwrap()).is_ok());
     }
 
     #[test]

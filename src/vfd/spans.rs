@@ -86,7 +86,7 @@ pub(crate) fn rounds(count: usize, lanes: u64) -> u64 {
     (count as u64).div_ceil(lanes.max(1))
 }
 
-/// Merges neighbouring `spans` of one wave (sorted, apart), the closest
+/// Merges neighbouring `spans` of one wave (sorted by start), the closest
 /// first, so that the wave takes fewer rounds on `lanes` connections: a
 /// wave of more requests than lanes takes a round per lane's worth, and
 /// each merge leaves one request fewer. A round is saved only if enough
@@ -101,8 +101,15 @@ pub(crate) fn fit_lanes(
     gap: u64,
     room: u64,
 ) -> Vec<Range<u64>> {
-    // Each span with the gap bytes it has taken in.
-    let mut current: Vec<(Range<u64>, u64)> = spans.into_iter().map(|s| (s, 0)).collect();
+    // Each span with the gap bytes it has taken in; spans that overlap (a
+    // chunk-index node inside a widened cluster, say) are one already.
+    let mut current: Vec<(Range<u64>, u64)> = Vec::with_capacity(spans.len());
+    for span in spans {
+        match current.last_mut() {
+            Some((last, _)) if span.start <= last.end => last.end = last.end.max(span.end),
+            _ => current.push((span, 0)),
+        }
+    }
     let mut room = room;
     while rounds(current.len(), lanes) > 1 {
         let target = (rounds(current.len(), lanes) - 1) * lanes.max(1);
@@ -124,7 +131,7 @@ pub(crate) fn fit_lanes(
                 return current.into_iter().map(|(s, _)| s).collect();
             }
             let next = trial.remove(i + 1);
-            trial[i] = (trial[i].0.start..next.0.end, taken);
+            trial[i] = (trial[i].0.start..trial[i].0.end.max(next.0.end), taken);
         }
         room -= spent;
         current = trial;
@@ -453,5 +460,9 @@ mod tests {
         assert_eq!(fit_lanes(spans.clone(), 2, 10_000, 15), one_saved);
         // Already one round: untouched.
         assert_eq!(fit_lanes(spans.clone(), 8, 10_000, 10_000), spans);
+        // A span inside another is part of it: no byte of either is lost.
+        let inside = vec![0..3000, 2000..2100, 9000..9010];
+        assert_eq!(fit_lanes(inside.clone(), 1, 10_000, 10_000), [0..9010]);
+        assert_eq!(fit_lanes(inside, 8, 10_000, 10_000), [0..3000, 9000..9010]);
     }
 }
