@@ -56,7 +56,7 @@ pub(crate) fn open(builder: &Builder, url: &str) -> Result<RemoteFile> {
         .cache
         .clone()
         .unwrap_or_else(|| BlockCache::new(builder.cache_capacity));
-    let key = file_key(&cache, &url, &opened.identity);
+    let key = file_key(&cache, &url, &opened.identity, builder.block_size);
     let disk = disk_file(builder, &url, &opened.identity, asked);
     let options = read_options(builder, &cache);
     let tail = tail.and_then(|t| matching_tail(t, &opened.identity, &transport));
@@ -217,17 +217,21 @@ fn tail_blocks(tail: Tail, block_size: u64) -> Vec<(u64, Vec<u8>)> {
         .collect()
 }
 
-/// What identifies one version of one file in a cache.
+/// What identifies one version of one file, cut into blocks of one size, in
+/// a cache: files of one URL opened with different block sizes share a
+/// cache but not its blocks (block `i` of one is not block `i` of another).
 #[derive(Hash)]
 struct Version<'a> {
     url: &'a str,
     identity: &'a Identity,
+    block_size: u64,
 }
 
-fn file_key(cache: &BlockCache, url: &Url, identity: &Identity) -> FileKey {
+fn file_key(cache: &BlockCache, url: &Url, identity: &Identity, block_size: u64) -> FileKey {
     cache.file_key(&Version {
         url: url.as_str(),
         identity,
+        block_size,
     })
 }
 
@@ -314,14 +318,17 @@ mod tests {
     }
 
     #[test]
-    fn versions_of_a_file_have_their_own_keys() {
+    fn versions_of_a_file_and_its_block_sizes_have_their_own_keys() {
         let cache = BlockCache::new(1 << 20);
         let url = Url::parse("https://h/f.h5").unwrap();
         let other = Url::parse("https://h/g.h5").unwrap();
-        let a = file_key(&cache, &url, &identity(10, Some("\"a\"")));
-        assert_eq!(a, file_key(&cache, &url, &identity(10, Some("\"a\""))));
-        assert_ne!(a, file_key(&cache, &url, &identity(10, Some("\"b\""))));
-        assert_ne!(a, file_key(&cache, &url, &identity(11, Some("\"a\""))));
-        assert_ne!(a, file_key(&cache, &other, &identity(10, Some("\"a\""))));
+        let key = |url, size, etag| file_key(&cache, url, &identity(size, Some(etag)), 4096);
+        let a = key(&url, 10, "\"a\"");
+        assert_eq!(a, key(&url, 10, "\"a\""));
+        assert_ne!(a, key(&url, 10, "\"b\""));
+        assert_ne!(a, key(&url, 11, "\"a\""));
+        assert_ne!(a, key(&other, 10, "\"a\""));
+        let identity = identity(10, Some("\"a\""));
+        assert_ne!(a, file_key(&cache, &url, &identity, 8192));
     }
 }
