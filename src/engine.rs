@@ -183,7 +183,7 @@ impl Engine {
     /// Whether every block covering `range` is cached.
     #[cfg(any(feature = "hdf5", feature = "vfd"))]
     pub(crate) fn is_cached(&self, range: Range<u64>) -> bool {
-        self.pieces.holds(range.clone()) || self.missing_blocks([range]).is_empty()
+        self.pieces.holds(range.clone()) || self.missing_blocks([range], 1).is_empty()
     }
 
     /// The least and the most bytes a sequential stream reads ahead.
@@ -329,7 +329,8 @@ impl Engine {
             .collect();
         let bs = self.options.block_size;
         let ranges = reads.iter().map(|(pos, buf)| *pos..*pos + buf.len() as u64);
-        let needed = plan::blocks_of(ranges, bs);
+        // As many blocks as the callers' buffers cover: bounded by them.
+        let needed: Vec<u64> = plan::blocks_of(ranges, bs).collect();
         let (mut blocks, missing) = self.look_up(&needed);
         let c = &self.counters;
         Counters::add(&c.cache_hits, blocks.len() as u64);
@@ -352,24 +353,34 @@ impl Engine {
     }
 
     /// Makes sure the blocks covering `ranges` are fetched, all missing runs
-    /// at once.
+    /// at once: at most as many as the cache holds (more would not stay).
     pub(crate) fn prefetch(&self, ranges: impl IntoIterator<Item = Range<u64>>) -> Result<()> {
-        let missing = self.missing_blocks(ranges);
+        let missing = self.missing_blocks(ranges, self.blocks_the_cache_holds());
         if !missing.is_empty() {
             self.fetch_missing(&missing)?;
         }
         Ok(())
     }
 
-    /// The blocks covering `ranges` (their parts inside the file) that are
-    /// not cached, sorted.
-    fn missing_blocks(&self, ranges: impl IntoIterator<Item = Range<u64>>) -> Vec<u64> {
+    /// How many of the file's blocks the cache can hold at once (at least
+    /// one): the most that fetching ahead of any read is worth.
+    fn blocks_the_cache_holds(&self) -> u64 {
+        (self.cache.capacity() / self.options.block_size).max(1)
+    }
+
+    /// The first `most` blocks covering `ranges` (their parts inside the
+    /// file) that are not cached, sorted. Ranges of any length cost only
+    /// the blocks looked at.
+    fn missing_blocks(&self, ranges: impl IntoIterator<Item = Range<u64>>, most: u64) -> Vec<u64> {
         let size = self.identity.size;
         let inside = ranges
             .into_iter()
             .map(|r| r.start.min(size)..r.end.min(size));
-        self.look_up(&plan::blocks_of(inside, self.options.block_size))
-            .1
+        let most = usize::try_from(most).unwrap_or(usize::MAX);
+        plan::blocks_of(inside, self.options.block_size)
+            .filter(|&i| self.cache.get(&self.key, i).is_none())
+            .take(most)
+            .collect()
     }
 
     /// The length of block `index` (the file's last may be short).
@@ -622,9 +633,8 @@ impl Engine {
         ranges: impl IntoIterator<Item = Range<u64>>,
         max_bytes: u64,
     ) -> (Option<Guess>, u64) {
-        let mut missing = self.missing_blocks(ranges);
-        let most = max_bytes / self.options.block_size;
-        missing.truncate(usize::try_from(most).unwrap_or(usize::MAX));
+        let most = (max_bytes / self.options.block_size).min(self.blocks_the_cache_holds());
+        let missing = self.missing_blocks(ranges, most);
         if missing.is_empty() {
             return (None, 0);
         }

@@ -99,17 +99,27 @@ pub fn blocks_within(bytes: Range<u64>, block_size: u64) -> Range<u64> {
     bytes.start.div_ceil(block_size)..bytes.end.div_ceil(block_size)
 }
 
-/// The blocks (by index, sorted, each once) that cover all of `ranges`;
+/// The blocks (by index, ascending, each once) that cover all of `ranges`;
 /// empty ranges cover none.
-pub fn blocks_of(ranges: impl IntoIterator<Item = Range<u64>>, block_size: u64) -> Vec<u64> {
-    let mut blocks: Vec<u64> = ranges
-        .into_iter()
-        .filter(|r| r.end > r.start)
-        .flat_map(|r| blocks_covering(r.start, r.end - r.start, block_size))
-        .collect();
-    blocks.sort_unstable();
-    blocks.dedup();
-    blocks
+///
+/// Lazy: the ranges are sorted (their number is the caller's), but their
+/// blocks are produced one at a time, so that a caller can stop early and a
+/// range of any length — one a file or a server named, say — costs no
+/// memory for blocks nobody takes.
+pub fn blocks_of(
+    ranges: impl IntoIterator<Item = Range<u64>>,
+    block_size: u64,
+) -> impl Iterator<Item = u64> {
+    let mut ranges: Vec<Range<u64>> = ranges.into_iter().filter(|r| r.end > r.start).collect();
+    ranges.sort_unstable_by_key(|r| r.start);
+    let mut next_free = 0u64;
+    ranges.into_iter().flat_map(move |r| {
+        let covering = blocks_covering(r.start, r.end - r.start, block_size);
+        // Ranges sorted by start: a block already produced is below `next_free`.
+        let from = covering.start.max(next_free);
+        next_free = next_free.max(covering.end);
+        from..covering.end.max(from)
+    })
 }
 
 /// Groups sorted, distinct block indices into maximal contiguous runs.
@@ -353,8 +363,21 @@ mod tests {
     fn blocks_of_several_ranges_are_sorted_and_distinct() {
         let (empty_start, empty_end) = (50, 40);
         let ranges = [25..31, 0..5, 28..29, empty_start..empty_end, 7..7];
-        assert_eq!(blocks_of(ranges, 10), [0, 2, 3]);
-        assert_eq!(blocks_of([], 10), Vec::<u64>::new());
+        assert_eq!(blocks_of(ranges, 10).collect::<Vec<_>>(), [0, 2, 3]);
+        assert_eq!(blocks_of([], 10).count(), 0);
+        let nested = [0..100, 10..20, 95..130, 200..201];
+        assert_eq!(
+            blocks_of(nested, 10).collect::<Vec<_>>(),
+            [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 20]
+        );
+    }
+
+    #[test]
+    fn blocks_of_a_huge_range_cost_only_those_taken() {
+        // 2^40 blocks: collecting them would need 8 TiB.
+        let huge = [0..1 << 50, 4096..1 << 49];
+        let first: Vec<u64> = blocks_of(huge, 1024).take(3).collect();
+        assert_eq!(first, [0, 1, 2]);
     }
 
     #[test]

@@ -1,0 +1,66 @@
+//! Lengths a file or a server names are bounded before they cost memory: a
+//! server that calls a small file 2^50 bytes long, and ranges of any length
+//! asked of it, cost at most the cache's budget.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use support::{After, RawServer, Reply, builder};
+
+const SPARSE_SIZE: u64 = 1 << 50;
+
+/// A file of 2^50 bytes: `head`, then zeros. Counts the body bytes sent.
+fn sparse_server(head: Vec<u8>) -> (RawServer, Arc<AtomicU64>) {
+    let sent = Arc::new(AtomicU64::new(0));
+    let counted = sent.clone();
+    let server = RawServer::new(move |req, out| {
+        let (first, last) = req.range().expect("a range request");
+        let last = last.min(SPARSE_SIZE - 1);
+        let body: Vec<u8> = (first..=last)
+            .map(|i| head.get(i as usize).copied().unwrap_or(0))
+            .collect();
+        counted.fetch_add(body.len() as u64, Ordering::SeqCst);
+        let reply = Reply::new(206)
+            .header("ETag", "\"sparse\"")
+            .header(
+                "Content-Range",
+                format!("bytes {first}-{last}/{SPARSE_SIZE}"),
+            )
+            .body(body);
+        use std::io::Write;
+        match out.write_all(&reply.to_bytes()) {
+            Ok(()) => After::KeepAlive,
+            Err(_) => After::Close,
+        }
+    });
+    (server, sent)
+}
+
+#[test]
+fn ranges_of_any_length_cost_at_most_the_cache() {
+    let (server, sent) = sparse_server(b"sparse".to_vec());
+    let capacity = 4 << 20;
+    let file = builder()
+        .block_size(4096)
+        .cache_capacity(capacity)
+        .open_tail(0)
+        .open(server.url("/huge.bin"))
+        .unwrap();
+    assert_eq!(file.len(), SPARSE_SIZE);
+    // 2^38 blocks each: listing them would take 2 TiB.
+    let started = file.prefetch_in_background([0..SPARSE_SIZE, 0..u64::MAX], u64::MAX);
+    assert!(started <= capacity, "{started}");
+    file.prefetch([0..SPARSE_SIZE]).unwrap();
+    let mut end = [1u8; 16];
+    file.read_exact_at(SPARSE_SIZE - 16, &mut end).unwrap();
+    assert_eq!(end, [0; 16]);
+    let mut head = [0u8; 6];
+    file.read_exact_at(0, &mut head).unwrap();
+    assert_eq!(&head, b"sparse");
+    // The open, the guess, the prefetch and the read of the end: within
+    // three cache budgets.
+    let bytes = sent.load(Ordering::SeqCst);
+    assert!(bytes <= 3 * capacity, "{bytes} bytes fetched");
+}
