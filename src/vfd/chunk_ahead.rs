@@ -34,7 +34,7 @@ pub(crate) struct ChunkRead {
 }
 
 /// Where a chunk is listed: its leaf (by address) and its position there.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct Place {
     leaf: u64,
     index: usize,
@@ -64,10 +64,18 @@ pub(crate) struct ChunkAhead {
 }
 
 impl ChunkAhead {
-    /// Takes note of a leaf of a chunk index, read at `addr`.
-    pub fn add_leaf(&mut self, addr: u64, leaf: ChunkLeaf) {
-        if self.leaves.contains_key(&addr) || self.chunks.len() + leaf.chunks.len() > MAX_CHUNKS {
+    /// Takes note of a leaf of a chunk index, read at `addr`. A leaf that
+    /// lists a chunk of no bytes (no index HDF5 writes does) is damaged or
+    /// hostile and left out: its chunks are read without read-ahead.
+    pub fn add_leaf(&mut self, addr: u64, mut leaf: ChunkLeaf) {
+        if self.leaves.contains_key(&addr)
+            || self.chunks.len() + leaf.chunks.len() > MAX_CHUNKS
+            || leaf.chunks.iter().any(|c| c.end <= c.start)
+        {
             return;
+        }
+        if leaf.next_leaf == Some(addr) {
+            leaf.next_leaf = None;
         }
         for (index, chunk) in leaf.chunks.iter().enumerate() {
             let place = Place { leaf: addr, index };
@@ -183,7 +191,13 @@ impl ChunkAhead {
         .min(max.max(1));
         let mut ahead: Vec<Range<u64>> = Vec::new();
         let mut asked = 0;
+        // Leaves whose siblings lead back to one another would go round for
+        // ever: each chunk is asked for once a step.
+        let mut visited = HashSet::new();
         while let Some(p) = run.next_to_fetch.filter(|_| asked < run.window) {
+            if !visited.insert(p) {
+                break;
+            }
             let Some(bytes) = self.bytes(p) else { break };
             // Never more than a step may ask for, whatever length a damaged
             // or hostile index gives a chunk: HDF5 reads such a chunk itself.
@@ -278,6 +292,60 @@ mod tests {
             missed: false,
             ..miss(addr, len)
         }
+    }
+
+    /// Runs `f` on another thread and fails if it has not returned within
+    /// ten seconds (a loop that never ends would hang the test run).
+    fn ends<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (done, result) = std::sync::mpsc::channel();
+        std::thread::spawn(move || done.send(f()));
+        result
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("did not end")
+    }
+
+    #[test]
+    fn a_leaf_that_is_its_own_sibling_ends_each_step() {
+        let ahead = ends(|| {
+            let mut a = ChunkAhead::default();
+            let leaf = |chunks| ChunkLeaf {
+                chunks,
+                next_leaf: Some(0),
+            };
+            // One of no bytes, which would never fill a window.
+            a.add_leaf(0, leaf(vec![MIB..MIB + 100, MIB + 100..MIB + 100]));
+            assert!(
+                !a.is_chunk(MIB, 100),
+                "a leaf with an empty chunk is left out"
+            );
+            // Two leaves naming each other, one byte a chunk.
+            a.add_leaf(0, leaf(vec![MIB..MIB + 1]));
+            a.add_leaf(
+                10,
+                ChunkLeaf {
+                    chunks: vec![2 * MIB..2 * MIB + 1],
+                    next_leaf: Some(0),
+                },
+            );
+            a.leaves.get_mut(&0).unwrap().next_leaf = Some(10);
+            a.on_read(miss(MIB, 1), 0, 64 * MIB);
+            a.on_read(miss(2 * MIB, 1), 0, 64 * MIB)
+        });
+        assert_eq!(ahead, [MIB..MIB + 1, 2 * MIB..2 * MIB + 1], "each chunk once");
+    }
+
+    #[test]
+    fn a_leaf_naming_itself_has_no_sibling() {
+        let mut a = ChunkAhead::default();
+        a.add_leaf(
+            0,
+            ChunkLeaf {
+                chunks: vec![MIB..MIB + 10],
+                next_leaf: Some(0),
+            },
+        );
+        let ahead = ends(move || a.on_read(miss(MIB + 5, 5), 0, 64 * MIB));
+        assert!(ahead.is_empty());
     }
 
     #[test]
