@@ -400,8 +400,9 @@ impl Builder {
     }
 
     /// Adds a header to every request to the URL's own origin (scheme, host
-    /// and port), such as `Authorization`. It is not sent to a redirect target
-    /// elsewhere. `Range`, `Accept-Encoding`, `If-Match`, `Host` and
+    /// and port), such as `Authorization`. It is not sent elsewhere: not to a
+    /// redirect target on another origin, nor to a URL from the
+    /// [`url_provider`](Builder::url_provider) on another origin. `Range`, `Accept-Encoding`, `If-Match`, `Host` and
     /// `Content-Length` are the crate's own and are refused at open.
     pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.headers.push((name.into(), value.into()));

@@ -234,6 +234,30 @@ fn a_renewed_url_serving_another_file_is_refused() {
 }
 
 #[test]
+fn headers_stay_with_the_origin_they_were_given_for_when_the_url_is_renewed() {
+    let data = test_data(3 * MIB as usize, 14);
+    let server = expiring_store(data.clone(), 1);
+    // The same file on another host, which must never see the token.
+    let elsewhere = RangeServer::new(data.clone());
+    let renewed = elsewhere.url("/blob?sig=fresh");
+    let file = builder()
+        .header("Authorization", "Bearer TOKEN")
+        .read_ahead_max(0)
+        .url_provider(move || Ok(renewed.clone()))
+        .open(server.url("/blob?sig=first"))
+        .unwrap();
+    let mut buf = [0u8; 10];
+    file.read_exact_at(2 * MIB, &mut buf).unwrap();
+    assert_eq!(buf, data[2 * MIB as usize..][..10]);
+    assert!(elsewhere.requests() > 0, "the renewed URL was used");
+    assert!(
+        elsewhere.log().iter().all(|r| r.header("authorization").is_none()),
+        "the header went to another origin"
+    );
+    assert!(server.log().iter().all(|r| r.header("authorization") == Some("Bearer TOKEN")));
+}
+
+#[test]
 fn a_failing_url_provider_is_reported() {
     let server = expiring_store(test_data(3 * MIB as usize, 12), 1);
     let file = builder()

@@ -85,6 +85,9 @@ pub(crate) struct Transport {
     /// Where requests go: the original URL, or where it last redirected to.
     target: RwLock<Url>,
     headers: Vec<(String, String)>,
+    /// The URL given at open: the caller's headers are for its origin
+    /// alone, wherever a redirect or the URL provider leads.
+    headers_for: Url,
     user_agent: String,
     timeouts: Timeouts,
     retry: RetryPolicy,
@@ -114,6 +117,7 @@ impl Transport {
             agent: config.agent,
             redacted: redact(&url),
             target: RwLock::new(url.clone()),
+            headers_for: url.clone(),
             original: RwLock::new(url),
             headers: config.headers,
             user_agent: config.user_agent,

@@ -177,7 +177,7 @@ impl Transport {
             Some(Precondition::ModifiedSince(date)) => req.header(IF_MODIFIED_SINCE, date),
             None => req,
         };
-        if same_origin(url, &self.original.read()) {
+        if same_origin(url, &self.headers_for) {
             for (name, value) in &self.headers {
                 req = req.header(name, value);
             }
