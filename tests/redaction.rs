@@ -72,7 +72,12 @@ fn signed_urls_never_reach_logs_errors_or_debug_output() {
             &format!("/store?X-Amz-Signature={SECRET}&X-Amz-Credential=KEYID"),
         ),
         _ if req.n == 3 => Reply::new(503),
-        _ if req.n >= 5 => Reply::new(403).body("expired"),
+        // S3's refusal echoes the key id and what was signed; a hostile
+        // server adds terminal escapes and a forged log line.
+        _ if req.n >= 5 => Reply::new(403).body(format!(
+            "<Error><Code>SignatureDoesNotMatch</Code><AWSAccessKeyId>KEYID</AWSAccessKeyId>\
+             <StringToSign>AWS4-HMAC-SHA256\n{SECRET}</StringToSign></Error>\x1b[2J\nWARN forged"
+        )),
         _ => r,
     });
     let url = server.url(&format!("/api?token={SECRET}"));
@@ -107,6 +112,11 @@ fn signed_urls_never_reach_logs_errors_or_debug_output() {
     for text in &shown {
         assert!(!text.contains(SECRET), "secret shown in: {text}");
         assert!(!text.contains("KEYID"), "credential shown in: {text}");
+    }
+    assert!(err.to_string().contains("SignatureDoesNotMatch"), "{err}");
+    assert!(err.body_excerpt().unwrap().ends_with("[2J WARN forged"), "{err:?}");
+    for text in [err.to_string(), format!("{err:?}")] {
+        assert!(!text.contains('\x1b') && !text.contains("\n"), "{text}");
     }
     // The redacted form still says where the request went.
     assert!(err.to_string().contains("/store"), "{err}");

@@ -1,7 +1,11 @@
-//! URLs fit to print: no query string, fragment or credentials.
+//! Texts fit to print: URLs without query string, fragment or credentials,
+//! and servers' error bodies without credentials or control characters.
 //!
 //! Presigned URLs carry their signature in the query string, so it must never
-//! reach an error message or a log line.
+//! reach an error message or a log line. Error bodies are the server's
+//! words, and both careless and hostile: S3's `SignatureDoesNotMatch`
+//! echoes the access key id and the string that was signed, and a hostile
+//! server can put terminal escapes or line breaks into what lands in logs.
 
 use url::Url;
 
@@ -23,6 +27,157 @@ pub fn redact(url: &Url) -> String {
     s
 }
 
+/// XML elements of error bodies (S3's and its imitators') whose content is
+/// a credential or what was signed with one.
+const SECRET_ELEMENTS: [&str; 7] = [
+    "AWSAccessKeyId",
+    "StringToSign",
+    "StringToSignBytes",
+    "CanonicalRequest",
+    "CanonicalRequestBytes",
+    "SignatureProvided",
+    "Token",
+];
+
+/// Query parameters (of URLs a body names, or standing alone) whose values
+/// are signatures or credentials; matched without regard to case.
+const SECRET_PARAMETERS: [&str; 6] = [
+    "x-amz-signature=",
+    "x-amz-credential=",
+    "x-amz-security-token=",
+    "signature=",
+    "awsaccesskeyid=",
+    "sig=",
+];
+
+/// The first `max` bytes (or fewer, at a character boundary) of an error
+/// body as one line of printable text: the content of [`SECRET_ELEMENTS`],
+/// URLs' query strings, the values of [`SECRET_PARAMETERS`] and anything
+/// shaped like an AWS access key id replaced by `…`; control characters
+/// (terminal escapes, line breaks) become spaces, runs of white space one,
+/// and bidirectional overrides vanish.
+pub fn printable_excerpt(body: &[u8], max: usize) -> String {
+    let mut text = String::from_utf8_lossy(body).into_owned();
+    for name in SECRET_ELEMENTS {
+        text = hide_elements(&text, name);
+    }
+    text = hide_queries(&text);
+    for name in SECRET_PARAMETERS {
+        text = hide_parameter(&text, name);
+    }
+    text = hide_key_ids(&text);
+    let mut line = String::with_capacity(text.len().min(max));
+    for c in text.chars() {
+        let c = if c.is_control() { ' ' } else { c };
+        if is_bidi_control(c) || (c.is_whitespace() && line.ends_with(' ')) {
+            continue;
+        }
+        let c = if c.is_whitespace() { ' ' } else { c };
+        if line.len() + c.len_utf8() > max {
+            break;
+        }
+        line.push(c);
+    }
+    line.trim().to_owned()
+}
+
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `text` with the content of every `<name>` element replaced by `…`; an
+/// element left open (the body cut short) hides the rest.
+fn hide_elements(text: &str, name: &str) -> String {
+    let (open, close) = (format!("<{name}>"), format!("</{name}>"));
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(&open) {
+        out.push_str(&rest[..at + open.len()]);
+        out.push('…');
+        match rest[at + open.len()..].find(&close) {
+            Some(end) => rest = &rest[at + open.len() + end..],
+            None => return out,
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// `text` with the query string of every `http(s)://` URL in it replaced by
+/// `?…`.
+fn hide_queries(text: &str) -> String {
+    let lower = text.to_ascii_lowercase();
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    while let Some(found) = lower[at..].find("http").map(|i| at + i) {
+        let url_len = text[found..]
+            .find(|c: char| c.is_whitespace() || c.is_control() || "<>\"'`".contains(c))
+            .unwrap_or(text.len() - found);
+        let url = &text[found..found + url_len];
+        out.push_str(&text[at..found]);
+        match url.find('?') {
+            Some(q) if url.contains("://") => {
+                out.push_str(&url[..q]);
+                out.push_str("?…");
+            }
+            _ => out.push_str(url),
+        }
+        // At least "http" itself: no delimiter is among its letters.
+        at = found + url_len;
+    }
+    out.push_str(&text[at..]);
+    out
+}
+
+/// `text` with the value after every `name` (a `key=` of lower-case ASCII)
+/// replaced by `…`.
+fn hide_parameter(text: &str, name: &str) -> String {
+    let lower = text.to_ascii_lowercase();
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    while let Some(found) = lower[at..].find(name).map(|i| at + i) {
+        let value = found + name.len();
+        let end = text[value..]
+            .find(|c: char| c.is_whitespace() || c.is_control() || "&<>\"'`".contains(c))
+            .map_or(text.len(), |i| value + i);
+        out.push_str(&text[at..value]);
+        if end > value {
+            out.push('…');
+        }
+        at = end;
+    }
+    out.push_str(&text[at..]);
+    out
+}
+
+/// `text` with every word shaped like an AWS access key id (`AKIA` or
+/// `ASIA` and sixteen more capitals or digits) replaced by `…`.
+fn hide_key_ids(text: &str) -> String {
+    let is_part = |b: u8| b.is_ascii_uppercase() || b.is_ascii_digit();
+    let bytes = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    let mut i = 0;
+    while i + 20 <= bytes.len() {
+        let starts_word = i == 0 || !bytes[i - 1].is_ascii_alphanumeric();
+        let ends_word = bytes.get(i + 20).is_none_or(|b| !b.is_ascii_alphanumeric());
+        if starts_word
+            && ends_word
+            && (bytes[i..].starts_with(b"AKIA") || bytes[i..].starts_with(b"ASIA"))
+            && bytes[i..i + 20].iter().all(|&b| is_part(b))
+        {
+            out.push_str(&text[at..i]);
+            out.push('…');
+            i += 20;
+            at = i;
+        } else {
+            i += 1;
+        }
+    }
+    out.push_str(&text[at..]);
+    out
+}
+
 /// Whether two URLs share an origin: scheme, host and port.
 pub fn same_origin(a: &Url, b: &Url) -> bool {
     a.scheme() == b.scheme()
@@ -41,6 +196,58 @@ mod tests {
         let r = redact(&u);
         assert_eq!(r, "https://h.example:8443/a/b.nwb?…");
         assert!(!r.contains("abc") && !r.contains("pw") && !r.contains("user"));
+    }
+
+    #[test]
+    fn an_s3_refusal_keeps_its_reason_and_loses_its_credentials() {
+        let body = "<?xml version=\"1.0\"?>\n<Error><Code>SignatureDoesNotMatch</Code>\
+            <Message>The request signature we calculated does not match</Message>\
+            <AWSAccessKeyId>AKIAIOSFODNN7EXAMPLE</AWSAccessKeyId>\
+            <StringToSign>AWS4-HMAC-SHA256\n20261202T000000Z\nSECRETSCOPE</StringToSign>\
+            <SignatureProvided>deadbeef</SignatureProvided>\
+            <CanonicalRequest>GET\n/key\nX-Amz-Credential=AKIA</CanonicalRequest>\
+            <Resource>https://b.s3.amazonaws.com/key?X-Amz-Signature=SIG1</Resource>\
+            <Hint>see X-Amz-Security-Token=TOK1&amp; and ASIAABCDEFGHIJKLMNOP</Hint></Error>";
+        let shown = printable_excerpt(body.as_bytes(), 4096);
+        assert!(shown.contains("SignatureDoesNotMatch"), "{shown}");
+        assert!(shown.contains("does not match"), "{shown}");
+        assert!(
+            shown.contains("https://b.s3.amazonaws.com/key?…"),
+            "{shown}"
+        );
+        for secret in [
+            "AKIAIOSFODNN7EXAMPLE",
+            "SECRETSCOPE",
+            "deadbeef",
+            "SIG1",
+            "TOK1",
+            "ASIAABCDEFGHIJKLMNOP",
+        ] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        assert!(!shown.contains('\n'), "{shown}");
+    }
+
+    #[test]
+    fn an_excerpt_is_one_line_of_printable_text_within_its_length() {
+        let hostile = "ok\x1b[31mred\x1b[0m\r\nFAKE LOG LINE\u{202E}txt.exe\t\0end";
+        let shown = printable_excerpt(hostile.as_bytes(), 4096);
+        assert_eq!(shown, "ok [31mred [0m FAKE LOG LINEtxt.exe end");
+        assert!(shown.chars().all(|c| !c.is_control()));
+        let long = "é".repeat(600);
+        let cut = printable_excerpt(long.as_bytes(), 513);
+        assert_eq!(cut.len(), 512, "cut at a character boundary");
+        assert_eq!(
+            printable_excerpt(b"\xff\xfebad", 100),
+            "\u{FFFD}\u{FFFD}bad"
+        );
+        // An element cut short hides what follows it.
+        let cut_short = printable_excerpt(b"<Code>X</Code><StringToSign>abc", 100);
+        assert_eq!(cut_short, "<Code>X</Code><StringToSign>…");
+        assert_eq!(
+            printable_excerpt(b"see http and https://h/p?q=1 done", 100),
+            "see http and https://h/p?… done"
+        );
     }
 
     #[test]

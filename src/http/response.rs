@@ -419,8 +419,7 @@ pub(super) fn drain(resp: &mut Response<Body>) -> String {
         .as_reader()
         .take(DRAIN_LIMIT)
         .read_to_end(&mut buf);
-    buf.truncate(BODY_EXCERPT_LEN);
-    String::from_utf8_lossy(&buf).into_owned()
+    super::redact::printable_excerpt(&buf, BODY_EXCERPT_LEN)
 }
 
 #[cfg(test)]
