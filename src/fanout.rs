@@ -4,6 +4,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::mpsc;
+use std::thread::{Scope, ScopedJoinHandle};
 
 use parking_lot::Mutex;
 
@@ -22,11 +23,31 @@ pub(crate) struct Done<R> {
     pub attempts: u32,
 }
 
+/// Starts `f` on a new thread of scope `s`, or returns `None` if the system
+/// refuses a thread (a process at its limit of threads or memory): the
+/// caller then does the work itself, later, rather than panic.
+pub(crate) fn try_spawn<'scope, T: Send + 'scope>(
+    s: &'scope Scope<'scope, '_>,
+    f: impl FnOnce() -> T + Send + 'scope,
+) -> Option<ScopedJoinHandle<'scope, T>> {
+    #[cfg(test)]
+    if tests::REFUSE_THREADS.with(|refuse| refuse.get()) {
+        return None;
+    }
+    match std::thread::Builder::new().spawn_scoped(s, f) {
+        Ok(handle) => Some(handle),
+        Err(e) => {
+            tracing::debug!(error = %e, "no thread could be started; the work goes on this one");
+            None
+        }
+    }
+}
+
 /// Runs `fetch` on every part, at most `workers` at once, each part on the
 /// next free worker; hands each outcome to `on_done` on this thread as it
 /// arrives (so that waiting readers get their blocks early). A single part
-/// runs on this thread. A panic in `fetch` is resumed here, once every
-/// worker has stopped.
+/// runs on this thread, and so do all if no worker thread can be started.
+/// A panic in `fetch` is resumed here, once every worker has stopped.
 ///
 /// Returns the round trips the fetch took: one per `workers` parts (as
 /// planned, not as the workers happened to take them, which depends on
@@ -48,14 +69,27 @@ pub(crate) fn fan_out<P: Send, R: Send>(
     let queue = Mutex::new(parts.into_iter());
     let stop = AtomicBool::new(false);
     let (sender, outcomes) = mpsc::channel();
-    let most_attempts = std::thread::scope(|s| {
+    let (most_attempts, workers) = std::thread::scope(|s| {
         let handles: Vec<_> = (0..workers)
-            .map(|_| {
+            .map_while(|_| {
                 let sender = sender.clone();
                 let (queue, stop, fetch) = (&queue, &stop, &fetch);
-                s.spawn(move || work(queue, stop, fetch, sender))
+                try_spawn(s, move || work(queue, stop, fetch, sender))
             })
             .collect();
+        if handles.is_empty() {
+            // One after the other, as the only worker.
+            let mut most = 0;
+            for part in queue.lock().by_ref() {
+                let done = fetch(part);
+                most = most.max(done.attempts);
+                if on_done(done.outcome) == Next::Stop {
+                    break;
+                }
+            }
+            return (most, 1);
+        }
+        let workers = handles.len();
         drop(sender);
         for outcome in outcomes {
             // Under the queue's lock, so that no worker takes a part between
@@ -72,7 +106,7 @@ pub(crate) fn fan_out<P: Send, R: Send>(
                 Err(panic) => std::panic::resume_unwind(panic),
             }
         }
-        most
+        (most, workers)
     });
     (count.div_ceil(workers) - 1) as u32 + most_attempts.max(1)
 }
@@ -101,9 +135,38 @@ fn work<P, R>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use std::cell::Cell;
     use std::sync::atomic::AtomicUsize;
+
+    thread_local! {
+        /// Makes [`try_spawn`] on this thread behave as if the system refused
+        /// every thread.
+        pub(crate) static REFUSE_THREADS: Cell<bool> = const { Cell::new(false) };
+    }
+
+    #[test]
+    fn without_threads_every_part_is_fetched_on_this_one_in_order() {
+        REFUSE_THREADS.with(|r| r.set(true));
+        let me = std::thread::current().id();
+        let mut got = Vec::new();
+        let rounds = fan_out(
+            (0..10).collect(),
+            4,
+            |n| {
+                assert_eq!(std::thread::current().id(), me);
+                once(n)
+            },
+            |n| {
+                got.push(n);
+                if n == 6 { Next::Stop } else { Next::Continue }
+            },
+        );
+        REFUSE_THREADS.with(|r| r.set(false));
+        assert_eq!(got, (0..=6).collect::<Vec<_>>());
+        assert_eq!(rounds, 10, "one part a round");
+    }
 
     fn once(n: u32) -> Done<u32> {
         Done {

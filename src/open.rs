@@ -182,9 +182,10 @@ fn first_request(
         return (transport.open(first_len), None);
     }
     std::thread::scope(|s| {
-        let tail = s.spawn(|| transport.tail(tail_len));
+        // Without a thread, the file opens without its tail.
+        let tail = crate::fanout::try_spawn(s, || transport.tail(tail_len));
         let opened = transport.open(first_len);
-        (opened, tail.join().ok())
+        (opened, tail.and_then(|t| t.join().ok()))
     })
 }
 
