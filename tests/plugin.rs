@@ -118,6 +118,22 @@ fn h5py_walks_a_remote_file_like_the_local_one() {
     );
 }
 
+#[test]
+fn the_plugin_binds_to_the_hdf5_that_loads_it_among_several() {
+    let Some(python) = support::python::with_modules(&["h5py", "netCDF4"]) else {
+        return;
+    };
+    let python = python.as_path();
+    let server = RangeServer::new(std::fs::read(nwb_file()).unwrap());
+    let url = server.url("/f.nwb");
+    let local = nwb_file().to_str().unwrap();
+    // netCDF4's wheel brings an HDF5 of its own, loaded first here.
+    let out = check(python, "", &["walk-after-netcdf4", &url, local]);
+    assert!(out.contains(r#""same": true"#), "{out}");
+    assert!(out.contains(r#""same_data": true"#), "{out}");
+    assert!(server.requests() > 0, "read through the plugin");
+}
+
 /// Printed by the plugin with `stats=on` when a file closes: its round trips.
 fn printed_round_trips(out: &str) -> u64 {
     out.split(" round trips")

@@ -114,7 +114,10 @@ fn signed_urls_never_reach_logs_errors_or_debug_output() {
         assert!(!text.contains("KEYID"), "credential shown in: {text}");
     }
     assert!(err.to_string().contains("SignatureDoesNotMatch"), "{err}");
-    assert!(err.body_excerpt().unwrap().ends_with("[2J WARN forged"), "{err:?}");
+    assert!(
+        err.body_excerpt().unwrap().ends_with("[2J WARN forged"),
+        "{err:?}"
+    );
     for text in [err.to_string(), format!("{err:?}")] {
         assert!(!text.contains('\x1b') && !text.contains("\n"), "{text}");
     }

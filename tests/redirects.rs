@@ -251,10 +251,18 @@ fn headers_stay_with_the_origin_they_were_given_for_when_the_url_is_renewed() {
     assert_eq!(buf, data[2 * MIB as usize..][..10]);
     assert!(elsewhere.requests() > 0, "the renewed URL was used");
     assert!(
-        elsewhere.log().iter().all(|r| r.header("authorization").is_none()),
+        elsewhere
+            .log()
+            .iter()
+            .all(|r| r.header("authorization").is_none()),
         "the header went to another origin"
     );
-    assert!(server.log().iter().all(|r| r.header("authorization") == Some("Bearer TOKEN")));
+    assert!(
+        server
+            .log()
+            .iter()
+            .all(|r| r.header("authorization") == Some("Bearer TOKEN"))
+    );
 }
 
 #[test]

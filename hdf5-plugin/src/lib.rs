@@ -18,8 +18,12 @@
 //!
 //! A program may load HDF5 privately (the h5py wheel loads its own copy under
 //! a mangled name, without making its symbols global), so the plugin links
-//! no HDF5 of its own: it finds the loaded library that exports HDF5's
-//! functions and takes them from it.
+//! no HDF5 of its own: it takes HDF5's functions from the library that loads
+//! it. A process can hold several HDF5s (the h5py and netCDF4 wheels bring
+//! one each): the one loading the plugin is found from the caller's frame on
+//! the stack, and every function is checked to lie in that library. If the
+//! caller cannot be told and more than one HDF5 is loaded, the plugin
+//! refuses to load rather than guess.
 
 use std::ffi::{CStr, CString, c_int, c_void};
 use std::panic::catch_unwind;
@@ -91,10 +95,11 @@ unsafe fn symbol(handle: *mut c_void, name: &CStr) -> *mut c_void {
     unsafe { libc::dlsym(handle, name.as_ptr()) }
 }
 
-/// Finds the HDF5 library loaded in this process — the one that loads this
-/// plugin — among the loaded objects, and takes the functions and error
-/// codes the driver needs from it.
+/// Finds the HDF5 library that loads this plugin among the loaded objects,
+/// and takes the functions and error codes the driver needs from it.
 fn find_hdf5() -> Option<HostApi> {
+    let caller = caller_object();
+    let mut found: Vec<(usize, HostApi)> = Vec::new();
     for path in loaded_objects() {
         // SAFETY: RTLD_NOLOAD only looks up an object already loaded; an
         // empty name is the program itself.
@@ -109,21 +114,107 @@ fn find_hdf5() -> Option<HostApi> {
         if handle.is_null() {
             continue;
         }
+        // SAFETY: a handle just returned by dlopen.
+        let Some(home) = object_of(unsafe { symbol(handle, c"H5open") }) else {
+            continue;
+        };
+        if caller.is_some_and(|c| c != home) || found.iter().any(|(b, _)| *b == home) {
+            continue;
+        }
         // SAFETY: a handle just returned by dlopen; each symbol, if found,
-        // is the library's function or global of the type HDF5 declares.
-        if let Some(api) = unsafe { api_of(handle) } {
-            return Some(api);
+        // is the library's function or global of the type HDF5 declares,
+        // and only those of the object that defines `H5open` are taken.
+        if let Some(api) = unsafe { api_of(handle, home) } {
+            if caller.is_some() {
+                return Some(api);
+            }
+            found.push((home, api));
         }
     }
-    None
+    if found.len() > 1 {
+        eprintln!(
+            "remfile: {} HDF5 libraries are loaded and the one loading the driver could not be \
+             told; the driver is not loaded",
+            found.len()
+        );
+        return None;
+    }
+    found.pop().map(|(_, api)| api)
 }
 
-/// The driver's table from the library behind `handle`, if it is HDF5.
+/// The base address of the loaded object that holds `addr`, if any.
+fn object_of(addr: *const c_void) -> Option<usize> {
+    if addr.is_null() {
+        return None;
+    }
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only reads the loader's tables and fills `info`.
+    let known = unsafe { libc::dladdr(addr, &mut info) } != 0;
+    (known && !info.dli_fbase.is_null()).then_some(info.dli_fbase as usize)
+}
+
+/// The object (by base address) of the first frame on this thread's stack
+/// that is not this plugin's: the library that called into it. `None` if
+/// the stack cannot be walked there.
+fn caller_object() -> Option<usize> {
+    type Trace = extern "C" fn(*mut c_void, *mut c_void) -> c_int;
+    unsafe extern "C" {
+        // The unwinder's interface (libgcc_s, which Rust's standard library
+        // links for unwinding), as the Itanium C++ ABI defines it.
+        fn _Unwind_Backtrace(trace: Trace, arg: *mut c_void) -> c_int;
+        fn _Unwind_GetIP(context: *mut c_void) -> usize;
+    }
+    struct Walk {
+        own: usize,
+        frames: usize,
+        caller: Option<usize>,
+    }
+    extern "C" fn each(context: *mut c_void, arg: *mut c_void) -> c_int {
+        const NO_REASON: c_int = 0;
+        const END_OF_STACK: c_int = 5;
+        // SAFETY: `arg` is the walk below, borrowed for the call; the
+        // context is the unwinder's, valid during the call.
+        let (walk, ip) = unsafe { (&mut *(arg as *mut Walk), _Unwind_GetIP(context)) };
+        walk.frames += 1;
+        if ip == 0 || walk.frames > 64 {
+            return END_OF_STACK;
+        }
+        // The return address may be one past the call's last byte.
+        match object_of((ip - 1) as *const c_void) {
+            Some(base) if base == walk.own => NO_REASON,
+            other => {
+                walk.caller = other;
+                END_OF_STACK
+            }
+        }
+    }
+    let mut walk = Walk {
+        own: object_of(H5PLget_plugin_info as *const c_void)?,
+        frames: 0,
+        caller: None,
+    };
+    // SAFETY: the callback only reads its context and writes the walk.
+    unsafe { _Unwind_Backtrace(each, &mut walk as *mut Walk as *mut c_void) };
+    walk.caller
+}
+
+/// The driver's table from the library behind `handle`, if it is HDF5,
+/// every symbol taken from the object at `home` (a library's handle also
+/// finds its dependencies' symbols).
 ///
 /// # Safety
 /// `handle` is a handle from `dlopen`.
-unsafe fn api_of(handle: *mut c_void) -> Option<HostApi> {
+unsafe fn api_of(handle: *mut c_void, home: usize) -> Option<HostApi> {
     // SAFETY: per the caller; a symbol found by name is the library's
     // function or global of that name.
-    unsafe { HostApi::from_symbols(|name| symbol(handle, name)) }
+    unsafe {
+        HostApi::from_symbols(|name| {
+            let found = symbol(handle, name);
+            if object_of(found) == Some(home) {
+                found
+            } else {
+                std::ptr::null_mut()
+            }
+        })
+    }
 }

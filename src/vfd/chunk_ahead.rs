@@ -331,7 +331,11 @@ mod tests {
             a.on_read(miss(MIB, 1), 0, 64 * MIB);
             a.on_read(miss(2 * MIB, 1), 0, 64 * MIB)
         });
-        assert_eq!(ahead, [MIB..MIB + 1, 2 * MIB..2 * MIB + 1], "each chunk once");
+        assert_eq!(
+            ahead,
+            [MIB..MIB + 1, 2 * MIB..2 * MIB + 1],
+            "each chunk once"
+        );
     }
 
     #[test]
