@@ -4,39 +4,9 @@
 
 mod support;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
-use support::{After, RawServer, Reply, builder};
-
-const SPARSE_SIZE: u64 = 1 << 50;
-
-/// A file of 2^50 bytes: `head`, then zeros. Counts the body bytes sent.
-fn sparse_server(head: Vec<u8>) -> (RawServer, Arc<AtomicU64>) {
-    let sent = Arc::new(AtomicU64::new(0));
-    let counted = sent.clone();
-    let server = RawServer::new(move |req, out| {
-        let (first, last) = req.range().expect("a range request");
-        let last = last.min(SPARSE_SIZE - 1);
-        let body: Vec<u8> = (first..=last)
-            .map(|i| head.get(i as usize).copied().unwrap_or(0))
-            .collect();
-        counted.fetch_add(body.len() as u64, Ordering::SeqCst);
-        let reply = Reply::new(206)
-            .header("ETag", "\"sparse\"")
-            .header(
-                "Content-Range",
-                format!("bytes {first}-{last}/{SPARSE_SIZE}"),
-            )
-            .body(body);
-        use std::io::Write;
-        match out.write_all(&reply.to_bytes()) {
-            Ok(()) => After::KeepAlive,
-            Err(_) => After::Close,
-        }
-    });
-    (server, sent)
-}
+use support::{SPARSE_SIZE, builder, sparse_server};
 
 #[test]
 fn ranges_of_any_length_cost_at_most_the_cache() {

@@ -540,3 +540,33 @@ pub fn builder() -> remfile::Builder {
                 .max_backoff(Duration::from_millis(20)),
         )
 }
+
+/// The size [`sparse_server`] claims for its file: 1 PiB.
+pub const SPARSE_SIZE: u64 = 1 << 50;
+
+/// A server of one file of [`SPARSE_SIZE`] bytes: `head`, then zeros, with a
+/// strong ETag. Counts the body bytes sent.
+pub fn sparse_server(head: Vec<u8>) -> (RawServer, Arc<std::sync::atomic::AtomicU64>) {
+    let sent = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counted = sent.clone();
+    let server = RawServer::new(move |req, out| {
+        let (first, last) = req.range().expect("a range request");
+        let last = last.min(SPARSE_SIZE - 1);
+        let body: Vec<u8> = (first..=last)
+            .map(|i| head.get(i as usize).copied().unwrap_or(0))
+            .collect();
+        counted.fetch_add(body.len() as u64, Ordering::SeqCst);
+        let reply = Reply::new(206)
+            .header("ETag", "\"sparse\"")
+            .header(
+                "Content-Range",
+                format!("bytes {first}-{last}/{SPARSE_SIZE}"),
+            )
+            .body(body);
+        match out.write_all(&reply.to_bytes()) {
+            Ok(()) => After::KeepAlive,
+            Err(_) => After::Close,
+        }
+    });
+    (server, sent)
+}
