@@ -1,7 +1,18 @@
-//! Entry points for fuzzing the pure parts of the crate (feature `fuzzing`).
-//! Not a stable API: each function decodes arbitrary bytes into inputs for
-//! an internal function and panics if one of its invariants breaks.
+//! Entry points for fuzzing the crate (feature `fuzzing`): its pure parts,
+//! and (with feature `hdf5`) the whole HDF5 driver over an in-memory server.
+//! Not a stable API: each function decodes arbitrary bytes into inputs and
+//! panics if one of its invariants breaks.
 
+#[cfg(feature = "hdf5")]
+mod driver;
+pub mod memory_server;
+mod mutate;
+
+#[cfg(feature = "hdf5")]
+pub use self::driver::{
+    HEADER_LEN, Input, MAX_READ, MAX_REFERENCE_LEN, MAX_STEPS, hdf5_driver, hdf5_driver_walk,
+};
+pub use self::mutate::mutate_metadata;
 use crate::h5meta::{self, Context, FractalHeap, Geometry, MemType, What};
 use crate::http::content_range::{self, ContentRange};
 use crate::plan::{self, ReadAhead};

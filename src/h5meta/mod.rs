@@ -35,6 +35,15 @@ pub(crate) use self::newer::{BTree2, FractalHeap};
 /// with many members has a few hundred).
 pub(crate) const MAX_TARGETS: usize = 4096;
 
+/// The most bytes one target spans, whatever length the file gives it
+/// (a local heap's data segment, a continuation block, a fractal heap's
+/// block, a B-tree node): a target is a guess fetched ahead of HDF5, and
+/// HDF5 reads whatever lies past it itself. The longest pieces of metadata
+/// real writers make (the heap of link names of a group of thousands of
+/// members, an object header of many attributes) are some hundreds of KB;
+/// the guessed bytes are bounded besides by the crawl's budget.
+pub(crate) const MAX_TARGET_LEN: u64 = 1 << 20;
+
 /// HDF5's memory types, as the driver's read callback receives them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum MemType {
@@ -213,6 +222,7 @@ pub(crate) struct Context {
 
 impl Found {
     fn add(&mut self, what: What, addr: Option<u64>, len: u64) {
+        let len = len.min(MAX_TARGET_LEN);
         // An address so large that the bytes would run past the last one is
         // nonsense: nothing is there.
         let Some(end) = addr.and_then(|a| a.checked_add(len)) else {
@@ -286,29 +296,38 @@ pub(crate) fn pointers(
     };
     // A structure never points at itself; the caller has those bytes.
     found.targets.retain(|t| t.bytes.start != addr);
+    // Nor is a leaf its own sibling: following it would never end.
+    if let Some(leaf) = found.chunks.as_mut() {
+        leaf.next_leaf = leaf.next_leaf.filter(|&next| next != addr);
+    }
     found
 }
 
 /// How many bytes the structure at the start of `bytes` says it has, where
 /// the guess made for it may be short: an object header (HDF5 reads 512
-/// bytes first, then the rest).
+/// bytes first, then the rest). At most [`MAX_TARGET_LEN`], whatever the
+/// bytes say.
 #[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
 pub(crate) fn declared_len(bytes: &[u8], what: What, context: &Context) -> Option<u64> {
     let mut c = Cursor::new(bytes, context.geometry);
-    match (what, &c.peek_signature()?) {
+    let len = match (what, &c.peek_signature()?) {
         (What::ObjectHeader, b"OHDR") => object_header::v2_len(&mut c),
         (What::ObjectHeader, _) => object_header::v1_len(&mut c),
         _ => None,
-    }
+    };
+    len.map(|n| n.min(MAX_TARGET_LEN))
 }
+
+/// The signatures HDF5's structures open with (the superblock's first
+/// four bytes among them).
+pub(crate) const SIGNATURES: [&[u8; 4]; 19] = [
+    b"\x89HDF", b"TREE", b"SNOD", b"HEAP", b"GCOL", b"OHDR", b"OCHK", b"FRHP", b"FHDB", b"FHIB",
+    b"BTHD", b"BTIN", b"BTLF", b"FAHD", b"FADB", b"EAHD", b"EAIB", b"EASB", b"EADB",
+];
 
 /// Whether `bytes` open with the signature of an HDF5 structure.
 #[cfg(any(feature = "hdf5", feature = "vfd"))]
 pub(crate) fn has_signature(bytes: &[u8]) -> bool {
-    const SIGNATURES: [&[u8; 4]; 19] = [
-        b"\x89HDF", b"TREE", b"SNOD", b"HEAP", b"GCOL", b"OHDR", b"OCHK", b"FRHP", b"FHDB",
-        b"FHIB", b"BTHD", b"BTIN", b"BTLF", b"FAHD", b"FADB", b"EAHD", b"EAIB", b"EASB", b"EADB",
-    ];
     bytes
         .get(..4)
         .is_some_and(|head| SIGNATURES.iter().any(|s| head == &s[..]))

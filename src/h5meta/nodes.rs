@@ -174,7 +174,13 @@ fn chunk_leaf(
     for _ in 0..entries.min(MAX_TARGETS as u16) {
         let stored = u64::from(c.u32()?);
         c.skip(rest)?;
-        let Some(end) = c.addr()?.and_then(|a| a.checked_add(stored)) else {
+        let addr = c.addr()?;
+        // HDF5 stores no chunk of no bytes: such an entry is damage, and a
+        // run of chunks that never grows would never end.
+        if stored == 0 {
+            continue;
+        }
+        let Some(end) = addr.and_then(|a| a.checked_add(stored)) else {
             continue;
         };
         chunks.push(end - stored..end);

@@ -26,6 +26,12 @@ const VARIABLE_LENGTH: u8 = 9;
 /// The bytes HDF5 reads of a global heap collection first (its least size).
 const GLOBAL_HEAP_READ: u64 = 4096;
 
+/// The most dimensions of a chunked layout (versions 1 to 3): HDF5's
+/// largest rank, 32, plus one for the element. HDF5 refuses a layout of
+/// more, and its chunk index's keys are sized by them: a larger count would
+/// make nodes of the wrong size, of up to 255 dimensions' keys.
+const MAX_LAYOUT_DIMS: u8 = 33;
+
 /// A message's flags bit saying its data is a reference to a shared message.
 const SHARED: u8 = 0x02;
 
@@ -170,13 +176,16 @@ fn layout(c: &mut Cursor<'_>, found: &mut Found) -> Option<()> {
             let dims = c.u8()?;
             let class = c.u8()?;
             c.skip(5)?;
-            if class == 2 {
+            if class == 2 && dims <= MAX_LAYOUT_DIMS {
                 let len = chunk_node_len(&c.geometry, dims);
                 found.add(What::ChunkNode { dims }, c.addr()?, len);
             }
         }
         3 if c.u8()? == 2 => {
             let dims = c.u8()?;
+            if dims > MAX_LAYOUT_DIMS {
+                return None;
+            }
             let len = chunk_node_len(&c.geometry, dims);
             found.add(What::ChunkNode { dims }, c.addr()?, len);
         }

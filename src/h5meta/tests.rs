@@ -478,13 +478,14 @@ fn an_indirect_block_lists_its_direct_blocks_by_row() {
     assert!(f.targets.is_empty());
 }
 
-#[test]
-fn newer_index_headers_point_to_their_root() {
-    let bthd = Le::default()
+/// A version 2 B-tree header of nodes of `node_size` bytes, records of 11
+/// bytes, one level deep, its root at 70,000 holding 3 records.
+fn btree2_header(node_size: u32) -> Vec<u8> {
+    Le::default()
         .bytes(b"BTHD")
         .u8(0)
         .u8(5)
-        .u32(4096)
+        .u32(node_size)
         .u16(11)
         .u16(1)
         .u8(100)
@@ -492,8 +493,18 @@ fn newer_index_headers_point_to_their_root() {
         .u64(70_000)
         .u16(3)
         .u64(3)
-        .u32(0);
-    let f = found(&bthd.0, 60_000, MemType::Other, Some(What::BTree2Header));
+        .u32(0)
+        .0
+}
+
+#[test]
+fn newer_index_headers_point_to_their_root() {
+    let f = found(
+        &btree2_header(4096),
+        60_000,
+        MemType::Other,
+        Some(What::BTree2Header),
+    );
     let root = What::BTree2Node {
         header: 60_000,
         level: 1,
@@ -717,4 +728,218 @@ fn object_headers_say_how_long_they_are() {
     assert_eq!(declared_len(&gcol, What::GlobalHeap, &ctx), None);
     assert_eq!(declared_len(&gcol, What::SymbolNode, &ctx), None);
     assert_eq!(declared_len(&[1, 0], What::ObjectHeader, &ctx), None);
+}
+
+/// Lengths a file gives, which a hostile or damaged one makes huge: each
+/// becomes a target of at most [`MAX_TARGET_LEN`] bytes, wherever it is
+/// read from, so that no caller builds a range, a vector or a loop of the
+/// size a file claims.
+mod bounds {
+    use super::*;
+
+    fn assert_bounded(f: &Found, what: &str) {
+        assert!(!f.targets.is_empty(), "{what}: a target");
+        for t in &f.targets {
+            assert!(
+                t.bytes.end - t.bytes.start <= MAX_TARGET_LEN,
+                "{what}: {t:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_local_heap_whose_data_segment_says_2_50_bytes() {
+        let heap = Le::default()
+            .bytes(b"HEAP")
+            .u8(0)
+            .zeros(3)
+            .u64((1 << 50) - 4096)
+            .u64(u64::MAX)
+            .u64(712);
+        let f = found(&heap.0, 680, MemType::LocalHeap, Some(What::LocalHeap));
+        assert_bounded(&f, "heap data");
+        assert_eq!(f.targets[0].bytes.start, 712);
+    }
+
+    #[test]
+    fn a_continuation_of_2_63_bytes() {
+        let continuation = Le::default().u64(4000).u64(1 << 63).0;
+        let header = Le::default()
+            .u8(1)
+            .u8(0)
+            .u16(1)
+            .u32(1)
+            .u32(24)
+            .zeros(4)
+            .message_v1(0x0010, &continuation)
+            .0;
+        let f = found(&header, 96, MemType::ObjectHeader, None);
+        assert_bounded(&f, "continuation");
+    }
+
+    #[test]
+    fn fractal_heap_blocks_of_every_size() {
+        // An indirect root of 65,535 rows of 4 blocks: 2 MiB of entries.
+        let f = found(
+            &fractal_heap(u16::MAX),
+            8000,
+            MemType::Other,
+            Some(What::FractalHeap { links: true }),
+        );
+        assert_bounded(&f, "indirect root");
+        // A direct root whose starting block is 2^62 bytes.
+        let f = found(
+            &fractal_heap_of_blocks(1 << 62, 1 << 62),
+            8000,
+            MemType::Other,
+            Some(What::FractalHeap { links: true }),
+        );
+        assert_bounded(&f, "direct root");
+        // An indirect block's rows, of blocks from 1 TiB on.
+        let what = Some(What::FractalHeap { links: true });
+        let heap = found(
+            &fractal_heap_of_blocks(1 << 40, 1 << 50),
+            8000,
+            MemType::Other,
+            what,
+        );
+        let mut context = Context::default();
+        context.heaps.insert(8000, heap.heap.expect("a heap"));
+        let mut block = Le::default().bytes(b"FHIB").u8(0).u64(8000).zeros(4);
+        for child in 0..4 * 64 {
+            block = block.u64(100_000 + child);
+        }
+        let f = pointers(
+            &block.0,
+            9000,
+            MemType::Other,
+            Some(What::HeapIndirect { rows: 64 }),
+            &context,
+        );
+        assert_bounded(&f, "rows of an indirect block");
+    }
+
+    #[test]
+    fn a_version_2_btree_of_4_gib_nodes() {
+        let header = btree2_header(u32::MAX);
+        let f = found(&header, 60_000, MemType::Other, Some(What::BTree2Header));
+        assert_bounded(&f, "node");
+    }
+
+    /// A version 1 object header with one message: a version 3 chunked
+    /// layout of `dims` dimensions whose index is at 9000.
+    fn header_with_layout(dims: u8) -> Vec<u8> {
+        let layout = Le::default()
+            .u8(3)
+            .u8(2)
+            .u8(dims)
+            .u64(9000)
+            .zeros(4 * usize::from(dims))
+            .0;
+        Le::default()
+            .u8(1)
+            .u8(0)
+            .u16(1)
+            .u32(1)
+            .u32(8 + layout.len().div_ceil(8) as u32 * 8)
+            .zeros(4)
+            .message_v1(0x0008, &layout)
+            .0
+    }
+
+    #[test]
+    fn chunk_index_nodes_of_the_most_keys_and_dimensions() {
+        // Chunk B-tree nodes of 2 * 65,535 children, a 32-dimensional layout
+        // (HDF5's most, plus one for the element).
+        let context = Context {
+            geometry: Geometry {
+                chunk_k: u16::MAX,
+                ..Geometry::default()
+            },
+            ..Context::default()
+        };
+        let header = header_with_layout(33);
+        let f = pointers(&header, 96, MemType::ObjectHeader, None, &context);
+        assert_bounded(&f, "chunk node");
+    }
+
+    #[test]
+    fn a_layout_of_more_dimensions_than_hdf5_allows_points_nowhere() {
+        let f = found(&header_with_layout(200), 96, MemType::ObjectHeader, None);
+        assert!(f.targets.is_empty(), "{:?}", f.targets);
+    }
+
+    #[test]
+    fn an_object_header_of_2_64_bytes_says_at_most_the_bound() {
+        let ctx = Context::default();
+        // Version 2, flags: an 8-byte chunk size.
+        let v2 = Le::default().bytes(b"OHDR").u8(2).u8(0x03).u64(1 << 62).0;
+        let len = declared_len(&v2, What::ObjectHeader, &ctx);
+        assert!(len.is_some_and(|n| n <= MAX_TARGET_LEN), "{len:?}");
+        let v1 = Le::default()
+            .u8(1)
+            .u8(0)
+            .u16(3)
+            .u32(1)
+            .u32(u32::MAX)
+            .zeros(4)
+            .0;
+        let len = declared_len(&v1, What::ObjectHeader, &ctx);
+        assert!(len.is_some_and(|n| n <= MAX_TARGET_LEN), "{len:?}");
+    }
+
+    /// [`fractal_heap`] with a direct root, blocks of `start` bytes in its
+    /// first row and of at most `max`.
+    fn fractal_heap_of_blocks(start: u64, max: u64) -> Vec<u8> {
+        let mut heap = fractal_heap(0);
+        let at = 4 + 1 + 2 + 2 + 1 + 4 + 8 * 4 + 8 * 8 + 2;
+        heap[at..at + 8].copy_from_slice(&start.to_le_bytes());
+        heap[at + 8..at + 16].copy_from_slice(&max.to_le_bytes());
+        heap
+    }
+
+    /// A chunk index leaf with `chunks` (stored size, address) and a right
+    /// sibling.
+    fn chunk_leaf(chunks: &[(u32, u64)], right: u64) -> Vec<u8> {
+        let mut leaf = Le::default()
+            .bytes(b"TREE")
+            .u8(1)
+            .u8(0)
+            .u16(chunks.len() as u16)
+            .u64(u64::MAX)
+            .u64(right);
+        for &(size, addr) in chunks {
+            leaf = leaf.u32(size).u32(0).u64(0).u64(0).u64(0).u64(addr);
+        }
+        leaf.u32(0).u32(0).u64(0).u64(0).u64(0).0
+    }
+
+    #[test]
+    fn chunks_of_no_bytes_and_a_leaf_naming_itself_are_dropped() {
+        let dims = Some(What::ChunkNode { dims: 3 });
+        let leaf = chunk_leaf(&[(0, 50_000), (4096, 60_000), (0, 70_000)], 9000);
+        let f = found(&leaf, 9000, MemType::BTree, dims);
+        let leaf = f.chunks.expect("a leaf");
+        assert_eq!(leaf.chunks, vec![60_000..64_096]);
+        assert_eq!(leaf.next_leaf, None, "its own sibling");
+        let other = chunk_leaf(&[(4096, 60_000)], 12_000);
+        let f = found(&other, 9000, MemType::BTree, dims);
+        assert_eq!(f.chunks.expect("a leaf").next_leaf, Some(12_000));
+    }
+
+    #[test]
+    fn a_symbol_node_of_65535_entries_reads_only_those_its_bytes_hold() {
+        let node = Le::default()
+            .bytes(b"SNOD")
+            .u8(1)
+            .u8(0)
+            .u16(u16::MAX)
+            .u64(8)
+            .u64(3000)
+            .u32(0)
+            .u32(0)
+            .zeros(16);
+        let f = found(&node.0, 1000, MemType::BTree, Some(What::SymbolNode));
+        assert_eq!(starts(&f), [(What::ObjectHeader, 3000)]);
+    }
 }
