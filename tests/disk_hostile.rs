@@ -364,3 +364,33 @@ fn a_lock_no_one_renews_delays_a_read_a_few_seconds_at_most() {
         "it did wait for a fresh lock: {waited:?}"
     );
 }
+
+#[test]
+fn a_cache_below_a_directory_another_user_could_change_is_refused() {
+    let dir = temp_dir("above");
+    fs::create_dir_all(&dir).unwrap();
+    // Another user's directory, and the user's own directory inside it:
+    // that user can rename either and put a link in the cache's place.
+    let theirs = dir.join("theirs");
+    fs::create_dir(&theirs).unwrap();
+    fs::set_permissions(&theirs, fs::Permissions::from_mode(0o755)).unwrap();
+    if let Err(e) = std::os::unix::fs::chown(&theirs, Some(12345), Some(12345)) {
+        eprintln!("SKIPPED: cannot give a directory to another user here: {e}");
+        return;
+    }
+    for cache in [theirs.join("cache"), theirs.join("mine/deeper/cache")] {
+        let e = DiskCache::open(&cache, 1 << 20).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}");
+        let says = e.to_string();
+        assert!(says.contains("another user (uid 12345)"), "{says}");
+        assert!(says.contains(&theirs.display().to_string()), "{says}");
+    }
+    // A directory its group can write, unless sticky.
+    let group = dir.join("group");
+    fs::create_dir(&group).unwrap();
+    fs::set_permissions(&group, fs::Permissions::from_mode(0o770)).unwrap();
+    let e = DiskCache::open(group.join("cache"), 1 << 20).unwrap_err();
+    assert!(e.to_string().contains("its group"), "{e}");
+    fs::set_permissions(&group, fs::Permissions::from_mode(0o1770)).unwrap();
+    DiskCache::open(group.join("cache"), 1 << 20).unwrap();
+}

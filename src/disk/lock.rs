@@ -7,21 +7,32 @@
 //! fetch runs. A lock not renewed for [`FRESH_FOR`] is stale whoever it
 //! names, and one whose time lies in the future is not trusted: a holder
 //! that died, on this machine or another, in this PID namespace or
-//! another, never makes others wait longer than that. A process id is
-//! consulted only when the holder is on this host and in this namespace,
-//! where it means something, and only to let go sooner. A waiter waits at
+//! another, never makes others wait longer than that. A waiter waits at
 //! most [`WAIT_AT_MOST`], then fetches the block itself: a duplicate fetch
 //! costs bytes, never correctness.
 //!
+//! A holder that exited is seen at once where that can be known. Its holder
+//! keeps an advisory lock (`flock`) on the file, which the kernel drops when
+//! the process ends, however it ends, and says so in the file: a waiter on
+//! the same host (in any PID namespace) that can take that lock itself
+//! knows the holder is gone. A process id is consulted only when the holder
+//! is on this host and in this namespace, where it means something: a
+//! process that is gone or has exited (a zombie not yet reaped) holds
+//! nothing. Both only let go sooner. A child forked while its parent held a
+//! lock shares the parent's advisory lock until it takes a lock of its own
+//! or ends: then only the renewal rule applies.
+//!
 //! On a network filesystem shared by several machines this needs exclusive
 //! creation and rename to be atomic (NFSv3 and later, Lustre, GPFS) and the
-//! machines' clocks to agree within a second or two.
+//! machines' clocks to agree within a second or two. An advisory lock is
+//! trusted only between processes of one host (another host's may not be
+//! seen on a filesystem mounted without lock support).
 
 use std::collections::BTreeMap;
-use std::fs;
+use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use parking_lot::Mutex;
@@ -55,7 +66,13 @@ pub(crate) struct Holder {
     /// The PID namespace, where the system names it (Linux).
     pub pid_namespace: Option<String>,
     pub pid: u32,
+    /// It holds an advisory lock on the lock file while it lives.
+    pub advisory: bool,
 }
+
+/// The line of a lock file that says its holder holds an advisory lock on
+/// it (files of earlier versions do not have it).
+const ADVISORY_LINE: &str = "advisory lock held";
 
 impl Holder {
     /// This process.
@@ -72,15 +89,21 @@ impl Holder {
             pid_namespace: pid_namespace.clone(),
             // Asked each time: a forked child is another process.
             pid: std::process::id(),
+            advisory: false,
         }
     }
 
     fn to_text(&self) -> String {
         format!(
-            "remfile fetch lock\nhost {}\npid namespace {}\npid {}\n",
+            "remfile fetch lock\nhost {}\npid namespace {}\npid {}\n{}",
             self.host,
             self.pid_namespace.as_deref().unwrap_or("-"),
-            self.pid
+            self.pid,
+            if self.advisory {
+                format!("{ADVISORY_LINE}\n")
+            } else {
+                String::new()
+            }
         )
     }
 
@@ -104,6 +127,7 @@ impl Holder {
             host,
             pid_namespace: (namespace != "-").then(|| namespace.to_owned()),
             pid,
+            advisory: lines.next() == Some(ADVISORY_LINE),
         })
     }
 
@@ -129,13 +153,16 @@ fn host_name() -> String {
 
 /// Whether a lock last renewed at `renewed`, naming `holder` (if it could be
 /// read), is stale at `now` for `me`. `alive` says whether a process id is
-/// alive where `me` runs (`None`: it cannot be known).
+/// alive where `me` runs (`None`: it cannot be known); `advisory_free`
+/// whether `me` could take the advisory lock on the file (`None`: not
+/// tried, or not supported there).
 pub(crate) fn is_stale(
     renewed: SystemTime,
     now: SystemTime,
     holder: Option<&Holder>,
     me: &Holder,
     alive: impl Fn(u32) -> Option<bool>,
+    advisory_free: Option<bool>,
 ) -> bool {
     let age = match now.duration_since(renewed) {
         Ok(age) => age,
@@ -147,6 +174,7 @@ pub(crate) fn is_stale(
     }
     match holder {
         None => age > GRACE,
+        Some(h) if h.advisory && h.host == me.host && advisory_free == Some(true) => true,
         Some(h) if h.is_visible_to(me) => alive(h.pid) == Some(false),
         Some(_) => false,
     }
@@ -154,12 +182,55 @@ pub(crate) fn is_stale(
 
 /// Whether process `pid` is alive here, where `/proc` says: a `/proc` of
 /// this process's PID namespace (one mounted for another namespace names
-/// this process otherwise).
+/// this process otherwise). A process that has exited but is not yet
+/// reaped (a zombie) is not.
 fn alive_here(pid: u32) -> Option<bool> {
     let proc = Path::new("/proc");
     let own = fs::read_link(proc.join("self"))
         .is_ok_and(|me| me.as_os_str() == std::process::id().to_string().as_str());
-    own.then(|| proc.join(pid.to_string()).exists())
+    if !own {
+        return None;
+    }
+    match fs::read_to_string(proc.join(pid.to_string()).join("stat")) {
+        Ok(stat) => Some(!has_exited(&stat)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Some(false),
+        // There, but unreadable: alive as far as can be told.
+        Err(_) => Some(true),
+    }
+}
+
+/// Whether a process whose `/proc/PID/stat` reads `stat` has exited: its
+/// state (the field after the command name, which is in parentheses and
+/// may hold anything) is zombie or dead.
+fn has_exited(stat: &str) -> bool {
+    let state = stat
+        .rfind(')')
+        .and_then(|end| stat[end + 1..].split_whitespace().next());
+    matches!(state, Some("Z" | "X" | "x"))
+}
+
+/// Takes the advisory lock on `file` without waiting: whether it did
+/// (`None` where advisory locks are not supported).
+fn try_advisory(file: &File, exclusive: bool) -> Option<bool> {
+    #[cfg(unix)]
+    {
+        use rustix::fs::FlockOperation::{NonBlockingLockExclusive, NonBlockingLockShared};
+        let operation = if exclusive {
+            NonBlockingLockExclusive
+        } else {
+            NonBlockingLockShared
+        };
+        match rustix::fs::flock(file, operation) {
+            Ok(()) => Some(true),
+            Err(rustix::io::Errno::WOULDBLOCK) => Some(false),
+            Err(_) => None,
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (file, exclusive);
+        None
+    }
 }
 
 /// Whether the lock at `path` is held: there, fresh and its holder not
@@ -172,14 +243,22 @@ pub(crate) fn is_held(path: &Path) -> bool {
         return false;
     };
     let mut text = String::new();
-    let read = file.take(MAX_LOCK_LEN).read_to_string(&mut text);
+    let read = (&file).take(MAX_LOCK_LEN).read_to_string(&mut text);
     let holder = read.ok().and_then(|_| Holder::parse(&text));
+    let me = Holder::me();
+    // Tried only where it means something (a shared lock taken here is let
+    // go when `file` closes).
+    let advisory_free = holder
+        .as_ref()
+        .filter(|h| h.advisory && h.host == me.host)
+        .and_then(|_| try_advisory(&file, false));
     !is_stale(
         renewed,
         SystemTime::now(),
         holder.as_ref(),
-        &Holder::me(),
+        &me,
         alive_here,
+        advisory_free,
     )
 }
 
@@ -225,18 +304,19 @@ pub(crate) fn look_while_held<T>(
 }
 
 /// A held fetch lock, renewed while it lives and deleted when dropped (the
-/// blocks written or given up).
+/// blocks written or given up), or when the process exits
+/// ([`release_all`]).
 ///
 /// One lock covers the blocks of a fetch: the lock file of the first is
 /// made, and those of the others are hard links to it ([`extend`](Self::extend)),
 /// which cost no new file (making files is what costs on a busy
 /// filesystem), are made atomically or not at all, as exclusive creation
-/// is (on NFS too), and share the first's holder and time: renewing it
-/// renews them all.
+/// is (on NFS too), and share the first's holder, time and advisory lock:
+/// renewing it renews them all.
 pub(crate) struct FetchLock {
     /// The lock file made; the others link to it.
     path: PathBuf,
-    links: Vec<PathBuf>,
+    /// Its entry in [`RENEWALS`].
     id: u64,
     /// The process that took it: a child forked with a copy deletes nothing.
     pid: u32,
@@ -246,14 +326,27 @@ impl FetchLock {
     /// Takes the lock at `path` if no one holds it (a stale one is taken
     /// over). `Ok(None)`: someone does.
     pub(crate) fn take(path: &Path) -> io::Result<Option<FetchLock>> {
-        let made = make_unless_held(path, || {
+        let mut made = None;
+        let taken = make_unless_held(path, || {
             let mut file = private::create_new(path)?;
-            file.write_all(Holder::me().to_text().as_bytes())
+            // Taken before the holder is written: a file that says so has it.
+            let advisory = try_advisory(&file, true) == Some(true);
+            let holder = Holder {
+                advisory,
+                ..Holder::me()
+            };
+            file.write_all(holder.to_text().as_bytes())
                 .inspect_err(|_| {
                     let _ = fs::remove_file(path);
-                })
+                })?;
+            made = Some(file);
+            Ok(())
         })?;
-        Ok(made.then(|| FetchLock::renewed(path.to_path_buf())))
+        Ok(made.filter(|_| taken).map(|file| FetchLock {
+            path: path.to_path_buf(),
+            id: RENEWALS.add(path.to_path_buf(), file),
+            pid: std::process::id(),
+        }))
     }
 
     /// Extends this lock to the lock file at `path`, if no one holds that
@@ -262,19 +355,9 @@ impl FetchLock {
     pub(crate) fn extend(&mut self, path: &Path) -> io::Result<bool> {
         let linked = make_unless_held(path, || fs::hard_link(&self.path, path))?;
         if linked {
-            self.links.push(path.to_path_buf());
+            RENEWALS.link(self.id, path.to_path_buf());
         }
         Ok(linked)
-    }
-
-    fn renewed(path: PathBuf) -> FetchLock {
-        let id = RENEWALS.add(path.clone());
-        FetchLock {
-            path,
-            links: Vec::new(),
-            id,
-            pid: std::process::id(),
-        }
     }
 }
 
@@ -283,11 +366,82 @@ impl Drop for FetchLock {
         if self.pid != std::process::id() {
             return;
         }
-        RENEWALS.remove(self.id);
-        for link in &self.links {
-            let _ = fs::remove_file(link);
+        if let Some(held) = RENEWALS.remove(self.id) {
+            held.remove_files();
         }
-        let _ = fs::remove_file(&self.path);
+    }
+}
+
+/// Deletes the lock files this process holds, for a process that ends
+/// (the fetches they cover will not finish): other processes, on other
+/// hosts too, fetch those blocks at once. Gives up at `deadline` if the
+/// table of locks cannot be had (a thread holding it at a fork).
+pub(crate) fn release_all(deadline: Instant) {
+    let Some(mut state) = RENEWALS.state.try_lock_until(deadline) else {
+        return;
+    };
+    let me = std::process::id();
+    let mine: Vec<u64> = state
+        .held
+        .iter()
+        .filter(|(_, h)| h.pid == me)
+        .map(|(&id, _)| id)
+        .collect();
+    let released: Vec<Held> = mine
+        .into_iter()
+        .filter_map(|id| state.held.remove(&id))
+        .collect();
+    drop(state);
+    for held in released {
+        held.remove_files();
+    }
+}
+
+/// One lock as this process holds it.
+struct Held {
+    /// The process that took it (a forked child finds its parent's).
+    pid: u32,
+    /// The lock file, open: it carries the advisory lock, and renewing it
+    /// through this never touches a file someone else made at its path.
+    file: Arc<File>,
+    /// Its path, and the links to it.
+    paths: Vec<PathBuf>,
+    /// Its device and inode, to tell it from a file made at its path by a
+    /// process that took a stale lock over.
+    inode: Option<(u64, u64)>,
+}
+
+impl Held {
+    /// Deletes its files that are still this lock.
+    fn remove_files(&self) {
+        for path in &self.paths {
+            if self.is_at(path) {
+                let _ = fs::remove_file(path);
+            }
+        }
+    }
+
+    fn is_at(&self, path: &Path) -> bool {
+        match (self.inode, inode_of(path)) {
+            (Some(mine), Some(there)) => mine == there,
+            // Not known: as earlier versions did, deleted.
+            (None, _) => true,
+            (_, None) => false,
+        }
+    }
+}
+
+/// The device and inode of the file at `path` (not followed).
+fn inode_of(path: &Path) -> Option<(u64, u64)> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        fs::symlink_metadata(path).ok().map(|m| (m.dev(), m.ino()))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        None
     }
 }
 
@@ -297,7 +451,7 @@ struct Renewals {
 }
 
 struct RenewalState {
-    held: BTreeMap<u64, PathBuf>,
+    held: BTreeMap<u64, Held>,
     next_id: u64,
     /// The process whose thread renews: a child forked from it has none.
     thread_of: Option<u32>,
@@ -312,16 +466,30 @@ static RENEWALS: Renewals = Renewals {
 };
 
 impl Renewals {
-    fn add(&'static self, path: PathBuf) -> u64 {
+    fn add(&'static self, path: PathBuf, file: File) -> u64 {
+        #[cfg(unix)]
+        let inode = {
+            use std::os::unix::fs::MetadataExt;
+            file.metadata().ok().map(|m| (m.dev(), m.ino()))
+        };
+        #[cfg(not(unix))]
+        let inode = None;
+        let me = std::process::id();
+        let held = Held {
+            pid: me,
+            file: Arc::new(file),
+            paths: vec![path],
+            inode,
+        };
         let mut state = self.state.lock();
         let id = state.next_id;
         state.next_id += 1;
-        state.held.insert(id, path);
-        let me = std::process::id();
         if state.thread_of.is_some_and(|pid| pid != me) {
-            // Forked since: the parent's locks are the parent's to renew.
-            state.held.retain(|&held, _| held == id);
+            // Forked since: the parent's locks are the parent's to renew
+            // (and its advisory locks shared through them let go of here).
+            state.held.clear();
         }
+        state.held.insert(id, held);
         if state.thread_of != Some(me) {
             let spawned = std::thread::Builder::new()
                 .name("remfile-lock-renewal".into())
@@ -333,24 +501,30 @@ impl Renewals {
         id
     }
 
-    fn remove(&self, id: u64) {
-        self.state.lock().held.remove(&id);
+    fn link(&self, id: u64, path: PathBuf) {
+        if let Some(held) = self.state.lock().held.get_mut(&id) {
+            held.paths.push(path);
+        }
+    }
+
+    fn remove(&self, id: u64) -> Option<Held> {
+        self.state.lock().held.remove(&id)
     }
 
     fn run(&self) {
         loop {
             let started = Instant::now();
             std::thread::sleep(RENEW_EVERY);
-            let held: Vec<PathBuf> = {
+            let held: Vec<Arc<File>> = {
                 let mut state = self.state.lock();
                 if state.held.is_empty() {
                     state.thread_of = None;
                     return;
                 }
-                state.held.values().cloned().collect()
+                state.held.values().map(|h| Arc::clone(&h.file)).collect()
             };
-            for path in held {
-                let _ = private::touch(&path, MAX_LOCK_LEN);
+            for file in held {
+                let _ = file.set_modified(SystemTime::now());
             }
             tracing::trace!(elapsed = ?started.elapsed(), "fetch locks renewed");
         }
@@ -366,6 +540,7 @@ mod tests {
             host: host.into(),
             pid_namespace: ns.map(Into::into),
             pid,
+            advisory: false,
         }
     }
 
@@ -434,6 +609,11 @@ mod tests {
         assert_eq!(Holder::parse(&me.to_text()), Some(me));
         let no_ns = holder("node-1", None, 7);
         assert_eq!(Holder::parse(&no_ns.to_text()), Some(no_ns));
+        let advisory = Holder {
+            advisory: true,
+            ..holder("node-1", None, 8)
+        };
+        assert_eq!(Holder::parse(&advisory.to_text()), Some(advisory));
         assert_eq!(
             Holder::parse("12\n").unwrap().pid,
             12,
@@ -453,7 +633,7 @@ mod tests {
             } else {
                 now + Duration::from_secs((-ago) as u64)
             };
-            is_stale(renewed, now, h, &me, |_| alive)
+            is_stale(renewed, now, h, &me, |_| alive, None)
         };
         let here = holder("a", Some("ns1"), 99);
         let elsewhere = holder("b", Some("ns1"), 99);
@@ -480,5 +660,128 @@ mod tests {
         // No holder yet: a moment's grace.
         assert!(!s(1, None, None));
         assert!(s(3, None, None));
+    }
+
+    #[test]
+    fn a_free_advisory_lock_means_its_holder_on_this_host_is_gone() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let me = holder("a", Some("ns1"), 1);
+        let with = |h: Holder| Holder {
+            advisory: true,
+            ..h
+        };
+        let s = |h: &Holder, free| is_stale(now, now, Some(h), &me, |_| Some(true), free);
+        // In another PID namespace of this host: its process id says
+        // nothing, its advisory lock does.
+        let other_ns = with(holder("a", Some("ns2"), 99));
+        assert!(s(&other_ns, Some(true)));
+        assert!(!s(&other_ns, Some(false)), "still held");
+        assert!(!s(&other_ns, None), "not known");
+        // Another host's advisory lock may not be seen from here.
+        assert!(!s(&with(holder("b", Some("ns1"), 99)), Some(true)));
+        // A holder that took none (an earlier version) is not judged by it.
+        assert!(!s(&holder("a", Some("ns2"), 99), Some(true)));
+    }
+
+    #[test]
+    fn a_process_that_exited_is_not_alive() {
+        assert!(!has_exited("4242 (remfile) S 1 4242 4242 0 -1"));
+        assert!(!has_exited("4242 (remfile) R 1"));
+        assert!(has_exited("4242 (remfile) Z 1 4242"));
+        assert!(
+            has_exited("4242 (a) Z (b) R) X 1"),
+            "a name with parentheses"
+        );
+        assert!(
+            !has_exited("4242 (a) Z (b) S 1"),
+            "the last parenthesis counts"
+        );
+        assert!(!has_exited(""));
+        assert_eq!(alive_here(std::process::id()), Some(true));
+    }
+
+    /// The holder of [`a_lock_whose_holder_was_killed_is_not_held`], run as
+    /// a child process: takes the lock at `path`, says so, waits to be
+    /// killed.
+    fn holding_child(path: &str) {
+        let _lock = FetchLock::take(Path::new(path)).unwrap().unwrap();
+        println!("held");
+        std::thread::sleep(Duration::from_secs(60));
+    }
+
+    #[test]
+    fn a_lock_whose_holder_was_killed_is_not_held() {
+        if let Ok(path) = std::env::var("REMFILE_LOCK_HOLDER") {
+            return holding_child(&path);
+        }
+        let dir = std::env::temp_dir().join(format!("remfile-lock-killed-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("0.lock");
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "disk::lock::tests::a_lock_whose_holder_was_killed_is_not_held",
+                "--exact",
+                "--nocapture",
+            ])
+            .env("REMFILE_LOCK_HOLDER", &path)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        while !line.contains("held") {
+            line.clear();
+            assert!(
+                std::io::BufRead::read_line(&mut out, &mut line).unwrap() > 0,
+                "the child ended"
+            );
+        }
+        assert!(is_held(&path), "its holder lives");
+        // Killed, and not reaped yet: its process id is still in /proc.
+        child.kill().unwrap();
+        let stat = format!("/proc/{}/stat", child.id());
+        while !fs::read_to_string(&stat).is_ok_and(|s| has_exited(&s)) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // As fresh as a lock can be: only its holder's end can free it.
+        fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(SystemTime::now())
+            .unwrap();
+        assert!(!is_held(&path), "its holder is gone");
+        child.wait().unwrap();
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_lock_taken_by_another_namespace_is_held_while_its_advisory_lock_is() {
+        let dir =
+            std::env::temp_dir().join(format!("remfile-lock-advisory-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("0.lock");
+        // As a process of another PID namespace of this host writes it.
+        let other = Holder {
+            pid_namespace: Some("pid:[1]".into()),
+            pid: 1,
+            advisory: true,
+            ..Holder::me()
+        };
+        fs::write(&path, other.to_text()).unwrap();
+        let file = File::open(&path).unwrap();
+        assert_eq!(try_advisory(&file, true), Some(true));
+        assert!(is_held(&path), "its advisory lock is held");
+        drop(file);
+        assert!(!is_held(&path), "let go of: its holder ended");
+        // A lock of this process: held.
+        let _ = fs::remove_file(&path);
+        let mine = FetchLock::take(&path).unwrap().unwrap();
+        assert!(fs::read_to_string(&path).unwrap().contains(ADVISORY_LINE));
+        assert!(is_held(&path));
+        drop(mine);
+        let _ = fs::remove_dir_all(&dir);
     }
 }

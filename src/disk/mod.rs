@@ -13,12 +13,16 @@
 //! Everything in the directory is the user's alone, and nothing planted in
 //! it is followed ([`private`]); one process fetches a block while the
 //! others wait for it ([`lock`]); blocks are written off the fetch path
-//! ([`writer`]); each file's last version seen is recorded ([`record`]).
+//! ([`writer`]), and before the process exits ([`at_exit`]); each file's
+//! last version seen is recorded ([`record`]); a directory is open once in
+//! a process, whoever opens it ([`shared`]).
 
+mod at_exit;
 mod format;
 mod lock;
 mod private;
 mod record;
+mod shared;
 mod writer;
 
 pub(crate) use record::{FirstOpen, encode, name};
@@ -77,12 +81,31 @@ const STALE_TEMPORARY: Duration = Duration::from_secs(3600);
 ///
 /// Blocks are written in the background, so that a cold read costs no more
 /// than without a disk cache: a block waiting to be written is read from the
-/// queue, and dropping the last handle of a file waits (up to 10 s) until its
-/// blocks are on disk, for the next run to find them.
+/// queue. The blocks a read fetched are on disk for the next run however
+/// the process ends:
+/// - dropping the last handle of a file waits (up to 10 s) until its
+///   blocks are on disk;
+/// - a process that ends by `exit` with files still open (returning from
+///   `main`, [`std::process::exit`], C's `exit`, the Python interpreter's
+///   exit) writes every cache's queue first, waiting 5 s at most, and lets
+///   go of its fetch locks;
+/// - otherwise (killed, `_exit`, `os._exit`) a block is lost only if it was
+///   fetched in the last second or so: a block waits in the queue about a
+///   second at most at the pace the disk was measured to write (a block
+///   that would wait longer is written by the fetch that brought it, so a
+///   disk slower than the network slows reads to its pace), and a fetch
+///   lock of a process that ended is let go of at once by the others on
+///   its host (after a few seconds on other hosts).
+///
+/// Opening a directory already open in this process (by any path to it)
+/// gives the same cache: one scan of the directory, one write queue of at
+/// most 256 MiB, whatever the number of files that use it. Of the
+/// capacities its opens give, the smallest holds (for every handle) while
+/// the cache is open; once no handle is left, the next open starts afresh.
 ///
 /// The directory and everything in it are private to the user (0700 and
 /// 0600), and [`open`](DiskCache::open) refuses a directory another user
-/// could write. Nothing found in it is followed: a link, a FIFO or a file
+/// could write or replace. Nothing found in it is followed: a link, a FIFO or a file
 /// longer than a block file is never read through, written through or
 /// waited on. A directory on a network filesystem (NFSv3 or later, Lustre)
 /// is shared by every machine that mounts it: exclusive creation and
@@ -105,7 +128,8 @@ pub struct DiskCache {
 
 struct Inner {
     dir: PathBuf,
-    capacity: u64,
+    /// The smallest capacity an open of the directory gave (see [`shared`]).
+    capacity: AtomicU64,
     /// The bytes in the directory as this process last knew them.
     used: AtomicU64,
     /// One eviction at a time in this process.
@@ -120,24 +144,30 @@ impl fmt::Debug for DiskCache {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DiskCache")
             .field("dir", &self.inner.dir)
-            .field("capacity", &self.inner.capacity)
+            .field("capacity", &self.capacity())
             .finish()
     }
 }
 
 impl DiskCache {
     /// Opens (creating it, private to the user, if need be) the cache in
-    /// `dir`, which holds at most `capacity` bytes of blocks.
+    /// `dir`, which holds at most `capacity` bytes of blocks. If this
+    /// process has it open already, the handle is to that cache, whose
+    /// capacity becomes the smaller of the two.
     ///
     /// # Errors
     ///
     /// The directory cannot be created or read, or another user could write
     /// it or its parts (owned by someone else, group or world writable, a
     /// part replaced by a link, a link to it another user made) or replace
-    /// it (a parent directory anyone can write that is not sticky as `/tmp`
-    /// is):
-    /// [`io::ErrorKind::PermissionDenied`], with a message that says which. Such a directory would let them plant
-    /// blocks that a read serves, or read the blocks.
+    /// it: [`io::ErrorKind::PermissionDenied`], with a message that says
+    /// which. Such a directory would let them plant blocks that a read
+    /// serves, read the blocks, or put a link in its place through which
+    /// eviction deletes the user's files. The rule for the directories
+    /// above it (as the path resolves), as ssh's `StrictModes` has it for a
+    /// home directory: each belongs to the user or to root, and none can be
+    /// written by its group or by others unless it is sticky, as `/tmp` is
+    /// (there no one can rename or delete what another made).
     ///
     /// ```no_run
     /// match remfile::DiskCache::open("/tmp/shared-by-everyone", 1 << 30) {
@@ -153,17 +183,19 @@ impl DiskCache {
         for part in ["blocks", "tmp", "files"] {
             private::make_dir(&dir.join(part))?;
         }
-        let used = block_files(&dir).iter().map(|b| b.len).sum();
-        Ok(DiskCache {
-            inner: Arc::new(Inner {
+        let inner = shared::open(dir, capacity, |dir| {
+            let used = block_files(&dir).iter().map(|b| b.len).sum();
+            Inner {
                 dir,
-                capacity,
+                capacity: AtomicU64::new(capacity),
                 used: AtomicU64::new(used),
                 evicting: Mutex::new(()),
                 warned: AtomicBool::new(false),
                 writer: Arc::default(),
-            }),
-        })
+            }
+        });
+        at_exit::register();
+        Ok(DiskCache { inner })
     }
 
     /// Waits until the blocks queued so far (by any file of this cache) are
@@ -185,9 +217,10 @@ impl DiskCache {
         &self.inner.dir
     }
 
-    /// The most bytes of blocks it holds.
+    /// The most bytes of blocks it holds: the smallest capacity any open
+    /// of its directory in this process gave.
     pub fn capacity(&self) -> u64 {
-        self.inner.capacity
+        self.inner.capacity.load(Relaxed)
     }
 
     /// The bytes of blocks in the directory now (a scan of it).
@@ -291,7 +324,7 @@ impl DiskCache {
         };
         let mut blocks = block_files(&self.inner.dir);
         let mut total: u64 = blocks.iter().map(|b| b.len).sum();
-        let goal = (self.inner.capacity as f64 * EVICT_TO) as u64;
+        let goal = (self.capacity() as f64 * EVICT_TO) as u64;
         blocks.sort_by_key(|b| b.used);
         for b in blocks {
             if total <= goal {
@@ -383,17 +416,13 @@ impl DiskFile {
     /// Keeps block `index` on disk. Failures (a read-only or full disk, a
     /// directory deleted underneath) are warned of, never returned.
     /// It is written in the background (see [`writer`]); until then a read
-    /// finds it in the queue. A full queue skips it.
+    /// finds it in the queue. If the queue is full it is written now.
     pub(crate) fn write(&self, index: u64, payload: &[u8]) {
         let bytes = format::encode(self.owner(index), payload);
-        let queued = self
-            .cache
+        self.cache
             .inner
             .writer
             .write(self.path(index), bytes, || Box::new(self.cache.clone()));
-        if !queued {
-            tracing::debug!(index, "disk cache: the write queue is full; block not kept");
-        }
     }
 
     /// See [`DiskCache::release_after_writes`].
@@ -416,7 +445,7 @@ impl WriteFile for DiskCache {
         }
         let inner = &self.inner;
         let used = inner.used.fetch_add(bytes.len() as u64, Relaxed) + bytes.len() as u64;
-        if used > inner.capacity {
+        if used > self.capacity() {
             self.evict();
         }
     }
@@ -669,6 +698,39 @@ mod tests {
                 assert_eq!(f.read(i, 4096), Some(vec![w; 4096]), "{w} {i}");
             }
         }
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_directory_is_one_cache_in_a_process_whatever_its_name() {
+        let dir = temp_dir("shared");
+        let first = DiskCache::open(&dir, 3 << 20).unwrap();
+        let f = first.file("id".into(), 100);
+        f.write(0, &[1; 100]);
+        let again = DiskCache::open(dir.join("blocks/.."), 5 << 20).unwrap();
+        assert!(Arc::ptr_eq(&first.inner, &again.inner), "one cache");
+        assert!(
+            Arc::ptr_eq(&first.inner.writer, &again.inner.writer),
+            "one queue"
+        );
+        // The smaller capacity holds, for every handle.
+        assert_eq!(again.capacity(), 3 << 20);
+        let smaller = DiskCache::open(&dir, 2 << 20).unwrap();
+        assert_eq!((first.capacity(), smaller.capacity()), (2 << 20, 2 << 20));
+        assert!(again.flush(Duration::from_secs(10)));
+        // Once no handle is left (its writer gone too), a new one.
+        let weak = Arc::downgrade(&first.inner);
+        drop((f, first, again, smaller));
+        let until = Instant::now() + Duration::from_secs(10);
+        while weak.strong_count() > 0 && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let fresh = DiskCache::open(&dir, 4 << 20).unwrap();
+        assert_eq!(fresh.capacity(), 4 << 20);
+        assert_eq!(
+            fresh.file("id".into(), 100).read(0, 100),
+            Some(vec![1; 100])
+        );
         let _ = fs::remove_dir_all(&dir);
     }
 

@@ -24,12 +24,12 @@ pub(crate) fn make_dir(path: &Path) -> io::Result<()> {
 
 /// Makes the cache's top directory `path`, with its parents, if it does not
 /// exist, then checks it: the user named it, so a link to it is followed.
-/// A link to it must be the user's (or root's), and its parents may not be
-/// writable by anyone without being sticky, as `/tmp` is: anyone could put a
-/// directory of their own in its place. (Its parents' owners and groups are
-/// not held against it: files of another user are never read, and the
-/// user's are private, so such a swap costs the cache, never its secrecy or
-/// its bytes.)
+/// A link to it must be the user's (or root's), and the directories above
+/// it (as its path resolves) must be safe as ssh's `StrictModes` has it
+/// (see [`check_parent`]): whoever could rename an entry of one of them
+/// could put a directory of their own, or a link to the user's files, in
+/// the cache's place, and eviction would then delete files there that look
+/// like blocks.
 pub(crate) fn make_top_dir(path: &Path) -> io::Result<()> {
     check_link(path)?;
     if !path.exists() {
@@ -45,22 +45,42 @@ pub(crate) fn make_top_dir(path: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// Checks a directory above the cache: it belongs to the user or to root,
+/// and neither its group nor others can write it unless it is sticky (as
+/// `/tmp` is: there no one but an entry's owner, the directory's owner and
+/// root can rename or delete it). Anyone else who could write it could
+/// replace the cache's directory.
 #[cfg(unix)]
 fn check_parent(path: &Path) -> io::Result<()> {
     use std::os::unix::fs::MetadataExt;
     let meta = fs::metadata(path)?;
-    if meta.mode() & 0o002 != 0 && meta.mode() & 0o1000 == 0 {
-        return Err(io::Error::new(
+    match parent_verdict(meta.uid(), meta.mode(), current_user()) {
+        None => Ok(()),
+        Some(why) => Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
             format!(
-                "disk cache directory: its parent {} can be written by anyone and is not \
-                 sticky: refused, as anyone could put a directory of their own in the \
-                 cache's place",
+                "disk cache directory: the directory {} above it {why}: refused, as \
+                 they could put a directory of their own, or a link, in the cache's place",
                 path.display(),
             ),
-        ));
+        )),
     }
-    Ok(())
+}
+
+/// Why a directory above the cache, owned by `uid` with `mode`, is unsafe
+/// for user `me` (`None`: it is safe).
+#[cfg(unix)]
+fn parent_verdict(uid: u32, mode: u32, me: u32) -> Option<String> {
+    if uid != me && uid != 0 {
+        return Some(format!("belongs to another user (uid {uid})"));
+    }
+    let sticky = mode & 0o1000 != 0;
+    match (mode & 0o020 != 0, mode & 0o002 != 0) {
+        _ if sticky => None,
+        (_, true) => Some("can be written by anyone and is not sticky".into()),
+        (true, false) => Some("can be written by its group and is not sticky".into()),
+        (false, false) => None,
+    }
 }
 
 #[cfg(not(unix))]
@@ -332,10 +352,30 @@ mod tests {
         fs::create_dir(d.join("shared")).unwrap();
         fs::set_permissions(d.join("shared"), fs::Permissions::from_mode(0o777)).unwrap();
         let e = make_top_dir(&d.join("shared/cache")).unwrap_err();
-        assert!(e.to_string().contains("parent"), "{e}");
+        assert!(e.to_string().contains("above it"), "{e}");
         fs::set_permissions(d.join("shared"), fs::Permissions::from_mode(0o1777)).unwrap();
         make_top_dir(&d.join("shared/cache")).unwrap();
         let _ = fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_directory_above_the_cache_is_safe_as_ssh_would_have_it() {
+        let me = 1000;
+        assert_eq!(parent_verdict(me, 0o40755, me), None);
+        assert_eq!(parent_verdict(0, 0o40755, me), None, "root's");
+        assert_eq!(parent_verdict(0, 0o41777, me), None, "/tmp");
+        assert_eq!(parent_verdict(0, 0o41775, me), None, "sticky, group");
+        let other = parent_verdict(1001, 0o40755, me).unwrap();
+        assert!(other.contains("another user (uid 1001)"), "{other}");
+        assert!(
+            parent_verdict(1001, 0o41777, me).is_some(),
+            "its owner renames"
+        );
+        assert!(parent_verdict(0, 0o40777, me).unwrap().contains("anyone"));
+        assert!(parent_verdict(me, 0o40775, me).unwrap().contains("group"));
+        // Root's own cache: every other user is another.
+        assert!(parent_verdict(me, 0o40755, 0).is_some());
+        assert_eq!(parent_verdict(0, 0o40700, 0), None);
     }
 
     #[test]

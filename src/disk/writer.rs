@@ -1,10 +1,19 @@
 //! Block files written off the fetch path: a fetch hands its blocks to a
-//! queue and goes on; one thread per disk cache writes them. The queue is
-//! bounded in bytes, and a block that does not fit is not written (a read
-//! is never slowed for the sake of the cache). A block waiting in the queue
-//! is read from there, and a fetch lock handed over after its blocks is
-//! released once they are written, so that another process waiting for
-//! them finds them on disk.
+//! queue and goes on; one thread per disk cache writes them, at once, in
+//! the order queued. A block waiting in the queue is read from there, and a
+//! fetch lock handed over after its blocks is released once they are
+//! written, so that another process waiting for them finds them on disk.
+//!
+//! The queue is bounded in bytes ([`MAX_QUEUED`]) and in time: the writes
+//! are timed, and a block is queued only if everything queued, it
+//! included, can be written within [`MAX_WAIT`] at the pace measured. A
+//! block that does not fit is written at once by the thread that fetched
+//! it: a disk slower than the network slows fetches to its pace rather than
+//! lose blocks (a block not written would be fetched again, by this process
+//! or by another waiting for it). So a block is on disk about [`MAX_WAIT`]
+//! after its fetch at the latest, and a process killed (or ended by
+//! `_exit`) loses only the blocks of its last moments. A process that ends
+//! by `exit` writes its queue first (see `at_exit`).
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -18,8 +27,52 @@ use super::lock::FetchLock;
 /// The most bytes of block files waiting to be written.
 pub(crate) const MAX_QUEUED: u64 = 256 << 20;
 
+/// The longest a block waits in the queue, as the disk's measured pace
+/// foretells it: a block that would wait longer is written by its fetcher.
+pub(crate) const MAX_WAIT: Duration = Duration::from_secs(1);
+
+/// How much writing time the measured pace covers (older writes count for
+/// less, so that the pace follows the disk without jumping at one slow
+/// write).
+const PACE_WINDOW: Duration = Duration::from_secs(2);
+
 /// How long the writing thread waits for more work before it ends.
 const LINGER: Duration = Duration::from_millis(500);
+
+/// How fast the disk took the block files written lately.
+#[derive(Debug, Default, Clone, Copy)]
+struct Pace {
+    bytes: f64,
+    secs: f64,
+}
+
+impl Pace {
+    fn record(&mut self, bytes: u64, took: Duration) {
+        self.bytes += bytes as f64;
+        self.secs += took.as_secs_f64();
+        if self.secs > PACE_WINDOW.as_secs_f64() {
+            self.bytes /= 2.0;
+            self.secs /= 2.0;
+        }
+    }
+
+    /// How long writing `bytes` takes at this pace; `None` before any
+    /// write was measured.
+    fn time_for(&self, bytes: u64) -> Option<Duration> {
+        (self.bytes > 0.0)
+            .then(|| Duration::try_from_secs_f64(self.secs * bytes as f64 / self.bytes).ok())
+            .flatten()
+    }
+}
+
+/// Whether a block file of `len` bytes may join a queue of `queued` bytes
+/// that the disk takes at `pace`: it fits in [`MAX_QUEUED`], and it would
+/// be written within [`MAX_WAIT`] (a block alone in the queue always is
+/// queued: it waits for nothing).
+fn has_room(queued: u64, len: u64, pace: &Pace) -> bool {
+    let after = queued.saturating_add(len);
+    after <= MAX_QUEUED && (queued == 0 || pace.time_for(after).is_none_or(|t| t <= MAX_WAIT))
+}
 
 /// What the writing thread does next.
 enum Job {
@@ -45,6 +98,8 @@ struct Queue {
     dropped: u64,
     /// The process whose thread writes: a child forked from it has none.
     thread_of: Option<u32>,
+    /// How fast the thread wrote lately.
+    pace: Pace,
 }
 
 impl Queue {
@@ -104,19 +159,23 @@ pub(crate) trait WriteFile: Send + 'static {
 }
 
 impl Writer {
-    /// Queues the block file `bytes` for `path`; false (and nothing queued)
-    /// if the queue has no room for it.
+    /// Queues the block file `bytes` for `path`, or writes it here and now
+    /// (with `to`) if the queue has no room for it (see [`has_room`]).
     pub(crate) fn write(
         self: &Arc<Self>,
         path: PathBuf,
         bytes: Vec<u8>,
         to: impl FnOnce() -> Box<dyn WriteFile>,
-    ) -> bool {
+    ) {
         let mut guard = self.queue.lock();
         let queue = guard.own();
         let len = bytes.len() as u64;
-        if queue.bytes + len > MAX_QUEUED {
-            return false;
+        if !has_room(queue.bytes, len, &queue.pace) {
+            drop(guard);
+            let started = Instant::now();
+            to().write_file(&path, &bytes);
+            self.queue.lock().pace.record(len, started.elapsed());
+            return;
         }
         queue.bytes += len;
         if let Some(old) = queue.waiting.insert(path.clone(), Arc::new(bytes)) {
@@ -124,7 +183,6 @@ impl Writer {
         }
         queue.push(Job::Write(path));
         self.start(queue, to);
-        true
     }
 
     /// Releases `locks` once the blocks queued so far are written (at once
@@ -154,25 +212,31 @@ impl Writer {
     }
 
     /// Waits until everything queued so far is written, or `deadline`;
-    /// returns whether it is.
+    /// returns whether it is. It waits for nothing past `deadline`, not
+    /// even for the queue's lock (which a thread that does not exist in a
+    /// forked child may hold).
     pub(crate) fn flush(&self, deadline: Instant) -> bool {
-        self.flush_to(self.mark(), deadline)
+        self.mark(deadline)
+            .is_some_and(|mark| self.flush_to(mark, deadline))
     }
 
-    /// Where the queue stands: what [`flush_to`](Self::flush_to) waits for.
-    fn mark(&self) -> Mark {
-        let mut guard = self.queue.lock();
+    /// Where the queue stands: what [`flush_to`](Self::flush_to) waits for
+    /// (`None` if its lock could not be had by `deadline`).
+    fn mark(&self, deadline: Instant) -> Option<Mark> {
+        let mut guard = self.queue.try_lock_until(deadline)?;
         let queue = guard.own();
-        Mark {
+        Some(Mark {
             queued: queue.queued,
             dropped: queue.dropped,
-        }
+        })
     }
 
     /// Waits until the jobs queued before `mark` are done, or `deadline`;
     /// returns whether they were written (none dropped).
     fn flush_to(&self, mark: Mark, deadline: Instant) -> bool {
-        let mut queue = self.queue.lock();
+        let Some(mut queue) = self.queue.try_lock_until(deadline) else {
+            return false;
+        };
         while queue.done < mark.queued {
             if self.idle.wait_until(&mut queue, deadline).timed_out() {
                 break;
@@ -220,10 +284,15 @@ impl Writer {
                 Job::Write(path) => {
                     let bytes = queue.waiting.get(&path).cloned();
                     drop(queue);
+                    let started = Instant::now();
                     if let Some(bytes) = &bytes {
                         target.write_file(&path, bytes);
                     }
+                    let took = started.elapsed();
                     queue = self.queue.lock();
+                    if let Some(bytes) = &bytes {
+                        queue.pace.record(bytes.len() as u64, took);
+                    }
                     // Gone from the waiting only now: until it is on disk,
                     // a read finds it here.
                     if let Some(bytes) = bytes {
@@ -280,13 +349,21 @@ mod tests {
     struct Recorder {
         written: Arc<Mutex<Vec<(PathBuf, usize)>>>,
         gate: Arc<Mutex<()>>,
+        /// The blocks the writing thread wrote (not their fetchers).
+        by_thread: Arc<Mutex<usize>>,
     }
 
     impl WriteFile for Recorder {
         fn write_file(&self, path: &Path, bytes: &[u8]) {
             let _open = self.gate.lock();
+            if std::thread::current().name() == Some("remfile-disk-writer") {
+                *self.by_thread.lock() += 1;
+            }
             if path.starts_with("slow") {
                 std::thread::sleep(Duration::from_millis(800));
+            }
+            if path.starts_with("paced") {
+                std::thread::sleep(Duration::from_millis(100));
             }
             self.written.lock().push((path.to_path_buf(), bytes.len()));
         }
@@ -310,7 +387,7 @@ mod tests {
         }
         let rec = Recorder::default();
         let to = || Box::new(rec.clone()) as Box<dyn WriteFile>;
-        assert!(writer.write("child".into(), vec![2; 3], to));
+        writer.write("child".into(), vec![2; 3], to);
         assert!(writer.flush(Instant::now() + Duration::from_secs(10)));
         assert_eq!(*rec.written.lock(), [(PathBuf::from("child"), 3)]);
         assert!(
@@ -325,11 +402,11 @@ mod tests {
         let writer = Arc::new(Writer::default());
         let rec = Recorder::default();
         let to = || Box::new(rec.clone()) as Box<dyn WriteFile>;
-        assert!(writer.write("slow/a".into(), vec![1; 10], to));
-        let mark = writer.mark();
+        writer.write("slow/a".into(), vec![1; 10], to);
+        let mark = writer.mark(Instant::now()).unwrap();
         // Queued after the flush began: a busy cache.
         for i in 0..3 {
-            assert!(writer.write(format!("slow/b{i}").into(), vec![2; 10], to));
+            writer.write(format!("slow/b{i}").into(), vec![2; 10], to);
         }
         assert!(writer.flush_to(mark, Instant::now() + Duration::from_secs(10)));
         let written = rec.written.lock().clone();
@@ -346,8 +423,8 @@ mod tests {
         let rec = Recorder::default();
         let to = || Box::new(rec.clone()) as Box<dyn WriteFile>;
         let closed = rec.gate.lock();
-        assert!(writer.write("a".into(), vec![1; 10], to));
-        assert!(writer.write("b".into(), vec![2; 20], to));
+        writer.write("a".into(), vec![1; 10], to);
+        writer.write("b".into(), vec![2; 20], to);
         assert_eq!(
             writer.waiting(Path::new("b")).as_deref(),
             Some(&vec![2; 20])
@@ -366,18 +443,79 @@ mod tests {
     }
 
     #[test]
-    fn a_full_queue_skips_the_write() {
+    fn no_more_is_queued_than_the_disk_writes_within_the_bound() {
+        let writer = Arc::new(Writer::default());
+        let rec = Recorder::default();
+        let to = || Box::new(rec.clone()) as Box<dyn WriteFile>;
+        // A disk that takes 100 ms a block, measured on a first block.
+        writer.write("paced/first".into(), vec![0; 1000], to);
+        assert!(writer.flush(Instant::now() + Duration::from_secs(10)));
+        let mut most = 0;
+        for i in 0..25 {
+            writer.write(format!("paced/{i}").into(), vec![0; 1000], to);
+            most = most.max(writer.queue.lock().bytes);
+        }
+        assert!(writer.flush(Instant::now() + Duration::from_secs(20)));
+        assert_eq!(rec.written.lock().len(), 26, "every block written");
+        // A second's worth queued at most, ten blocks (or fewer, on a
+        // slower machine); the others written by their fetcher.
+        assert!(most <= 10_000, "{most} bytes queued");
+        assert!(*rec.by_thread.lock() < 26, "some by their fetcher");
+    }
+
+    #[test]
+    fn a_flush_gives_up_at_its_deadline_on_a_queue_locked_for_good() {
+        // As in a child forked while a thread of its parent held the lock.
+        let writer = Arc::new(Writer::default());
+        let _held = writer.queue.lock();
+        assert!(!writer.flush(Instant::now() + Duration::from_millis(50)));
+    }
+
+    #[test]
+    fn room_in_the_queue() {
+        let unmeasured = Pace::default();
+        assert!(has_room(0, MAX_QUEUED, &unmeasured));
+        assert!(!has_room(0, MAX_QUEUED + 1, &unmeasured));
+        assert!(has_room(MAX_QUEUED - 10, 10, &unmeasured));
+        assert!(!has_room(MAX_QUEUED - 10, 11, &unmeasured));
+        // 1 MB a second: a second's worth and no more, but a lone block.
+        let mut pace = Pace::default();
+        pace.record(1_000_000, Duration::from_secs(1));
+        assert_eq!(pace.time_for(500_000), Some(Duration::from_millis(500)));
+        assert!(has_room(900_000, 100_000, &pace));
+        assert!(!has_room(900_000, 100_001, &pace));
+        assert!(has_room(0, 5_000_000, &pace));
+        // Older writes count for less once the window is full.
+        for _ in 0..10 {
+            pace.record(10_000_000, Duration::from_secs(1));
+        }
+        assert!(pace.time_for(10_000_000).unwrap() < Duration::from_millis(1100));
+    }
+
+    #[test]
+    fn a_block_the_full_queue_has_no_room_for_is_written_by_its_fetcher() {
         let writer = Arc::new(Writer::default());
         let rec = Recorder::default();
         let to = || Box::new(rec.clone()) as Box<dyn WriteFile>;
         let closed = rec.gate.lock();
         let half = (MAX_QUEUED / 2) as usize;
-        assert!(writer.write("a".into(), vec![0; half], to));
-        assert!(writer.write("b".into(), vec![0; half], to));
-        assert!(!writer.write("c".into(), vec![0; 1], to), "no room");
-        assert_eq!(writer.waiting(Path::new("c")), None);
+        writer.write("a".into(), vec![0; half], to);
+        writer.write("b".into(), vec![0; half], to);
+        let fetcher = {
+            let (writer, rec) = (Arc::clone(&writer), rec.clone());
+            std::thread::spawn(move || {
+                writer.write("c".into(), vec![0; 1], || {
+                    Box::new(rec) as Box<dyn WriteFile>
+                })
+            })
+        };
+        // It waits to write c itself (the gate is closed to everyone).
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(writer.waiting(Path::new("c")), None, "not queued");
         drop(closed);
+        fetcher.join().unwrap();
         assert!(writer.flush(Instant::now() + Duration::from_secs(5)));
-        assert_eq!(rec.written.lock().len(), 2);
+        assert_eq!(rec.written.lock().len(), 3);
+        assert_eq!(*rec.by_thread.lock(), 2, "c by its fetcher");
     }
 }
