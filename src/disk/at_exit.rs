@@ -49,11 +49,17 @@ extern "C" fn write_before_exit() {
     let _ = std::panic::catch_unwind(|| write_queues_and_release(Instant::now() + AT_EXIT));
 }
 
+/// The tables of caches and of locks are held for moments only: one not
+/// had within this is held by a thread that does not exist (in a child
+/// forked while a thread of its parent held it).
+const TABLE_WAIT: Duration = Duration::from_millis(500);
+
 /// Writes what every open cache has queued, then deletes the locks still
 /// held, by `deadline`.
 fn write_queues_and_release(deadline: Instant) {
-    for cache in shared::all_open(deadline) {
+    let table_wait = || deadline.min(Instant::now() + TABLE_WAIT);
+    for cache in shared::all_open(table_wait()) {
         cache.writer.flush(deadline);
     }
-    lock::release_all(deadline);
+    lock::release_all(table_wait());
 }

@@ -246,11 +246,13 @@ pub(crate) fn is_held(path: &Path) -> bool {
     let read = (&file).take(MAX_LOCK_LEN).read_to_string(&mut text);
     let holder = read.ok().and_then(|_| Holder::parse(&text));
     let me = Holder::me();
-    // Tried only where it means something (a shared lock taken here is let
-    // go when `file` closes).
+    // Asked only where it means something: of a holder on this host other
+    // than this process (which lives). A shared lock taken here is let go
+    // of when `file` closes.
     let advisory_free = holder
         .as_ref()
         .filter(|h| h.advisory && h.host == me.host)
+        .filter(|h| !(h.pid == me.pid && h.pid_namespace == me.pid_namespace))
         .and_then(|_| try_advisory(&file, false));
     !is_stale(
         renewed,

@@ -36,6 +36,11 @@ pub(crate) const MAX_WAIT: Duration = Duration::from_secs(1);
 /// write).
 const PACE_WINDOW: Duration = Duration::from_secs(2);
 
+/// The queue's lock is held for bookkeeping only, never during a write: a
+/// flush that cannot have it within this finds it held by a thread that
+/// does not exist (in a child forked while a thread of its parent held it).
+const LOCK_WAIT: Duration = Duration::from_millis(500);
+
 /// How long the writing thread waits for more work before it ends.
 const LINGER: Duration = Duration::from_millis(500);
 
@@ -223,7 +228,7 @@ impl Writer {
     /// Where the queue stands: what [`flush_to`](Self::flush_to) waits for
     /// (`None` if its lock could not be had by `deadline`).
     fn mark(&self, deadline: Instant) -> Option<Mark> {
-        let mut guard = self.queue.try_lock_until(deadline)?;
+        let mut guard = self.lock_by(deadline)?;
         let queue = guard.own();
         Some(Mark {
             queued: queue.queued,
@@ -234,7 +239,7 @@ impl Writer {
     /// Waits until the jobs queued before `mark` are done, or `deadline`;
     /// returns whether they were written (none dropped).
     fn flush_to(&self, mark: Mark, deadline: Instant) -> bool {
-        let Some(mut queue) = self.queue.try_lock_until(deadline) else {
+        let Some(mut queue) = self.lock_by(deadline) else {
             return false;
         };
         while queue.done < mark.queued {
@@ -243,6 +248,12 @@ impl Writer {
             }
         }
         queue.done >= mark.queued && queue.dropped == mark.dropped
+    }
+
+    /// The queue's lock, if it can be had by `deadline` (see [`LOCK_WAIT`]).
+    fn lock_by(&self, deadline: Instant) -> Option<parking_lot::MutexGuard<'_, Queue>> {
+        self.queue
+            .try_lock_until(deadline.min(Instant::now() + LOCK_WAIT))
     }
 
     fn start(self: &Arc<Self>, queue: &mut Queue, to: impl FnOnce() -> Box<dyn WriteFile>) {
@@ -469,6 +480,10 @@ mod tests {
         let writer = Arc::new(Writer::default());
         let _held = writer.queue.lock();
         assert!(!writer.flush(Instant::now() + Duration::from_millis(50)));
+        // However far its deadline: the lock is never held that long.
+        let started = Instant::now();
+        assert!(!writer.flush(Instant::now() + Duration::from_secs(3600)));
+        assert!(started.elapsed() < Duration::from_secs(60));
     }
 
     #[test]
