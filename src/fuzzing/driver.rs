@@ -21,7 +21,7 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 use std::collections::hash_map::DefaultHasher;
-use std::ffi::{CStr, c_char, c_void};
+use std::ffi::c_void;
 use std::hash::{Hash, Hasher};
 use std::io::Write;
 use std::path::PathBuf;
@@ -97,7 +97,7 @@ fn claimed_len(kind: u8, file_len: u64) -> u64 {
 const BLOCK_SIZES: [u64; 4] = [crate::hdf5::BLOCK_SIZE, 4096, 64 << 10, 12_345];
 
 /// The two bytes before the file in an input: the size kind (see
-/// [`claimed_len`]) and the option bits (metadata prefetch off, chunk
+/// `claimed_len`) and the option bits (metadata prefetch off, chunk
 /// read-ahead off, hyperslab prefetch on, and two bits of block size).
 pub const HEADER_LEN: usize = 2;
 
@@ -326,7 +326,9 @@ fn walk(file: &h5lib::File, prefetch: bool) -> Vec<String> {
                         if prefetch {
                             prefetch_selection(&ds);
                         }
-                        out.push(format!("{child}: {}", describe(ds.id(), Kind::Dataset)));
+                        let read = chunk_bytes(&ds).is_none_or(|b| b <= MAX_CHUNK);
+                        let described = describe(ds.id(), Kind::Dataset, read);
+                        out.push(format!("{child}: {described}"));
                     }
                     Err(_) => out.push(format!("{child}: open error")),
                 },
@@ -335,6 +337,25 @@ fn walk(file: &h5lib::File, prefetch: bool) -> Vec<String> {
         }
     }
     out
+}
+
+/// The most bytes of one chunk of a dataset whose values are read: HDF5
+/// allocates a whole chunk to read any of it, as long as the layout says
+/// (up to 4 GiB), through either driver. The seeds' chunks are 1 MiB at
+/// most.
+const MAX_CHUNK: u64 = 16 << 20;
+
+/// The bytes of one chunk of `ds`, if it is chunked (`Some(u64::MAX)` past
+/// that).
+fn chunk_bytes(ds: &h5lib::Dataset) -> Option<u64> {
+    let chunk = ds.chunk()?;
+    let size = ds.dtype().map_or(1, |t| t.size() as u64);
+    Some(
+        chunk
+            .iter()
+            .try_fold(size, |acc, &n| acc.checked_mul(n as u64))
+            .unwrap_or(u64::MAX),
+    )
 }
 
 /// Describes the attributes of `loc` (object `id`).
@@ -350,7 +371,7 @@ fn attributes(loc: &h5lib::Location, id: usize, out: &mut Vec<String>, steps: &m
         }
         let shown: String = name.chars().take(64).collect();
         let described = match loc.attr(&name) {
-            Ok(a) => describe(a.id(), Kind::Attribute),
+            Ok(a) => describe(a.id(), Kind::Attribute, true),
             Err(_) => "open error".to_owned(),
         };
         out.push(format!("{id}@{shown:?}: {described}"));
@@ -411,17 +432,18 @@ impl Drop for Id {
 }
 
 /// A dataset's or attribute's type, shape and values (a hash of the bytes
-/// read of them, of the strings for variable-length strings).
-fn describe(obj: hid_t, kind: Kind) -> String {
+/// read of them).
+/// With `read` false, only the type and shape.
+fn describe(obj: hid_t, kind: Kind, read: bool) -> String {
     h5lib::sync::sync(|| {
         // SAFETY: `obj` is an open dataset or attribute (per `kind`) and the
         // lock is held; every identifier opened is closed by `Id`, and the
         // buffer is as long as the selection's elements.
-        unsafe { describe_locked(obj, kind) }
+        unsafe { describe_locked(obj, kind, read) }
     })
 }
 
-unsafe fn describe_locked(obj: hid_t, kind: Kind) -> String {
+unsafe fn describe_locked(obj: hid_t, kind: Kind, read: bool) -> String {
     // SAFETY: as `describe`.
     unsafe {
         let (dtype, space) = match kind {
@@ -446,7 +468,14 @@ unsafe fn describe_locked(obj: hid_t, kind: Kind) -> String {
         let shape: Vec<u64> = shape.into_iter().collect();
         let mut text = format!("class {class} size {size} shape {shape:?}");
         let points = h5s::H5Sget_simple_extent_npoints(space.0);
-        if points <= 0 || size == 0 || size > MAX_READ {
+        if points <= 0 || size == 0 || size > MAX_READ || !read {
+            return text;
+        }
+        // HDF5 1.10 allocates (and clears) what each variable-length
+        // value's stored length says, through either driver: gigabytes for
+        // a damaged one. Their types and shapes are compared, not values.
+        if has_variable_length(dtype.0, 0) {
+            text.push_str(" variable-length, not read");
             return text;
         }
         let counts = match kind {
@@ -458,7 +487,6 @@ unsafe fn describe_locked(obj: hid_t, kind: Kind) -> String {
             text.push_str(" not read");
             return text;
         };
-        // Aligned for the pointers variable-length values are read as.
         let mut buf = vec![0u64; bytes.div_ceil(8) as usize];
         let ptr = buf.as_mut_ptr().cast::<c_void>();
         let mem_space = if rank == 0 {
@@ -501,31 +529,45 @@ unsafe fn describe_locked(obj: hid_t, kind: Kind) -> String {
             return text;
         }
         let mut hash = DefaultHasher::new();
-        let pointers = h5t::H5Tdetect_class(dtype.0, h5t::H5T_class_t::H5T_VLEN) > 0;
-        if h5t::H5Tis_variable_str(dtype.0) > 0 {
-            let strings =
-                std::slice::from_raw_parts(ptr.cast::<*const c_char>(), elements as usize);
-            for &s in strings {
-                if s.is_null() {
-                    0u8.hash(&mut hash);
-                } else {
-                    CStr::from_ptr(s).to_bytes().hash(&mut hash);
-                }
-            }
-        } else if pointers {
-            // Variable-length sequences (or strings inside compounds): read,
-            // their pointers not compared.
-            text.push_str(" vlen");
-        } else {
-            let raw = std::slice::from_raw_parts(ptr.cast::<u8>(), bytes as usize);
-            raw.hash(&mut hash);
-        }
-        if pointers {
-            #[allow(deprecated)]
-            h5d::H5Dvlen_reclaim(dtype.0, mem_space.0, h5p::H5P_DEFAULT, ptr);
-        }
+        let raw = std::slice::from_raw_parts(ptr.cast::<u8>(), bytes as usize);
+        raw.hash(&mut hash);
         text.push_str(&format!(" values {:016x}", hash.finish()));
         text
+    }
+}
+
+/// Whether values of type `t` hold variable-length sequences or strings,
+/// anywhere in them (HDF5's own `H5Tdetect_class` misses variable-length
+/// strings). `depth`: how deep in nested types this one is (bounded: a
+/// file's types are a few levels deep).
+///
+/// # Safety
+///
+/// `t` is an open datatype; the HDF5 lock is held.
+unsafe fn has_variable_length(t: hid_t, depth: u32) -> bool {
+    use h5t::H5T_class_t::{H5T_ARRAY, H5T_COMPOUND, H5T_STRING, H5T_VLEN};
+    if depth > 8 {
+        return true;
+    }
+    // SAFETY: as the function's; each type opened is closed by `Id`.
+    unsafe {
+        match h5t::H5Tget_class(t) {
+            H5T_VLEN => true,
+            H5T_STRING => h5t::H5Tis_variable_str(t) != 0,
+            H5T_ARRAY => {
+                let base = Id(h5t::H5Tget_super(t), h5t::H5Tclose);
+                base.0 < 0 || has_variable_length(base.0, depth + 1)
+            }
+            H5T_COMPOUND => {
+                let n = h5t::H5Tget_nmembers(t);
+                n < 0
+                    || (0..n as u32).any(|i| {
+                        let member = Id(h5t::H5Tget_member_type(t, i), h5t::H5Tclose);
+                        member.0 < 0 || has_variable_length(member.0, depth + 1)
+                    })
+            }
+            _ => false,
+        }
     }
 }
 

@@ -19,7 +19,7 @@ use ureq::unversioned::transport::{
     Buffers, ConnectionDetails, Connector, LazyBuffers, NextTimeout, Transport,
 };
 
-/// The file a [`MemoryServer`] serves: `bytes`, then zeros up to `len`.
+/// The file the in-memory server serves: `bytes`, then zeros up to `len`.
 #[derive(Clone)]
 pub struct Served {
     bytes: Arc<[u8]>,
