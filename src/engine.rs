@@ -352,35 +352,53 @@ impl Engine {
         Ok(())
     }
 
-    /// Makes sure the blocks covering `ranges` are fetched, all missing runs
-    /// at once: at most as many as the cache holds (more would not stay).
+    /// Makes sure the blocks covering `ranges` are fetched: as many as the
+    /// caches hold (more would not stay), in rounds of at most what the
+    /// memory cache holds, so that memory stays within its budget. Without
+    /// a disk cache that is one round; with one, as many blocks as the disk
+    /// holds.
     pub(crate) fn prefetch(&self, ranges: impl IntoIterator<Item = Range<u64>>) -> Result<()> {
-        let missing = self.missing_blocks(ranges, self.blocks_the_cache_holds());
-        if !missing.is_empty() {
-            self.fetch_missing(&missing)?;
+        let round = self.blocks_the_cache_holds();
+        let most = match &self.disk {
+            Some(disk) => (disk.capacity() / self.options.block_size).max(round),
+            None => round,
+        };
+        let mut missing = self
+            .missing(ranges)
+            .take(usize::try_from(most).unwrap_or(usize::MAX));
+        loop {
+            let next: Vec<u64> = missing.by_ref().take(round as usize).collect();
+            if next.is_empty() {
+                return Ok(());
+            }
+            self.fetch_missing(&next)?;
         }
-        Ok(())
     }
 
-    /// How many of the file's blocks the cache can hold at once (at least
-    /// one): the most that fetching ahead of any read is worth.
+    /// How many of the file's blocks the memory cache can hold at once (at
+    /// least one): the most a round that fetches ahead of any read is worth.
     fn blocks_the_cache_holds(&self) -> u64 {
         (self.cache.capacity() / self.options.block_size).max(1)
     }
 
     /// The first `most` blocks covering `ranges` (their parts inside the
-    /// file) that are not cached, sorted. Ranges of any length cost only
-    /// the blocks looked at.
+    /// file) that are not cached, sorted.
     fn missing_blocks(&self, ranges: impl IntoIterator<Item = Range<u64>>, most: u64) -> Vec<u64> {
+        self.missing(ranges)
+            .take(usize::try_from(most).unwrap_or(usize::MAX))
+            .collect()
+    }
+
+    /// The blocks covering `ranges` (their parts inside the file) that are
+    /// not cached, in order, each looked up when it is taken: ranges of any
+    /// length cost only the blocks looked at.
+    fn missing(&self, ranges: impl IntoIterator<Item = Range<u64>>) -> impl Iterator<Item = u64> {
         let size = self.identity.size;
         let inside = ranges
             .into_iter()
-            .map(|r| r.start.min(size)..r.end.min(size));
-        let most = usize::try_from(most).unwrap_or(usize::MAX);
+            .map(move |r| r.start.min(size)..r.end.min(size));
         plan::blocks_of(inside, self.options.block_size)
             .filter(|&i| self.cache.get(&self.key, i).is_none())
-            .take(most)
-            .collect()
     }
 
     /// The length of block `index` (the file's last may be short).

@@ -318,7 +318,10 @@ impl RemoteFile {
     /// chunks of a dataset slice, say): the reads then hit the cache instead
     /// of costing a round trip each. Parts of ranges past the end of the file
     /// are ignored. The blocks go to the cache, so they stay only while it has
-    /// room for them.
+    /// room for them: at most as many blocks as the memory cache holds are
+    /// fetched (one round), or, with a [disk cache](Builder::disk_cache), as
+    /// many as the disk holds, in rounds of what the memory cache holds (so
+    /// a prefetch warms the disk cache without holding more in memory).
     ///
     /// ```no_run
     /// # let file = remfile::RemoteFile::open("https://example.com/data.h5")?;

@@ -543,3 +543,33 @@ fn a_lock_left_by_a_dead_process_is_taken_over() {
     drop(file);
     assert!(!lock.exists());
 }
+
+/// A prefetch larger than the memory cache, with a disk cache big enough for
+/// all of it, fetches every block (to disk, in rounds of what memory holds):
+/// reading the range afterwards costs no request.
+#[test]
+fn a_prefetch_past_the_memory_cache_still_fills_the_disk_cache() {
+    let len = 8 << 20;
+    let data = test_data(len, 91);
+    let server = RangeServer::new(data.clone());
+    let dir = TempDir::new("disk-prefetch-past-memory");
+    let file = builder()
+        .block_size(BLOCK)
+        .cache_capacity(1 << 20)
+        .disk_cache(DiskCache::open(&dir, 64 << 20).unwrap())
+        .open_tail(0)
+        .open(server.url("/f"))
+        .unwrap();
+    file.prefetch([0..len as u64]).unwrap();
+    let after_prefetch = file.stats();
+    let mut buf = vec![0u8; BLOCK as usize];
+    for pos in (0..len as u64).step_by(BLOCK as usize) {
+        file.read_exact_at(pos, &mut buf).unwrap();
+        assert_eq!(buf, data[pos as usize..][..BLOCK as usize]);
+    }
+    let cost = file.stats().since(&after_prefetch);
+    assert_eq!(
+        cost.requests, 0,
+        "reading what was prefetched cost requests: {cost:?}"
+    );
+}

@@ -118,20 +118,90 @@ fn h5py_walks_a_remote_file_like_the_local_one() {
     );
 }
 
+/// Opens a URL through netCDF4's HDF5 with the driver set by name and the
+/// given configuration, after starting h5py's HDF5 or not; prints whether
+/// the open succeeded.
+const SECOND_HDF5_SCRIPT: &str = r#"
+import ctypes, glob, os, sys
+url, config, h5py_first = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+if h5py_first:
+    import h5py  # its HDF5 starts, and loads the plugin (HDF5_DRIVER)
+import netCDF4
+lib = glob.glob(os.path.join(os.path.dirname(netCDF4.__file__), "..", "netcdf4.libs", "libhdf5-*"))[0]
+B = ctypes.CDLL(lib, mode=os.RTLD_LOCAL)
+B.H5open()
+B.H5Pcreate.restype = ctypes.c_int64
+B.H5Pcreate.argtypes = [ctypes.c_int64]
+B.H5Pset_driver_by_name.argtypes = [ctypes.c_int64, ctypes.c_char_p, ctypes.c_char_p]
+B.H5Fopen.restype = ctypes.c_int64
+B.H5Fopen.argtypes = [ctypes.c_char_p, ctypes.c_uint, ctypes.c_int64]
+fapl = B.H5Pcreate(ctypes.c_int64.in_dll(B, "H5P_CLS_FILE_ACCESS_ID_g").value)
+# A library that cannot have the driver fails here (its initialisation with
+# HDF5_DRIVER set fails) or at the open.
+if fapl < 0 or B.H5Pset_driver_by_name(fapl, b"remfile", config.encode()) < 0:
+    print("REFUSED")
+else:
+    print("OPENED" if B.H5Fopen(url.encode(), 0, fapl) >= 0 else "REFUSED")
+"#;
+
+fn write_file(python: &std::path::Path, path: &std::path::Path) {
+    let out = Command::new(python)
+        .args([
+            "-c",
+            "import h5py, numpy, sys\n\
+             with h5py.File(sys.argv[1], 'w') as f: f['x'] = numpy.arange(1000)",
+        ])
+        .arg(path)
+        .env_remove("HDF5_DRIVER")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+}
+
+fn second_hdf5_opens(python: &std::path::Path, url: &str, h5py_first: bool) -> (String, String) {
+    let plugin = plugin_dir();
+    let out = Command::new(python)
+        .args(["-c", SECOND_HDF5_SCRIPT, url, "https_only=true"])
+        .arg(if h5py_first { "1" } else { "0" })
+        .env("HDF5_PLUGIN_PATH", plugin)
+        .env("HDF5_DRIVER", "remfile")
+        .env_remove("HDF5_DRIVER_CONFIG")
+        .env_remove("http_proxy")
+        .env_remove("HTTP_PROXY")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    (stdout.trim().to_owned(), stderr)
+}
+
 #[test]
-fn the_plugin_binds_to_the_hdf5_that_loads_it_among_several() {
+/// The driver's callbacks call one HDF5: a second HDF5 in the process (both
+/// loading the plugin through `HDF5_DRIVER=remfile`) is refused the driver,
+/// not handed one that reads its settings from the first (`https_only`
+/// was lost).
+fn a_second_hdf5_gets_no_driver_bound_to_the_first() {
     let Some(python) = support::python::with_modules(&["h5py", "netCDF4"]) else {
         return;
     };
-    let python = python.as_path();
-    let server = RangeServer::new(std::fs::read(nwb_file()).unwrap());
-    let url = server.url("/f.nwb");
-    let local = nwb_file().to_str().unwrap();
-    // netCDF4's wheel brings an HDF5 of its own, loaded first here.
-    let out = check(python, "", &["walk-after-netcdf4", &url, local]);
-    assert!(out.contains(r#""same": true"#), "{out}");
-    assert!(out.contains(r#""same_data": true"#), "{out}");
-    assert!(server.requests() > 0, "read through the plugin");
+    let dir = support::TempDir::new("plugin-two-hdf5");
+    std::fs::create_dir_all(&*dir).unwrap();
+    let path = dir.join("f.h5");
+    write_file(&python, &path);
+    let server = RangeServer::new(std::fs::read(&path).unwrap());
+    let url = server.url("/f.h5");
+    // netCDF4's HDF5 alone: the driver reads its settings and refuses http.
+    assert_eq!(second_hdf5_opens(&python, &url, false).0, "REFUSED");
+    // With h5py's HDF5 started first, the driver is h5py's: netCDF4's HDF5
+    // is refused it (its open must not succeed with settings read from the
+    // other library), and says why.
+    let (opened, stderr) = second_hdf5_opens(&python, &url, true);
+    assert_eq!(opened, "REFUSED");
+    assert!(
+        stderr.contains("bound to the first HDF5 library"),
+        "{stderr}"
+    );
 }
 
 /// Printed by the plugin with `stats=on` when a file closes: its round trips.

@@ -124,3 +124,37 @@ fn signed_urls_never_reach_logs_errors_or_debug_output() {
     // The redacted form still says where the request went.
     assert!(err.to_string().contains("/store"), "{err}");
 }
+
+const SESSION_TOKEN: &str = "IQoJb3JpZ2luX2VjEOPENSESSIONTOKENxyz";
+
+fn open_error(body: &'static str) -> remfile::Error {
+    let server = RangeServer::new(test_data(1 << 20, 5))
+        .with_hook(move |_, _| Reply::new(400).body(body.as_bytes().to_vec()));
+    builder().open(server.url("/f")).unwrap_err()
+}
+
+#[test]
+fn an_expired_session_token_is_not_echoed() {
+    // S3's answer to a presigned URL whose X-Amz-Security-Token expired.
+    let err = open_error(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>ExpiredToken</Code>\
+         <Message>The provided token has expired.</Message>\
+         <Token-0>IQoJb3JpZ2luX2VjEOPENSESSIONTOKENxyz</Token-0>\
+         <RequestId>R</RequestId><HostId>H</HostId></Error>",
+    );
+    assert!(err.to_string().contains("ExpiredToken"), "{err}");
+    for text in [err.to_string(), format!("{err:?}")] {
+        assert!(
+            !text.contains(SESSION_TOKEN),
+            "session token shown in: {text}"
+        );
+    }
+}
+
+#[test]
+fn no_bidirectional_control_reaches_the_excerpt() {
+    // U+061C ARABIC LETTER MARK is one of Unicode's Bidi_Control characters.
+    let err = open_error("denied \u{061C}gpj.exe");
+    let excerpt = err.body_excerpt().unwrap();
+    assert!(!excerpt.contains('\u{061C}'), "{excerpt:?}");
+}

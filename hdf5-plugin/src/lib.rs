@@ -44,27 +44,46 @@ pub extern "C" fn H5PLget_plugin_type() -> c_int {
 }
 
 /// The driver's class, in the layout of the HDF5 that loads it; null (which
-/// HDF5 reports as a failed load) if no HDF5 1.14+ is found in the process.
+/// HDF5 reports as a failed load) if no HDF5 1.14+ is found in the process,
+/// or if the one loading it is not the one the driver is bound to.
 #[unsafe(no_mangle)]
 pub extern "C" fn H5PLget_plugin_info() -> *const c_void {
-    catch_unwind(|| match host() {
-        Some(api) => vfd::class_for(api.version),
-        None => std::ptr::null(),
+    catch_unwind(|| {
+        let caller = caller_object();
+        match host(caller) {
+            Some((home, api)) if caller.map_or_else(|| find_hdf5(None).is_some(), |c| c == home) => {
+                vfd::class_for(api.version)
+            }
+            Some(_) => {
+                static SAID: std::sync::Once = std::sync::Once::new();
+                SAID.call_once(|| {
+                    eprintln!(
+                        "remfile: the driver is bound to the first HDF5 library of this process that \
+                         loaded it; another HDF5 library in the process cannot use it"
+                    )
+                });
+                std::ptr::null()
+            }
+            None => std::ptr::null(),
+        }
     })
     .unwrap_or(std::ptr::null())
 }
 
-/// The HDF5 library the driver calls, found once.
-fn host() -> Option<&'static HostApi> {
-    static HOST: OnceLock<Option<&'static HostApi>> = OnceLock::new();
+/// The HDF5 library the driver calls (by its object's base address), found
+/// once, from the first `caller` that loads the plugin: the driver's
+/// callbacks call one library's functions, so one library of a process can
+/// use it.
+fn host(caller: Option<usize>) -> Option<(usize, &'static HostApi)> {
+    static HOST: OnceLock<Option<(usize, &'static HostApi)>> = OnceLock::new();
     *HOST.get_or_init(|| {
-        let api = find_hdf5()?;
+        let (home, api) = find_hdf5(caller)?;
         if api.version < FIRST_VERSION {
             let (a, b, c) = api.version;
             eprintln!("remfile: HDF5 {a}.{b}.{c} cannot use driver plugins (1.14 or later can)");
             return None;
         }
-        Some(vfd::install(api))
+        Some((home, vfd::install(api)))
     })
 }
 
@@ -95,10 +114,11 @@ unsafe fn symbol(handle: *mut c_void, name: &CStr) -> *mut c_void {
     unsafe { libc::dlsym(handle, name.as_ptr()) }
 }
 
-/// Finds the HDF5 library that loads this plugin among the loaded objects,
-/// and takes the functions and error codes the driver needs from it.
-fn find_hdf5() -> Option<HostApi> {
-    let caller = caller_object();
+/// Finds the HDF5 library at `caller` (the object's base address) among the
+/// loaded objects, or the only one loaded if the caller is not known, and
+/// takes the functions and error codes the driver needs from it; with its
+/// base address.
+fn find_hdf5(caller: Option<usize>) -> Option<(usize, HostApi)> {
     let mut found: Vec<(usize, HostApi)> = Vec::new();
     for path in loaded_objects() {
         // SAFETY: RTLD_NOLOAD only looks up an object already loaded; an
@@ -126,7 +146,7 @@ fn find_hdf5() -> Option<HostApi> {
         // and only those of the object that defines `H5open` are taken.
         if let Some(api) = unsafe { api_of(handle, home) } {
             if caller.is_some() {
-                return Some(api);
+                return Some((home, api));
             }
             found.push((home, api));
         }
@@ -139,7 +159,7 @@ fn find_hdf5() -> Option<HostApi> {
         );
         return None;
     }
-    found.pop().map(|(_, api)| api)
+    found.pop()
 }
 
 /// The base address of the loaded object that holds `addr`, if any.

@@ -349,6 +349,11 @@ pub(crate) struct DiskFile {
 }
 
 impl DiskFile {
+    /// The most bytes of blocks its cache holds, for all files together.
+    pub(crate) fn capacity(&self) -> u64 {
+        self.cache.capacity()
+    }
+
     fn owner(&self, index: u64) -> Owner<'_> {
         Owner {
             identity: &self.identity,

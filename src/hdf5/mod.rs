@@ -443,9 +443,11 @@ fn source_of(file: &File) -> Option<Arc<Source>> {
 /// `dataset` that the hyperslab `ranges` (one range of element indices per
 /// dimension) touches, so that reading the hyperslab next costs no round trip
 /// per chunk. Chunk addresses come from HDF5's chunk index
-/// (`H5Dget_chunk_info_by_coord`). Returns the number of chunks fetched or
-/// found cached; contiguous and compact datasets return 0 and are left to
-/// the block cache and read-ahead.
+/// (`H5Dget_chunk_info_by_coord`). Returns the number of stored chunks the
+/// hyperslab touches; those past what the caches hold are not fetched (see
+/// [`RemoteFile::prefetch`](crate::RemoteFile::prefetch)). Contiguous and
+/// compact datasets return 0 and are left to the block cache and
+/// read-ahead.
 ///
 /// ```no_run
 /// use remfile::hdf5;

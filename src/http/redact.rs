@@ -28,26 +28,27 @@ pub fn redact(url: &Url) -> String {
 }
 
 /// XML elements of error bodies (S3's and its imitators') whose content is
-/// a credential or what was signed with one.
-const SECRET_ELEMENTS: [&str; 7] = [
+/// a credential or what was signed with one. A name matches the elements
+/// it begins (S3 numbers its echoed session tokens: `<Token-0>`), written
+/// with attributes or not.
+const SECRET_ELEMENTS: [&str; 5] = [
     "AWSAccessKeyId",
     "StringToSign",
-    "StringToSignBytes",
     "CanonicalRequest",
-    "CanonicalRequestBytes",
     "SignatureProvided",
     "Token",
 ];
 
-/// Query parameters (of URLs a body names, or standing alone) whose values
-/// are signatures or credentials; matched without regard to case.
+/// Query parameters (of URLs a body names, or standing alone, plain or
+/// percent-encoded) whose values are signatures or credentials; matched
+/// without regard to case.
 const SECRET_PARAMETERS: [&str; 6] = [
-    "x-amz-signature=",
-    "x-amz-credential=",
-    "x-amz-security-token=",
-    "signature=",
-    "awsaccesskeyid=",
-    "sig=",
+    "x-amz-signature",
+    "x-amz-credential",
+    "x-amz-security-token",
+    "signature",
+    "awsaccesskeyid",
+    "sig",
 ];
 
 /// The first `max` bytes (or fewer, at a character boundary) of an error
@@ -55,7 +56,8 @@ const SECRET_PARAMETERS: [&str; 6] = [
 /// URLs' query strings, the values of [`SECRET_PARAMETERS`] and anything
 /// shaped like an AWS access key id replaced by `…`; control characters
 /// (terminal escapes, line breaks) become spaces, runs of white space one,
-/// and bidirectional overrides vanish.
+/// and invisible format characters (bidirectional controls, zero-width
+/// ones) vanish.
 pub fn printable_excerpt(body: &[u8], max: usize) -> String {
     let mut text = String::from_utf8_lossy(body).into_owned();
     for name in SECRET_ELEMENTS {
@@ -63,13 +65,14 @@ pub fn printable_excerpt(body: &[u8], max: usize) -> String {
     }
     text = hide_queries(&text);
     for name in SECRET_PARAMETERS {
-        text = hide_parameter(&text, name);
+        text = hide_parameter(&text, &format!("{name}="));
+        text = hide_parameter(&text, &format!("{name}%3d"));
     }
     text = hide_key_ids(&text);
     let mut line = String::with_capacity(text.len().min(max));
     for c in text.chars() {
         let c = if c.is_control() { ' ' } else { c };
-        if is_bidi_control(c) || (c.is_whitespace() && line.ends_with(' ')) {
+        if is_invisible_format(c) || (c.is_whitespace() && line.ends_with(' ')) {
             continue;
         }
         let c = if c.is_whitespace() { ' ' } else { c };
@@ -81,21 +84,43 @@ pub fn printable_excerpt(body: &[u8], max: usize) -> String {
     line.trim().to_owned()
 }
 
-fn is_bidi_control(c: char) -> bool {
-    matches!(c, '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+/// Unicode's format characters (category `Cf`) that can hide or reorder
+/// text: bidirectional controls, zero-width characters, the soft hyphen,
+/// the byte order mark, interlinear annotation.
+fn is_invisible_format(c: char) -> bool {
+    matches!(c,
+        '\u{00AD}' | '\u{061C}' | '\u{180E}' | '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}'
+        | '\u{2060}'..='\u{206F}' | '\u{FEFF}' | '\u{FFF9}'..='\u{FFFB}')
 }
 
-/// `text` with the content of every `<name>` element replaced by `…`; an
-/// element left open (the body cut short) hides the rest.
+/// `text` with the content of every element whose name begins with `name`
+/// replaced by `…`; an element left open (the body cut short) hides the
+/// rest.
 fn hide_elements(text: &str, name: &str) -> String {
-    let (open, close) = (format!("<{name}>"), format!("</{name}>"));
+    let open = format!("<{name}");
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(at) = rest.find(&open) {
-        out.push_str(&rest[..at + open.len()]);
+        let tag = &rest[at + 1..];
+        let tag_name_len = tag
+            .find(|c: char| c.is_whitespace() || c == '>' || c == '/')
+            .unwrap_or(tag.len());
+        let Some(tag_end) = tag.find('>') else {
+            out.push_str(&rest[..at]);
+            out.push_str("<…");
+            return out;
+        };
+        let after_tag = at + 1 + tag_end + 1;
+        out.push_str(&rest[..after_tag]);
+        if tag[..tag_end].ends_with('/') {
+            // An empty element: nothing to hide.
+            rest = &rest[after_tag..];
+            continue;
+        }
         out.push('…');
-        match rest[at + open.len()..].find(&close) {
-            Some(end) => rest = &rest[at + open.len() + end..],
+        let close = format!("</{}", &tag[..tag_name_len]);
+        match rest[after_tag..].find(&close) {
+            Some(end) => rest = &rest[after_tag + end..],
             None => return out,
         }
     }
@@ -150,8 +175,9 @@ fn hide_parameter(text: &str, name: &str) -> String {
     out
 }
 
-/// `text` with every word shaped like an AWS access key id (`AKIA` or
-/// `ASIA` and sixteen more capitals or digits) replaced by `…`.
+/// `text` with every run shaped like an AWS access key id (`AKIA` or `ASIA`
+/// and sixteen more capitals or digits, not followed by a seventeenth)
+/// replaced by `…`, wherever it starts (after `%3D`, say).
 fn hide_key_ids(text: &str) -> String {
     let is_part = |b: u8| b.is_ascii_uppercase() || b.is_ascii_digit();
     let bytes = text.as_bytes();
@@ -159,10 +185,8 @@ fn hide_key_ids(text: &str) -> String {
     let mut at = 0;
     let mut i = 0;
     while i + 20 <= bytes.len() {
-        let starts_word = i == 0 || !bytes[i - 1].is_ascii_alphanumeric();
         let ends_word = bytes.get(i + 20).is_none_or(|b| !b.is_ascii_alphanumeric());
-        if starts_word
-            && ends_word
+        if ends_word
             && (bytes[i..].starts_with(b"AKIA") || bytes[i..].starts_with(b"ASIA"))
             && bytes[i..i + 20].iter().all(|&b| is_part(b))
         {
@@ -244,10 +268,39 @@ mod tests {
         // An element cut short hides what follows it.
         let cut_short = printable_excerpt(b"<Code>X</Code><StringToSign>abc", 100);
         assert_eq!(cut_short, "<Code>X</Code><StringToSign>…");
+        let cut_in_tag = printable_excerpt(b"<Code>X</Code><StringToSign a=\"SECRET", 100);
+        assert_eq!(cut_in_tag, "<Code>X</Code><…");
         assert_eq!(
             printable_excerpt(b"see http and https://h/p?q=1 done", 100),
             "see http and https://h/p?… done"
         );
+    }
+
+    #[test]
+    fn numbered_attributed_and_encoded_secrets_are_hidden_too() {
+        let body = "<Code>ExpiredToken</Code><Token-0>SESSIONTOKEN</Token-0>\
+            <StringToSign kind=\"v4\">SIGNED</StringToSign ><Token/>\
+            <Resource>/k%3FX-Amz-Credential%3DAKIAIOSFODNN7EXAMPLE%2F2026</Resource>\
+            <Hint>x%3DAKIAIOSFODNN7EXAMPLE%2F</Hint><Id>AKIAIOSFODNN7EXAMPLEXTRA</Id>";
+        let shown = printable_excerpt(body.as_bytes(), 4096);
+        for secret in ["SESSIONTOKEN", "SIGNED", "AKIAIOSFODNN7EXAMPLE%"] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        assert!(shown.contains("ExpiredToken"), "{shown}");
+        assert!(shown.contains("<Token/>"), "{shown}");
+        assert!(
+            shown.contains("AKIAIOSFODNN7EXAMPLEXTRA"),
+            "a longer word is no key id: {shown}"
+        );
+    }
+
+    #[test]
+    fn invisible_format_characters_vanish() {
+        let shown = printable_excerpt(
+            "a\u{061C}b\u{200B}c\u{FEFF}d\u{2067}e\u{00AD}f".as_bytes(),
+            100,
+        );
+        assert_eq!(shown, "abcdef");
     }
 
     #[test]

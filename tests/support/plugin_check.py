@@ -7,17 +7,12 @@ every h5py.File goes through the plugin unless it names another driver:
     python plugin_check.py open URL         # print the error opening fails with
     python plugin_check.py pynwb URL        # read the file with pynwb
     python plugin_check.py corpus URL LOCAL # h5py's walk with object info, compared
-    python plugin_check.py walk-after-netcdf4 URL LOCAL  # walk, with netCDF4's
-                                            # own HDF5 loaded before h5py's
 
 Prints one line of JSON.
 """
 
 import json
 import sys
-
-if sys.argv[1].endswith("-after-netcdf4"):
-    import netCDF4  # noqa: F401  (its own libhdf5, loaded first)
 
 import h5py
 import numpy as np
@@ -108,6 +103,4 @@ def read_pynwb(url):
 
 if __name__ == "__main__":
     mode, args = sys.argv[1], sys.argv[2:]
-    modes = {"walk": walk, "open": open_only, "pynwb": read_pynwb, "corpus": corpus}
-    modes["walk-after-netcdf4"] = walk
-    modes[mode](*args)
+    {"walk": walk, "open": open_only, "pynwb": read_pynwb, "corpus": corpus}[mode](*args)
