@@ -189,7 +189,8 @@ mod file;
 pub mod fuzzing;
 #[cfg(any(feature = "hdf5", feature = "vfd", feature = "fuzzing", test))]
 mod h5meta;
-// The two modules with unsafe code: HDF5's C interface.
+// The two modules with unsafe code: HDF5's C interface (and, in `disk`,
+// the one call that registers its flush at exit).
 #[cfg(feature = "hdf5")]
 #[cfg_attr(docsrs, doc(cfg(feature = "hdf5")))]
 #[allow(unsafe_code)]
