@@ -560,7 +560,7 @@ fn a_prefetch_past_the_memory_cache_still_fills_the_disk_cache() {
         .open_tail(0)
         .open(server.url("/f"))
         .unwrap();
-    file.prefetch([0..len as u64]).unwrap();
+    file.prefetch(std::iter::once(0..len as u64)).unwrap();
     let after_prefetch = file.stats();
     let mut buf = vec![0u8; BLOCK as usize];
     for pos in (0..len as u64).step_by(BLOCK as usize) {

@@ -22,7 +22,7 @@ fn ranges_of_any_length_cost_at_most_the_cache() {
     // 2^38 blocks each: listing them would take 2 TiB.
     let started = file.prefetch_in_background([0..SPARSE_SIZE, 0..u64::MAX], u64::MAX);
     assert!(started <= capacity, "{started}");
-    file.prefetch([0..SPARSE_SIZE]).unwrap();
+    file.prefetch(std::iter::once(0..SPARSE_SIZE)).unwrap();
     let mut end = [1u8; 16];
     file.read_exact_at(SPARSE_SIZE - 16, &mut end).unwrap();
     assert_eq!(end, [0; 16]);
