@@ -100,17 +100,18 @@ def options_string(**options: Any) -> str:
     return text
 
 
-# The HDF5 driver, bound to h5py's own library the first time it is needed.
-_h5py_lock = threading.Lock()
-
-
 def _bind_h5py():
     import h5py
     import h5py.defs
 
-    # Under h5py's own lock too: registering the driver is an HDF5 call.
-    with _h5py_lock, h5py._objects.phil:
-        version = _native._bind_hdf5(h5py.defs.__file__)
+    version = _native._hdf5_version()
+    if version is None:
+        # Registering the driver is an HDF5 call, so under h5py's lock; and
+        # under no lock of ours: h5py holds its lock when it calls
+        # `_set_fapl`, so any lock of ours taken here could be taken in the
+        # other order by another thread.
+        with h5py._objects.phil:
+            version = _native._bind_hdf5(h5py.defs.__file__)
     return h5py, version
 
 
@@ -160,7 +161,8 @@ class RemoteFile(io.RawIOBase):
     position's lock while it waits; :meth:`read_at` and :meth:`read_ranges`
     take none, so several threads read those at once. A child process
     (``fork``) that inherits the object opens the file again on first use,
-    with connections of its own.
+    with connections and a lock of its own (also when a thread of the
+    parent was reading it at the fork).
 
     >>> with RemoteFile("https://example.com/data.zip", cache="64MiB") as fo:  # doctest: +SKIP
     ...     zipfile.ZipFile(fo).namelist()
@@ -178,15 +180,18 @@ class RemoteFile(io.RawIOBase):
         self._pid = os.getpid()
         self._handle = _native.Remote(url, self._text)
 
-    @property
-    def _remote(self):
-        # A forked child must not share the parent's connections.
+    def _own(self):
+        """The handle and the position's lock of this process. A forked
+        child opens the file again (it must not share the parent's
+        connections) and takes a new lock: the inherited one may be held
+        for good by a parent's thread that does not exist here."""
         if self._pid != os.getpid():
-            with self._lock:
+            with _reopening:
                 if self._pid != os.getpid():
+                    self._lock = threading.Lock()
                     self._handle = _native.Remote(self._url, self._text)
                     self._pid = os.getpid()
-        return self._handle
+        return self._handle, self._lock
 
     def __repr__(self) -> str:
         handle = getattr(self, "_handle", None)
@@ -229,13 +234,14 @@ class RemoteFile(io.RawIOBase):
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
         self._checkClosed()
         offset = operator.index(offset)
-        with self._lock:
+        remote, lock = self._own()
+        with lock:
             if whence == io.SEEK_SET:
                 pos = offset
             elif whence == io.SEEK_CUR:
                 pos = self._pos + offset
             elif whence == io.SEEK_END:
-                pos = self._remote.size + offset
+                pos = remote.size + offset
             else:
                 raise ValueError(f"invalid whence ({whence!r})")
             if pos < 0:
@@ -248,8 +254,8 @@ class RemoteFile(io.RawIOBase):
         view = memoryview(buffer).cast("B")
         if view.readonly:
             raise TypeError("readinto() needs a writable buffer")
-        remote = self._remote
-        with self._lock:
+        remote, lock = self._own()
+        with lock:
             data = remote.read_at(self._pos, len(view))
             self._pos += len(data)
         view[: len(data)] = data
@@ -257,8 +263,8 @@ class RemoteFile(io.RawIOBase):
 
     def read(self, size: Optional[int] = -1) -> bytes:
         self._checkClosed()
-        remote = self._remote
-        with self._lock:
+        remote, lock = self._own()
+        with lock:
             left = max(remote.size - self._pos, 0)
             size = left if size is None or size < 0 else min(operator.index(size), left)
             data = remote.read_at(self._pos, size)
@@ -275,26 +281,26 @@ class RemoteFile(io.RawIOBase):
         pos, size = operator.index(pos), operator.index(size)
         if pos < 0 or size < 0:
             raise ValueError("position and size must not be negative")
-        remote = self._remote
+        remote, _ = self._own()
         return remote.read_at(pos, min(size, max(remote.size - pos, 0)))
 
     def read_ranges(self, ranges: Iterable[Sequence[int]]) -> list:
         """The bytes of each ``(start, end)`` range, end exclusive, fetched
         together: one round trip for any number of ranges."""
         self._checkClosed()
-        return self._remote.read_ranges([(int(a), int(b)) for a, b in ranges])
+        return self._own()[0].read_ranges([(int(a), int(b)) for a, b in ranges])
 
     def wait_for_background_fetches(self, timeout: float = 60.0) -> bool:
         """Waits up to ``timeout`` seconds for read-ahead fetches to end; whether
         they did."""
-        return self._remote.wait_for_background_fetches(timeout)
+        return self._own()[0].wait_for_background_fetches(timeout)
 
     def stats(self) -> dict:
         """What reading the file has cost so far (see :func:`stats`); after
         :meth:`close`, what it cost in all."""
         if self.closed:
             return dict(self._final_stats)
-        return self._remote.stats()
+        return self._own()[0].stats()
 
     def close(self) -> None:
         handle = getattr(self, "_handle", None)
@@ -304,6 +310,21 @@ class RemoteFile(io.RawIOBase):
             # without holding the GIL.
             handle.close()
         super().close()
+
+
+# Taken while an inherited RemoteFile opens its file again: a new one in
+# each child, made while the child has one thread, so that no thread of the
+# parent's can hold it there.
+_reopening = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    global _reopening
+    _reopening = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _reopen(url: str, options: dict, pos: int) -> RemoteFile:

@@ -51,20 +51,45 @@ fn parse(options: &str) -> PyResult<config::Config> {
 }
 
 /// A file on an HTTP(S) server, read at positions; closed by `close`.
+///
+/// A forked child that inherits one neither reads through it nor closes
+/// it: its connections are the parent's, and its locks and waits may belong
+/// to parent threads that do not exist in the child.
 #[pyclass(frozen, module = "remfile_hdf5._native")]
 struct Remote {
     file: Mutex<Option<RemoteFile>>,
     url: String,
     size: u64,
+    /// The process that opened it.
+    pid: u32,
 }
 
 impl Remote {
     /// The file, unless closed (a clone: reads share its cache).
     fn file(&self) -> PyResult<RemoteFile> {
+        if self.inherited() {
+            return Err(PyValueError::new_err(
+                "this remote file was opened by another process (before a fork): open it again",
+            ));
+        }
         self.file
             .lock()
             .clone()
             .ok_or_else(|| PyValueError::new_err("I/O operation on closed file"))
+    }
+
+    /// Whether this process only inherited it.
+    fn inherited(&self) -> bool {
+        self.pid != std::process::id()
+    }
+}
+
+impl Drop for Remote {
+    fn drop(&mut self) {
+        if self.inherited() {
+            // Its destructor would wait on the parent's threads.
+            std::mem::forget(self.file.get_mut().take());
+        }
     }
 }
 
@@ -91,6 +116,7 @@ impl Remote {
             url: file.url().to_owned(),
             size: file.len(),
             file: Mutex::new(Some(file)),
+            pid: std::process::id(),
         })
     }
 
@@ -123,6 +149,9 @@ impl Remote {
     /// Lets go of the file: its connections, and the wait for its disk-cache
     /// writes, without holding the GIL. Reads after it are a `ValueError`.
     fn close(&self, py: Python<'_>) {
+        if self.inherited() {
+            return;
+        }
         let file = self.file.lock().take();
         py.detach(move || drop(file));
     }
@@ -319,7 +348,7 @@ fn option_keys() -> Vec<(&'static str, &'static str)> {
 
 /// Sets the driver, with the configuration string `options`, on the file
 /// access property list `fapl` (an id of h5py's HDF5). The caller holds
-/// h5py's lock.
+/// h5py's lock (and no lock of the package's: see `_bind_h5py`).
 #[pyfunction]
 fn _set_driver(fapl: hid_t, options: &str) -> PyResult<()> {
     parse(options)?;

@@ -7,10 +7,10 @@
 //! wave. HDF5 never waits on it: a read of a block the crawl is fetching
 //! waits for that block only, as for any other reader's fetch.
 
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread;
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex as DataMutex;
 
 use super::prefetch::{MAX_PIECE, Prefetcher};
 use super::spans;
@@ -19,12 +19,22 @@ use crate::engine::BackgroundWork;
 use crate::h5meta::Target;
 
 /// The crawl of one file, stopped when dropped.
+///
+/// Its thread waits for work on `std::sync`'s futex condvar, not on
+/// `parking_lot`'s: a thread parked in `parking_lot` is an entry in that
+/// crate's process-wide table, and a child forked meanwhile inherits the
+/// entry of a thread it does not have, whose memory it reuses, and crashes
+/// walking the table (a parent's idle crawl is parked there for as long as
+/// its file is open). The futex word lives in the condvar itself: nothing
+/// of a waiting thread outlives it elsewhere.
 pub(crate) struct Crawler {
     shared: Arc<Shared>,
+    /// The process that started the crawl.
+    pid: u32,
 }
 
 struct Shared {
-    prefetch: Arc<Mutex<Prefetcher>>,
+    prefetch: Arc<DataMutex<Prefetcher>>,
     file: RemoteFile,
     signal: Mutex<Signal>,
     wake: Condvar,
@@ -41,7 +51,7 @@ struct Signal {
 }
 
 impl Crawler {
-    pub fn new(prefetch: Arc<Mutex<Prefetcher>>, file: RemoteFile) -> Crawler {
+    pub fn new(prefetch: Arc<DataMutex<Prefetcher>>, file: RemoteFile) -> Crawler {
         Crawler {
             shared: Arc::new(Shared {
                 prefetch,
@@ -49,13 +59,24 @@ impl Crawler {
                 signal: Mutex::new(Signal::default()),
                 wake: Condvar::new(),
             }),
+            pid: std::process::id(),
         }
+    }
+
+    /// Whether this process only inherited the crawl (forked from the one
+    /// that started it): its thread is not here, and its signal's lock may
+    /// be held for good by that thread.
+    fn inherited(&self) -> bool {
+        self.pid != std::process::id()
     }
 
     /// Tells the crawl the frontier has new targets; its thread starts the
     /// first time.
     pub fn wake(&self) {
-        let mut signal = self.shared.signal.lock();
+        if self.inherited() {
+            return;
+        }
+        let mut signal = self.shared.signal();
         if signal.work.is_none() && !signal.stop {
             signal.work = Some(self.shared.file.background_work());
         }
@@ -79,7 +100,10 @@ impl Crawler {
 impl Crawler {
     /// Stops the crawl: it starts no further wave.
     pub fn stop(&self) {
-        let mut signal = self.shared.signal.lock();
+        if self.inherited() {
+            return;
+        }
+        let mut signal = self.shared.signal();
         signal.stop = true;
         signal.work = None;
         drop(signal);
@@ -94,14 +118,23 @@ impl Drop for Crawler {
 }
 
 impl Shared {
+    /// The signal, locked (a panic elsewhere while it was held leaves it
+    /// whole: each change to it is one assignment).
+    fn signal(&self) -> MutexGuard<'_, Signal> {
+        self.signal.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn run(&self) {
         loop {
             // Held until this round of waves has ended: a wake meanwhile
             // leaves work of its own for the next round.
             let _working = {
-                let mut signal = self.signal.lock();
+                let mut signal = self.signal();
                 while signal.work.is_none() && !signal.stop {
-                    self.wake.wait(&mut signal);
+                    signal = self
+                        .wake
+                        .wait(signal)
+                        .unwrap_or_else(PoisonError::into_inner);
                 }
                 if signal.stop {
                     return;
@@ -109,7 +142,7 @@ impl Shared {
                 signal.work.take()
             };
             while self.wave() {
-                if self.signal.lock().stop {
+                if self.signal().stop {
                     return;
                 }
             }
@@ -165,7 +198,7 @@ impl Shared {
         } else {
             wanted
         };
-        if self.signal.lock().stop {
+        if self.signal().stop {
             return false;
         }
         let fetched = if spans::as_pieces(&wanted, self.file.block_size()) {

@@ -164,7 +164,7 @@ unsafe extern "C" fn fapl_free(info: *mut c_void) -> herr_t {
         // one strong count of its reader, and HDF5 frees each info once.
         let info = unsafe { Box::from_raw(info as *mut FaplInfo) };
         // SAFETY: that count is given back here, once.
-        unsafe { drop(Arc::from_raw(info.reader)) };
+        release(unsafe { Arc::from_raw(info.reader) });
         0
     })
 }
@@ -261,6 +261,20 @@ unsafe fn config_string(host: &api::HostApi, fapl: hid_t) -> Result<String, Stri
     String::from_utf8(buf).map_err(|_| "the driver configuration string is not UTF-8".into())
 }
 
+/// Gives back a count of `reader`, except in a process that only inherited
+/// it: dropping the last count there would stop, wait for and free what the
+/// parent's threads own (locks they may hold for good in this process), so
+/// the child keeps it, unused.
+fn release(reader: Arc<Source>) {
+    if reader.inherited() {
+        std::mem::forget(reader);
+    }
+}
+
+/// What a read of a file this process inherited says.
+const INHERITED: &str = "this remote file was opened by another process, before a fork: open it \
+    again in this one (it must not share the other's connections)";
+
 /// How long closing a file waits for its guesses still in flight.
 const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -269,6 +283,11 @@ unsafe extern "C" fn close(file: *mut H5FD_t) -> herr_t {
         // SAFETY: `file` came from `open` (a Box), and HDF5 closes each file
         // it opened once.
         let file = unsafe { Box::from_raw(file as *mut DriverFile) };
+        if file.reader.inherited() {
+            // Nothing of it is this process's to stop or wait for.
+            std::mem::forget(file);
+            return 0;
+        }
         if let Some(crawler) = &file.reader.crawler {
             crawler.stop();
         }
@@ -473,6 +492,10 @@ unsafe extern "C" fn read(
         if size == 0 {
             return 0;
         }
+        if f.reader.inherited() {
+            push_error(Minor::Read, INHERITED);
+            return -1;
+        }
         // SAFETY: HDF5 gives a buffer of `size` bytes, which it does not
         // touch until the callback returns.
         let buf = unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, size) };
@@ -570,6 +593,10 @@ unsafe extern "C" fn read_vector(
         f.reader.vector_calls.fetch_add(1, Relaxed);
         if count == 0 {
             return 0;
+        }
+        if f.reader.inherited() {
+            push_error(Minor::Read, INHERITED);
+            return -1;
         }
         // SAFETY: HDF5 gives arrays of `count` entries and a buffer of each
         // entry's size.

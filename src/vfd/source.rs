@@ -29,6 +29,8 @@ pub(crate) struct Source {
     /// Whether to print the file's statistics to standard error when the
     /// last open of it closes.
     report: std::sync::atomic::AtomicBool,
+    /// The process that opened it.
+    pid: u32,
 }
 
 static LIVE_READERS: AtomicUsize = AtomicUsize::new(0);
@@ -57,7 +59,16 @@ impl Source {
             read_calls: AtomicU64::new(0),
             vector_calls: AtomicU64::new(0),
             report: std::sync::atomic::AtomicBool::new(false),
+            pid: std::process::id(),
         })
+    }
+
+    /// Whether this process only inherited it (a child forked from the one
+    /// that opened it): its connections are the parent's, and its locks and
+    /// waits may belong to parent threads that do not exist here, so the
+    /// child neither reads through it nor frees it.
+    pub fn inherited(&self) -> bool {
+        self.pid != std::process::id()
     }
 
     /// Prints the file's statistics to standard error when it closes.
@@ -115,11 +126,11 @@ impl Source {
             remote: self.file.clone(),
             read_calls: self.read_calls.load(Relaxed),
             vector_calls: self.vector_calls.load(Relaxed),
-            prefetch: self
-                .prefetch
-                .as_ref()
-                .map(|p| p.lock().stats())
-                .unwrap_or_default(),
+            // An inherited prefetch's lock may be held by a parent's thread.
+            prefetch: match &self.prefetch {
+                Some(p) if !self.inherited() => p.lock().stats(),
+                _ => PrefetchStats::default(),
+            },
         }
     }
 }
