@@ -4,6 +4,7 @@ server, and children forked again and again while the parent's metadata
 prefetch runs. Each run in a process of its own, killed if it does not end:
 a deadlock or a crash is a failure here, never a frozen test run."""
 
+import json
 import os
 import signal
 import subprocess
@@ -173,28 +174,31 @@ def _wait_child(pid, pipe, deadline):
     return (os.waitstatus_to_exitcode(status), out)
 
 
-def test_children_forked_while_the_parent_prefetches_open_read_and_close(server, files):
+@pytest.mark.parametrize("disk_cache", [False, True], ids=["memory", "disk-cache"])
+def test_children_forked_while_the_parent_prefetches_open_read_and_close(server, files, tmp_path, disk_cache):
     # The parent holds a file open with the driver (its metadata crawl
     # thread alive) and keeps opening another one in a thread while it
     # forks: eight children at a time, twenty rounds, each child opening,
-    # reading and closing a file through the driver.
+    # reading and closing a file through the driver; with a disk cache
+    # shared by all of them, or without.
     script = """
-        import os, sys, threading, time, warnings
+        import json, os, sys, threading, time, warnings
         import h5py, numpy as np
         import remfile_hdf5
 
         warnings.simplefilter("ignore", DeprecationWarning)
         url, local, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+        options = json.loads(sys.argv[4])
         with h5py.File(local, "r") as f:
             expected = f["big"][:]
             expected_names = sorted(f)
-        held = h5py.File(url, "r", driver="remfile")
+        held = h5py.File(url, "r", driver="remfile", **options)
         assert sorted(held) == expected_names
         stop = threading.Event()
 
         def reopen():
             while not stop.is_set():
-                with h5py.File(url, "r", driver="remfile") as f:
+                with h5py.File(url, "r", driver="remfile", **options) as f:
                     f["group05/inner/small"][:]
 
         busy = threading.Thread(target=reopen)
@@ -202,7 +206,7 @@ def test_children_forked_while_the_parent_prefetches_open_read_and_close(server,
         outcomes = {}
 
         def child():
-            with h5py.File(url, "r", driver="remfile") as f:
+            with h5py.File(url, "r", driver="remfile", **options) as f:
                 ok = sorted(f) == expected_names and np.array_equal(f["big"][:], expected)
             os._exit(0 if ok else 3)
 
@@ -235,7 +239,8 @@ def test_children_forked_while_the_parent_prefetches_open_read_and_close(server,
         held.close()
         print(outcomes)
         """
-    out = _run(script, server.url("data.h5"), os.path.join(files, "data.h5"), "20")
+    options = {"disk_cache": str(tmp_path / "cache")} if disk_cache else {}
+    out = _run(script, server.url("data.h5"), os.path.join(files, "data.h5"), "20", json.dumps(options))
     assert eval(out) == {0: 160}, f"how the children ended (exit code: count): {out}"
 
 

@@ -2,7 +2,10 @@
 //! (by any of its names) shares the first's queue, writing thread and
 //! count of bytes, instead of scanning the directory and queuing blocks of
 //! its own. The table holds weak handles: a directory no file uses any
-//! more is let go of, and opened afresh (scanned again) next time.
+//! more is let go of, and opened afresh (scanned again) next time. A child
+//! forked from the process opens caches of its own: the parent's queue and
+//! writing thread are not the child's, and their locks may be held for
+//! good there by threads the child does not have.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -14,8 +17,9 @@ use parking_lot::Mutex;
 
 use super::Inner;
 
-/// The caches of this process, by their directory's resolved path.
-static CACHES: Mutex<BTreeMap<PathBuf, Weak<Inner>>> = Mutex::new(BTreeMap::new());
+/// The caches open, by the process that opened them and their directory's
+/// resolved path.
+static CACHES: Mutex<BTreeMap<(u32, PathBuf), Weak<Inner>>> = Mutex::new(BTreeMap::new());
 
 /// How long an open waits for the table: it is held only to look up or
 /// insert, so this is reached only in a child forked while another thread
@@ -35,21 +39,25 @@ pub(super) fn open(dir: PathBuf, capacity: u64, make: impl FnOnce(PathBuf) -> In
     let Some(mut caches) = CACHES.try_lock_for(TABLE_WAIT) else {
         return made;
     };
-    caches.retain(|_, cache| cache.strong_count() > 0);
-    if let Some(cache) = caches.get(&dir).and_then(Weak::upgrade) {
+    let me = std::process::id();
+    // Entries of the process this one was forked from stay unused here.
+    caches.retain(|(pid, _), cache| *pid == me && cache.strong_count() > 0);
+    let key = (me, dir);
+    if let Some(cache) = caches.get(&key).and_then(Weak::upgrade) {
         // Another thread opened it meanwhile: one cache still.
         drop(caches);
         lower_capacity(&cache, capacity);
         return cache;
     }
-    caches.insert(dir, Arc::downgrade(&made));
+    caches.insert(key, Arc::downgrade(&made));
     made
 }
 
 /// The cache of `dir` open in this process, if one is, its capacity
 /// lowered to `capacity` if that is smaller.
 fn find(dir: &Path, capacity: u64) -> Option<Arc<Inner>> {
-    let cache = CACHES.try_lock_for(TABLE_WAIT)?.get(dir)?.upgrade()?;
+    let key = (std::process::id(), dir.to_path_buf());
+    let cache = CACHES.try_lock_for(TABLE_WAIT)?.get(&key)?.upgrade()?;
     lower_capacity(&cache, capacity);
     Some(cache)
 }
@@ -61,11 +69,18 @@ fn lower_capacity(cache: &Inner, capacity: u64) {
     }
 }
 
-/// The caches open in this process, if the table can be had by `deadline`
+/// The caches this process opened, if the table can be had by `deadline`
 /// (a thread may have held its lock when this process was forked).
 pub(super) fn all_open(deadline: Instant) -> Vec<Arc<Inner>> {
+    let me = std::process::id();
     CACHES
         .try_lock_until(deadline)
-        .map(|caches| caches.values().filter_map(Weak::upgrade).collect())
+        .map(|caches| {
+            caches
+                .iter()
+                .filter(|((pid, _), _)| *pid == me)
+                .filter_map(|(_, cache)| cache.upgrade())
+                .collect()
+        })
         .unwrap_or_default()
 }
