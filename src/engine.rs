@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 
 use crate::cache::{Block, BlockCache, Claim, FileKey, Pieces, Served};
 use crate::disk::{self, Claimed, DiskFile};
@@ -22,6 +22,7 @@ use crate::http::{Identity, Sink, Transport};
 use crate::link::{LinkEstimate, LinkMeter};
 use crate::plan::{self, ReadAhead};
 use crate::stats::{Counters, Stats};
+use crate::sync;
 
 /// How the engine sizes its fetches: the builder's options, checked.
 #[derive(Debug, Clone, Copy)]
@@ -62,8 +63,8 @@ pub(crate) struct Engine {
     /// Small ranges guesses fetched exactly (see [`Engine::guess_pieces`]).
     pieces: Pieces,
     /// Background fetches under way, and their end.
-    background: Mutex<usize>,
-    background_done: Condvar,
+    background: sync::Mutex<usize>,
+    background_done: sync::Condvar,
 }
 
 /// A fetched run of blocks, or why it failed.
@@ -102,8 +103,8 @@ impl Engine {
             options,
             link,
             counters,
-            background: Mutex::new(0),
-            background_done: Condvar::new(),
+            background: sync::Mutex::new(0),
+            background_done: sync::Condvar::new(),
         }
     }
 
@@ -783,13 +784,11 @@ impl Engine {
     pub(crate) fn wait_for_background(&self, deadline: Instant) -> bool {
         let mut running = self.background.lock();
         while *running > 0 {
-            if self
-                .background_done
-                .wait_until(&mut running, deadline)
-                .timed_out()
-            {
-                return *running == 0;
+            let (waited, timed_out) = self.background_done.wait_until(running, deadline);
+            if timed_out {
+                return *waited == 0;
             }
+            running = waited;
         }
         true
     }

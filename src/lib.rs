@@ -201,6 +201,7 @@ mod open;
 mod options;
 mod plan;
 mod stats;
+mod sync;
 #[cfg(any(feature = "hdf5", feature = "vfd"))]
 #[allow(unsafe_code)]
 #[doc(hidden)]

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use parking_lot::{Condvar, Mutex};
+use crate::sync::{Condvar, Mutex};
 
 use super::{Block, BlockCache, FileKey};
 use crate::error::{Error, ErrorKind};
@@ -144,7 +144,9 @@ impl Pending {
             if let Some(outcome) = slot.as_ref() {
                 return outcome.clone();
             }
-            if self.ready.wait_until(&mut slot, deadline).timed_out() && slot.is_none() {
+            let (waited, timed_out) = self.ready.wait_until(slot, deadline);
+            slot = waited;
+            if timed_out && slot.is_none() {
                 return Err(Error::new(
                     ErrorKind::Timeout,
                     "timed out waiting for another reader's fetch of the same block",

@@ -18,7 +18,7 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::Instant;
 
-use parking_lot::{Condvar, Mutex};
+use crate::sync::{Condvar, Mutex};
 
 /// A file's pieces.
 pub(crate) struct Pieces {
@@ -140,9 +140,11 @@ impl Pieces {
                     }
                 }
             }
-            if self.arrived.wait_until(&mut state, deadline).timed_out() {
+            let (waited, timed_out) = self.arrived.wait_until(state, deadline);
+            if timed_out {
                 return Served::No;
             }
+            state = waited;
         }
     }
 

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
+use crate::sync::{Condvar, Mutex, MutexGuard};
 
 use super::lock::FetchLock;
 
@@ -243,7 +243,9 @@ impl Writer {
             return false;
         };
         while queue.done < mark.queued {
-            if self.idle.wait_until(&mut queue, deadline).timed_out() {
+            let (waited, timed_out) = self.idle.wait_until(queue, deadline);
+            queue = waited;
+            if timed_out {
                 break;
             }
         }
@@ -251,7 +253,7 @@ impl Writer {
     }
 
     /// The queue's lock, if it can be had by `deadline` (see [`LOCK_WAIT`]).
-    fn lock_by(&self, deadline: Instant) -> Option<parking_lot::MutexGuard<'_, Queue>> {
+    fn lock_by(&self, deadline: Instant) -> Option<MutexGuard<'_, Queue>> {
         self.queue
             .try_lock_until(deadline.min(Instant::now() + LOCK_WAIT))
     }
@@ -285,7 +287,9 @@ impl Writer {
         loop {
             let Some(job) = queue.jobs.pop_front() else {
                 self.idle.notify_all();
-                if self.work.wait_for(&mut queue, LINGER).timed_out() && queue.jobs.is_empty() {
+                let (waited, timed_out) = self.work.wait_until(queue, Instant::now() + LINGER);
+                queue = waited;
+                if timed_out && queue.jobs.is_empty() {
                     queue.thread_of = None;
                     return;
                 }

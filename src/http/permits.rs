@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use parking_lot::{Condvar, Mutex};
+use crate::sync::{Condvar, Mutex};
 
 use crate::error::{Error, ErrorKind};
 
@@ -27,7 +27,9 @@ impl Permits {
     pub fn acquire(&self, deadline: Instant) -> Result<Permit<'_>, Error> {
         let mut free = self.free.lock();
         while *free == 0 {
-            if self.returned.wait_until(&mut free, deadline).timed_out() && *free == 0 {
+            let (waited, timed_out) = self.returned.wait_until(free, deadline);
+            free = waited;
+            if timed_out && *free == 0 {
                 return Err(Error::new(
                     ErrorKind::Timeout,
                     "timed out waiting for a free connection (max_connections are all busy)",

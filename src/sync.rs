@@ -1,0 +1,146 @@
+//! The locks and condition variables a thread may be waiting on when its
+//! process forks.
+//!
+//! A child of `fork` gets a copy of the parent's memory and only the
+//! forking thread. `parking_lot` keeps one table per process of the threads
+//! parked on its locks and condition variables, each entry pointing into
+//! the parked thread's memory: a child inherits the entries of the parent's
+//! waiting threads, whose memory the child reuses for threads of its own,
+//! and its next wait or wake on a lock that shares a slot of the table
+//! follows a dangling pointer (SIGSEGV, heap corruption). `std::sync` keeps
+//! a waiter's state in the lock itself (a futex on Linux), so whatever the
+//! parent's threads were waiting on, the child's own locks are sound.
+//!
+//! Every wait that can last — for a fetch, a piece, a connection, a write,
+//! background work — uses these. They do not poison: a panic while a guard
+//! is held leaves the data as it was, as `parking_lot` does.
+
+use std::sync::PoisonError;
+use std::time::{Duration, Instant};
+
+/// A mutual exclusion lock over `std::sync::Mutex`, without poisoning.
+#[derive(Debug, Default)]
+pub(crate) struct Mutex<T>(std::sync::Mutex<T>);
+
+/// The guard of a [`Mutex`].
+pub(crate) type MutexGuard<'a, T> = std::sync::MutexGuard<'a, T>;
+
+impl<T> Mutex<T> {
+    pub(crate) const fn new(value: T) -> Mutex<T> {
+        Mutex(std::sync::Mutex::new(value))
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The lock if it can be had by `deadline`: for a caller that must not
+    /// wait for ever on a lock a thread may hold for good (one that does not
+    /// exist in a forked child, say). Polls, every millisecond.
+    pub(crate) fn try_lock_until(&self, deadline: Instant) -> Option<MutexGuard<'_, T>> {
+        loop {
+            match self.0.try_lock() {
+                Ok(guard) => return Some(guard),
+                Err(std::sync::TryLockError::Poisoned(e)) => return Some(e.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(std::sync::TryLockError::WouldBlock) => return None,
+            }
+        }
+    }
+}
+
+/// A condition variable over `std::sync::Condvar`, for a [`Mutex`].
+#[derive(Debug, Default)]
+pub(crate) struct Condvar(std::sync::Condvar);
+
+impl Condvar {
+    pub(crate) const fn new() -> Condvar {
+        Condvar(std::sync::Condvar::new())
+    }
+
+    /// Waits until notified (or woken spuriously).
+    pub(crate) fn wait<'a, T>(&self, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+        self.0.wait(guard).unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Waits until notified (or woken spuriously) or `deadline`; with
+    /// whether the deadline has passed.
+    pub(crate) fn wait_until<'a, T>(
+        &self,
+        guard: MutexGuard<'a, T>,
+        deadline: Instant,
+    ) -> (MutexGuard<'a, T>, bool) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let (guard, _) = self
+            .0
+            .wait_timeout(guard, left)
+            .unwrap_or_else(PoisonError::into_inner);
+        (guard, Instant::now() >= deadline)
+    }
+
+    pub(crate) fn notify_one(&self) {
+        self.0.notify_one();
+    }
+
+    pub(crate) fn notify_all(&self) {
+        self.0.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn a_waiter_wakes_when_notified_and_times_out_otherwise() {
+        let pair = Arc::new((Mutex::new(false), Condvar::new()));
+        let (lock, ready) = &*pair;
+        let (guard, timed_out) = ready.wait_until(lock.lock(), Instant::now());
+        assert!(timed_out && !*guard);
+        drop(guard);
+        let other = pair.clone();
+        let notifier = std::thread::spawn(move || {
+            *other.0.lock() = true;
+            other.1.notify_all();
+        });
+        let mut guard = lock.lock();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !*guard {
+            let (g, timed_out) = ready.wait_until(guard, deadline);
+            assert!(!timed_out, "never notified");
+            guard = g;
+        }
+        drop(guard);
+        notifier.join().unwrap();
+    }
+
+    #[test]
+    fn a_lock_held_elsewhere_is_given_up_at_the_deadline() {
+        let lock = Arc::new(Mutex::new(0));
+        let held = lock.lock();
+        let other = lock.clone();
+        let tried = std::thread::spawn(move || {
+            other
+                .try_lock_until(Instant::now() + Duration::from_millis(20))
+                .is_none()
+        });
+        assert!(tried.join().unwrap(), "the lock was had while held");
+        drop(held);
+        assert!(lock.try_lock_until(Instant::now()).is_some());
+    }
+
+    #[test]
+    fn a_panic_under_the_lock_does_not_poison_it() {
+        let lock = Arc::new(Mutex::new(1));
+        let other = lock.clone();
+        let _ = std::thread::spawn(move || {
+            let _guard = other.lock();
+            panic!("while holding the lock");
+        })
+        .join();
+        assert_eq!(*lock.lock(), 1);
+    }
+}
