@@ -134,6 +134,11 @@ pub fn hdf5_driver_walk(data: &[u8]) -> Vec<String> {
     h5lib::silence_errors(true);
     let before = caught_panics();
     if std::env::var_os(REFERENCE_ONLY).is_some() {
+        assert!(
+            input.len <= MAX_REFERENCE_LEN,
+            "{REFERENCE_ONLY}: the input claims more than the reference walk's sparse copy \
+             can be; set its first byte to 6 to claim 1 TiB"
+        );
         return walk_local(&input);
     }
     let served = Served::new(input.file, input.len);
