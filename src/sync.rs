@@ -60,11 +60,6 @@ impl Condvar {
         Condvar(std::sync::Condvar::new())
     }
 
-    /// Waits until notified (or woken spuriously).
-    pub(crate) fn wait<'a, T>(&self, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
-        self.0.wait(guard).unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// Waits until notified (or woken spuriously) or `deadline`; with
     /// whether the deadline has passed.
     pub(crate) fn wait_until<'a, T>(
