@@ -33,6 +33,12 @@ use crate::stats::Stats;
 /// statistics, and has its own cursor, starting where the original's was.
 /// `RemoteFile` is `Send + Sync`.
 ///
+/// A child process made by `fork` should open its files again rather than
+/// read those it inherited: their connections are shared with the parent,
+/// and their locks may be held for good by the parent's threads, which the
+/// child does not have. (Files opened in the child, memory and disk caches
+/// included, are the child's own.)
+///
 /// # Example
 ///
 /// ```no_run

@@ -51,7 +51,12 @@ pub extern "C" fn H5PLget_plugin_info() -> *const c_void {
     catch_unwind(|| {
         let caller = caller_object();
         match host(caller) {
-            Some((home, api)) if caller.map_or_else(|| find_hdf5(None).is_some(), |c| c == home) => {
+            Some((home, api))
+                if caller.map_or_else(
+                    || matches!(find_hdf5(None), Found::One(only, _) if only == home),
+                    |c| c == home,
+                ) =>
+            {
                 vfd::class_for(api.version)
             }
             Some(_) => {
@@ -77,7 +82,24 @@ pub extern "C" fn H5PLget_plugin_info() -> *const c_void {
 fn host(caller: Option<usize>) -> Option<(usize, &'static HostApi)> {
     static HOST: OnceLock<Option<(usize, &'static HostApi)>> = OnceLock::new();
     *HOST.get_or_init(|| {
-        let (home, api) = find_hdf5(caller)?;
+        let (home, api) = match find_hdf5(caller) {
+            Found::One(home, api) => (home, api),
+            Found::None => {
+                eprintln!(
+                    "remfile: no HDF5 library that exports its functions was found in this \
+                     process (a program that links HDF5 statically must export them, with \
+                     -rdynamic); the driver is not loaded"
+                );
+                return None;
+            }
+            Found::Several(n) => {
+                eprintln!(
+                    "remfile: {n} HDF5 libraries are loaded and the one loading the driver could \
+                     not be told; the driver is not loaded"
+                );
+                return None;
+            }
+        };
         if api.version < FIRST_VERSION {
             let (a, b, c) = api.version;
             eprintln!("remfile: HDF5 {a}.{b}.{c} cannot use driver plugins (1.14 or later can)");
@@ -114,11 +136,19 @@ unsafe fn symbol(handle: *mut c_void, name: &CStr) -> *mut c_void {
     unsafe { libc::dlsym(handle, name.as_ptr()) }
 }
 
+/// What [`find_hdf5`] found.
+enum Found {
+    /// The library (by its base address) and its functions.
+    One(usize, HostApi),
+    None,
+    /// This many, with no caller to choose by.
+    Several(usize),
+}
+
 /// Finds the HDF5 library at `caller` (the object's base address) among the
 /// loaded objects, or the only one loaded if the caller is not known, and
-/// takes the functions and error codes the driver needs from it; with its
-/// base address.
-fn find_hdf5(caller: Option<usize>) -> Option<(usize, HostApi)> {
+/// takes the functions and error codes the driver needs from it.
+fn find_hdf5(caller: Option<usize>) -> Found {
     let mut found: Vec<(usize, HostApi)> = Vec::new();
     for path in loaded_objects() {
         // SAFETY: RTLD_NOLOAD only looks up an object already loaded; an
@@ -135,31 +165,33 @@ fn find_hdf5(caller: Option<usize>) -> Option<(usize, HostApi)> {
             continue;
         }
         // SAFETY: a handle just returned by dlopen.
-        let Some(home) = object_of(unsafe { symbol(handle, c"H5open") }) else {
-            continue;
-        };
-        if caller.is_some_and(|c| c != home) || found.iter().any(|(b, _)| *b == home) {
-            continue;
-        }
-        // SAFETY: a handle just returned by dlopen; each symbol, if found,
-        // is the library's function or global of the type HDF5 declares,
-        // and only those of the object that defines `H5open` are taken.
-        if let Some(api) = unsafe { api_of(handle, home) } {
+        let home = object_of(unsafe { symbol(handle, c"H5open") });
+        let api = home
+            .filter(|&h| caller.is_none_or(|c| c == h) && found.iter().all(|(b, _)| *b != h))
+            // SAFETY: a handle just returned by dlopen; each symbol, if
+            // found, is the library's function or global of the type HDF5
+            // declares, and only those of the object that defines `H5open`
+            // are taken.
+            .and_then(|h| unsafe { api_of(handle, h) }.map(|api| (h, api)));
+        // The objects stay loaded by whoever loaded them: the handle only
+        // counted one more use.
+        // SAFETY: a handle from dlopen, closed once, no symbol of it held
+        // past its object's own lifetime.
+        unsafe { libc::dlclose(handle) };
+        if let Some((home, api)) = api {
             if caller.is_some() {
-                return Some((home, api));
+                return Found::One(home, api);
             }
             found.push((home, api));
         }
     }
-    if found.len() > 1 {
-        eprintln!(
-            "remfile: {} HDF5 libraries are loaded and the one loading the driver could not be \
-             told; the driver is not loaded",
-            found.len()
-        );
-        return None;
+    match found.len() {
+        0 => Found::None,
+        1 => found
+            .pop()
+            .map_or(Found::None, |(home, api)| Found::One(home, api)),
+        n => Found::Several(n),
     }
-    found.pop()
 }
 
 /// The base address of the loaded object that holds `addr`, if any.

@@ -123,6 +123,7 @@ impl Pieces {
         let end = pos.saturating_add(buf.len() as u64);
         let mut state = self.state.lock();
         let mut cost_a_round = false;
+        let mut timed_out = false;
         loop {
             match state.cover(pos, end) {
                 Cover::None => return Served::No,
@@ -132,6 +133,9 @@ impl Pieces {
                     buf.copy_from_slice(&bytes[at..at + buf.len()]);
                     return Served::Yes { cost_a_round };
                 }
+                // Looked at once more after the deadline: a piece delivered
+                // as it passed is served.
+                Cover::Coming(_) if timed_out => return Served::No,
                 Cover::Coming(starts) => {
                     for start in starts {
                         let piece = state.by_start.get_mut(&start).expect("coming");
@@ -140,11 +144,9 @@ impl Pieces {
                     }
                 }
             }
-            let (waited, timed_out) = self.arrived.wait_until(state, deadline);
-            if timed_out {
-                return Served::No;
-            }
+            let (waited, passed) = self.arrived.wait_until(state, deadline);
             state = waited;
+            timed_out = passed;
         }
     }
 

@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 use super::private;
 
@@ -447,6 +447,17 @@ fn inode_of(path: &Path) -> Option<(u64, u64)> {
     }
 }
 
+/// How long a fetch waits for the table of locks held: it is held only to
+/// look up, insert or remove, so this is reached only in a child forked
+/// while another thread held it (which never lets go there). A lock not in
+/// the table is neither renewed nor deleted by its holder: others take it
+/// over as stale, which costs a duplicate fetch, never correctness.
+const TABLE_WAIT: Duration = Duration::from_millis(500);
+
+/// The id of a lock left out of the table (see [`TABLE_WAIT`]); ids count
+/// up from 0 and never reach it.
+const NOT_HELD: u64 = u64::MAX;
+
 /// The locks this process holds, renewed by one thread while there are any.
 struct Renewals {
     state: Mutex<RenewalState>,
@@ -483,7 +494,9 @@ impl Renewals {
             paths: vec![path],
             inode,
         };
-        let mut state = self.state.lock();
+        let Some(mut state) = self.state.try_lock_until(Instant::now() + TABLE_WAIT) else {
+            return NOT_HELD;
+        };
         let id = state.next_id;
         state.next_id += 1;
         if state.thread_of.is_some_and(|pid| pid != me) {
@@ -492,25 +505,41 @@ impl Renewals {
             state.held.clear();
         }
         state.held.insert(id, held);
-        if state.thread_of != Some(me) {
+        let start_thread = state.thread_of != Some(me);
+        if start_thread {
+            state.thread_of = Some(me);
+        }
+        // The thread is started without the table's lock, which it takes.
+        drop(state);
+        if start_thread {
             let spawned = std::thread::Builder::new()
                 .name("remfile-lock-renewal".into())
                 .spawn(move || self.run());
-            // Without the thread, a fetch longer than a lock stays fresh
-            // may be done twice: bytes, never correctness.
-            state.thread_of = spawned.is_ok().then_some(me);
+            if spawned.is_err() {
+                // Without the thread, a fetch longer than a lock stays fresh
+                // may be done twice: bytes, never correctness.
+                if let Some(mut state) = self.state.try_lock_until(Instant::now() + TABLE_WAIT) {
+                    state.thread_of = None;
+                }
+            }
         }
         id
     }
 
     fn link(&self, id: u64, path: PathBuf) {
-        if let Some(held) = self.state.lock().held.get_mut(&id) {
+        let Some(mut state) = self.state.try_lock_until(Instant::now() + TABLE_WAIT) else {
+            return;
+        };
+        if let Some(held) = state.held.get_mut(&id) {
             held.paths.push(path);
         }
     }
 
     fn remove(&self, id: u64) -> Option<Held> {
-        self.state.lock().held.remove(&id)
+        self.state
+            .try_lock_until(Instant::now() + TABLE_WAIT)?
+            .held
+            .remove(&id)
     }
 
     fn run(&self) {
@@ -518,7 +547,9 @@ impl Renewals {
             let started = Instant::now();
             std::thread::sleep(RENEW_EVERY);
             let held: Vec<Arc<File>> = {
-                let mut state = self.state.lock();
+                let Some(mut state) = self.state.try_lock_until(Instant::now() + TABLE_WAIT) else {
+                    continue;
+                };
                 if state.held.is_empty() {
                     state.thread_of = None;
                     return;
@@ -544,6 +575,24 @@ mod tests {
             pid,
             advisory: false,
         }
+    }
+
+    #[test]
+    fn a_table_of_locks_held_for_good_leaves_a_lock_out_rather_than_wait() {
+        // As in a child forked while a thread of the parent held the table.
+        let table = RENEWALS.state.lock();
+        let path = std::env::temp_dir().join(format!("remfile-table-{}.lock", std::process::id()));
+        let file = File::create(&path).unwrap();
+        let (done, added) = std::sync::mpsc::channel();
+        let adding = path.clone();
+        std::thread::spawn(move || done.send(RENEWALS.add(adding, file)));
+        let id = added
+            .recv_timeout(Duration::from_secs(20))
+            .expect("waited for the table for ever");
+        drop(table);
+        assert_eq!(id, NOT_HELD);
+        assert!(RENEWALS.remove(NOT_HELD).is_none());
+        let _ = fs::remove_file(&path);
     }
 
     #[test]

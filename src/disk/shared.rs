@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 use super::Inner;
 
@@ -36,7 +36,7 @@ pub(super) fn open(dir: PathBuf, capacity: u64, make: impl FnOnce(PathBuf) -> In
     }
     // Made (a scan of the directory) without the table's lock.
     let made = Arc::new(make(dir.clone()));
-    let Some(mut caches) = CACHES.try_lock_for(TABLE_WAIT) else {
+    let Some(mut caches) = CACHES.try_lock_until(Instant::now() + TABLE_WAIT) else {
         return made;
     };
     let me = std::process::id();
@@ -57,7 +57,10 @@ pub(super) fn open(dir: PathBuf, capacity: u64, make: impl FnOnce(PathBuf) -> In
 /// lowered to `capacity` if that is smaller.
 fn find(dir: &Path, capacity: u64) -> Option<Arc<Inner>> {
     let key = (std::process::id(), dir.to_path_buf());
-    let cache = CACHES.try_lock_for(TABLE_WAIT)?.get(&key)?.upgrade()?;
+    let cache = CACHES
+        .try_lock_until(Instant::now() + TABLE_WAIT)?
+        .get(&key)?
+        .upgrade()?;
     lower_capacity(&cache, capacity);
     Some(cache)
 }
