@@ -177,6 +177,7 @@ impl Shared {
         let budget = spans::guess_budget(
             self.file.guess_link_estimate(),
             self.file.guess_concurrency(),
+            self.file.cache().capacity(),
         );
         let allowed = self.prefetch.lock().allowance(budget);
         let block_size = self.file.block_size();

@@ -310,12 +310,15 @@ const BUDGET_ROUNDS: u64 = 4;
 /// How many bytes may be guessed beyond the metadata HDF5 has read: what
 /// [`BUDGET_ROUNDS`] rounds of `lanes` connections carry (a fast link then
 /// fetches the metadata of a file whose writer spread it among the data),
-/// at least [`LEAST_BUDGET`] and at most [`MOST_BUDGET`].
-pub(crate) fn guess_budget(link: Option<LinkEstimate>, lanes: u64) -> u64 {
+/// at least [`LEAST_BUDGET`] and at most [`MOST_BUDGET`] — and never more
+/// than half the block cache's `cache_capacity`, whose blocks the guesses
+/// would otherwise evict as they came.
+pub(crate) fn guess_budget(link: Option<LinkEstimate>, lanes: u64, cache_capacity: u64) -> u64 {
     let carried = link.map_or(0, |l| l.bandwidth_delay_product());
     carried
         .saturating_mul(BUDGET_ROUNDS * lanes)
         .clamp(LEAST_BUDGET, MOST_BUDGET)
+        .min(cache_capacity / 2)
 }
 
 /// The most bytes guessed beyond what HDF5 read, however fast the link: a
@@ -480,11 +483,27 @@ mod tests {
 
     #[test]
     fn the_budget_grows_with_the_link() {
-        assert_eq!(guess_budget(None, 16), LEAST_BUDGET);
+        const CACHE: u64 = 256 << 20;
+        assert_eq!(guess_budget(None, 16, CACHE), LEAST_BUDGET);
         // 30 ms at 25 MB/s: 750 kB a round, 16 connections, 4 rounds.
-        assert_eq!(guess_budget(estimate(30, 25_000_000), 16), 48_000_000);
-        assert_eq!(guess_budget(estimate(30, 1_000_000), 16), LEAST_BUDGET);
-        assert_eq!(guess_budget(estimate(1000, u64::MAX), 16), MOST_BUDGET);
+        assert_eq!(
+            guess_budget(estimate(30, 25_000_000), 16, CACHE),
+            48_000_000
+        );
+        assert_eq!(
+            guess_budget(estimate(30, 1_000_000), 16, CACHE),
+            LEAST_BUDGET
+        );
+        assert_eq!(
+            guess_budget(estimate(1000, u64::MAX), 16, CACHE),
+            MOST_BUDGET
+        );
+        // A small cache: half of it, whatever the link.
+        assert_eq!(guess_budget(None, 16, 16 << 20), 8 << 20);
+        assert_eq!(
+            guess_budget(estimate(1000, u64::MAX), 16, 64 << 20),
+            32 << 20
+        );
     }
 
     #[test]
