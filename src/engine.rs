@@ -367,11 +367,21 @@ impl Engine {
         let mut missing = self
             .missing(ranges)
             .take(usize::try_from(most).unwrap_or(usize::MAX));
+        // The first round's blocks come to memory, from disk if they are
+        // there; after it, blocks on disk are left there (reading them into
+        // memory would only evict the first round's).
+        let on_disk = |i: &u64| self.disk.as_ref().is_some_and(|d| d.holds(*i));
+        let mut first = true;
         loop {
-            let next: Vec<u64> = missing.by_ref().take(round as usize).collect();
+            let next: Vec<u64> = missing
+                .by_ref()
+                .filter(|i| first || !on_disk(i))
+                .take(round as usize)
+                .collect();
             if next.is_empty() {
                 return Ok(());
             }
+            first = false;
             self.fetch_missing(&next)?;
         }
     }

@@ -573,3 +573,43 @@ fn a_prefetch_past_the_memory_cache_still_fills_the_disk_cache() {
         "reading what was prefetched cost requests: {cost:?}"
     );
 }
+
+/// A prefetch of a range the disk cache holds already, larger than the
+/// memory cache: the first memory cache's worth comes to memory (from disk),
+/// the rest stays on disk, unread; nothing is fetched.
+#[test]
+fn a_prefetch_of_what_the_disk_holds_reads_only_what_memory_keeps() {
+    let len = 8 << 20;
+    let data = test_data(len, 92);
+    let server = RangeServer::new(data.clone());
+    let dir = TempDir::new("disk-prefetch-on-disk");
+    let disk = DiskCache::open(&dir, 64 << 20).unwrap();
+    let open = || {
+        builder()
+            .block_size(BLOCK)
+            .cache_capacity(1 << 20)
+            .disk_cache(disk.clone())
+            .open_tail(0)
+            .open(server.url("/f"))
+            .unwrap()
+    };
+    let first = open();
+    first.prefetch(std::iter::once(0..len as u64)).unwrap();
+    drop(first);
+    assert!(disk.flush(std::time::Duration::from_secs(10)));
+    let requests = server.requests();
+    let second = open();
+    let before = second.stats();
+    second.prefetch(std::iter::once(0..len as u64)).unwrap();
+    let cost = second.stats().since(&before);
+    assert_eq!(cost.requests, 0, "{cost:?}");
+    assert!(
+        cost.disk_bytes_read <= 1 << 20,
+        "read {} bytes from disk for a 1 MiB memory cache",
+        cost.disk_bytes_read
+    );
+    let mut buf = vec![0u8; BLOCK as usize];
+    second.read_exact_at(5 << 20, &mut buf).unwrap();
+    assert_eq!(buf, data[5 << 20..][..BLOCK as usize]);
+    assert_eq!(server.requests(), requests + 1, "the warm open's one request");
+}

@@ -380,6 +380,22 @@ impl DiskFile {
         format::encoded_len(self.owner(index), self.block_size)
     }
 
+    /// Whether block `index` looks to be on disk (a block file no longer than
+    /// a block's, or one waiting to be written), without reading it: for a
+    /// prefetch, which need not bring it into memory. A damaged one is found,
+    /// and fetched again, when it is read.
+    pub(crate) fn holds(&self, index: u64) -> bool {
+        if self.dir_state() == DirState::Replaced {
+            return false;
+        }
+        let path = self.path(index);
+        if self.cache.inner.writer.waiting(&path).is_some() {
+            return true;
+        }
+        fs::symlink_metadata(&path)
+            .is_ok_and(|m| m.is_file() && m.len() > 0 && m.len() <= self.max_file_len(index))
+    }
+
     /// Block `index`, `len` bytes long, if it is on disk and intact. A block
     /// file that is not (a link, a FIFO, too long included) is deleted.
     pub(crate) fn read(&self, index: u64, len: u64) -> Option<Vec<u8>> {
