@@ -611,5 +611,9 @@ fn a_prefetch_of_what_the_disk_holds_reads_only_what_memory_keeps() {
     let mut buf = vec![0u8; BLOCK as usize];
     second.read_exact_at(5 << 20, &mut buf).unwrap();
     assert_eq!(buf, data[5 << 20..][..BLOCK as usize]);
-    assert_eq!(server.requests(), requests + 1, "the warm open's one request");
+    assert_eq!(
+        server.requests(),
+        requests + 1,
+        "the warm open's one request"
+    );
 }
