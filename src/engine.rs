@@ -184,7 +184,7 @@ impl Engine {
     /// Whether every block covering `range` is cached.
     #[cfg(any(feature = "hdf5", feature = "vfd"))]
     pub(crate) fn is_cached(&self, range: Range<u64>) -> bool {
-        self.pieces.holds(range.clone()) || self.missing_blocks([range], 1).is_empty()
+        self.pieces.holds(range.clone()) || self.missing([range]).next().is_none()
     }
 
     /// The least and the most bytes a sequential stream reads ahead.

@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::sync::Mutex;
+use crate::sync::{Mutex, MutexGuard};
 
 use super::private;
 
@@ -494,7 +494,7 @@ impl Renewals {
             paths: vec![path],
             inode,
         };
-        let Some(mut state) = self.state.try_lock_until(Instant::now() + TABLE_WAIT) else {
+        let Some(mut state) = self.table() else {
             return NOT_HELD;
         };
         let id = state.next_id;
@@ -518,7 +518,7 @@ impl Renewals {
             if spawned.is_err() {
                 // Without the thread, a fetch longer than a lock stays fresh
                 // may be done twice: bytes, never correctness.
-                if let Some(mut state) = self.state.try_lock_until(Instant::now() + TABLE_WAIT) {
+                if let Some(mut state) = self.table() {
                     state.thread_of = None;
                 }
             }
@@ -526,8 +526,13 @@ impl Renewals {
         id
     }
 
+    /// The table, if it can be had within [`TABLE_WAIT`].
+    fn table(&self) -> Option<MutexGuard<'_, RenewalState>> {
+        self.state.try_lock_until(Instant::now() + TABLE_WAIT)
+    }
+
     fn link(&self, id: u64, path: PathBuf) {
-        let Some(mut state) = self.state.try_lock_until(Instant::now() + TABLE_WAIT) else {
+        let Some(mut state) = self.table() else {
             return;
         };
         if let Some(held) = state.held.get_mut(&id) {
@@ -536,10 +541,7 @@ impl Renewals {
     }
 
     fn remove(&self, id: u64) -> Option<Held> {
-        self.state
-            .try_lock_until(Instant::now() + TABLE_WAIT)?
-            .held
-            .remove(&id)
+        self.table()?.held.remove(&id)
     }
 
     fn run(&self) {
@@ -547,7 +549,7 @@ impl Renewals {
             let started = Instant::now();
             std::thread::sleep(RENEW_EVERY);
             let held: Vec<Arc<File>> = {
-                let Some(mut state) = self.state.try_lock_until(Instant::now() + TABLE_WAIT) else {
+                let Some(mut state) = self.table() else {
                     continue;
                 };
                 if state.held.is_empty() {
