@@ -16,7 +16,7 @@ use parking_lot::Mutex;
 
 use crate::cache::{Block, BlockCache, Claim, FileKey, Pieces, Served};
 use crate::disk::{self, Claimed, DiskFile};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::fanout::{Done, Next, fan_out};
 use crate::http::{Identity, Sink, Transport};
 use crate::link::{LinkEstimate, LinkMeter};
@@ -182,7 +182,6 @@ impl Engine {
     }
 
     /// Whether every block covering `range` is cached.
-    #[cfg(any(feature = "hdf5", feature = "vfd"))]
     pub(crate) fn is_cached(&self, range: Range<u64>) -> bool {
         self.pieces.holds(range.clone()) || self.missing([range]).next().is_none()
     }
@@ -591,7 +590,11 @@ impl Engine {
             waited_on_guess |= pending.costs_a_round(self.counters.round_trips.load(Relaxed));
             match pending.wait(round.deadline) {
                 Ok(block) => round.got.push((i, block)),
-                Err(_) if guess => round.got.extend(self.fetch_missing(&[i])?),
+                // A guess that failed, or a read another caller stopped,
+                // leaves its blocks to be fetched here.
+                Err(e) if guess || e.kind() == ErrorKind::Interrupted => {
+                    round.got.extend(self.fetch_missing(&[i])?)
+                }
                 Err(e) => return Err(e.with_url(self.transport.redacted_url())),
             }
         }

@@ -55,6 +55,10 @@ pub enum ErrorKind {
     Redirect,
     /// `read_exact_at` asked for bytes past the end of the file.
     UnexpectedEof,
+    /// The wait for the network was stopped by the program's
+    /// [`wait::Host`](crate::wait::Host) (the user pressed Ctrl-C, say). The
+    /// file stays usable.
+    Interrupted,
 }
 
 /// The error returned by every fallible operation of this crate.
@@ -92,6 +96,9 @@ struct Inner {
     /// classified (the retry loop follows the same verdict); `None` for
     /// errors no request caused, judged by their kind.
     retryable: Option<bool>,
+    /// For a network failure, the system's kind of it (a refused or reset
+    /// connection), where the system said.
+    cause: Option<io::ErrorKind>,
 }
 
 /// How many bytes of an error body are kept for [`Error::body_excerpt`].
@@ -109,6 +116,7 @@ impl Error {
                 hint: None,
                 attempts: 0,
                 retryable: None,
+                cause: None,
             }),
         }
     }
@@ -152,6 +160,11 @@ impl Error {
 
     pub(crate) fn with_hint(self, hint: &'static str) -> Error {
         self.edit(|i| i.hint = Some(hint))
+    }
+
+    /// Records the system's kind of a network failure.
+    pub(crate) fn with_cause(self, cause: io::ErrorKind) -> Error {
+        self.edit(|i| i.cause = Some(cause))
     }
 
     pub(crate) fn with_attempts(self, attempts: u32) -> Error {
@@ -213,7 +226,20 @@ impl Error {
         }
     }
 
-    fn io_kind(&self) -> io::ErrorKind {
+    /// The [`io::ErrorKind`] this error converts into: a missing file
+    /// `NotFound`, a refusal `PermissionDenied`, a timeout `TimedOut`, a
+    /// refused connection `ConnectionRefused`, and so on.
+    ///
+    /// ```no_run
+    /// use std::io::ErrorKind;
+    /// match remfile::RemoteFile::open("https://example.com/data.h5") {
+    ///     Err(e) if e.io_kind() == ErrorKind::NotFound => eprintln!("no such file"),
+    ///     Err(e) if e.io_kind() == ErrorKind::ConnectionRefused => eprintln!("no server"),
+    ///     Err(e) => eprintln!("{e}"),
+    ///     Ok(file) => println!("{} bytes", file.len()),
+    /// }
+    /// ```
+    pub fn io_kind(&self) -> io::ErrorKind {
         match self.inner.kind {
             ErrorKind::InvalidUrl | ErrorKind::InvalidConfig => io::ErrorKind::InvalidInput,
             ErrorKind::HttpStatus(404) | ErrorKind::HttpStatus(410) => io::ErrorKind::NotFound,
@@ -225,9 +251,20 @@ impl Error {
             ErrorKind::RemoteChanged => io::ErrorKind::StaleNetworkFileHandle,
             ErrorKind::MalformedResponse => io::ErrorKind::InvalidData,
             ErrorKind::Timeout => io::ErrorKind::TimedOut,
-            ErrorKind::Network => io::ErrorKind::ConnectionAborted,
+            ErrorKind::Network => match self.inner.cause {
+                Some(
+                    cause @ (io::ErrorKind::ConnectionRefused
+                    | io::ErrorKind::ConnectionReset
+                    | io::ErrorKind::NotConnected
+                    | io::ErrorKind::BrokenPipe),
+                ) => cause,
+                _ => io::ErrorKind::ConnectionAborted,
+            },
             ErrorKind::Redirect => io::ErrorKind::Other,
             ErrorKind::UnexpectedEof => io::ErrorKind::UnexpectedEof,
+            // Not `io::ErrorKind::Interrupted`, which `Read::read_exact` and
+            // others take as "try again".
+            ErrorKind::Interrupted => io::ErrorKind::Other,
         }
     }
 }

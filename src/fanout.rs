@@ -34,6 +34,9 @@ pub(crate) fn try_spawn<'scope, T: Send + 'scope>(
     if tests::REFUSE_THREADS.with(|refuse| refuse.get()) {
         return None;
     }
+    // A part works for the same read as its caller: it stops with it.
+    let token = crate::wait::Token::current();
+    let f = move || crate::wait::Token::adopt(token, f);
     match std::thread::Builder::new().spawn_scoped(s, f) {
         Ok(handle) => Some(handle),
         Err(e) => {

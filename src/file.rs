@@ -12,6 +12,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::link::LinkEstimate;
 use crate::options::Builder;
 use crate::stats::Stats;
+use crate::wait;
 
 /// A file on an HTTP(S) server, read like a local file.
 ///
@@ -164,7 +165,7 @@ impl RemoteFile {
         let len = buf
             .len()
             .min(usize::try_from(size - pos).unwrap_or(usize::MAX));
-        self.engine.read_into(pos, &mut buf[..len])?;
+        self.read_into(pos, &mut buf[..len])?;
         Ok(len)
     }
 
@@ -184,7 +185,54 @@ impl RemoteFile {
     pub fn read_exact_at(&self, pos: u64, buf: &mut [u8]) -> Result<()> {
         self.check_within(pos, buf.len())?;
         if !buf.is_empty() {
-            self.engine.read_into(pos, buf)?;
+            self.read_into(pos, buf)?;
+        }
+        Ok(())
+    }
+
+    /// Fills `buf` (inside the file) with the bytes at `pos`: here, or, if
+    /// a [`wait::Host`](crate::wait::Host) is installed and the bytes are
+    /// not cached, as the host wants network waits run (on a thread of
+    /// their own, into a buffer of their own, so that the wait can stop).
+    fn read_into(&self, pos: u64, buf: &mut [u8]) -> Result<()> {
+        let range = pos..pos + buf.len() as u64;
+        if wait::host().is_none() || self.engine.is_cached(range) {
+            return self.engine.read_into(pos, buf);
+        }
+        let engine = Arc::clone(&self.engine);
+        let len = buf.len();
+        let bytes = wait::blocking(move || {
+            let mut owned = vec![0; len];
+            engine.read_into(pos, &mut owned).map(|()| owned)
+        })?;
+        buf.copy_from_slice(&bytes);
+        Ok(())
+    }
+
+    /// As [`read_into`](Self::read_into), for several reads at once.
+    fn read_many(&self, reads: &mut [(u64, &mut [u8])]) -> Result<()> {
+        let cached = || {
+            reads
+                .iter()
+                .all(|(pos, buf)| self.engine.is_cached(*pos..*pos + buf.len() as u64))
+        };
+        if wait::host().is_none() || cached() {
+            return self.engine.read_many(reads);
+        }
+        let engine = Arc::clone(&self.engine);
+        let lens: Vec<(u64, usize)> = reads.iter().map(|(pos, buf)| (*pos, buf.len())).collect();
+        let parts = wait::blocking(move || {
+            let mut owned: Vec<Vec<u8>> = lens.iter().map(|&(_, len)| vec![0; len]).collect();
+            let mut theirs: Vec<(u64, &mut [u8])> = lens
+                .iter()
+                .zip(owned.iter_mut())
+                .map(|(&(pos, _), b)| (pos, &mut b[..]))
+                .collect();
+            engine.read_many(&mut theirs)?;
+            Ok(owned)
+        })?;
+        for ((_, buf), part) in reads.iter_mut().zip(parts) {
+            buf.copy_from_slice(&part);
         }
         Ok(())
     }
@@ -270,7 +318,7 @@ impl RemoteFile {
         for (pos, buf) in reads.iter() {
             self.check_within(*pos, buf.len())?;
         }
-        self.engine.read_many(reads)
+        self.read_many(reads)
     }
 
     /// Reads the byte `ranges` at once, as [`read_vectored_at`](RemoteFile::read_vectored_at)
@@ -295,7 +343,7 @@ impl RemoteFile {
             .zip(bufs.iter_mut())
             .map(|(r, b)| (r.start, &mut b[..]))
             .collect();
-        self.engine.read_many(&mut reads)?;
+        self.read_many(&mut reads)?;
         Ok(bufs)
     }
 
@@ -337,7 +385,12 @@ impl RemoteFile {
     /// # Ok::<(), remfile::Error>(())
     /// ```
     pub fn prefetch(&self, ranges: impl IntoIterator<Item = Range<u64>>) -> Result<()> {
-        self.engine.prefetch(ranges)
+        if wait::host().is_none() {
+            return self.engine.prefetch(ranges);
+        }
+        let engine = Arc::clone(&self.engine);
+        let ranges: Vec<Range<u64>> = ranges.into_iter().collect();
+        wait::blocking(move || engine.prefetch(ranges))
     }
 
     /// Starts fetching the blocks covering `ranges` that are neither cached
@@ -382,8 +435,8 @@ impl RemoteFile {
     /// # Ok::<(), remfile::Error>(())
     /// ```
     pub fn wait_for_background_fetches(&self, timeout: std::time::Duration) -> bool {
-        self.engine
-            .wait_for_background(crate::deadline_after(timeout))
+        let deadline = crate::deadline_after(timeout);
+        wait::outside(|| self.engine.wait_for_background(deadline))
     }
 
     /// What is known of the link to the server (see [`Builder::link`]):

@@ -206,6 +206,7 @@ mod sync;
 #[allow(unsafe_code)]
 #[doc(hidden)]
 pub mod vfd;
+pub mod wait;
 
 pub use cache::BlockCache;
 pub use disk::DiskCache;

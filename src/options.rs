@@ -566,7 +566,11 @@ impl Builder {
     /// [`ErrorKind::InvalidUrl`] for a URL that is not `http(s)`, and the
     /// errors of a read (see [`RemoteFile::open`]).
     pub fn open(&self, url: impl AsRef<str>) -> Result<RemoteFile> {
-        crate::open::open(self, url.as_ref())
+        if crate::wait::host().is_none() {
+            return crate::open::open(self, url.as_ref());
+        }
+        let (builder, url) = (self.clone(), url.as_ref().to_owned());
+        crate::wait::blocking(move || crate::open::open(&builder, &url))
     }
 }
 

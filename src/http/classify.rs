@@ -15,6 +15,10 @@ pub(super) fn classify_io(e: std::io::Error, doing: &str) -> Failure {
 /// carry the full URL, query string included.
 pub(super) fn classify_ureq(e: ureq::Error, doing: &str) -> Failure {
     use ureq::Error as U;
+    let cause = match &e {
+        U::Io(io) => Some(io.kind()),
+        _ => None,
+    };
     let (kind, what, retry) = match &e {
         U::Timeout(t) => (ErrorKind::Timeout, format!("timed out ({t:?})"), true),
         U::Io(io) if io.kind() == std::io::ErrorKind::TimedOut => {
@@ -66,7 +70,10 @@ pub(super) fn classify_ureq(e: ureq::Error, doing: &str) -> Failure {
         ),
         _ => (ErrorKind::Network, "connection error".to_owned(), true),
     };
-    let error = Error::new(kind, format!("{what} while {doing}"));
+    let mut error = Error::new(kind, format!("{what} while {doing}"));
+    if let Some(cause) = cause {
+        error = error.with_cause(cause);
+    }
     if retry {
         Failure::transient(error)
     } else {

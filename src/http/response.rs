@@ -247,6 +247,7 @@ impl Transport {
         let started = headers.map_or_else(Instant::now, |h| h.at);
         let mut reader = resp.body_mut().as_reader();
         while !sink.is_full() {
+            crate::wait::check_stopped().map_err(Failure::fatal)?;
             match reader.read(sink.spare()) {
                 Ok(0) => {
                     return Err(Failure::transient(short_body(

@@ -213,6 +213,8 @@ impl Transport {
         loop {
             so_far.made += 1;
             let permit = self.permits.acquire(deadline)?;
+            // A read that was stopped makes no further request.
+            crate::wait::check_stopped().map_err(|e| e.with_attempts(so_far.made - 1))?;
             let outcome = attempt(
                 self,
                 Try {

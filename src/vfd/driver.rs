@@ -19,8 +19,9 @@ use super::ffi::*;
 use super::prefetch::Seen;
 use super::source::Source;
 use super::spans;
-use crate::Error;
 use crate::h5meta::MemType;
+use crate::wait;
+use crate::{Error, ErrorKind};
 
 /// The driver's part of a file access property list: one pointer, no padding
 /// (HDF5 compares driver infos with `memcmp`).
@@ -109,6 +110,46 @@ pub fn class_for(version: (u32, u32, u32)) -> *const c_void {
 fn push_error(minor: Minor, message: &str) {
     let text = CString::new(message.replace('\0', " ")).unwrap_or_default();
     api::push_error(minor, &text);
+}
+
+/// The POSIX error number of `error`'s kind, for the driver's messages to
+/// carry as `errno = N`: h5py turns that into the matching `OSError` subclass
+/// (`FileNotFoundError` for a missing file, `TimeoutError`, ...), as it does
+/// for the errors of local files.
+pub fn errno_of(error: &Error) -> Option<i32> {
+    #[cfg(unix)]
+    {
+        use rustix::io::Errno;
+        use std::io::ErrorKind as Io;
+        let errno = match error.kind() {
+            ErrorKind::HttpStatus(404 | 410) => Errno::NOENT,
+            ErrorKind::HttpStatus(401 | 403) => Errno::ACCESS,
+            ErrorKind::Timeout => Errno::TIMEDOUT,
+            ErrorKind::Interrupted => Errno::INTR,
+            ErrorKind::RemoteChanged => Errno::STALE,
+            ErrorKind::Network => match error.io_kind() {
+                Io::ConnectionRefused => Errno::CONNREFUSED,
+                Io::ConnectionReset => Errno::CONNRESET,
+                Io::BrokenPipe => Errno::PIPE,
+                _ => Errno::CONNABORTED,
+            },
+            _ => return None,
+        };
+        Some(errno.raw_os_error())
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = error;
+        None
+    }
+}
+
+/// `message`, with `error`'s error number at its end if it has one.
+pub(super) fn with_errno(message: String, error: &Error) -> String {
+    match errno_of(error) {
+        Some(n) => format!("{message} (errno = {n})"),
+        None => message,
+    }
 }
 
 /// Runs a callback body, turning a panic into an HDF5 error.
@@ -288,14 +329,21 @@ unsafe extern "C" fn close(file: *mut H5FD_t) -> herr_t {
             std::mem::forget(file);
             return 0;
         }
-        if let Some(crawler) = &file.reader.crawler {
-            crawler.stop();
+        // Closing waits (for guesses, for disk writes) without holding an
+        // interpreter's lock.
+        wait::outside(move || {
+            if let Some(crawler) = &file.reader.crawler {
+                crawler.stop();
+            }
+            // Guesses still in flight end first (briefly): a program that
+            // exits right after closing leaves no fetch running, and what
+            // they bring reaches a disk cache for the next run.
+            file.reader.file.wait_for_background_fetches(CLOSE_WAIT);
+            drop(file);
+        });
+        if let Some(host) = wait::host() {
+            host.released();
         }
-        // Guesses still in flight end first (briefly): a program that exits
-        // right after closing leaves no fetch running, and what they bring
-        // reaches a disk cache for the next run.
-        file.reader.file.wait_for_background_fetches(CLOSE_WAIT);
-        drop(file);
         0
     })
 }
@@ -394,9 +442,16 @@ impl ReadError {
     /// Puts the error on HDF5's error stack, and keeps a remote failure for
     /// the caller's `hdf5::OpenError`.
     fn report(self, source: &Source, prefix: &str) {
-        push_error(Minor::Read, &format!("{prefix}{self}"));
-        if let ReadError::Remote { error, .. } = self {
-            *source.last_error.lock() = Some(error);
+        let message = format!("{prefix}{self}");
+        match self {
+            ReadError::Remote { error, .. } => {
+                push_error(Minor::Read, &with_errno(message, &error));
+                if let Some(host) = wait::host() {
+                    host.driver_failed(&error);
+                }
+                *source.last_error.lock() = Some(error);
+            }
+            ReadError::PastAllocated { .. } => push_error(Minor::Read, &message),
         }
     }
 }

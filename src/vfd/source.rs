@@ -254,7 +254,14 @@ pub(crate) fn open_source(url: &str, config: &str) -> Result<Arc<Source>, String
     let file = builder(&config)
         .map_err(|e| e.to_string())?
         .open(url)
-        .map_err(|e| format!("cannot open the remote file: {e}"))?;
+        .map_err(|e| {
+            // On the thread HDF5 called the driver on, with any
+            // interpreter's lock held again.
+            if let Some(host) = crate::wait::host() {
+                host.driver_failed(&e);
+            }
+            super::driver::with_errno(format!("cannot open the remote file: {e}"), &e)
+        })?;
     let source = Source::new(file, config.metadata_prefetch(), config.chunk_read_ahead());
     let from_env =
         std::env::var("REMFILE_STATS").is_ok_and(|v| config::parse_switch(&v) == Some(true));
