@@ -5,9 +5,10 @@
 //!
 //! The string is a list of `key=value` pairs separated by `;` (spaces around
 //! them ignored), e.g. `block_size=1MiB;cache=512MiB;timeout=30s`. Sizes take
-//! `B`, `KiB`, `MiB`, `GiB` (or `K`, `M`, `G`, powers of 1024, and `KB`,
-//! `MB`, `GB`, powers of 1000); durations `ms`, `s`, `min`, `h`, `d`; switches `on`,
-//! `off`, `true`, `false`, `1`, `0`.
+//! `B`, `KiB`, `MiB`, `GiB`, `TiB` (or `K`, `M`, `G`, `T`: powers of 1024)
+//! and `KB`, `MB`, `GB`, `TB` (powers of 1000), in any case, after a whole
+//! or decimal number (`1.5GiB`, `512k`); durations `ms`, `s`, `min`, `h`,
+//! `d` (`1.5s`); switches `on`, `off`, `true`, `false`, `1`, `0`, `yes`, `no`.
 //!
 //! Each key is one row of one table: its name, its help, and how its value
 //! reads into a [`Setting`]. Opening the file those settings describe (a
@@ -92,7 +93,7 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "cache",
-        help: "the block cache's capacity (size)",
+        help: "the block cache's capacity (size; default 256MiB)",
         read: |v| size(v).map(Setting::Cache),
     },
     Key {
@@ -102,12 +103,12 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "read_ahead_max",
-        help: "the most a sequential stream reads ahead (size)",
+        help: "the most a sequential stream reads ahead, at most a quarter of the cache (size; default 64MiB)",
         read: |v| size(v).map(Setting::ReadAheadMax),
     },
     Key {
         name: "concurrency",
-        help: "parallel requests for one read (count)",
+        help: "parallel requests for one read (count; default 4)",
         read: |v| count(v).map(Setting::Concurrency),
     },
     Key {
@@ -117,7 +118,7 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "retries",
-        help: "retries of a failed request (count)",
+        help: "retries of a failed request (count; default 5)",
         read: |v| {
             let n = u32::try_from(count(v)?).map_err(|_| COUNT)?;
             Ok(Setting::Retries(n))
@@ -125,12 +126,12 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "timeout",
-        help: "the longest wait for one read (duration)",
+        help: "the longest wait for one read, retries included (duration; default 5min)",
         read: |v| duration(v).map(Setting::Timeout),
     },
     Key {
         name: "connect_timeout",
-        help: "the longest wait for a connection (duration)",
+        help: "the longest wait for a connection (duration; default 10s)",
         read: |v| duration(v).map(Setting::ConnectTimeout),
     },
     Key {
@@ -336,41 +337,68 @@ pub fn parse(config: &str) -> Result<Config, ConfigError> {
     Ok(out)
 }
 
-/// A whole number and the unit after it (spaces between allowed).
-fn number_and_unit(value: &str) -> Option<(u64, &str)> {
+/// A number (a decimal fraction allowed) and the unit after it, spaces
+/// between allowed, the unit in lower case: the number times the unit, in
+/// whole units of `unit_of`'s result (rounded to the nearest), if it fits.
+fn scaled(value: &str, unit_of: impl Fn(&str) -> Option<u64>) -> Option<u64> {
+    let value = value.trim();
     let at = value
-        .find(|c: char| !c.is_ascii_digit())
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(value.len());
     let (number, unit) = value.split_at(at);
-    Some((number.parse().ok()?, unit.trim()))
+    let unit = unit_of(&unit.trim().to_ascii_lowercase())?;
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    if whole.is_empty() && fraction.is_empty() {
+        return None;
+    }
+    let whole: u128 = if whole.is_empty() { 0 } else { whole.parse().ok()? };
+    // Digits past the 18th cannot change a result in whole units.
+    let fraction = &fraction[..fraction.len().min(18)];
+    let scaled_fraction = if fraction.is_empty() {
+        0
+    } else {
+        let digits: u128 = fraction.parse().ok()?;
+        let denominator = 10u128.pow(fraction.len() as u32);
+        (digits * u128::from(unit) + denominator / 2) / denominator
+    };
+    let total = whole.checked_mul(u128::from(unit))? + scaled_fraction;
+    u64::try_from(total).ok()
 }
 
+/// A size: bytes, or a number with a unit, in any case: `k`, `kib`, `m`,
+/// `mib`, `g`, `gib`, `t`, `tib` are powers of 1024; `kb`, `mb`, `gb`, `tb`
+/// powers of 1000 (`1.5GiB`, `512k`, `1 MB`).
 fn parse_size(value: &str) -> Option<u64> {
-    let (n, unit) = number_and_unit(value)?;
-    let unit_bytes: u64 = match unit {
-        "" | "B" => 1,
-        "K" | "KiB" => 1 << 10,
-        "M" | "MiB" => 1 << 20,
-        "G" | "GiB" => 1 << 30,
-        "KB" => 1_000,
-        "MB" => 1_000_000,
-        "GB" => 1_000_000_000,
-        _ => return None,
-    };
-    n.checked_mul(unit_bytes)
+    scaled(value, |unit| {
+        Some(match unit {
+            "" | "b" => 1,
+            "k" | "kib" => 1 << 10,
+            "m" | "mib" => 1 << 20,
+            "g" | "gib" => 1 << 30,
+            "t" | "tib" => 1 << 40,
+            "kb" => 1_000,
+            "mb" => 1_000_000,
+            "gb" => 1_000_000_000,
+            "tb" => 1_000_000_000_000,
+            _ => return None,
+        })
+    })
 }
 
+/// A duration: a number with a unit, in any case: `ms`, `s`, `min`, `h`,
+/// `d` (`1.5s`, `250ms`, `2min`).
 fn parse_duration(value: &str) -> Option<Duration> {
-    let (n, unit) = number_and_unit(value)?;
-    let seconds: u64 = match unit {
-        "ms" => return Some(Duration::from_millis(n)),
-        "s" => 1,
-        "min" => 60,
-        "h" => 3600,
-        "d" => 86_400,
-        _ => return None,
-    };
-    Some(Duration::from_secs(n.checked_mul(seconds)?))
+    let millis = scaled(value, |unit| {
+        Some(match unit {
+            "ms" => 1,
+            "s" => 1_000,
+            "min" => 60_000,
+            "h" => 3_600_000,
+            "d" => 86_400_000,
+            _ => return None,
+        })
+    })?;
+    Some(Duration::from_millis(millis))
 }
 
 pub(crate) fn parse_switch(value: &str) -> Option<bool> {
@@ -445,6 +473,48 @@ mod tests {
                 key.name,
                 key.help
             );
+        }
+    }
+
+    #[test]
+    fn sizes_and_durations_take_any_case_and_decimals() {
+        for (text, bytes) in [
+            ("1gb", 1_000_000_000),
+            ("512k", 512 << 10),
+            ("512K", 512 << 10),
+            ("1.5GiB", 3 << 29),
+            ("1 MB", 1_000_000),
+            ("0.5kib", 512),
+            (".5K", 512),
+            ("2TiB", 2 << 40),
+            ("100", 100),
+            ("1.0000000000000000000001k", 1024),
+        ] {
+            assert_eq!(parse_size(text), Some(bytes), "{text}");
+        }
+        for bad in ["", ".", "k", "1.2.3k", "1 xb", "-1k", "1e3", "99999999999999999999999TiB"] {
+            assert_eq!(parse_size(bad), None, "{bad}");
+        }
+        assert_eq!(parse_duration("1.5s"), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("250MS"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2min"), Some(Duration::from_secs(120)));
+        assert_eq!(parse_duration("30"), None, "a unit is needed");
+    }
+
+    #[test]
+    fn each_default_the_help_names_is_the_builders() {
+        let baseline = format!("{:?}", hdf5_builder());
+        for key in KEYS {
+            let Some((_, default)) = key.help.split_once("default ") else {
+                continue;
+            };
+            let default = default.trim_end_matches(')');
+            let config = parse(&format!("{}={default}", key.name))
+                .unwrap_or_else(|e| panic!("{}: {e}", key.name));
+            let Ok(applied) = super::super::source::builder(&config) else {
+                continue;
+            };
+            assert_eq!(format!("{applied:?}"), baseline, "{}={default}", key.name);
         }
     }
 

@@ -180,9 +180,13 @@ pub fn check(config: &Config) -> Result<(), ConfigError> {
         }
         let b = apply_one(config, setting.clone(), config::hdf5_builder())?;
         if let Err(e) = b.validate() {
+            // The builder names its own option ("max_connections must be
+            // ..."); the error names the key, so only the rule stays.
+            let message = e.to_string();
+            let rule = message.find(" must ").map_or(&message[..], |at| &message[at + 1..]);
             return Err(ConfigError {
                 key: key.to_owned(),
-                reason: e.to_string(),
+                reason: rule.to_owned(),
             });
         }
     }
@@ -328,7 +332,12 @@ mod tests {
         let Err(e) = open_source("http://127.0.0.1:9/x", "timeout=9223372036854775807s") else {
             panic!("opened");
         };
-        assert!(e.contains("read_timeout"), "{e}");
+        assert!(e.contains("`timeout`"), "{e}");
+        let Err(e) = open_source("http://127.0.0.1:9/x", "timeout=100d") else {
+            panic!("opened");
+        };
+        // The key's own name, not the builder's.
+        assert!(e.contains("`timeout`: must be positive") && !e.contains("read_timeout"), "{e}");
     }
 
     #[test]
