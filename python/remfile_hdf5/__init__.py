@@ -7,52 +7,121 @@
 * :class:`RemoteFile`: a binary file object (``io.RawIOBase``) for any
   library that reads a file object.
 * :func:`stats`: what reading a file cost (requests, round trips, bytes).
+* :func:`set_defaults`: options for every file the process opens after it.
 
-Options are the driver's configuration keys (:func:`option_keys`), as keyword
-arguments: sizes as ``"1GiB"`` or a number of bytes, durations as ``"30s"``
-or a number of seconds, switches as ``True`` or ``False``, paths as strings
-or path objects. A wrong key or value is a ``ValueError`` naming it.
+Options are keyword arguments (the :class:`Options` keys, listed with their
+defaults by :func:`option_keys` and in ``help(remfile_hdf5.RemoteFile)``):
+sizes as ``"1.5GiB"``, ``"512k"`` or a number of bytes, durations as
+``"30s"``, a number of seconds or a ``timedelta``, switches as ``True`` or
+``False``, paths as strings or path objects. A misspelt key is a
+``TypeError`` that suggests the right one, a wrong value a ``ValueError``
+naming its key. ``REMFILE_OPTIONS`` in the environment (a configuration
+string, ``"cache=1GiB;timeout=60s"``) sets defaults for the whole process.
 
-Errors are ``OSError``\\ s naming the status and the URL (without its query
-string); from :class:`RemoteFile` a missing file (HTTP 404) is a
-``FileNotFoundError``, a refusal (401, 403) a ``PermissionError``, a timeout a
-``TimeoutError``; through h5py, its own ``OSError`` carries the message.
+Reads wait on the network without holding the GIL, also through h5py, so
+other threads run meanwhile; Ctrl-C (any signal whose handler raises) stops
+a wait within a tenth of a second with the handler's exception
+(``KeyboardInterrupt``), and the file stays usable.
+
+Errors are ``OSError``\\ s with ``errno``, ``strerror`` and ``filename`` (the
+URL without its query string) set, through h5py as from :class:`RemoteFile`:
+a missing file (HTTP 404) is a ``FileNotFoundError``, a refusal (401, 403) a
+``PermissionError``, a timeout a ``TimeoutError``, a refused or broken
+connection a ``ConnectionError``.
 """
 
 from __future__ import annotations
 
 import datetime
+import difflib
+import inspect
 import io
 import math
 import operator
 import os
 import threading
-from typing import Any, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence, TypedDict, Union
 
 from . import _native
+
+if TYPE_CHECKING:
+    import h5py as _h5py
+    from typing_extensions import Unpack
 
 __version__ = _native.__version__
 
 __all__ = [
     "RemoteFile",
+    "Options",
     "open",
     "stats",
+    "set_defaults",
+    "defaults",
     "option_keys",
     "options_string",
     "hdf5_version",
 ]
 
+#: A size: bytes, or a string with a unit (``"1.5GiB"``, ``"512k"``, ``"1 MB"``).
+Size = Union[int, str]
+#: A duration: seconds, a ``timedelta``, or a string with a unit (``"30s"``).
+Duration = Union[float, int, str, datetime.timedelta]
+#: A path: a string or a path object (``~`` is expanded).
+Path = Union[str, "os.PathLike[str]"]
+
+
+class Options(TypedDict, total=False):
+    """Every option of the driver and of :class:`RemoteFile`, typed: for
+    type checkers and IDEs (``**options: Unpack[Options]``). Defaults and
+    what each sets: :func:`option_keys`."""
+
+    block_size: Size
+    cache: Size
+    tail: Size
+    read_ahead_max: Size
+    concurrency: int
+    connections: int
+    retries: int
+    timeout: Duration
+    connect_timeout: Duration
+    metadata_prefetch: bool
+    chunk_read_ahead: bool
+    ca_file: Path
+    https_only: bool
+    allow_redirect_to_http: bool
+    disk_cache: Path
+    disk_capacity: Size
+    cache_key: str
+    revalidate_after: Duration
+    stats: bool
+
+
 _KEYS = dict(_native.option_keys())
 # The kind of each key's value, from the first word its description puts in
-# parentheses: "size", "duration", "switch", "count" or "path".
+# parentheses: "size", "duration", "switch", "count" or "path"; its default
+# after "default ", if it names one.
 _KINDS = {
     key: (text.split("(", 1)[1].split(";")[0].split(")")[0].split()[0] if "(" in text else "text")
     for key, text in _KEYS.items()
 }
+_DEFAULTS = {
+    key: text.split("default ", 1)[1].rstrip(")") if "default " in text else None
+    for key, text in _KEYS.items()
+}
+
+
+def _default_value(key: str) -> Any:
+    text = _DEFAULTS[key]
+    if text is not None and _KINDS[key] == "switch":
+        return text == "on"
+    if text is not None and _KINDS[key] == "count":
+        return int(text)
+    return text
 
 
 def option_keys() -> dict:
-    """The options the driver and :class:`RemoteFile` take, with what each sets."""
+    """The options the driver and :class:`RemoteFile` take, each with what it
+    sets, the kind of its value and its built-in default."""
     return dict(_KEYS)
 
 
@@ -61,10 +130,19 @@ def _wrong(key: str, why: str) -> ValueError:
     return ValueError(f"remfile driver configuration: `{key}`: {why}")
 
 
-def _value(key: str, value: Any) -> str:
+def _unknown(key: str, where: str) -> TypeError:
+    close = difflib.get_close_matches(key, _KEYS, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return TypeError(
+        f"{where}() got an unexpected keyword argument {key!r}{hint}; "
+        f"the options are: {', '.join(_KEYS)}"
+    )
+
+
+def _value(key: str, value: Any, where: str = "options_string") -> str:
     kind = _KINDS.get(key)
     if kind is None:
-        raise _wrong(key, f"unknown key (known: {', '.join(_KEYS)})")
+        raise _unknown(key, where)
     if isinstance(value, bool):
         if kind != "switch":
             raise _wrong(key, f"expected a {kind}, not {value!r}")
@@ -92,12 +170,112 @@ def _value(key: str, value: Any) -> str:
     return value
 
 
-def options_string(**options: Any) -> str:
-    """The driver's configuration string for ``options`` (as ``HDF5_DRIVER_CONFIG``
-    takes it), checked: a ``ValueError`` names a wrong key or value."""
-    text = ";".join(f"{key}={_value(key, value)}" for key, value in options.items())
+def _text(options: dict, where: str) -> str:
+    text = ";".join(f"{key}={_value(key, value, where)}" for key, value in options.items())
     _native.check_options(text)
     return text
+
+
+def options_string(**options: Unpack[Options]) -> str:
+    """The driver's configuration string for ``options`` (as ``HDF5_DRIVER_CONFIG``
+    and ``REMFILE_OPTIONS`` take it), checked: a ``TypeError`` names a misspelt
+    key, a ``ValueError`` a wrong value."""
+    return _text(options, "options_string")
+
+
+def _parse_environment() -> dict:
+    text = os.environ.get("REMFILE_OPTIONS", "")
+    # Checked by the driver's parser, which names a wrong key or value.
+    _native.check_options(text)
+    pairs = (pair.split("=", 1) for pair in text.split(";") if pair.strip())
+    return {key.strip(): value.strip() for key, value in pairs}
+
+
+# The process-wide defaults: REMFILE_OPTIONS, then set_defaults().
+_process_defaults: dict = {}
+_environment_error: Optional[ValueError] = None
+try:
+    _process_defaults.update(_parse_environment())
+except ValueError as e:
+    # Raised when a file is opened, not at import (a notebook's first cell).
+    _environment_error = ValueError(f"REMFILE_OPTIONS: {e}")
+
+
+def set_defaults(**options: Unpack[Options]) -> None:
+    """Sets options for every file opened after it in this process, through
+    the driver (``h5py.File(url, driver="remfile")``) as through
+    :class:`RemoteFile`; a file's own keyword arguments win. ``None`` gives a
+    key back its built-in default. Checked as :func:`options_string` checks.
+
+    >>> remfile_hdf5.set_defaults(cache="1GiB", disk_cache="~/.cache/remfile")  # doctest: +SKIP
+    """
+    given = {key: value for key, value in options.items() if value is not None}
+    _text(given, "set_defaults")
+    for key, value in options.items():
+        if value is None:
+            _process_defaults.pop(key, None)
+        else:
+            _process_defaults[key] = value
+
+
+def defaults() -> dict:
+    """Every option's value for a file opened now with no keyword argument:
+    the built-in default, or the process's own (``REMFILE_OPTIONS``,
+    :func:`set_defaults`). ``None`` where the default depends on the file
+    (``cache_key``: its URL) or is none (``disk_cache``)."""
+    merged = {key: _default_value(key) for key in _KEYS}
+    merged.update(_process_defaults)
+    return merged
+
+
+def _with_defaults(options: dict, where: str) -> str:
+    """The configuration string of a file opened with ``options``: the
+    process's defaults, then the file's own."""
+    if _environment_error is not None:
+        raise _environment_error
+    for key in options:
+        if key not in _KEYS:
+            raise _unknown(key, where)
+    # None, as the signatures show for keys without a default, is the default.
+    given = {key: value for key, value in options.items() if value is not None}
+    return _text({**_process_defaults, **given}, where)
+
+
+def _shows_options(function, *, then_others: bool = False):
+    """Gives ``function`` (which takes ``**options``) a signature that lists
+    every option, keyword-only, with its built-in default: what ``help()``,
+    ``inspect.signature`` and notebooks' completion show. ``then_others``
+    keeps its ``**`` for keyword arguments that go elsewhere (h5py's)."""
+    signature = inspect.signature(function)
+    fixed = [p for p in signature.parameters.values() if p.kind != p.VAR_KEYWORD]
+    listed = [
+        inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=_default_value(key))
+        for key in _KEYS
+        if key not in signature.parameters
+    ]
+    rest = [p for p in signature.parameters.values() if p.kind == p.VAR_KEYWORD]
+    if then_others:
+        listed += rest
+    function.__signature__ = signature.replace(parameters=fixed + listed)
+    return function
+
+
+def _url(url: Any) -> str:
+    """A URL given as a string, as bytes (UTF-8) or as a path object (whose
+    ``//`` after the scheme a path collapses: ``Path("https://h/x")`` is
+    ``https:/h/x``)."""
+    if isinstance(url, bytes):
+        return url.decode("utf-8")
+    if isinstance(url, os.PathLike):
+        text = os.fspath(url)
+        text = text.decode("utf-8") if isinstance(text, bytes) else text
+        for scheme in ("http:/", "https:/"):
+            if text.startswith(scheme) and not text.startswith(scheme + "/"):
+                return scheme + "/" + text[len(scheme):]
+        return text
+    if isinstance(url, str):
+        return url
+    raise TypeError(f"a URL is a str, bytes or path object, not {type(url).__name__}")
 
 
 def _bind_h5py():
@@ -116,7 +294,7 @@ def _bind_h5py():
 
 
 def _set_fapl(plist, **options):
-    text = options_string(**options)
+    text = _with_defaults(options, "h5py.File")
     _bind_h5py()
     _native._set_driver(plist.id, text)
 
@@ -126,16 +304,16 @@ def hdf5_version() -> Optional[tuple]:
     return _native._hdf5_version()
 
 
-def open(url: str, mode: str = "r", **options: Any):
+def open(url: Union[str, bytes, "os.PathLike[str]"], mode: str = "r", **options: Any) -> _h5py.File:
     """``h5py.File(url, mode, driver="remfile", **options)``: an HDF5 file on an
     HTTP(S) server, read through the driver. Only mode ``"r"`` is supported.
     Keyword arguments that are h5py's (``rdcc_nbytes``, ``locking``...) go to
-    h5py, the others to the driver."""
+    h5py, the others (the :class:`Options`) to the driver."""
     import h5py
 
     if mode != "r":
         raise ValueError(f"remote files are read-only: mode must be 'r', not {mode!r}")
-    return h5py.File(url, "r", driver="remfile", **options)
+    return h5py.File(_url(url), "r", driver="remfile", **options)
 
 
 def stats(f) -> Optional[dict]:
@@ -146,7 +324,16 @@ def stats(f) -> Optional[dict]:
     if isinstance(f, RemoteFile):
         return f.stats()
     h5py, _ = _bind_h5py()
-    file_id = f.file.id if not isinstance(f, h5py.h5f.FileID) else f
+    if isinstance(f, h5py.h5f.FileID):
+        file_id = f
+    elif isinstance(f, h5py.File):
+        file_id = f.id
+    else:
+        file_id = getattr(getattr(f, "file", None), "id", None)
+    if file_id is None:
+        raise TypeError(f"stats() takes an h5py object or a RemoteFile, not {type(f).__name__}")
+    if not file_id.valid:
+        raise ValueError("the HDF5 file is closed: take its stats() before closing it")
     with h5py._objects.phil:
         return _native._file_stats(file_id.id)
 
@@ -170,15 +357,15 @@ class RemoteFile(io.RawIOBase):
 
     _final_stats: dict = {}
 
-    def __init__(self, url: str, **options: Any) -> None:
+    def __init__(self, url: Union[str, bytes, "os.PathLike[str]"], **options: Unpack[Options]) -> None:
         super().__init__()
         self._options = dict(options)
-        self._url = url
-        self._text = options_string(**options)
+        self._url = _url(url)
+        self._text = _with_defaults(options, "RemoteFile")
         self._pos = 0
         self._lock = threading.Lock()
         self._pid = os.getpid()
-        self._handle = _native.Remote(url, self._text)
+        self._handle = _native.Remote(self._url, self._text)
 
     def _own(self):
         """The handle and the position's lock of this process. A forked
@@ -286,9 +473,24 @@ class RemoteFile(io.RawIOBase):
 
     def read_ranges(self, ranges: Iterable[Sequence[int]]) -> list:
         """The bytes of each ``(start, end)`` range, end exclusive, fetched
-        together: one round trip for any number of ranges."""
+        together: one round trip for any number of ranges. A range that
+        ends before it starts, or starts before 0, is a ``ValueError``; one
+        past the end of the file gives the bytes up to it."""
         self._checkClosed()
-        return self._own()[0].read_ranges([(int(a), int(b)) for a, b in ranges])
+        remote = self._own()[0]
+        wanted = []
+        for start, end in ranges:
+            start, end = operator.index(start), operator.index(end)
+            if start < 0 or end < start:
+                raise ValueError(f"the range ({start}, {end}) is not a range of bytes")
+            wanted.append((min(start, remote.size), min(end, remote.size)))
+        return remote.read_ranges(wanted)
+
+    def write(self, data) -> int:
+        raise io.UnsupportedOperation("a RemoteFile is read-only")
+
+    def truncate(self, size: Optional[int] = None) -> int:
+        raise io.UnsupportedOperation("a RemoteFile is read-only")
 
     def wait_for_background_fetches(self, timeout: float = 60.0) -> bool:
         """Waits up to ``timeout`` seconds for read-ahead fetches to end; whether
@@ -325,6 +527,12 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+_shows_options(open, then_others=True)
+_shows_options(RemoteFile.__init__)
+_shows_options(set_defaults)
+_shows_options(options_string)
 
 
 def _reopen(url: str, options: dict, pos: int) -> RemoteFile:

@@ -10,31 +10,137 @@ use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::sync::OnceLock;
 
 use parking_lot::Mutex;
-use pyo3::exceptions::{
-    PyConnectionError, PyFileNotFoundError, PyOSError, PyPermissionError, PyRuntimeError,
-    PyTimeoutError, PyValueError,
-};
+use pyo3::exceptions::{PyInterruptedError, PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use remfile::vfd::{self, HostApi, config, herr_t, hid_t, source};
-use remfile::{Error, ErrorKind, RemoteFile, Stats};
+use remfile::{Error, ErrorKind, RemoteFile, Stats, wait};
 
 /// The first HDF5 version whose file access property lists carry a driver's
 /// configuration string.
 const FIRST_VERSION: (u32, u32, u32) = (1, 14, 0);
 
-/// A remote error as the Python exception of its kind: all are `OSError`s
-/// (a missing file `FileNotFoundError`, a refusal `PermissionError`, a
-/// timeout `TimeoutError`), but a malformed URL or option, a `ValueError`.
+/// A remote error as the Python exception of its kind, with `errno`,
+/// `strerror` and `filename` (the URL without its query string) set: a
+/// missing file is a `FileNotFoundError`, a refusal a `PermissionError`, a
+/// timeout a `TimeoutError`, a refused connection a
+/// `ConnectionRefusedError` (Python picks the subclass from the error
+/// number, as for local files); a malformed URL or option a `ValueError`;
+/// a wait stopped by a signal, the exception the signal's handler raised
+/// (`KeyboardInterrupt` for Ctrl-C).
 fn to_py(e: Error) -> PyErr {
     let message = e.to_string();
     match e.kind() {
         ErrorKind::InvalidUrl | ErrorKind::InvalidConfig => PyValueError::new_err(message),
-        ErrorKind::HttpStatus(404 | 410) => PyFileNotFoundError::new_err(message),
-        ErrorKind::HttpStatus(401 | 403) => PyPermissionError::new_err(message),
-        ErrorKind::Timeout => PyTimeoutError::new_err(message),
-        ErrorKind::Network => PyConnectionError::new_err(message),
-        _ => PyOSError::new_err(message),
+        ErrorKind::Interrupted => {
+            take_stopped().unwrap_or_else(|| PyInterruptedError::new_err((libc::EINTR, message)))
+        }
+        _ => {
+            let errno = vfd::errno_of(&e).unwrap_or(libc::EIO);
+            PyOSError::new_err((errno, message, e.url().map(str::to_owned)))
+        }
+    }
+}
+
+/// The exception a signal handler raised during a wait on this thread,
+/// kept until the wait has unwound.
+fn take_stopped() -> Option<PyErr> {
+    STOPPED.with(|s| s.borrow_mut().take())
+}
+
+thread_local! {
+    static STOPPED: std::cell::RefCell<Option<PyErr>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The thread Python runs signal handlers on (`threading.main_thread()`).
+static MAIN_THREAD: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn on_main_thread() -> bool {
+    // SAFETY: pthread_self has no preconditions.
+    let me = unsafe { libc::pthread_self() } as u64;
+    me == MAIN_THREAD.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The crate's network waits, as Python needs them: without the GIL (also
+/// inside HDF5 calls h5py makes with it held), stopped by a signal whose
+/// handler raises (Ctrl-C), and failures through h5py raised as the
+/// exceptions `RemoteFile` raises.
+///
+/// Releasing the GIL inside an HDF5 callback is safe with h5py's own lock
+/// (`phil`, held by the calling thread throughout): another thread that
+/// calls h5py meanwhile waits for `phil` without the GIL (h5py's
+/// `FastRLock` waits in a `nogil` block), so HDF5 is never entered twice,
+/// and threads that do not call h5py run.
+struct PythonHost;
+
+impl wait::Host for PythonHost {
+    fn outside(&self, wait: &mut dyn FnMut()) {
+        // SAFETY: PyGILState_Check may be called on any thread.
+        if unsafe { PyGILState_Check() } == 0 {
+            return wait();
+        }
+        // SAFETY: this thread holds the GIL (checked), and it takes it back
+        // before anything else of Python's runs on it. No PyO3 token lives
+        // across the release: this is called from HDF5, under h5py's call.
+        let state = unsafe { pyo3::ffi::PyEval_SaveThread() };
+        wait();
+        // SAFETY: the state saved above, on the same thread.
+        unsafe { pyo3::ffi::PyEval_RestoreThread(state) };
+        if let Some(raised) = take_stopped() {
+            // Through h5py: the exception stays set, and h5py, seeing one
+            // set when HDF5 fails, raises it rather than HDF5's error.
+            Python::attach(|py| raised.restore(py));
+        }
+    }
+
+    fn stop_requested(&self) -> bool {
+        if !on_main_thread() {
+            // Python runs signal handlers on its main thread only.
+            return false;
+        }
+        Python::attach(|py| match py.check_signals() {
+            Ok(()) => false,
+            Err(raised) => {
+                STOPPED.with(|s| *s.borrow_mut() = Some(raised));
+                true
+            }
+        })
+    }
+
+    fn driver_failed(&self, error: &Error) {
+        // h5py reads datasets in `nogil` blocks: the exception is set on
+        // this thread's state all the same (taking the GIL for it, as
+        // Cython's own `nogil` functions do), and h5py, once it has the GIL
+        // again, finds it set.
+        Python::attach(|py| {
+            if PyErr::occurred(py) {
+                return;
+            }
+            to_py(error.clone()).restore(py);
+        });
+    }
+
+    fn released(&self) {
+        give_memory_back();
+    }
+}
+
+static HOST: PythonHost = PythonHost;
+
+unsafe extern "C" {
+    /// Whether this thread holds the GIL: in every CPython 3 (since 3.4),
+    /// though outside the limited API PyO3 binds for abi3 modules.
+    fn PyGILState_Check() -> c_int;
+}
+
+/// Returns the memory freed by a closed file to the system: glibc keeps
+/// freed memory of its arenas (a file's blocks are freed by many threads)
+/// until told.
+fn give_memory_back() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim has no preconditions.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 
@@ -110,7 +216,8 @@ impl Remote {
                 "`{key}` applies to HDF5 files only, not to a file object"
             )));
         }
-        let builder = source::apply(&parsed, RemoteFile::builder()).map_err(config_error)?;
+        // The driver's defaults, so that one table of defaults holds for both.
+        let builder = source::builder(&parsed).map_err(config_error)?;
         let file = py.detach(|| builder.open(url)).map_err(to_py)?;
         Ok(Remote {
             url: file.url().to_owned(),
@@ -153,7 +260,10 @@ impl Remote {
             return;
         }
         let file = self.file.lock().take();
-        py.detach(move || drop(file));
+        py.detach(move || {
+            drop(file);
+            give_memory_back();
+        });
     }
 
     /// The bytes of each `(start, end)` range, fetched together.
@@ -415,6 +525,14 @@ fn _hdf5_version() -> Option<(u32, u32, u32)> {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    let main = m
+        .py()
+        .import("threading")?
+        .call_method0("main_thread")?
+        .getattr("ident")?
+        .extract::<u64>()?;
+    MAIN_THREAD.store(main, std::sync::atomic::Ordering::Relaxed);
+    wait::set_host(&HOST);
     m.add_class::<Remote>()?;
     m.add_function(wrap_pyfunction!(_bind_hdf5, m)?)?;
     m.add_function(wrap_pyfunction!(check_options, m)?)?;

@@ -4,6 +4,12 @@ connections alive, and lists the requests it served at /__log (as JSON).
 
 Usage: range_server.py DIR [DELAY_MS] (prints its base URL, then serves until
 killed; each answer DELAY_MS late, if given).
+
+For tests of waits and failures:
+* ``?delay_ms=N`` in a file's URL delays each answer for it N ms;
+* ``/__stall?on`` makes every request for bytes past the first 128 KiB wait
+  without an answer until ``/__stall?off`` (at most 60 s);
+* a file named ``status-NNN...`` is answered with that status.
 """
 
 import http.server
@@ -23,7 +29,23 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def _serve(self, body):
         server = self.server
-        path = self.path.split("?", 1)[0]
+        path, _, query = self.path.partition("?")
+        if path == "/__stall":
+            server.stalling = query == "on"
+            self.send_response(204)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        if path == "/__peak":
+            # The most requests for files answered at once, since the last ask.
+            with server.lock:
+                payload = json.dumps(server.peak).encode()
+                server.peak = server.in_flight
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+            return
         if path == "/__log":
             with server.lock:
                 payload = json.dumps(server.log).encode()
@@ -34,7 +56,35 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         with server.lock:
             server.log.append((self.command, path, self.headers.get("Range")))
+            server.in_flight += 1
+            server.peak = max(server.peak, server.in_flight)
+        try:
+            self._answer(body, path, query)
+        finally:
+            with server.lock:
+                server.in_flight -= 1
+
+    def _answer(self, body, path, query):
+        server = self.server
         time.sleep(server.delay)
+        delay = re.search(r"(?:^|&)delay_ms=(\d+)", query)
+        if delay:
+            time.sleep(int(delay.group(1)) / 1000)
+        wanted = self.headers.get("Range")
+        first = re.match(r"bytes=(\d+)", wanted or "")
+        if first and int(first.group(1)) >= 128 << 10:
+            until = time.monotonic() + 60
+            while server.stalling and time.monotonic() < until:
+                time.sleep(0.01)
+        status = re.match(r"status-(\d{3})", os.path.basename(path))
+        if status:
+            payload = b"<Error><Code>AccessDenied</Code></Error>"
+            self.send_response(int(status.group(1)))
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            if body:
+                self.wfile.write(payload)
+            return
         name = os.path.join(server.root, os.path.basename(path))
         if not os.path.isfile(name):
             payload = b"no such file"
@@ -83,12 +133,23 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._serve(False)
 
 
+class _Server(http.server.ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        # A client that stops reading (a read interrupted, a timeout) is
+        # what the tests do on purpose.
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            super().handle_error(request, client_address)
+
+
 def main():
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    httpd = _Server(("127.0.0.1", 0), _Handler)
     httpd.daemon_threads = True
     httpd.root = sys.argv[1]
     httpd.delay = int(sys.argv[2]) / 1000 if len(sys.argv) > 2 else 0
     httpd.log = []
+    httpd.stalling = False
+    httpd.in_flight = 0
+    httpd.peak = 0
     httpd.lock = threading.Lock()
     host, port = httpd.server_address
     print(f"http://{host}:{port}", flush=True)

@@ -158,7 +158,6 @@ def test_a_disk_cache_makes_the_second_process_cost_one_request(server, tmp_path
     "options, key",
     [
         ({"cache": "lots"}, "cache"),
-        ({"cache_size": "1GiB"}, "cache_size"),
         ({"timeout": "soon"}, "timeout"),
         ({"metadata_prefetch": "maybe"}, "metadata_prefetch"),
         ({"block_size": True}, "block_size"),

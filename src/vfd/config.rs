@@ -181,7 +181,7 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "stats",
-        help: "print requests, round trips and bytes to standard error at close (switch; or REMFILE_STATS=1)",
+        help: "print requests, round trips and bytes to standard error at close, as REMFILE_STATS=1 does (switch; default off)",
         read: |v| switch(v).map(Setting::Stats),
     },
 ];
@@ -351,7 +351,11 @@ fn scaled(value: &str, unit_of: impl Fn(&str) -> Option<u64>) -> Option<u64> {
     if whole.is_empty() && fraction.is_empty() {
         return None;
     }
-    let whole: u128 = if whole.is_empty() { 0 } else { whole.parse().ok()? };
+    let whole: u128 = if whole.is_empty() {
+        0
+    } else {
+        whole.parse().ok()?
+    };
     // Digits past the 18th cannot change a result in whole units.
     let fraction = &fraction[..fraction.len().min(18)];
     let scaled_fraction = if fraction.is_empty() {
@@ -492,7 +496,16 @@ mod tests {
         ] {
             assert_eq!(parse_size(text), Some(bytes), "{text}");
         }
-        for bad in ["", ".", "k", "1.2.3k", "1 xb", "-1k", "1e3", "99999999999999999999999TiB"] {
+        for bad in [
+            "",
+            ".",
+            "k",
+            "1.2.3k",
+            "1 xb",
+            "-1k",
+            "1e3",
+            "99999999999999999999999TiB",
+        ] {
             assert_eq!(parse_size(bad), None, "{bad}");
         }
         assert_eq!(parse_duration("1.5s"), Some(Duration::from_millis(1500)));

@@ -565,6 +565,9 @@ unsafe extern "C" fn read(
         };
         match read {
             Ok(()) => {
+                if mem == MemType::Superblock && addr == 0 {
+                    note_a_missing_signature(&f.reader, buf);
+                }
                 look_ahead(&f.reader, mem, addr, buf, missed);
                 0
             }
@@ -574,6 +577,35 @@ unsafe extern "C" fn read(
             }
         }
     })
+}
+
+/// The first bytes of every HDF5 file without a user block.
+const SIGNATURE: &[u8; 8] = b"\x89HDF\r\n\x1a\n";
+
+/// Leaves a note on HDF5's error stack when the file does not begin with
+/// HDF5's signature: if HDF5 then finds none further on (after a user
+/// block), its error ("file signature not found") comes with what the file
+/// is instead (an HTML page, say) at the bottom of the stack, where h5py
+/// looks for details. If HDF5 finds one, the call succeeds and nobody reads
+/// the note.
+fn note_a_missing_signature(source: &Source, first: &[u8]) {
+    if first.len() < SIGNATURE.len() || first.starts_with(SIGNATURE) {
+        return;
+    }
+    // The open fetched the first block: more than the 8 bytes HDF5 reads.
+    let mut start = source.file.cached_from(0, 48);
+    if start.len() < first.len() {
+        start = first[..first.len().min(48)].to_vec();
+    }
+    let start = crate::http::redact::printable_excerpt(&start, 48);
+    push_error(
+        Minor::CantOpen,
+        &format!(
+            "{} is not an HDF5 file: it does not begin with HDF5's signature \
+             (its first bytes read \"{start}\")",
+            source.file.url()
+        ),
+    );
 }
 
 /// Hands the metadata HDF5 just read (if the prefetch is on) to the

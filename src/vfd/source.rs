@@ -183,7 +183,9 @@ pub fn check(config: &Config) -> Result<(), ConfigError> {
             // The builder names its own option ("max_connections must be
             // ..."); the error names the key, so only the rule stays.
             let message = e.to_string();
-            let rule = message.find(" must ").map_or(&message[..], |at| &message[at + 1..]);
+            let rule = message
+                .find(" must ")
+                .map_or(&message[..], |at| &message[at + 1..]);
             return Err(ConfigError {
                 key: key.to_owned(),
                 reason: rule.to_owned(),
@@ -337,7 +339,10 @@ mod tests {
             panic!("opened");
         };
         // The key's own name, not the builder's.
-        assert!(e.contains("`timeout`: must be positive") && !e.contains("read_timeout"), "{e}");
+        assert!(
+            e.contains("`timeout`: must be positive") && !e.contains("read_timeout"),
+            "{e}"
+        );
     }
 
     #[test]
