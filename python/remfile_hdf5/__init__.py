@@ -40,12 +40,12 @@ import math
 import operator
 import os
 import threading
-from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence, TypedDict, Union
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence, TypedDict, Union
 
 from . import _native
 
 if TYPE_CHECKING:
-    import h5py as _h5py
+    import h5py as _h5py  # type: ignore[import-untyped]
     from typing_extensions import Unpack
 
 __version__ = _native.__version__
@@ -170,7 +170,7 @@ def _value(key: str, value: Any, where: str = "options_string") -> str:
     return value
 
 
-def _text(options: dict, where: str) -> str:
+def _text(options: Mapping[str, Any], where: str) -> str:
     text = ";".join(f"{key}={_value(key, value, where)}" for key, value in options.items())
     _native.check_options(text)
     return text
@@ -228,7 +228,7 @@ def defaults() -> dict:
     return merged
 
 
-def _with_defaults(options: dict, where: str) -> str:
+def _with_defaults(options: Mapping[str, Any], where: str) -> str:
     """The configuration string of a file opened with ``options``: the
     process's defaults, then the file's own."""
     if _environment_error is not None:
@@ -280,7 +280,7 @@ def _url(url: Any) -> str:
 
 def _bind_h5py():
     import h5py
-    import h5py.defs
+    import h5py.defs  # type: ignore[import-untyped]
 
     version = _native._hdf5_version()
     if version is None:

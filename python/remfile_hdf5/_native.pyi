@@ -2,12 +2,26 @@
 
 from typing import Optional
 
+from typing_extensions import final
+
+__all__ = [
+    "__version__",
+    "Remote",
+    "_bind_hdf5",
+    "check_options",
+    "option_keys",
+    "_set_driver",
+    "_file_stats",
+    "_hdf5_version",
+]
+
 __version__: str
 
+@final
 class Remote:
     """A file on an HTTP(S) server, read at positions."""
 
-    def __init__(self, url: str, options: str) -> None: ...
+    def __new__(cls, url: str, options: str) -> Remote: ...
     @property
     def size(self) -> int: ...
     @property

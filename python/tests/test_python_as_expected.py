@@ -316,3 +316,21 @@ def test_stats_of_a_closed_hdf5_file_says_it_is_closed(server):
     f.close()
     with pytest.raises(ValueError, match="closed"):
         remfile_hdf5.stats(f)
+
+
+def test_a_type_checker_catches_a_misspelt_option(tmp_path):
+    api = pytest.importorskip("mypy.api", reason="mypy is installed in CI")
+    script = tmp_path / "user.py"
+    script.write_text(textwrap.dedent(
+        """
+        import remfile_hdf5
+        remfile_hdf5.RemoteFile("https://example.com/x", cache="1GiB", timeout=30)
+        remfile_hdf5.RemoteFile("https://example.com/x", cahce="1GiB")
+        remfile_hdf5.set_defaults(retries="many")
+        """
+    ))
+    out, _, status = api.run(["--no-incremental", "--cache-dir", str(tmp_path / "c"), str(script)])
+    assert status == 1, out
+    assert 'Unexpected keyword argument "cahce"' in out, out
+    assert "user.py:5:" in out and '"retries"' in out, out
+    assert "user.py:3:" not in out, out
