@@ -292,7 +292,19 @@ impl Remote {
         }
         let timeout = std::time::Duration::from_secs_f64(seconds.min(86_400.0));
         let file = self.file()?;
-        Ok(py.detach(|| file.wait_for_background_fetches(timeout)))
+        let deadline = std::time::Instant::now() + timeout;
+        // In steps, running signal handlers between them: Ctrl-C ends it.
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let step = left.min(wait::POLL);
+            if py.detach(|| file.wait_for_background_fetches(step)) {
+                return Ok(true);
+            }
+            py.check_signals()?;
+            if left <= step {
+                return Ok(false);
+            }
+        }
     }
 }
 
