@@ -59,6 +59,11 @@ pub enum ErrorKind {
     /// [`wait::Host`](crate::wait::Host) (the user pressed Ctrl-C, say). The
     /// file stays usable.
     Interrupted,
+    /// AWS credentials for an `s3://` URL could not be got: a profile that
+    /// does not exist or asks for what the crate does not support, a
+    /// credential service (STS, the container's or the instance's) that
+    /// refused or failed. The message says which.
+    Credentials,
 }
 
 /// The error returned by every fallible operation of this crate.
@@ -265,6 +270,7 @@ impl Error {
             // Not `io::ErrorKind::Interrupted`, which `Read::read_exact` and
             // others take as "try again".
             ErrorKind::Interrupted => io::ErrorKind::Other,
+            ErrorKind::Credentials => io::ErrorKind::PermissionDenied,
         }
     }
 }

@@ -200,6 +200,7 @@ mod link;
 mod open;
 mod options;
 mod plan;
+mod s3;
 mod stats;
 mod sync;
 #[cfg(any(feature = "hdf5", feature = "vfd"))]
@@ -215,6 +216,7 @@ pub use file::RemoteFile;
 pub use http::RetryPolicy;
 pub use link::{Link, LinkEstimate};
 pub use options::{Builder, MAX_BLOCK_SIZE};
+pub use s3::S3Options;
 pub use stats::Stats;
 
 /// The README's examples, compiled as doc tests (they use every feature).

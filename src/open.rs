@@ -12,19 +12,28 @@ use crate::disk::{self, DiskFile, FirstOpen};
 use crate::engine::{Engine, ReadOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::file::RemoteFile;
-use crate::http::{self, Identity, Opened, Tail, Timeouts, Transport, TransportConfig};
+use crate::http::{self, Identity, Opened, Service, Tail, Timeouts, Transport, TransportConfig};
 use crate::link::LinkMeter;
 use crate::options::Builder;
 use crate::plan;
+use crate::s3;
 use crate::stats::Counters;
 
 /// Opens the file at `url` with the options of `builder`.
-pub(crate) fn open(builder: &Builder, url: &str) -> Result<RemoteFile> {
+pub(crate) fn open(builder: &Builder, text: &str) -> Result<RemoteFile> {
     builder.validate()?;
-    let url = parse_url(url, builder.https_only)?;
+    let (request_url, url, service) = if s3::is_s3(text) {
+        refuse_signature_headers(builder)?;
+        let resolved = s3::resolve(&builder.s3, text, builder.https_only)?;
+        let service: Arc<dyn Service> = resolved.access;
+        (resolved.url, resolved.name, Some((service, resolved.shown)))
+    } else {
+        let url = parse_url(text, builder.https_only)?;
+        (url.clone(), url, None)
+    };
     let counters = Arc::new(Counters::default());
     let link = Arc::new(LinkMeter::new(builder.link));
-    let transport = transport(builder, url.clone(), &link, &counters)?;
+    let transport = transport(builder, request_url, service, &link, &counters)?;
     let mut first_open = None;
     let mut warm = warm_open(builder, &url, &transport)?;
     if let (None, Some(disk)) = (&warm, &builder.disk_cache) {
@@ -137,11 +146,36 @@ fn warm_open(
     }
 }
 
+/// Headers a caller may not add to signed S3 requests: the signature's own.
+fn refuse_signature_headers(builder: &Builder) -> Result<()> {
+    let signed = [
+        "authorization",
+        "x-amz-date",
+        "x-amz-content-sha256",
+        "x-amz-security-token",
+    ];
+    match builder
+        .headers
+        .iter()
+        .find(|(name, _)| signed.iter().any(|s| name.eq_ignore_ascii_case(s)))
+    {
+        Some((name, _)) => Err(Error::new(
+            ErrorKind::InvalidConfig,
+            format!(
+                "header {name:?} is set by remfile itself for s3:// URLs (it signs their requests)"
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// The transport for `url`, with the builder's agent, headers, timeouts and
-/// retry policy.
+/// retry policy, and the storage service's part in requests (with how
+/// messages name the file), if any.
 fn transport(
     builder: &Builder,
     url: Url,
+    service: Option<(Arc<dyn Service>, String)>,
     link: &Arc<LinkMeter>,
     counters: &Arc<Counters>,
 ) -> Result<Transport> {
@@ -167,6 +201,8 @@ fn transport(
         max_connections: builder.max_connections as usize,
         url_provider: builder.url_provider.clone(),
         link: link.clone(),
+        shown_as: service.as_ref().map(|(_, shown)| shown.clone()),
+        service: service.map(|(service, _)| service),
     };
     Ok(Transport::new(url, config, counters.clone()))
 }
@@ -272,7 +308,7 @@ fn parse_url(text: &str, https_only: bool) -> Result<Url> {
         other => {
             return Err(Error::new(
                 ErrorKind::InvalidUrl,
-                format!("unsupported URL scheme {other:?}: only http and https"),
+                format!("unsupported URL scheme {other:?}: only http, https and s3"),
             ));
         }
     }

@@ -13,6 +13,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::file::RemoteFile;
 use crate::http::{RetryPolicy, UrlProvider, header};
 use crate::link::Link;
+use crate::s3::S3Options;
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
@@ -94,6 +95,7 @@ pub struct Builder {
     pub(crate) allow_redirect_to_http: bool,
     pub(crate) url_provider: Option<Arc<UrlProvider>>,
     pub(crate) extra_roots: Vec<Vec<u8>>,
+    pub(crate) s3: S3Options,
 }
 
 impl Default for Builder {
@@ -127,6 +129,7 @@ impl Default for Builder {
             allow_redirect_to_http: false,
             url_provider: None,
             extra_roots: Vec::new(),
+            s3: S3Options::default(),
         }
     }
 }
@@ -163,6 +166,7 @@ impl fmt::Debug for Builder {
             .field("allow_redirect_to_http", &self.allow_redirect_to_http)
             .field("url_provider", &self.url_provider.as_ref().map(|_| "set"))
             .field("extra_roots", &self.extra_roots.len())
+            .field("s3", &self.s3)
             .finish()
     }
 }
@@ -409,6 +413,23 @@ impl Builder {
         self
     }
 
+    /// How `s3://bucket/key` URLs are read: region, endpoint, credentials
+    /// (by default, all from the environment as the AWS SDKs read it, or
+    /// learnt). Other URLs ignore it.
+    ///
+    /// ```no_run
+    /// use remfile::{RemoteFile, S3Options};
+    ///
+    /// let file = RemoteFile::builder()
+    ///     .s3(S3Options::new().profile("lab").requester_pays(true))
+    ///     .open("s3://a-requester-pays-bucket/data.h5")?;
+    /// # Ok::<(), remfile::Error>(())
+    /// ```
+    pub fn s3(mut self, options: S3Options) -> Self {
+        self.s3 = options;
+        self
+    }
+
     /// The `User-Agent` header.
     pub fn user_agent(mut self, ua: impl Into<String>) -> Self {
         self.user_agent = ua.into();
@@ -554,7 +575,7 @@ impl Builder {
         if !header::is_valid_value(&self.user_agent) {
             return bad("invalid user agent".into());
         }
-        Ok(())
+        self.s3.validate()
     }
 
     /// Opens the file at `url`: one request, which learns its size and

@@ -61,6 +61,32 @@ pub(crate) struct Timeouts {
 pub(crate) type UrlProvider =
     dyn Fn() -> Result<String, Box<dyn std::error::Error + Send + Sync>> + Send + Sync;
 
+/// A storage service's part in each request (S3's): it authorizes the
+/// request, tells from an error answer where the file really is, and renews
+/// its keys after a refusal.
+pub(crate) trait Service: Send + Sync {
+    /// Headers to add to a `GET` of `url` (a signature, say).
+    fn authorize(&self, url: &Url) -> Result<Vec<(&'static str, String)>, Error>;
+    /// What an error answer (its status, headers and the start of its body)
+    /// asks of the transport.
+    fn react(&self, status: u16, headers: &ureq::http::HeaderMap, body: &[u8]) -> Reaction;
+    /// After a refusal: whether new keys were got, so that one more attempt
+    /// may succeed.
+    fn renew(&self) -> bool;
+    /// What a refusal's error adds for the user.
+    fn refusal_hint(&self) -> &'static str;
+}
+
+/// What a [`Service`] makes of an error answer.
+pub(crate) enum Reaction {
+    /// An error as any other.
+    Nothing,
+    /// The file is at this URL (its bucket's region): send the request there.
+    Moved(Url),
+    /// The keys expired: renew them and try again.
+    Renew,
+}
+
 /// The settings [`Transport::new`] takes.
 pub(crate) struct TransportConfig {
     pub agent: Agent,
@@ -74,6 +100,9 @@ pub(crate) struct TransportConfig {
     pub max_connections: usize,
     pub url_provider: Option<Arc<UrlProvider>>,
     pub link: Arc<LinkMeter>,
+    pub service: Option<Arc<dyn Service>>,
+    /// How messages name the file, if not by its URL (`s3://bucket/key`).
+    pub shown_as: Option<String>,
 }
 
 /// Everything needed to send requests for one file.
@@ -101,6 +130,7 @@ pub(crate) struct Transport {
     permits: Permits,
     counters: Arc<Counters>,
     link: Arc<LinkMeter>,
+    service: Option<Arc<dyn Service>>,
 }
 
 impl Transport {
@@ -115,7 +145,7 @@ impl Transport {
     pub fn new(url: Url, config: TransportConfig, counters: Arc<Counters>) -> Transport {
         Transport {
             agent: config.agent,
-            redacted: redact(&url),
+            redacted: config.shown_as.unwrap_or_else(|| redact(&url)),
             target: RwLock::new(url.clone()),
             headers_for: url.clone(),
             original: RwLock::new(url),
@@ -130,6 +160,7 @@ impl Transport {
             link: config.link,
             url_provider: config.url_provider,
             opened: AtomicBool::new(false),
+            service: config.service,
             counters,
         }
     }

@@ -74,7 +74,11 @@ impl Transport {
         loop {
             let resp = self.send_once(&url, &want, condition, deadline, &mut at)?;
             let status = resp.status().as_u16();
-            if !REDIRECT_STATUSES.contains(&status) {
+            // S3 names a bucket's region with its redirects: the service
+            // reads it from the error answer.
+            let names_region =
+                self.service.is_some() && resp.headers().contains_key("x-amz-bucket-region");
+            if !REDIRECT_STATUSES.contains(&status) || names_region {
                 return Ok((resp, url));
             }
             hops += 1;
@@ -122,7 +126,9 @@ impl Transport {
                 "the read's overall deadline passed",
             )));
         }
-        let req = self.request(url, want, condition, remaining);
+        let req = self
+            .request(url, want, condition, remaining)
+            .map_err(|e| Failure::from(e.with_url(&redact(url))))?;
         Counters::add(&self.counters.requests, 1);
         *at.rounds += 1;
         let attempt = at.number;
@@ -164,7 +170,7 @@ impl Transport {
         want: &Want,
         condition: Option<Precondition<'_>>,
         remaining: Duration,
-    ) -> RequestBuilder<WithoutBody> {
+    ) -> Result<RequestBuilder<WithoutBody>, Error> {
         let mut req = self
             .agent
             .get(url.as_str())
@@ -182,7 +188,13 @@ impl Transport {
                 req = req.header(name, value);
             }
         }
-        req.config()
+        if let Some(service) = &self.service {
+            for (name, value) in service.authorize(url)? {
+                req = req.header(name, value);
+            }
+        }
+        Ok(req
+            .config()
             .http_status_as_error(false)
             .max_redirects(0)
             .timeout_global(Some(remaining))
@@ -190,7 +202,7 @@ impl Transport {
             .timeout_connect(Some(self.timeouts.connect))
             .timeout_recv_response(Some(self.timeouts.idle))
             .timeout_per_read(Some(self.timeouts.idle))
-            .build()
+            .build())
     }
 }
 

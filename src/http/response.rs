@@ -18,7 +18,7 @@ use super::redact::redact;
 use super::request::HeadersArrived;
 use super::retry::{Failure, Retry};
 use super::sink::Sink;
-use super::{Transport, header};
+use super::{Reaction, Transport, header};
 use crate::error::{BODY_EXCERPT_LEN, Error, ErrorKind};
 use crate::stats::Counters;
 
@@ -290,14 +290,23 @@ impl Transport {
             format!("HTTP {status} {reason}").trim_end().to_owned(),
         )
         .with_url(&redact(url));
-        let excerpt = drain(&mut resp);
+        let body = drain_raw(&mut resp);
+        let excerpt = super::redact::printable_excerpt(&body, BODY_EXCERPT_LEN);
         if !excerpt.is_empty() {
             error = error.with_body(excerpt);
         }
-        let retry = match status {
-            401 | 403 => Retry::Denied,
-            429 | 500..=599 => Retry::Yes,
-            _ => Retry::No,
+        let reaction = match &self.service {
+            Some(service) => service.react(status, resp.headers(), &body),
+            None => Reaction::Nothing,
+        };
+        let retry = match (reaction, status) {
+            (Reaction::Moved(to), _) => {
+                self.move_to(to);
+                Retry::Moved
+            }
+            (Reaction::Renew, _) | (Reaction::Nothing, 401 | 403) => Retry::Denied,
+            (Reaction::Nothing, 429 | 500..=599) => Retry::Yes,
+            (Reaction::Nothing, _) => Retry::No,
         };
         Failure::new(error, retry, retry_after)
     }
@@ -413,6 +422,11 @@ fn reject_encoded(headers: &HeaderMap) -> Result<(), Failure> {
 
 /// Reads (and so frees the connection of) a short body; returns its first bytes.
 pub(super) fn drain(resp: &mut Response<Body>) -> String {
+    super::redact::printable_excerpt(&drain_raw(resp), BODY_EXCERPT_LEN)
+}
+
+/// Reads a short body (at most 64 KiB of it), as it is.
+fn drain_raw(resp: &mut Response<Body>) -> Vec<u8> {
     const DRAIN_LIMIT: u64 = 64 * 1024;
     let mut buf = Vec::new();
     let _ = resp
@@ -420,7 +434,7 @@ pub(super) fn drain(resp: &mut Response<Body>) -> String {
         .as_reader()
         .take(DRAIN_LIMIT)
         .read_to_end(&mut buf);
-    super::redact::printable_excerpt(&buf, BODY_EXCERPT_LEN)
+    buf
 }
 
 #[cfg(test)]

@@ -136,8 +136,11 @@ pub(super) struct Failure {
 pub(super) enum Retry {
     No,
     Yes,
-    /// 401 or 403: resolve a remembered redirect again, or renew the URL.
+    /// 401 or 403: resolve a remembered redirect again, or renew the URL
+    /// or the keys.
     Denied,
+    /// The file is elsewhere (a bucket's region): try there at once.
+    Moved,
 }
 
 impl Failure {
@@ -194,6 +197,7 @@ struct Attempts {
     retries: u32,
     reresolved: bool,
     renewed: bool,
+    moved: bool,
 }
 
 const EXPIRED_HINT: &str =
@@ -231,6 +235,12 @@ impl Transport {
                 Retry::No => Err(failure.error),
                 Retry::Denied => self.after_denial(&mut so_far, failure.error),
                 Retry::Yes => self.back_off(&mut so_far, &range, deadline, failure),
+                // Once: a service that keeps moving the file is wrong.
+                Retry::Moved if !so_far.moved => {
+                    so_far.moved = true;
+                    Ok(())
+                }
+                Retry::Moved => Err(failure.error),
             };
             if let Err(e) = again {
                 return Err(e.with_attempts(so_far.made));
@@ -252,6 +262,14 @@ impl Transport {
             );
             *self.target.write() = original;
             return Ok(());
+        }
+        if let Some(service) = &self.service {
+            if !so_far.renewed && service.renew() {
+                so_far.renewed = true;
+                tracing::warn!(url = %self.redacted, "access refused; trying again with renewed credentials");
+                return Ok(());
+            }
+            return Err(refusal.with_hint(service.refusal_hint()));
         }
         if let Some(provider) = &self.url_provider {
             if !so_far.renewed && self.opened.load(Relaxed) {
@@ -302,6 +320,14 @@ impl Transport {
             return Err(failure.error);
         }
         Ok(())
+    }
+
+    /// Sends this and later requests to `url`, where a service says the file
+    /// is.
+    pub(super) fn move_to(&self, url: url::Url) {
+        tracing::debug!(url = %redact(&url), "the service moved the file's requests");
+        *self.original.write() = url.clone();
+        *self.target.write() = url;
     }
 
     /// Replaces the URL with a fresh one from the provider. The next request

@@ -123,7 +123,7 @@ pub fn errno_of(error: &Error) -> Option<i32> {
         use std::io::ErrorKind as Io;
         let errno = match error.kind() {
             ErrorKind::HttpStatus(404 | 410) => Errno::NOENT,
-            ErrorKind::HttpStatus(401 | 403) => Errno::ACCESS,
+            ErrorKind::HttpStatus(401 | 403) | ErrorKind::Credentials => Errno::ACCESS,
             ErrorKind::Timeout => Errno::TIMEDOUT,
             ErrorKind::Interrupted => Errno::INTR,
             ErrorKind::RemoteChanged => Errno::STALE,

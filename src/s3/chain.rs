@@ -1,0 +1,864 @@
+//! The standard AWS credential chain, synchronous: keys given to the
+//! builder, then the environment (`AWS_ACCESS_KEY_ID`…), then the shared
+//! files' profile (`AWS_PROFILE`), then a web identity token
+//! (`AWS_WEB_IDENTITY_TOKEN_FILE` + `AWS_ROLE_ARN`, exchanged at STS), then
+//! the container credentials service (`AWS_CONTAINER_CREDENTIALS_*_URI`),
+//! then EC2's instance metadata service (IMDSv2, its token first). The first
+//! link that applies gives the keys; none applying means unsigned requests.
+//!
+//! Keys from a service are shared by every file of the process that found
+//! the same source, and renewed by [`Keys`] before they expire.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, SystemTime};
+
+use parking_lot::Mutex;
+use ureq::Agent;
+use url::Url;
+
+use super::credentials::{self, Credentials, credentials_error, due_for_renewal};
+use super::profile::{self, Profile};
+use crate::error::Result;
+use crate::http::redact::redact;
+
+/// Where the chain reads its variables and the home directory: the process's
+/// environment, or a fixed one in tests.
+pub(crate) trait Env {
+    /// The variable's value, if it is set and not empty.
+    fn var(&self, name: &str) -> Option<String>;
+    fn home(&self) -> Option<PathBuf>;
+}
+
+/// The process's own environment.
+pub(crate) struct ProcessEnv;
+
+impl Env for ProcessEnv {
+    fn var(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+    }
+
+    fn home(&self) -> Option<PathBuf> {
+        std::env::var_os("HOME")
+            .filter(|h| !h.is_empty())
+            .map(PathBuf::from)
+    }
+}
+
+/// How keys are got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Source {
+    /// Keys known already: given to the builder, in the environment or a
+    /// profile (named by `from`).
+    Given { keys: Credentials, from: String },
+    /// STS's `AssumeRoleWithWebIdentity` for the token in a file.
+    WebIdentity {
+        token_file: PathBuf,
+        role_arn: String,
+        session_name: String,
+        sts: Url,
+    },
+    /// The container credentials service (ECS, EKS Pod Identity).
+    Container {
+        url: Url,
+        authorization: Option<String>,
+        authorization_file: Option<PathBuf>,
+    },
+    /// EC2's instance metadata service, IMDSv2.
+    InstanceMetadata { endpoint: Url },
+}
+
+impl Source {
+    /// What the source is called in messages.
+    pub fn name(&self) -> String {
+        match self {
+            Source::Given { from, .. } => from.clone(),
+            Source::WebIdentity { .. } => {
+                "a web identity token (AWS_WEB_IDENTITY_TOKEN_FILE, via STS)".into()
+            }
+            Source::Container { url, .. } => {
+                format!("the container credentials service at {}", redact(url))
+            }
+            Source::InstanceMetadata { .. } => "EC2 instance metadata (IMDSv2)".into(),
+        }
+    }
+
+    fn load(&self) -> Result<Credentials> {
+        match self {
+            Source::Given { keys, .. } => Ok(keys.clone()),
+            Source::WebIdentity {
+                token_file,
+                role_arn,
+                session_name,
+                sts,
+            } => assume_role_with_web_identity(token_file, role_arn, session_name, sts),
+            Source::Container {
+                url,
+                authorization,
+                authorization_file,
+            } => {
+                container_credentials(url, authorization.as_deref(), authorization_file.as_deref())
+            }
+            Source::InstanceMetadata { endpoint } => match instance_credentials(endpoint)? {
+                Some(keys) => Ok(keys),
+                None => Err(credentials_error(
+                    "EC2 instance metadata no longer gives credentials (no role attached)",
+                )),
+            },
+        }
+    }
+}
+
+/// The keys of one source, loaded once and renewed ahead of their expiry.
+pub(crate) struct Keys {
+    source: Source,
+    current: Mutex<Option<(Credentials, SystemTime)>>,
+}
+
+impl std::fmt::Debug for Keys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Keys")
+            .field("from", &self.source.name())
+            .finish()
+    }
+}
+
+impl Keys {
+    fn new(source: Source, loaded: Option<Credentials>) -> Keys {
+        Keys {
+            source,
+            current: Mutex::new(loaded.map(|k| (k, SystemTime::now()))),
+        }
+    }
+
+    /// Whether the keys can be renewed (they come from a service).
+    pub fn renewable(&self) -> bool {
+        !matches!(self.source, Source::Given { .. })
+    }
+
+    /// The current keys, renewed first if they are about to expire. One
+    /// caller renews; the others wait for its keys.
+    pub fn get(&self) -> Result<Credentials> {
+        let mut current = self.current.lock();
+        if let Some((keys, at)) = &*current {
+            if !due_for_renewal(*at, keys.expires, SystemTime::now()) {
+                return Ok(keys.clone());
+            }
+        }
+        let at = SystemTime::now();
+        let keys = self.source.load()?;
+        tracing::debug!(from = %self.source.name(), expires = ?keys.expires, "AWS credentials loaded");
+        *current = Some((keys.clone(), at));
+        Ok(keys)
+    }
+
+    /// Loads new keys after a refusal (keys revoked or expired early).
+    /// Whether new keys were got.
+    pub fn renew(&self) -> bool {
+        if !self.renewable() {
+            return false;
+        }
+        let before = self.current.lock().take();
+        match self.get() {
+            Ok(keys) => before.is_none_or(|(old, _)| old != keys),
+            Err(e) => {
+                tracing::warn!(error = %e, "renewing AWS credentials failed");
+                false
+            }
+        }
+    }
+}
+
+/// Keys from services, shared by every file that finds the same source.
+static SHARED: Mutex<Vec<Arc<Keys>>> = Mutex::new(Vec::new());
+
+/// Set once the instance metadata service did not answer: it is not asked
+/// again by this process.
+static NO_INSTANCE_METADATA: AtomicBool = AtomicBool::new(false);
+
+fn shared(source: Source, loaded: Option<Credentials>) -> Arc<Keys> {
+    let mut all = SHARED.lock();
+    if let Some(keys) = all.iter().find(|k| k.source == source) {
+        return keys.clone();
+    }
+    let keys = Arc::new(Keys::new(source, loaded));
+    all.push(keys.clone());
+    keys
+}
+
+/// What the chain found.
+#[derive(Debug)]
+pub(crate) struct Found {
+    /// The keys, or `None` for unsigned requests.
+    pub keys: Option<Arc<Keys>>,
+    /// The profile's `region`, if a profile was read.
+    pub profile_region: Option<String>,
+}
+
+/// What the chain is asked for: explicit keys, a profile name.
+pub(crate) struct Ask<'a> {
+    pub keys: Option<&'a Credentials>,
+    pub profile: Option<&'a str>,
+    pub anonymous: bool,
+}
+
+/// Walks the chain, in the order of the module's documentation.
+pub(crate) fn find(ask: &Ask<'_>, env: &dyn Env) -> Result<Found> {
+    let named_profile = ask
+        .profile
+        .map(str::to_owned)
+        .or_else(|| env.var("AWS_PROFILE"));
+    let profile_name = named_profile.clone().unwrap_or_else(|| "default".into());
+    let profile = read_profile(env, &profile_name)?;
+    if named_profile.is_some() && profile.is_none() {
+        return Err(credentials_error(format!(
+            "the AWS profile {profile_name:?} is in neither {} nor {}",
+            shown(&credentials_file(env)),
+            shown(&config_file(env)),
+        )));
+    }
+    let profile_region = profile.as_ref().and_then(|p| p.get("region").cloned());
+    let found = |keys| {
+        Ok(Found {
+            keys,
+            profile_region: profile_region.clone(),
+        })
+    };
+    if ask.anonymous {
+        return found(None);
+    }
+    if let Some(keys) = ask.keys {
+        let source = Source::Given {
+            keys: keys.clone().checked("the builder")?,
+            from: "the builder's S3 options".into(),
+        };
+        return found(Some(Arc::new(Keys::new(source, None))));
+    }
+    // The environment's keys, unless a profile is asked for by option.
+    if ask.profile.is_none() {
+        if let (Some(id), Some(secret)) = (
+            env.var("AWS_ACCESS_KEY_ID"),
+            env.var("AWS_SECRET_ACCESS_KEY"),
+        ) {
+            let keys = Credentials {
+                key_id: id,
+                secret,
+                token: env.var("AWS_SESSION_TOKEN"),
+                expires: None,
+            }
+            .checked("AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")?;
+            let source = Source::Given {
+                keys,
+                from: "AWS_ACCESS_KEY_ID in the environment".into(),
+            };
+            return found(Some(Arc::new(Keys::new(source, None))));
+        }
+    }
+    if let Some(profile) = &profile {
+        if let Some(keys) = profile_keys(profile, &profile_name)? {
+            let from = format!("the AWS profile {profile_name:?}");
+            let source = Source::Given {
+                keys: keys.checked(&from)?,
+                from,
+            };
+            return found(Some(Arc::new(Keys::new(source, None))));
+        }
+        if named_profile.is_some() {
+            return Err(credentials_error(format!(
+                "the AWS profile {profile_name:?} has no aws_access_key_id and aws_secret_access_key"
+            )));
+        }
+    }
+    if let (Some(token_file), Some(role_arn)) = (
+        env.var("AWS_WEB_IDENTITY_TOKEN_FILE"),
+        env.var("AWS_ROLE_ARN"),
+    ) {
+        let source = Source::WebIdentity {
+            token_file: PathBuf::from(token_file),
+            role_arn,
+            session_name: env
+                .var("AWS_ROLE_SESSION_NAME")
+                .unwrap_or_else(session_name),
+            sts: sts_endpoint(env, profile_region.as_deref())?,
+        };
+        return found(Some(load_shared(source)?));
+    }
+    if let Some(url) = container_url(env)? {
+        let source = Source::Container {
+            url,
+            authorization: env.var("AWS_CONTAINER_AUTHORIZATION_TOKEN"),
+            authorization_file: env
+                .var("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE")
+                .map(PathBuf::from),
+        };
+        return found(Some(load_shared(source)?));
+    }
+    let imds_off = env
+        .var("AWS_EC2_METADATA_DISABLED")
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+    if !imds_off {
+        let endpoint = instance_metadata_endpoint(env)?;
+        let source = Source::InstanceMetadata {
+            endpoint: endpoint.clone(),
+        };
+        if let Some(keys) = SHARED.lock().iter().find(|k| k.source == source) {
+            return found(Some(keys.clone()));
+        }
+        let default_endpoint = env.var("AWS_EC2_METADATA_SERVICE_ENDPOINT").is_none();
+        if !(default_endpoint && NO_INSTANCE_METADATA.load(Relaxed)) {
+            match instance_credentials(&endpoint) {
+                Ok(Some(keys)) => return found(Some(shared(source, Some(keys)))),
+                Ok(None) => {}
+                Err(e) => tracing::debug!(error = %e, "no credentials from EC2 instance metadata"),
+            }
+            if default_endpoint {
+                NO_INSTANCE_METADATA.store(true, Relaxed);
+            }
+        }
+    }
+    found(None)
+}
+
+fn load_shared(source: Source) -> Result<Arc<Keys>> {
+    let keys = shared(source, None);
+    keys.get()?;
+    Ok(keys)
+}
+
+fn session_name() -> String {
+    let secs = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    format!("remfile-{secs}")
+}
+
+fn shown(path: &Option<PathBuf>) -> String {
+    path.as_ref()
+        .map_or("(no home directory)".into(), |p| p.display().to_string())
+}
+
+fn credentials_file(env: &dyn Env) -> Option<PathBuf> {
+    env.var("AWS_SHARED_CREDENTIALS_FILE")
+        .map(PathBuf::from)
+        .or_else(|| env.home().map(|h| h.join(".aws/credentials")))
+}
+
+fn config_file(env: &dyn Env) -> Option<PathBuf> {
+    env.var("AWS_CONFIG_FILE")
+        .map(PathBuf::from)
+        .or_else(|| env.home().map(|h| h.join(".aws/config")))
+}
+
+/// The longest shared configuration file read.
+const MAX_FILE_LEN: u64 = 1 << 20;
+
+/// A small text file's content; `None` if it does not exist.
+fn read_small(path: &Path, what: &str) -> Result<Option<String>> {
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(credentials_error(format!(
+                "cannot read {what} {}: {e}",
+                path.display()
+            )));
+        }
+    };
+    let mut text = String::new();
+    file.take(MAX_FILE_LEN)
+        .read_to_string(&mut text)
+        .map_err(|e| credentials_error(format!("cannot read {what} {}: {e}", path.display())))?;
+    Ok(Some(text))
+}
+
+fn read_profile(env: &dyn Env, name: &str) -> Result<Option<Profile>> {
+    let read = |path: Option<PathBuf>, what| match path {
+        Some(p) => read_small(&p, what),
+        None => Ok(None),
+    };
+    let credentials = read(credentials_file(env), "the AWS credentials file")?;
+    let config = read(config_file(env), "the AWS config file")?;
+    Ok(profile::merged(
+        credentials.as_deref(),
+        config.as_deref(),
+        name,
+    ))
+}
+
+/// The static keys of a profile; an error if it asks for a way of getting
+/// keys this crate does not have.
+fn profile_keys(profile: &Profile, name: &str) -> Result<Option<Credentials>> {
+    let id = profile.get("aws_access_key_id");
+    let secret = profile.get("aws_secret_access_key");
+    if let (Some(id), Some(secret)) = (id, secret) {
+        return Ok(Some(Credentials {
+            key_id: id.clone(),
+            secret: secret.clone(),
+            token: profile.get("aws_session_token").cloned(),
+            expires: None,
+        }));
+    }
+    if let Some((key, what)) = profile::UNSUPPORTED
+        .iter()
+        .find(|(key, _)| profile.contains_key(*key))
+    {
+        return Err(credentials_error(format!(
+            "the AWS profile {name:?} sets {key}: remfile does not support {what}; \
+             give keys instead (aws_access_key_id and aws_secret_access_key, or the \
+             AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN variables, \
+             which `aws configure export-credentials --format env` prints)"
+        )));
+    }
+    Ok(None)
+}
+
+fn parse_url_setting(name: &str, text: &str) -> Result<Url> {
+    Url::parse(text.trim())
+        .ok()
+        .filter(|u| matches!(u.scheme(), "http" | "https") && u.host_str().is_some())
+        .ok_or_else(|| credentials_error(format!("{name} is not an http(s) URL")))
+}
+
+fn sts_endpoint(env: &dyn Env, profile_region: Option<&str>) -> Result<Url> {
+    if let Some(url) = env.var("AWS_ENDPOINT_URL_STS") {
+        return parse_url_setting("AWS_ENDPOINT_URL_STS", &url);
+    }
+    let region = env
+        .var("AWS_REGION")
+        .or_else(|| env.var("AWS_DEFAULT_REGION"))
+        .or(profile_region.map(str::to_owned));
+    let host = match region {
+        Some(r) if super::region::is_region_name(&r) => format!("https://sts.{r}.amazonaws.com/"),
+        _ => "https://sts.amazonaws.com/".into(),
+    };
+    parse_url_setting("the STS endpoint", &host)
+}
+
+/// Hosts a container credentials URL may name over plain http: the ECS
+/// and EKS agents' link-local addresses, and loopback.
+fn may_use_http(url: &Url) -> bool {
+    match url.host() {
+        Some(url::Host::Ipv4(ip)) => {
+            ip.is_loopback()
+                || ip.octets() == [169, 254, 170, 2]
+                || ip.octets() == [169, 254, 170, 23]
+        }
+        Some(url::Host::Ipv6(ip)) => {
+            ip.is_loopback() || ip.segments() == [0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x23]
+        }
+        Some(url::Host::Domain(d)) => d == "localhost",
+        None => false,
+    }
+}
+
+fn container_url(env: &dyn Env) -> Result<Option<Url>> {
+    if let Some(relative) = env.var("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI") {
+        if !relative.starts_with('/') {
+            return Err(credentials_error(
+                "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI must begin with /",
+            ));
+        }
+        return parse_url_setting(
+            "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+            &format!("http://169.254.170.2{relative}"),
+        )
+        .map(Some);
+    }
+    let Some(full) = env.var("AWS_CONTAINER_CREDENTIALS_FULL_URI") else {
+        return Ok(None);
+    };
+    let url = parse_url_setting("AWS_CONTAINER_CREDENTIALS_FULL_URI", &full)?;
+    if url.scheme() == "http" && !may_use_http(&url) {
+        return Err(credentials_error(
+            "AWS_CONTAINER_CREDENTIALS_FULL_URI over plain http must name a loopback or the container agent's address",
+        ));
+    }
+    Ok(Some(url))
+}
+
+fn instance_metadata_endpoint(env: &dyn Env) -> Result<Url> {
+    let text = env
+        .var("AWS_EC2_METADATA_SERVICE_ENDPOINT")
+        .unwrap_or_else(|| "http://169.254.169.254".into());
+    parse_url_setting("AWS_EC2_METADATA_SERVICE_ENDPOINT", &text)
+}
+
+/// The agent credential services are asked through: no proxy (the
+/// metadata services are link-local), short waits.
+fn agent() -> &'static Agent {
+    static AGENT: OnceLock<Agent> = OnceLock::new();
+    AGENT.get_or_init(|| {
+        Agent::config_builder()
+            .proxy(None)
+            .http_status_as_error(false)
+            .max_redirects(0)
+            .timeout_connect(Some(Duration::from_secs(2)))
+            .timeout_global(Some(Duration::from_secs(20)))
+            .build()
+            .new_agent()
+    })
+}
+
+/// The longest answer a credential service may give.
+const MAX_ANSWER_LEN: u64 = 256 * 1024;
+
+/// Status and body of an answer, the body read to at most [`MAX_ANSWER_LEN`].
+fn answer(
+    result: std::result::Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    what: &str,
+) -> Result<(u16, String)> {
+    let mut resp = result
+        .map_err(|e| credentials_error(format!("{what} could not be reached: {}", describe(&e))))?;
+    let status = resp.status().as_u16();
+    let body = resp
+        .body_mut()
+        .with_config()
+        .limit(MAX_ANSWER_LEN)
+        .read_to_string()
+        .map_err(|e| {
+            credentials_error(format!(
+                "{what}'s answer could not be read: {}",
+                describe(&e)
+            ))
+        })?;
+    Ok((status, body))
+}
+
+/// A ureq error in words that name no URL (a query could carry a secret).
+fn describe(e: &ureq::Error) -> String {
+    match e {
+        ureq::Error::Timeout(_) => "timed out".into(),
+        ureq::Error::Io(io) => io.kind().to_string(),
+        ureq::Error::HostNotFound => "host not found".into(),
+        ureq::Error::ConnectionFailed => "connection failed".into(),
+        ureq::Error::BodyExceedsLimit(_) => "the answer is too long".into(),
+        _ => "the request failed".into(),
+    }
+}
+
+fn assume_role_with_web_identity(
+    token_file: &Path,
+    role_arn: &str,
+    session_name: &str,
+    sts: &Url,
+) -> Result<Credentials> {
+    let token = read_small(token_file, "the web identity token file")?.ok_or_else(|| {
+        credentials_error(format!(
+            "the web identity token file {} does not exist",
+            token_file.display()
+        ))
+    })?;
+    let form = url::form_urlencoded::Serializer::new(String::new())
+        .append_pair("Action", "AssumeRoleWithWebIdentity")
+        .append_pair("Version", "2011-06-15")
+        .append_pair("RoleArn", role_arn)
+        .append_pair("RoleSessionName", session_name)
+        .append_pair("WebIdentityToken", token.trim())
+        .finish();
+    let (status, body) = answer(
+        agent()
+            .post(sts.as_str())
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header("accept", "application/xml")
+            .send(form.as_bytes()),
+        "STS",
+    )?;
+    if status != 200 {
+        return Err(credentials_error(format!(
+            "STS refused AssumeRoleWithWebIdentity for {role_arn} (HTTP {status}): {}",
+            credentials::sts_refusal(&body)
+        )));
+    }
+    credentials::from_sts_answer(&body)
+}
+
+fn container_credentials(
+    url: &Url,
+    authorization: Option<&str>,
+    authorization_file: Option<&Path>,
+) -> Result<Credentials> {
+    let from_file = match authorization_file {
+        Some(path) => Some(
+            read_small(path, "the container authorization token file")?.ok_or_else(|| {
+                credentials_error(format!(
+                    "the container authorization token file {} does not exist",
+                    path.display()
+                ))
+            })?,
+        ),
+        None => None,
+    };
+    let mut req = agent()
+        .get(url.as_str())
+        .header("accept", "application/json");
+    if let Some(token) = from_file.as_deref().or(authorization).map(str::trim) {
+        req = req.header("authorization", token);
+    }
+    let what = "the container credentials service";
+    let (status, body) = answer(req.call(), what)?;
+    if status != 200 {
+        return Err(credentials_error(format!("{what} answered HTTP {status}")));
+    }
+    credentials::from_json_answer(&body, what)
+}
+
+/// The instance's role credentials; `None` if the service does not answer
+/// (not on EC2) or the instance has no role.
+fn instance_credentials(endpoint: &Url) -> Result<Option<Credentials>> {
+    let what = "EC2 instance metadata";
+    let at = |path: &str| {
+        endpoint
+            .join(path)
+            .map_err(|_| credentials_error("bad instance metadata endpoint"))
+    };
+    let quick = |req: ureq::RequestBuilder<ureq::typestate::WithoutBody>| {
+        req.config()
+            .timeout_connect(Some(Duration::from_secs(1)))
+            .timeout_global(Some(Duration::from_secs(3)))
+            .build()
+    };
+    let token = agent()
+        .put(at("/latest/api/token")?.as_str())
+        .header("x-aws-ec2-metadata-token-ttl-seconds", "21600")
+        .config()
+        .timeout_connect(Some(Duration::from_secs(1)))
+        .timeout_global(Some(Duration::from_secs(3)))
+        .build()
+        .send_empty();
+    let token = match answer(token, what) {
+        Err(_) => return Ok(None),
+        Ok((200, token)) => Some(token.trim().to_owned()),
+        // IMDSv1 only.
+        Ok((404 | 405, _)) => None,
+        Ok((status, _)) => {
+            return Err(credentials_error(format!(
+                "{what} refused a session token (HTTP {status})"
+            )));
+        }
+    };
+    let get = |path: &str| -> Result<(u16, String)> {
+        let mut req = agent().get(at(path)?.as_str());
+        if let Some(t) = &token {
+            req = req.header("x-aws-ec2-metadata-token", t);
+        }
+        answer(quick(req).call(), what)
+    };
+    let (status, roles) = get("/latest/meta-data/iam/security-credentials/")?;
+    if status == 404 {
+        return Ok(None);
+    }
+    if status != 200 {
+        return Err(credentials_error(format!(
+            "{what} answered HTTP {status} for the instance's role"
+        )));
+    }
+    let Some(role) = roles.lines().map(str::trim).find(|r| !r.is_empty()) else {
+        return Ok(None);
+    };
+    if !role
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"+=,.@_-".contains(&b))
+    {
+        return Err(credentials_error(format!(
+            "{what} named a role that is not a role name"
+        )));
+    }
+    let (status, body) = get(&format!(
+        "/latest/meta-data/iam/security-credentials/{role}"
+    ))?;
+    if status != 200 {
+        return Err(credentials_error(format!(
+            "{what} answered HTTP {status} for the role's credentials"
+        )));
+    }
+    credentials::from_json_answer(&body, what).map(Some)
+}
+
+/// For messages: what was looked for when no keys were found.
+pub(crate) const SEARCHED: &str = "no AWS credentials were found (none given, no AWS_ACCESS_KEY_ID, \
+    no keys in the profile, no web identity, container or instance credentials), so the request \
+    was sent unsigned; give credentials (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, \
+    or S3Options::credentials)";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    struct FakeEnv(HashMap<&'static str, String>, Option<PathBuf>);
+
+    impl Env for FakeEnv {
+        fn var(&self, name: &str) -> Option<String> {
+            self.0.get(name).cloned()
+        }
+        fn home(&self) -> Option<PathBuf> {
+            self.1.clone()
+        }
+    }
+
+    fn env(vars: &[(&'static str, &str)]) -> FakeEnv {
+        let mut all: HashMap<_, _> = vars.iter().map(|(k, v)| (*k, v.to_string())).collect();
+        all.entry("AWS_EC2_METADATA_DISABLED")
+            .or_insert_with(|| "true".into());
+        FakeEnv(all, None)
+    }
+
+    fn ask() -> Ask<'static> {
+        Ask {
+            keys: None,
+            profile: None,
+            anonymous: false,
+        }
+    }
+
+    fn dir_with(files: &[(&str, &str)]) -> PathBuf {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "remfile-chain-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, text) in files {
+            std::fs::write(dir.join(name), text).unwrap();
+        }
+        dir
+    }
+
+    #[test]
+    fn the_environment_comes_first_then_the_profile() {
+        let dir = dir_with(&[
+            (
+                "c",
+                "[default]\naws_access_key_id=AKIAFILE\naws_secret_access_key=s\n[other]\naws_access_key_id=AKIAOTHER\naws_secret_access_key=s\n",
+            ),
+            ("cfg", "[default]\nregion=eu-west-2\n"),
+        ]);
+        let c = dir.join("c").display().to_string();
+        let cfg = dir.join("cfg").display().to_string();
+        let files = [
+            ("AWS_SHARED_CREDENTIALS_FILE", c.as_str()),
+            ("AWS_CONFIG_FILE", cfg.as_str()),
+        ];
+        let mut vars = files.to_vec();
+        vars.extend([
+            ("AWS_ACCESS_KEY_ID", "AKIAENV"),
+            ("AWS_SECRET_ACCESS_KEY", "s"),
+            ("AWS_SESSION_TOKEN", "t"),
+        ]);
+        let found = find(&ask(), &env(&vars)).unwrap();
+        let keys = found.keys.unwrap().get().unwrap();
+        assert_eq!(
+            (keys.key_id.as_str(), keys.token.as_deref()),
+            ("AKIAENV", Some("t"))
+        );
+        assert_eq!(found.profile_region.as_deref(), Some("eu-west-2"));
+
+        let found = find(&ask(), &env(&files)).unwrap();
+        assert_eq!(found.keys.unwrap().get().unwrap().key_id, "AKIAFILE");
+        let mut named = files.to_vec();
+        named.push(("AWS_PROFILE", "other"));
+        assert_eq!(
+            find(&ask(), &env(&named))
+                .unwrap()
+                .keys
+                .unwrap()
+                .get()
+                .unwrap()
+                .key_id,
+            "AKIAOTHER"
+        );
+        // A profile asked for by option wins over the environment's keys.
+        let by_option = Ask {
+            profile: Some("other"),
+            ..ask()
+        };
+        assert_eq!(
+            find(&by_option, &env(&vars))
+                .unwrap()
+                .keys
+                .unwrap()
+                .get()
+                .unwrap()
+                .key_id,
+            "AKIAOTHER"
+        );
+        let missing = Ask {
+            profile: Some("nope"),
+            ..ask()
+        };
+        let e = find(&missing, &env(&files)).unwrap_err();
+        assert!(e.to_string().contains("\"nope\" is in neither"), "{e}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_profile_that_assumes_a_role_says_it_is_not_supported() {
+        let dir = dir_with(&[(
+            "cfg",
+            "[profile admin]\nrole_arn = arn:aws:iam::1:role/x\nsource_profile = default\n",
+        )]);
+        let cfg = dir.join("cfg").display().to_string();
+        let vars = [
+            ("AWS_CONFIG_FILE", cfg.as_str()),
+            ("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent"),
+            ("AWS_PROFILE", "admin"),
+        ];
+        let e = find(&ask(), &env(&vars)).unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::Credentials);
+        let text = e.to_string();
+        assert!(
+            text.contains("role_arn") && text.contains("does not support"),
+            "{text}"
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn nothing_found_is_unsigned_and_anonymous_skips_the_chain() {
+        let vars = [
+            ("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent"),
+            ("AWS_CONFIG_FILE", "/nonexistent"),
+        ];
+        assert!(find(&ask(), &env(&vars)).unwrap().keys.is_none());
+        let mut with_keys = vars.to_vec();
+        with_keys.extend([("AWS_ACCESS_KEY_ID", "A"), ("AWS_SECRET_ACCESS_KEY", "s")]);
+        assert!(
+            find(
+                &Ask {
+                    anonymous: true,
+                    ..ask()
+                },
+                &env(&with_keys)
+            )
+            .unwrap()
+            .keys
+            .is_none()
+        );
+    }
+
+    #[test]
+    fn container_urls_over_http_must_be_local() {
+        let e = container_url(&env(&[(
+            "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+            "http://example.com/creds",
+        )]))
+        .unwrap_err();
+        assert!(e.to_string().contains("loopback"), "{e}");
+        let ok = container_url(&env(&[(
+            "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+            "http://127.0.0.1:80/c",
+        )]))
+        .unwrap();
+        assert!(ok.is_some());
+        let rel = container_url(&env(&[(
+            "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+            "/v2/creds",
+        )]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(rel.as_str(), "http://169.254.170.2/v2/creds");
+    }
+}
