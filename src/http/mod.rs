@@ -170,6 +170,16 @@ impl Transport {
         &self.redacted
     }
 
+    /// How an error names the file a request for `url` was for: by the
+    /// service's name for it (`s3://bucket/key`, wherever its requests
+    /// go), else by the URL, redacted.
+    fn shown(&self, url: &Url) -> String {
+        match self.service {
+            Some(_) => self.redacted.clone(),
+            None => redact(url),
+        }
+    }
+
     /// Learns the size and validators and fetches the first `first_len` bytes,
     /// in one request: `Range: bytes=0-{first_len-1}`.
     pub fn open(&self, first_len: u64) -> Result<Opened, Error> {

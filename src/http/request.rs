@@ -128,7 +128,7 @@ impl Transport {
         }
         let req = self
             .request(url, want, condition, remaining)
-            .map_err(|e| Failure::from(e.with_url(&redact(url))))?;
+            .map_err(|e| Failure::from(e.with_url(&self.shown(url))))?;
         Counters::add(&self.counters.requests, 1);
         *at.rounds += 1;
         let attempt = at.number;
@@ -138,7 +138,7 @@ impl Transport {
         let elapsed_ms = waited.as_millis() as u64;
         let mut resp = result.map_err(|e| {
             let mut f = classify_ureq(e, "sending the request");
-            f.error = f.error.with_url(&redact(url));
+            f.error = f.error.with_url(&self.shown(url));
             tracing::debug!(
                 url = %redact(url), range = %want,
                 elapsed_ms, attempt, error = %f.error, "http request failed"

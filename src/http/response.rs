@@ -14,7 +14,6 @@ use url::Url;
 
 use super::classify::classify_io;
 use super::content_range::{self, ContentRange};
-use super::redact::redact;
 use super::request::HeadersArrived;
 use super::retry::{Failure, Retry};
 use super::sink::Sink;
@@ -289,7 +288,7 @@ impl Transport {
             ErrorKind::HttpStatus(status),
             format!("HTTP {status} {reason}").trim_end().to_owned(),
         )
-        .with_url(&redact(url));
+        .with_url(&self.shown(url));
         let body = drain_raw(&mut resp);
         let excerpt = super::redact::printable_excerpt(&body, BODY_EXCERPT_LEN);
         if !excerpt.is_empty() {

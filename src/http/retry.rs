@@ -231,6 +231,7 @@ impl Transport {
                 Ok(v) => return Ok(v),
                 Err(f) => f,
             };
+            let moved = failure.retry == Retry::Moved;
             let again = match failure.retry {
                 Retry::No => Err(failure.error),
                 Retry::Denied => self.after_denial(&mut so_far, failure.error),
@@ -245,7 +246,10 @@ impl Transport {
             if let Err(e) = again {
                 return Err(e.with_attempts(so_far.made));
             }
-            Counters::add(&self.counters.retries, 1);
+            // Sending a request where the file is is no retry.
+            if !moved {
+                Counters::add(&self.counters.retries, 1);
+            }
         }
     }
 

@@ -54,6 +54,11 @@ impl S3Server {
         Some(server)
     }
 
+    /// The server's URL, an S3-compatible endpoint.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
     /// Stores an object (a file under the bucket's directory).
     pub fn put(&self, key: &str, data: &[u8]) {
         std::fs::write(self.dir.join(BUCKET).join(key), data).unwrap();

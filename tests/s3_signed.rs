@@ -1,0 +1,674 @@
+//! `s3://` URLs: requests signed in headers (SigV4) against a server that
+//! checks them (`s3s-fs`), each link of the credential chain with test
+//! servers for STS, container and instance credentials, keys renewed before
+//! they expire, a bucket's region learnt from S3's answers, anonymous and
+//! requester-pays requests.
+//!
+//! The chain reads the process's environment, so every test here holds
+//! [`ENV`] and sets the variables it needs.
+
+#[path = "support/nginx.rs"]
+mod nginx;
+#[path = "support/s3.rs"]
+mod s3;
+mod support;
+
+use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, SystemTime};
+
+use parking_lot::{Mutex, MutexGuard};
+use remfile::{ErrorKind, RemoteFile, S3Options};
+use s3::{ACCESS_KEY, BUCKET, S3Server, SECRET_KEY};
+use support::{After, RangeServer, RawServer, Reply, Req, TempDir, builder, test_data};
+
+const MIB: u64 = 1024 * 1024;
+
+static ENV: Mutex<()> = Mutex::new(());
+
+/// Every variable the chain reads.
+const AWS_VARS: [&str; 19] = [
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_CONFIG_FILE",
+    "AWS_SHARED_CREDENTIALS_FILE",
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_ENDPOINT_URL_STS",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_ROLE_ARN",
+    "AWS_ROLE_SESSION_NAME",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    "AWS_CONTAINER_AUTHORIZATION_TOKEN",
+    "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
+    "AWS_EC2_METADATA_SERVICE_ENDPOINT",
+];
+
+/// Holds the environment for one test: no AWS variable but those given,
+/// no shared files, no instance metadata unless the test sets its endpoint.
+fn environment(vars: &[(&str, &str)]) -> MutexGuard<'static, ()> {
+    let guard = ENV.lock();
+    // SAFETY: every test of this binary that reads or writes the
+    // environment holds `ENV`.
+    unsafe {
+        for name in AWS_VARS {
+            std::env::remove_var(name);
+        }
+        std::env::set_var("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/credentials");
+        std::env::set_var("AWS_CONFIG_FILE", "/nonexistent/config");
+        std::env::set_var("AWS_EC2_METADATA_DISABLED", "true");
+        for (name, value) in vars {
+            std::env::set_var(name, value);
+        }
+    }
+    guard
+}
+
+fn signed_by_s3s() -> S3Options {
+    S3Options::new().credentials(ACCESS_KEY, SECRET_KEY, None)
+}
+
+fn url(key: &str) -> String {
+    format!("s3://{BUCKET}/{key}")
+}
+
+fn read_all(file: &RemoteFile) -> Vec<u8> {
+    let mut buf = vec![0u8; file.len() as usize];
+    file.read_exact_at(0, &mut buf).unwrap();
+    buf
+}
+
+#[test]
+fn signed_requests_read_the_object_and_open_in_one_request() {
+    let _env = environment(&[]);
+    let Some(s3) = S3Server::start() else { return };
+    let data = test_data(5 * MIB as usize + 13, 11);
+    s3.put("data.bin", &data);
+    let opts = signed_by_s3s().endpoint(s3.endpoint());
+    let file = builder()
+        .s3(opts.clone())
+        .read_ahead_max(0)
+        .open(url("data.bin"))
+        .unwrap();
+    assert_eq!(file.stats().requests, 1, "one request to open");
+    assert_eq!(file.len(), data.len() as u64);
+    let mut buf = vec![0u8; 1_500_000];
+    for pos in [0, 2 * MIB - 7, 4 * MIB] {
+        let n = file.read_at(pos, &mut buf).unwrap();
+        assert!(buf[..n] == data[pos as usize..][..n], "at {pos}");
+    }
+    assert!(read_all(&file) == data);
+    for shown in [format!("{file:?}"), format!("{:?}", builder().s3(opts))] {
+        assert!(
+            !shown.contains(SECRET_KEY) && !shown.contains(ACCESS_KEY),
+            "{shown}"
+        );
+    }
+}
+
+#[test]
+fn a_wrong_secret_is_permission_denied_after_one_attempt_naming_no_key() {
+    let _env = environment(&[]);
+    let Some(s3) = S3Server::start() else { return };
+    s3.put("t.bin", b"secret bytes");
+    let wrong = "not-the-secret-key-at-all-0000000000";
+    let opts = S3Options::new().credentials(ACCESS_KEY, wrong, Some("a-session-token".into()));
+    let e = builder()
+        .s3(opts.endpoint(s3.endpoint()))
+        .open(url("t.bin"))
+        .unwrap_err();
+    assert_eq!(e.io_kind(), std::io::ErrorKind::PermissionDenied, "{e}");
+    assert_eq!(e.attempts(), 1, "no retry of a refusal: {e}");
+    for shown in [e.to_string(), format!("{e:?}")] {
+        for secret in [
+            wrong,
+            ACCESS_KEY,
+            SECRET_KEY,
+            "a-session-token",
+            "Signature=",
+        ] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+    }
+    assert!(e.to_string().contains("s3://bucket/t.bin"), "{e}");
+    assert!(
+        e.to_string().contains("refused these AWS credentials"),
+        "{e}"
+    );
+}
+
+#[test]
+fn keys_and_endpoint_from_the_environment_sign_ranges_and_revalidations() {
+    let Some(s3) = S3Server::start() else { return };
+    let endpoint = s3.endpoint();
+    let _env = environment(&[
+        ("AWS_ACCESS_KEY_ID", ACCESS_KEY),
+        ("AWS_SECRET_ACCESS_KEY", SECRET_KEY),
+        ("AWS_ENDPOINT_URL_S3", &endpoint),
+    ]);
+    let data = test_data(3 * MIB as usize, 12);
+    s3.put("env.bin", &data);
+    let dir = TempDir::new("s3-signed-disk");
+    let open = || {
+        builder()
+            .block_size(256 * 1024)
+            .disk_cache(remfile::DiskCache::open(&*dir, 64 * MIB).unwrap())
+            .open(url("env.bin"))
+            .unwrap()
+    };
+    let first = open();
+    assert!(read_all(&first) == data);
+    drop(first);
+    // Opened again: a conditional request (If-None-Match), signed too.
+    let warm = open();
+    assert_eq!(warm.stats().requests, 1, "{:?}", warm.stats());
+    assert!(read_all(&warm) == data);
+    assert_eq!(
+        warm.stats().requests,
+        1,
+        "served from disk: {:?}",
+        warm.stats()
+    );
+}
+
+#[test]
+fn a_profile_gives_keys_and_region() {
+    let Some(s3) = S3Server::start() else { return };
+    let dir = TempDir::new("s3-profile");
+    std::fs::create_dir_all(&*dir).unwrap();
+    let credentials = dir.join("credentials");
+    let config = dir.join("config");
+    std::fs::write(&credentials, format!("[default]\naws_access_key_id = WRONG\naws_secret_access_key = wrong\n\n[lab]\naws_access_key_id = {ACCESS_KEY}\naws_secret_access_key = {SECRET_KEY}\n")).unwrap();
+    std::fs::write(&config, "[profile lab]\nregion = eu-west-3\n[profile admin]\nrole_arn = arn:aws:iam::123456789012:role/admin\nsource_profile = lab\n").unwrap();
+    let endpoint = s3.endpoint();
+    let (c, k) = (
+        credentials.display().to_string(),
+        config.display().to_string(),
+    );
+    let _env = environment(&[
+        ("AWS_SHARED_CREDENTIALS_FILE", &c),
+        ("AWS_CONFIG_FILE", &k),
+        ("AWS_PROFILE", "lab"),
+        ("AWS_ENDPOINT_URL", &endpoint),
+    ]);
+    let data = test_data(MIB as usize + 5, 13);
+    s3.put("profile.bin", &data);
+    let file = builder().open(url("profile.bin")).unwrap();
+    assert!(read_all(&file) == data);
+    // The profile chosen by option; a profile that assumes a role is refused
+    // with words that say so.
+    let e = builder()
+        .s3(S3Options::new().profile("admin"))
+        .open(url("profile.bin"))
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Credentials, "{e}");
+    assert!(
+        e.to_string().contains("role_arn") && e.to_string().contains("does not support"),
+        "{e}"
+    );
+    let e = builder()
+        .s3(S3Options::new().profile("default"))
+        .open(url("profile.bin"))
+        .unwrap_err();
+    assert_eq!(e.io_kind(), std::io::ErrorKind::PermissionDenied, "{e}");
+}
+
+/// A credential service answering with the s3s-fs keys and a numbered
+/// session token; counts its requests and keeps their heads.
+struct CredentialServer {
+    server: RawServer,
+    log: Arc<Mutex<Vec<Req>>>,
+}
+
+impl CredentialServer {
+    fn new(answer: impl Fn(&Req, usize) -> Reply + Send + Sync + 'static) -> CredentialServer {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let seen = log.clone();
+        let count = AtomicUsize::new(0);
+        let server = RawServer::new(move |req, out| {
+            seen.lock().push(req.clone());
+            let n = count.fetch_add(1, Ordering::SeqCst) + 1;
+            let _ = out.write_all(&answer(req, n).to_bytes());
+            // A POST's body is not read: the connection cannot go on.
+            After::Close
+        });
+        CredentialServer { server, log }
+    }
+
+    fn url(&self, path: &str) -> String {
+        self.server.url(path)
+    }
+
+    fn requests(&self) -> Vec<Req> {
+        self.log.lock().clone()
+    }
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    let secs = t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs();
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
+fn sts_answer(token: &str, expires: SystemTime) -> Reply {
+    Reply::new(200)
+        .header("content-type", "text/xml")
+        .body(format!(
+            "<AssumeRoleWithWebIdentityResponse><AssumeRoleWithWebIdentityResult><Credentials>\
+         <AccessKeyId>{ACCESS_KEY}</AccessKeyId><SecretAccessKey>{SECRET_KEY}</SecretAccessKey>\
+         <SessionToken>{token}</SessionToken><Expiration>{}</Expiration></Credentials>\
+         </AssumeRoleWithWebIdentityResult></AssumeRoleWithWebIdentityResponse>",
+            rfc3339(expires)
+        ))
+}
+
+fn json_answer(token: &str, expires: SystemTime) -> Reply {
+    Reply::new(200).header("content-type", "application/json").body(format!(
+        r#"{{"Code":"Success","AccessKeyId":"{ACCESS_KEY}","SecretAccessKey":"{SECRET_KEY}","Token":"{token}","Expiration":"{}"}}"#,
+        rfc3339(expires)
+    ))
+}
+
+#[test]
+fn a_web_identity_token_is_exchanged_at_sts() {
+    let Some(s3) = S3Server::start() else { return };
+    let sts = CredentialServer::new(|_, n| {
+        sts_answer(
+            &format!("sts-token-{n}"),
+            SystemTime::now() + Duration::from_secs(3600),
+        )
+    });
+    let dir = TempDir::new("s3-web-identity");
+    std::fs::create_dir_all(&*dir).unwrap();
+    let token_file = dir.join("token");
+    std::fs::write(&token_file, "eyJ.web-identity.token\n").unwrap();
+    let (endpoint, sts_url, token_path) = (
+        s3.endpoint(),
+        sts.url("/"),
+        token_file.display().to_string(),
+    );
+    let _env = environment(&[
+        ("AWS_WEB_IDENTITY_TOKEN_FILE", &token_path),
+        ("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/reader"),
+        ("AWS_ENDPOINT_URL_STS", &sts_url),
+        ("AWS_ENDPOINT_URL", &endpoint),
+    ]);
+    let data = test_data(2 * MIB as usize, 14);
+    s3.put("wi.bin", &data);
+    let file = builder().open(url("wi.bin")).unwrap();
+    assert!(read_all(&file) == data);
+    let again = builder().open(url("wi.bin")).unwrap();
+    assert!(read_all(&again) == data);
+    let asked = sts.requests();
+    assert_eq!(asked.len(), 1, "one exchange for the process: {asked:?}");
+    assert_eq!(asked[0].method, "POST");
+    assert!(
+        asked[0].query.is_none(),
+        "the token travels in the body, not the URL"
+    );
+}
+
+#[test]
+fn container_credentials_are_asked_with_their_token() {
+    let Some(s3) = S3Server::start() else { return };
+    let service = CredentialServer::new(|_, n| {
+        json_answer(
+            &format!("container-token-{n}"),
+            SystemTime::now() + Duration::from_secs(3600),
+        )
+    });
+    let (endpoint, full) = (s3.endpoint(), service.url("/v2/credentials/abc"));
+    let _env = environment(&[
+        ("AWS_CONTAINER_CREDENTIALS_FULL_URI", &full),
+        ("AWS_CONTAINER_AUTHORIZATION_TOKEN", "pod-identity-token"),
+        ("AWS_ENDPOINT_URL", &endpoint),
+    ]);
+    let data = test_data(MIB as usize, 15);
+    s3.put("c.bin", &data);
+    let file = builder().open(url("c.bin")).unwrap();
+    assert!(read_all(&file) == data);
+    let asked = service.requests();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert_eq!(asked[0].path, "/v2/credentials/abc");
+    assert_eq!(asked[0].header("authorization"), Some("pod-identity-token"));
+}
+
+#[test]
+fn instance_metadata_is_asked_for_a_session_token_first() {
+    let Some(s3) = S3Server::start() else { return };
+    let imds = CredentialServer::new(|req, n| match (req.method.as_str(), req.path.as_str()) {
+        ("PUT", "/latest/api/token") => Reply::new(200).body("imds-session"),
+        (_, _) if req.header("x-aws-ec2-metadata-token") != Some("imds-session") => Reply::new(401),
+        ("GET", "/latest/meta-data/iam/security-credentials/") => {
+            Reply::new(200).body("reader-role\n")
+        }
+        ("GET", "/latest/meta-data/iam/security-credentials/reader-role") => json_answer(
+            &format!("imds-token-{n}"),
+            SystemTime::now() + Duration::from_secs(3600),
+        ),
+        _ => Reply::new(404),
+    });
+    let (endpoint, imds_url) = (s3.endpoint(), imds.url(""));
+    let _env = environment(&[
+        ("AWS_EC2_METADATA_SERVICE_ENDPOINT", &imds_url),
+        ("AWS_ENDPOINT_URL", &endpoint),
+    ]);
+    // SAFETY: the environment is held.
+    unsafe { std::env::remove_var("AWS_EC2_METADATA_DISABLED") };
+    let data = test_data(MIB as usize, 16);
+    s3.put("i.bin", &data);
+    let file = builder().open(url("i.bin")).unwrap();
+    assert!(read_all(&file) == data);
+    let asked: Vec<_> = imds
+        .requests()
+        .iter()
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    assert_eq!(
+        asked,
+        [
+            "PUT /latest/api/token",
+            "GET /latest/meta-data/iam/security-credentials/",
+            "GET /latest/meta-data/iam/security-credentials/reader-role"
+        ]
+    );
+}
+
+/// A server that answers like S3 for a bucket in `eu-west-3`: requests
+/// signed for another region are refused with the bucket's region named,
+/// and session tokens must be ones `valid` accepts.
+fn fake_s3(
+    data: Vec<u8>,
+    valid: impl Fn(Option<&str>) -> bool + Send + Sync + 'static,
+) -> RangeServer {
+    RangeServer::new(data).with_hook(move |req, reply| {
+        let auth = req.header("authorization").unwrap_or_default();
+        if !auth.is_empty() && !auth.contains("/eu-west-3/s3/aws4_request") {
+            return Reply::new(400)
+                .header("x-amz-bucket-region", "eu-west-3")
+                .body("<Error><Code>AuthorizationHeaderMalformed</Code><Region>eu-west-3</Region></Error>");
+        }
+        if !valid(req.header("x-amz-security-token")) {
+            return Reply::new(400).body("<Error><Code>ExpiredToken</Code><Message>The provided token has expired.</Message></Error>");
+        }
+        reply
+    })
+}
+
+#[test]
+fn a_bucket_in_another_region_is_found_without_a_region_given() {
+    let _env = environment(&[]);
+    let data = test_data(MIB as usize + 100, 17);
+    let server = fake_s3(data.clone(), |_| true);
+    let opts = S3Options::new()
+        .credentials("AKIAREGION", "secret", None)
+        .endpoint(server.url(""));
+    let file = builder().s3(opts.clone()).open(url("far.bin")).unwrap();
+    assert!(read_all(&file) == data);
+    let log = server.log();
+    assert!(
+        log[0]
+            .header("authorization")
+            .unwrap()
+            .contains("/us-east-1/"),
+        "{:?}",
+        log[0]
+    );
+    assert!(
+        log[1]
+            .header("authorization")
+            .unwrap()
+            .contains("/eu-west-3/"),
+        "{:?}",
+        log[1]
+    );
+    assert_eq!(file.stats().retries, 0, "a move is no retry");
+    // Remembered for the process: the next file of the bucket goes there first.
+    let before = server.requests();
+    let next = builder().s3(opts).open(url("other.bin")).unwrap();
+    assert_eq!(server.requests() - before, 1);
+    assert!(read_all(&next) == data);
+    // A 301 naming the region, as S3's PermanentRedirect does, moves too.
+    let moved = RangeServer::new(data.clone()).with_hook(|req, reply| {
+        if req
+            .header("authorization")
+            .is_some_and(|a| !a.contains("/ap-south-1/"))
+        {
+            return Reply::new(301)
+                .header("x-amz-bucket-region", "ap-south-1")
+                .body("<Error><Code>PermanentRedirect</Code></Error>");
+        }
+        reply
+    });
+    let opts = S3Options::new()
+        .credentials("AKIAREGION", "secret", None)
+        .endpoint(moved.url(""));
+    let file = builder().s3(opts).open(url("far.bin")).unwrap();
+    assert!(read_all(&file) == data);
+    assert_eq!(
+        moved.log()[0]
+            .header("authorization")
+            .map(|a| a.contains("/us-east-1/")),
+        Some(true)
+    );
+}
+
+#[test]
+fn temporary_keys_that_expire_mid_file_are_renewed_and_the_read_goes_on() {
+    // STS gives keys that live 4 s; the store refuses a token past its expiry.
+    let issued: Arc<Mutex<Vec<(String, SystemTime)>>> = Arc::default();
+    let book = issued.clone();
+    let sts = CredentialServer::new(move |_, n| {
+        let expires = SystemTime::now() + Duration::from_secs(4);
+        let token = format!("short-token-{n}");
+        book.lock().push((token.clone(), expires));
+        sts_answer(&token, expires)
+    });
+    let valid_book = issued.clone();
+    let data = test_data(4 * MIB as usize, 18);
+    let store = fake_s3(data.clone(), move |token| {
+        let book = valid_book.lock();
+        token.is_some_and(|t| {
+            book.iter()
+                .any(|(issued, expires)| issued == t && SystemTime::now() < *expires)
+        })
+    });
+    let dir = TempDir::new("s3-renew");
+    std::fs::create_dir_all(&*dir).unwrap();
+    let token_file = dir.join("token");
+    std::fs::write(&token_file, "web-identity").unwrap();
+    let (sts_url, token_path, endpoint) = (
+        sts.url("/"),
+        token_file.display().to_string(),
+        store.url(""),
+    );
+    let _env = environment(&[
+        ("AWS_WEB_IDENTITY_TOKEN_FILE", &token_path),
+        ("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/short"),
+        ("AWS_ROLE_SESSION_NAME", "renewal-test"),
+        ("AWS_ENDPOINT_URL_STS", &sts_url),
+        ("AWS_ENDPOINT_URL", &endpoint),
+        ("AWS_REGION", "eu-west-3"),
+    ]);
+    let file = builder()
+        .block_size(256 * 1024)
+        .read_ahead_max(0)
+        .open(url("renew.bin"))
+        .unwrap();
+    let mut buf = vec![0u8; MIB as usize];
+    for (i, pos) in [0, MIB, 2 * MIB, 3 * MIB].into_iter().enumerate() {
+        if i > 0 {
+            std::thread::sleep(Duration::from_millis(1500));
+        }
+        file.read_exact_at(pos, &mut buf).unwrap();
+        assert!(buf == data[pos as usize..][..buf.len()], "at {pos}");
+    }
+    let refused = store.log().len()
+        - store
+            .log()
+            .iter()
+            .filter(|r| r.header("x-amz-security-token").is_some())
+            .count();
+    assert_eq!(refused, 0);
+    assert!(
+        sts.requests().len() >= 2,
+        "renewed: {} exchanges",
+        sts.requests().len()
+    );
+    assert_eq!(
+        file.stats().retries,
+        0,
+        "renewed ahead of expiry, not after a refusal"
+    );
+}
+
+#[test]
+fn keys_refused_as_expired_are_renewed_once() {
+    let counter = Arc::new(AtomicUsize::new(0));
+    let c = counter.clone();
+    let service = CredentialServer::new(move |_, n| {
+        c.store(n, Ordering::SeqCst);
+        json_answer(
+            &format!("token-{n}"),
+            SystemTime::now() + Duration::from_secs(3600),
+        )
+    });
+    let data = test_data(MIB as usize, 19);
+    // The first token is revoked early: only the second is good.
+    let store = fake_s3(data.clone(), |t| t == Some("token-2"));
+    let (full, endpoint) = (service.url("/creds"), store.url(""));
+    let _env = environment(&[
+        ("AWS_CONTAINER_CREDENTIALS_FULL_URI", &full),
+        ("AWS_ENDPOINT_URL", &endpoint),
+        ("AWS_REGION", "eu-west-3"),
+    ]);
+    let file = builder().open(url("revoked.bin")).unwrap();
+    assert!(read_all(&file) == data);
+    assert_eq!(counter.load(Ordering::SeqCst), 2);
+}
+
+#[test]
+fn anonymous_and_requester_pays_requests() {
+    let _env = environment(&[]);
+    let data = test_data(300_000, 20);
+    let public = RangeServer::new(data.clone());
+    let opts = S3Options::new().anonymous(true).endpoint(public.url(""));
+    let file = builder().s3(opts).open(url("public.bin")).unwrap();
+    assert!(read_all(&file) == data);
+    assert!(
+        public
+            .log()
+            .iter()
+            .all(|r| r.header("authorization").is_none())
+    );
+    assert!(
+        public
+            .log()
+            .iter()
+            .all(|r| r.header("x-amz-request-payer").is_none())
+    );
+
+    // Nothing in the chain: unsigned too; a refusal says how to give keys.
+    let private = RangeServer::new(data.clone()).with_hook(|req, reply| {
+        if req.header("authorization").is_none() {
+            Reply::new(403).body("<Error><Code>AccessDenied</Code></Error>")
+        } else {
+            reply
+        }
+    });
+    let e = builder()
+        .s3(S3Options::new().endpoint(private.url("")))
+        .open(url("p.bin"))
+        .unwrap_err();
+    assert_eq!(e.io_kind(), std::io::ErrorKind::PermissionDenied);
+    assert!(
+        e.to_string().contains("no AWS credentials were found"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("AWS_ACCESS_KEY_ID"), "{e}");
+
+    let pays = S3Options::new()
+        .requester_pays(true)
+        .credentials("AKIAPAYER", "secret", None)
+        .region("eu-west-3")
+        .endpoint(private.url(""));
+    let file = builder().s3(pays).open(url("p.bin")).unwrap();
+    assert!(read_all(&file) == data);
+    let last = private.log().pop().unwrap();
+    assert_eq!(last.header("x-amz-request-payer"), Some("requester"));
+    assert!(
+        last.header("authorization")
+            .unwrap()
+            .contains("x-amz-request-payer"),
+        "signed"
+    );
+}
+
+#[test]
+fn retried_requests_are_signed_again() {
+    let _env = environment(&[]);
+    let data = test_data(200_000, 21);
+    let flaky = RangeServer::new(data.clone())
+        .with_hook(|req, reply| if req.n == 1 { Reply::new(503) } else { reply });
+    let opts = S3Options::new()
+        .credentials("AKIARETRY", "secret", None)
+        .region("eu-west-3")
+        .endpoint(flaky.url(""));
+    let file = builder().s3(opts).open(url("flaky.bin")).unwrap();
+    assert!(read_all(&file) == data);
+    let log = flaky.log();
+    assert!(
+        log.len() >= 2
+            && log
+                .iter()
+                .all(|r| r.header("authorization").is_some() && r.header("x-amz-date").is_some())
+    );
+}
+
+#[test]
+fn bad_s3_urls_and_options_are_refused_before_any_request() {
+    let _env = environment(&[]);
+    for bad in ["s3://bucket", "s3://b/../k", "s3:///key"] {
+        assert_eq!(
+            builder().open(bad).unwrap_err().kind(),
+            ErrorKind::InvalidUrl,
+            "{bad}"
+        );
+    }
+    let e = builder()
+        .s3(S3Options::new().region("Not A Region"))
+        .open(url("k"))
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidConfig);
+    let e = builder()
+        .s3(S3Options::new().endpoint("ftp://x"))
+        .open(url("k"))
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidConfig);
+    let e = builder()
+        .header("Authorization", "Bearer x")
+        .open(url("k"))
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidConfig);
+}
