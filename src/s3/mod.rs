@@ -177,6 +177,23 @@ impl S3Options {
         self
     }
 
+    /// Sets one part of the keys (the driver's configuration gives them one
+    /// by one); [`validate`](S3Options::validate) checks that they go together.
+    pub(crate) fn key_part(mut self, part: KeyPart, value: String) -> Self {
+        let keys = self.keys.get_or_insert_with(|| Credentials {
+            key_id: String::new(),
+            secret: String::new(),
+            token: None,
+            expires: None,
+        });
+        match part {
+            KeyPart::Id => keys.key_id = value,
+            KeyPart::Secret => keys.secret = value,
+            KeyPart::Token => keys.token = Some(value),
+        }
+        self
+    }
+
     /// Checks what can be checked without the environment.
     pub(crate) fn validate(&self) -> Result<()> {
         if let Some(region) = &self.region {
@@ -190,8 +207,30 @@ impl S3Options {
         if let Some(endpoint) = &self.endpoint {
             location::parse_endpoint(endpoint)?;
         }
+        if let Some(keys) = &self.keys {
+            if keys.key_id.is_empty() || keys.secret.is_empty() {
+                return Err(Error::new(
+                    ErrorKind::InvalidConfig,
+                    "S3 keys need both an access key id and its secret access key",
+                ));
+            }
+            keys.clone().checked("the S3 options").map_err(|_| {
+                Error::new(
+                    ErrorKind::InvalidConfig,
+                    "S3 keys must be printable text without spaces",
+                )
+            })?;
+        }
         Ok(())
     }
+}
+
+/// One part of a set of keys.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum KeyPart {
+    Id,
+    Secret,
+    Token,
 }
 
 /// An `s3://` URL made ready to open.

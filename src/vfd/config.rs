@@ -61,6 +61,7 @@ const COUNT: &str = "expected a whole number";
 const DURATION: &str = "expected a duration such as 30s";
 const SWITCH: &str = "expected on or off";
 const PATH: &str = "expected a path";
+const HEADER: &str = "expected `Name: value`";
 
 fn size(value: &str) -> Result<u64, &'static str> {
     parse_size(value).ok_or(SIZE)
@@ -180,6 +181,63 @@ pub const KEYS: &[Key] = &[
         read: |v| duration(v).map(Setting::RevalidateAfter),
     },
     Key {
+        name: "header",
+        help: "a header for every request to the file's own server, `Name: value` such as `Authorization: Bearer …`; repeat the key for more; never logged (text)",
+        read: |v| {
+            let (name, value) = v.split_once(':').ok_or(HEADER)?;
+            let (name, value) = (name.trim(), value.trim());
+            if name.is_empty() {
+                return Err(HEADER);
+            }
+            Ok(Setting::Header(Secret(format!("{name}: {value}"))))
+        },
+    },
+    Key {
+        name: "s3_region",
+        help: "the region of an s3:// URL's bucket, else AWS_REGION, the profile's, or the one the bucket names (text)",
+        read: |v| Ok(Setting::S3Region(v.to_owned())),
+    },
+    Key {
+        name: "s3_endpoint",
+        help: "an S3-compatible service's URL for s3:// URLs, such as MinIO, Ceph or R2, else AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL or AWS (text)",
+        read: |v| Ok(Setting::S3Endpoint(v.to_owned())),
+    },
+    Key {
+        name: "s3_profile",
+        help: "the AWS profile s3:// URLs take keys and region from, in place of AWS_PROFILE (text)",
+        read: |v| Ok(Setting::S3Profile(v.to_owned())),
+    },
+    Key {
+        name: "s3_path_style",
+        help: "path-style S3 requests, host/bucket/key; without it, for custom endpoints and dotted bucket names only (switch)",
+        read: |v| switch(v).map(Setting::S3PathStyle),
+    },
+    Key {
+        name: "s3_anonymous",
+        help: "unsigned S3 requests, without looking for credentials, for public buckets (switch; default off)",
+        read: |v| switch(v).map(Setting::S3Anonymous),
+    },
+    Key {
+        name: "s3_requester_pays",
+        help: "pay for the requests to a requester-pays bucket (switch; default off)",
+        read: |v| switch(v).map(Setting::S3RequesterPays),
+    },
+    Key {
+        name: "s3_access_key_id",
+        help: "an AWS access key id for s3:// URLs, with s3_secret_access_key, in place of the credential chain (text)",
+        read: |v| Ok(Setting::S3AccessKeyId(Secret(v.to_owned()))),
+    },
+    Key {
+        name: "s3_secret_access_key",
+        help: "the secret of s3_access_key_id (text)",
+        read: |v| Ok(Setting::S3SecretAccessKey(Secret(v.to_owned()))),
+    },
+    Key {
+        name: "s3_session_token",
+        help: "the session token of temporary keys given by s3_access_key_id (text)",
+        read: |v| Ok(Setting::S3SessionToken(Secret(v.to_owned()))),
+    },
+    Key {
         name: "stats",
         help: "print requests, round trips and bytes to standard error at close, as REMFILE_STATS=1 does (switch; default off)",
         read: |v| switch(v).map(Setting::Stats),
@@ -285,7 +343,46 @@ pub enum Setting {
     RevalidateAfter(Duration),
     /// `stats`.
     Stats(bool),
+    /// `header`: `Name: value`.
+    Header(Secret),
+    /// `s3_region`.
+    S3Region(String),
+    /// `s3_endpoint`.
+    S3Endpoint(String),
+    /// `s3_profile`.
+    S3Profile(String),
+    /// `s3_path_style`.
+    S3PathStyle(bool),
+    /// `s3_anonymous`.
+    S3Anonymous(bool),
+    /// `s3_requester_pays`.
+    S3RequesterPays(bool),
+    /// `s3_access_key_id`.
+    S3AccessKeyId(Secret),
+    /// `s3_secret_access_key`.
+    S3SecretAccessKey(Secret),
+    /// `s3_session_token`.
+    S3SessionToken(Secret),
 }
+
+/// A value that is never shown: `Debug` hides it, and a configuration error
+/// does not quote it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(hidden)")
+    }
+}
+
+/// Keys whose values are secrets.
+const SECRET_KEYS: [&str; 4] = [
+    "header",
+    "s3_access_key_id",
+    "s3_secret_access_key",
+    "s3_session_token",
+];
 
 /// The disk cache's capacity when the configuration names none.
 pub const DISK_CAPACITY: u64 = 10 << 30;
@@ -329,7 +426,11 @@ pub fn parse(config: &str) -> Result<Config, ConfigError> {
         };
         let setting = (row.read)(value).map_err(|reason| ConfigError {
             key: key.to_owned(),
-            reason: format!("{reason}, not `{value}`"),
+            reason: if SECRET_KEYS.contains(&row.name) {
+                reason.to_owned()
+            } else {
+                format!("{reason}, not `{value}`")
+            },
         })?;
         out.settings.push(setting);
         out.keys.push(row.name);
@@ -529,6 +630,38 @@ mod tests {
             };
             assert_eq!(format!("{applied:?}"), baseline, "{}={default}", key.name);
         }
+    }
+
+    #[test]
+    fn headers_and_s3_keys_are_read_and_never_shown() {
+        let c = parse(
+            "header=Authorization: Bearer tok=en;header=X-Api-Key:k1;s3_region=eu-west-3;\
+             s3_anonymous=on;s3_access_key_id=AKIAHIDDEN;s3_secret_access_key=very-secret",
+        )
+        .unwrap();
+        assert!(c.settings.contains(&Setting::Header(Secret(
+            "Authorization: Bearer tok=en".into()
+        ))));
+        assert!(
+            c.settings
+                .contains(&Setting::Header(Secret("X-Api-Key: k1".into())))
+        );
+        assert!(c.settings.contains(&Setting::S3Region("eu-west-3".into())));
+        let shown = format!("{c:?}");
+        for secret in ["tok=en", "k1", "AKIAHIDDEN", "very-secret"] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        let e = parse("header=no colon secret").unwrap_err();
+        assert_eq!(e.key, "header");
+        assert!(!e.to_string().contains("secret"), "{e}");
+        let b = super::super::source::builder(&c).unwrap();
+        assert!(!format!("{b:?}").contains("very-secret"));
+        let half = parse("s3_access_key_id=AKIAONLY").unwrap();
+        assert!(
+            super::super::source::check(&half).is_err(),
+            "a key id needs its secret"
+        );
+        super::super::source::check(&c).unwrap();
     }
 
     #[test]

@@ -12,7 +12,8 @@ use parking_lot::Mutex;
 use super::config::{self, Config, ConfigError, Setting};
 use super::crawl::Crawler;
 use super::prefetch::{PrefetchStats, Prefetcher};
-use crate::{Builder, Error, RemoteFile, RetryPolicy};
+use crate::s3::KeyPart;
+use crate::{Builder, Error, RemoteFile, RetryPolicy, S3Options};
 
 /// What a driver file reads from, shared by every open of it and the fapl
 /// copies HDF5 keeps. Freed when the last of those goes.
@@ -178,7 +179,18 @@ pub fn check(config: &Config) -> Result<(), ConfigError> {
         if matches!(setting, Setting::DiskCache(_) | Setting::CaFile(_)) {
             continue;
         }
-        let b = apply_one(config, setting.clone(), config::hdf5_builder())?;
+        // The parts of a set of S3 keys are checked together.
+        let b = if is_key_part(setting) {
+            config
+                .settings
+                .iter()
+                .filter(|s| is_key_part(s))
+                .try_fold(config::hdf5_builder(), |b, s| {
+                    apply_one(config, s.clone(), b)
+                })?
+        } else {
+            apply_one(config, setting.clone(), config::hdf5_builder())?
+        };
         if let Err(e) = b.validate() {
             // The builder names its own option ("max_connections must be
             // ..."); the error names the key, so only the rule stays.
@@ -193,6 +205,13 @@ pub fn check(config: &Config) -> Result<(), ConfigError> {
         }
     }
     Ok(())
+}
+
+fn is_key_part(setting: &Setting) -> bool {
+    matches!(
+        setting,
+        Setting::S3AccessKeyId(_) | Setting::S3SecretAccessKey(_) | Setting::S3SessionToken(_)
+    )
 }
 
 /// `b` with `setting` applied (`config` for what it depends on).
@@ -227,12 +246,31 @@ fn apply_one(config: &Config, setting: Setting, b: Builder) -> Result<Builder, C
             })?;
             b.add_root_certificates(pem)
         }
+        Setting::Header(header) => {
+            let (name, value) = header.0.split_once(':').unwrap_or((&header.0, ""));
+            b.header(name.trim(), value.trim())
+        }
+        Setting::S3Region(region) => with_s3(b, |s| s.region(region)),
+        Setting::S3Endpoint(url) => with_s3(b, |s| s.endpoint(url)),
+        Setting::S3Profile(name) => with_s3(b, |s| s.profile(name)),
+        Setting::S3PathStyle(yes) => with_s3(b, |s| s.path_style(yes)),
+        Setting::S3Anonymous(yes) => with_s3(b, |s| s.anonymous(yes)),
+        Setting::S3RequesterPays(yes) => with_s3(b, |s| s.requester_pays(yes)),
+        Setting::S3AccessKeyId(id) => with_s3(b, |s| s.key_part(KeyPart::Id, id.0)),
+        Setting::S3SecretAccessKey(secret) => with_s3(b, |s| s.key_part(KeyPart::Secret, secret.0)),
+        Setting::S3SessionToken(token) => with_s3(b, |s| s.key_part(KeyPart::Token, token.0)),
         // The driver's own, or read by `disk_cache`.
         Setting::DiskCapacity(_)
         | Setting::MetadataPrefetch(_)
         | Setting::ChunkReadAhead(_)
         | Setting::Stats(_) => b,
     })
+}
+
+/// `b` with its S3 options changed by `change`.
+fn with_s3(b: Builder, change: impl FnOnce(S3Options) -> S3Options) -> Builder {
+    let options = change(b.s3.clone());
+    b.s3(options)
 }
 
 /// Says, once per process, that the disk cache `dir` is not used and why.
