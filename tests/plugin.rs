@@ -9,8 +9,12 @@
 
 #[path = "support/h5files.rs"]
 mod h5files;
+#[path = "support/nginx.rs"]
+mod nginx;
 #[path = "support/plugin_build.rs"]
 mod plugin_build;
+#[path = "support/s3.rs"]
+mod s3;
 mod support;
 
 use std::path::{Path, PathBuf};
@@ -116,6 +120,44 @@ fn h5py_walks_a_remote_file_like_the_local_one() {
         plugin_requests <= 2 * adapter_requests,
         "plugin {plugin_requests}, adapter {adapter_requests}"
     );
+}
+
+#[test]
+fn h5py_and_the_rust_adapter_read_an_s3_object_with_signed_requests() {
+    let Some(python) = python() else { return };
+    let Some(store) = s3::S3Server::start() else {
+        return;
+    };
+    store.put("f.nwb", &std::fs::read(nwb_file()).unwrap());
+    let url = format!("s3://{}/f.nwb", s3::BUCKET);
+    let config = format!(
+        "s3_endpoint={};s3_access_key_id={};s3_secret_access_key={};stats=on",
+        store.endpoint(),
+        s3::ACCESS_KEY,
+        s3::SECRET_KEY
+    );
+    let out = check(python, &config, &["walk", &url, nwb_file().to_str().unwrap()]);
+    assert!(out.contains(r#""same": true"#), "{out}");
+    assert!(out.contains(r#""same_data": true"#), "{out}");
+    assert!(!out.contains(s3::SECRET_KEY), "{out}");
+
+    let keys = remfile::S3Options::new()
+        .endpoint(store.endpoint())
+        .credentials(s3::ACCESS_KEY, s3::SECRET_KEY, None);
+    let file = h5::OpenOptions::new()
+        .remote(h5::builder().proxy_from_env(false).s3(keys))
+        .open_url(&url)
+        .unwrap();
+    h5files::walk_metadata(&file).unwrap();
+    let ds = file.dataset("acquisition/ElectricalSeries/data").unwrap();
+    let remote = ds.read_slice_2d::<i16, _>((1000..9000, 2..4)).unwrap();
+    let local = h5::hdf5_metno::File::open(nwb_file()).unwrap();
+    let want = local
+        .dataset("acquisition/ElectricalSeries/data")
+        .unwrap()
+        .read_slice_2d::<i16, _>((1000..9000, 2..4))
+        .unwrap();
+    assert_eq!(remote, want);
 }
 
 /// Opens a URL through netCDF4's HDF5 with the driver set by name and the

@@ -1,4 +1,4 @@
-"""Files on HTTP(S) servers, read as if they were local.
+"""Files on HTTP(S) servers and in S3 buckets, read as if they were local.
 
 * ``h5py.File(url, "r", driver="remfile", **options)``: importing this package
   registers the driver with h5py, bound to h5py's own HDF5 library. Only the
@@ -15,7 +15,16 @@ sizes as ``"1.5GiB"``, ``"512k"`` or a number of bytes, durations as
 ``"30s"``, a number of seconds or a ``timedelta``, switches as ``True`` or
 ``False``, paths as strings or path objects. A misspelt key is a
 ``TypeError`` that suggests the right one, a wrong value a ``ValueError``
-naming its key. ``REMFILE_OPTIONS`` in the environment (a configuration
+naming its key. ``headers={"Authorization": "Bearer …"}`` sends headers to
+the file's own server only, and no message shows them.
+
+``s3://bucket/key`` URLs are signed with the AWS credentials the AWS SDKs
+would find (``AWS_ACCESS_KEY_ID``..., ``AWS_PROFILE``, a web identity, the
+container's or the instance's role), or go unsigned where there are none
+(``s3_anonymous=True`` skips the search); the bucket's region is learnt
+from S3, and ``s3_endpoint`` names an S3-compatible store.
+
+``REMFILE_OPTIONS`` in the environment (a configuration
 string, ``"cache=1GiB;timeout=60s"``) sets defaults for the whole process.
 
 Reads wait on the network without holding the GIL, also through h5py, so
@@ -94,9 +103,31 @@ class Options(TypedDict, total=False):
     cache_key: str
     revalidate_after: Duration
     stats: bool
+    headers: Mapping[str, str]
+    s3_region: str
+    s3_endpoint: str
+    s3_profile: str
+    s3_path_style: bool
+    s3_anonymous: bool
+    s3_requester_pays: bool
+    s3_access_key_id: str
+    s3_secret_access_key: str
+    s3_session_token: str
 
 
-_KEYS = dict(_native.option_keys())
+# The driver's keys, but its `header` (one `Name: value` each, repeated) is
+# `headers` here: a mapping of names to values.
+_KEYS = {
+    ("headers" if key == "header" else key): (
+        "headers for every request to the file's own server, a mapping such as "
+        "{'Authorization': 'Bearer …'}; never logged (headers)"
+        if key == "header"
+        else text
+    )
+    for key, text in _native.option_keys()
+}
+# Keys whose values are secrets: no error quotes them.
+_SECRET = {"headers", "s3_access_key_id", "s3_secret_access_key", "s3_session_token"}
 # The kind of each key's value, from the first word its description puts in
 # parentheses: "size", "duration", "switch", "count" or "path"; its default
 # after "default ", if it names one.
@@ -163,15 +194,42 @@ def _value(key: str, value: Any, where: str = "options_string") -> str:
         if value < 0:
             raise _wrong(key, f"expected a {kind}, not {value!r}")
         return str(value)
+    shown = "the value" if key in _SECRET else repr(value)
     if not isinstance(value, str):
-        raise _wrong(key, f"expected a {kind}, not {value!r}")
+        raise _wrong(key, f"expected a {kind}, not {shown if key not in _SECRET else type(value).__name__}")
     if ";" in value or "\0" in value:
-        raise _wrong(key, f"{value!r} may not hold ';'")
+        raise _wrong(key, f"{shown} may not hold ';'")
     return value
 
 
+def _header_pairs(headers: Any) -> list:
+    """``headers`` (a mapping, or pairs) as the driver's ``header=Name: value``
+    pairs, checked; no error quotes a value."""
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    try:
+        pairs = [(name, value) for name, value in items]
+    except (TypeError, ValueError):
+        raise _wrong("headers", "expected a mapping of header names to values") from None
+    out = []
+    for name, value in pairs:
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise _wrong("headers", "names and values must be str")
+        if not name or any(c in name for c in ":;\0\r\n") or name.strip() != name:
+            raise _wrong("headers", f"{name!r} is not a header name")
+        if any(c in value for c in ";\0\r\n"):
+            raise _wrong("headers", f"the value of {name!r} may not hold ';' or a line break")
+        out.append(f"header={name}: {value}")
+    return out
+
+
 def _text(options: Mapping[str, Any], where: str) -> str:
-    text = ";".join(f"{key}={_value(key, value, where)}" for key, value in options.items())
+    pairs = []
+    for key, value in options.items():
+        if key == "headers":
+            pairs += _header_pairs(value)
+        else:
+            pairs.append(f"{key}={_value(key, value, where)}")
+    text = ";".join(pairs)
     _native.check_options(text)
     return text
 
@@ -188,7 +246,14 @@ def _parse_environment() -> dict:
     # Checked by the driver's parser, which names a wrong key or value.
     _native.check_options(text)
     pairs = (pair.split("=", 1) for pair in text.split(";") if pair.strip())
-    return {key.strip(): value.strip() for key, value in pairs}
+    found: dict = {}
+    for key, value in pairs:
+        if key.strip() == "header":
+            name, _, header_value = value.partition(":")
+            found.setdefault("headers", {})[name.strip()] = header_value.strip()
+        else:
+            found[key.strip()] = value.strip()
+    return found
 
 
 # The process-wide defaults: REMFILE_OPTIONS, then set_defaults().
@@ -269,7 +334,7 @@ def _url(url: Any) -> str:
     if isinstance(url, os.PathLike):
         text = os.fspath(url)
         text = text.decode("utf-8") if isinstance(text, bytes) else text
-        for scheme in ("http:/", "https:/"):
+        for scheme in ("http:/", "https:/", "s3:/"):
             if text.startswith(scheme) and not text.startswith(scheme + "/"):
                 return scheme + "/" + text[len(scheme):]
         return text
@@ -306,7 +371,7 @@ def hdf5_version() -> Optional[tuple]:
 
 def open(url: Union[str, bytes, "os.PathLike[str]"], mode: str = "r", **options: Any) -> _h5py.File:
     """``h5py.File(url, mode, driver="remfile", **options)``: an HDF5 file on an
-    HTTP(S) server, read through the driver. Only mode ``"r"`` is supported.
+    HTTP(S) server or in S3 (``s3://bucket/key``), read through the driver. Only mode ``"r"`` is supported.
     Keyword arguments that are h5py's (``rdcc_nbytes``, ``locking``...) go to
     h5py, the others (the :class:`Options`) to the driver."""
     import h5py
@@ -339,7 +404,7 @@ def stats(f) -> Optional[dict]:
 
 
 class RemoteFile(io.RawIOBase):
-    """A file on an HTTP(S) server as a read-only, seekable binary file object.
+    """A file on an HTTP(S) server or in S3 as a read-only, seekable binary file object.
 
     It reads through the crate's ``RemoteFile``: a block cache, a read-ahead
     sized by the link, retries, an optional disk cache, and errors that say

@@ -42,6 +42,11 @@ class Server:
     def requests_since(self, mark):
         return self._log()[mark:]
 
+    def headers_since(self, mark):
+        """The headers of each request since ``mark``, names in lowercase."""
+        with urllib.request.urlopen(f"{self.base}/__headers", timeout=30) as r:
+            return json.loads(r.read())[mark:]
+
 
 def _write_h5(path):
     import h5py

@@ -1,6 +1,7 @@
 """A range server on 127.0.0.1 for the tests: serves the files of one
 directory with range requests and ETags, answers 404 for others, keeps
-connections alive, and lists the requests it served at /__log (as JSON).
+connections alive, and lists the requests it served at /__log (as JSON) and
+their headers at /__headers.
 
 Usage: range_server.py DIR [DELAY_MS] (prints its base URL, then serves until
 killed; each answer DELAY_MS late, if given).
@@ -46,9 +47,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(payload)
             return
-        if path == "/__log":
+        if path in ("/__log", "/__headers"):
             with server.lock:
-                payload = json.dumps(server.log).encode()
+                payload = json.dumps(server.log if path == "/__log" else server.headers_log).encode()
             self.send_response(200)
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
@@ -56,6 +57,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         with server.lock:
             server.log.append((self.command, path, self.headers.get("Range")))
+            server.headers_log.append({k.lower(): v for k, v in self.headers.items()})
             server.in_flight += 1
             server.peak = max(server.peak, server.in_flight)
         try:
@@ -147,6 +149,7 @@ def main():
     httpd.root = sys.argv[1]
     httpd.delay = int(sys.argv[2]) / 1000 if len(sys.argv) > 2 else 0
     httpd.log = []
+    httpd.headers_log = []
     httpd.stalling = False
     httpd.in_flight = 0
     httpd.peak = 0

@@ -288,10 +288,10 @@ fn without_disk_cache(dir: &str, error: &std::io::Error) {
 pub(crate) fn open_source(url: &str, config: &str) -> Result<Arc<Source>, String> {
     let config = config::parse(config).map_err(|e| e.to_string())?;
     check(&config).map_err(|e| e.to_string())?;
-    if !is_http(url) {
+    if !is_remote(url) {
         // A local path (HDF5_DRIVER=remfile sends every open here).
         return Err(format!(
-            "the remfile driver reads http:// and https:// URLs, not `{url}`: \
+            "the remfile driver reads http://, https:// and s3:// URLs, not `{url}`: \
              open local files with another driver (in h5py, driver=\"sec2\")"
         ));
     }
@@ -315,10 +315,10 @@ pub(crate) fn open_source(url: &str, config: &str) -> Result<Arc<Source>, String
     Ok(source)
 }
 
-/// Whether `name` is an `http://` or `https://` URL.
-fn is_http(name: &str) -> bool {
+/// Whether `name` is an `http://`, `https://` or `s3://` URL.
+fn is_remote(name: &str) -> bool {
     let lower = name.get(..8).unwrap_or(name).to_ascii_lowercase();
-    lower.starts_with("http://") || lower.starts_with("https://")
+    lower.starts_with("http://") || lower.starts_with("https://") || crate::s3::is_s3(name)
 }
 
 #[cfg(test)]
@@ -330,8 +330,8 @@ mod tests {
 
     #[test]
     fn a_local_path_is_refused_with_a_hint() {
-        assert!(is_http("https://example.com/f.nwb") && is_http("HTTP://x"));
-        assert!(!is_http("/data/f.nwb") && !is_http("s3://bucket/key") && !is_http("http"));
+        assert!(is_remote("https://example.com/f.nwb") && is_remote("HTTP://x") && is_remote("s3://bucket/key"));
+        assert!(!is_remote("/data/f.nwb") && !is_remote("s3:/bucket") && !is_remote("http"));
         let e = open_source("/data/f.nwb", "").err().unwrap();
         assert!(e.contains("/data/f.nwb") && e.contains("sec2"), "{e}");
     }
