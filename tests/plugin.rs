@@ -136,7 +136,11 @@ fn h5py_and_the_rust_adapter_read_an_s3_object_with_signed_requests() {
         s3::ACCESS_KEY,
         s3::SECRET_KEY
     );
-    let out = check(python, &config, &["walk", &url, nwb_file().to_str().unwrap()]);
+    let out = check(
+        python,
+        &config,
+        &["walk", &url, nwb_file().to_str().unwrap()],
+    );
     assert!(out.contains(r#""same": true"#), "{out}");
     assert!(out.contains(r#""same_data": true"#), "{out}");
     assert!(!out.contains(s3::SECRET_KEY), "{out}");

@@ -510,6 +510,25 @@ mod tests {
         assert!(!format!("{opts:?}").contains("secret"));
     }
 
+    proptest::proptest! {
+        /// Whatever a hostile server or file says, the readers give an answer
+        /// or nothing, never a panic; a valid S3 URL becomes an object URL that
+        /// keeps its key.
+        #[test]
+        fn hostile_text_never_panics(text in "\\PC{0,80}", bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..200)) {
+            let _ = profile::merged(Some(&text), Some(&text), "default");
+            let _ = credentials::from_sts_answer(&text);
+            let _ = credentials::from_json_answer(&text, "x");
+            let _ = region::named_by(&HeaderMap::new(), &bytes);
+            if let Ok(at) = location::parse(&format!("s3://bucket/{text}")) {
+                let url = location::object_url(&at, &Endpoint::Aws, Some("eu-west-1"), false).unwrap();
+                proptest::prop_assert_eq!(url.host_str(), Some("bucket.s3.eu-west-1.amazonaws.com"));
+                let decoded = percent_encoding::percent_decode_str(url.path()).decode_utf8().unwrap();
+                proptest::prop_assert_eq!(&decoded[1..], at.key.as_str());
+            }
+        }
+    }
+
     #[test]
     fn endpoints_come_from_the_options_or_the_environment() {
         struct EndpointEnv;

@@ -330,7 +330,11 @@ mod tests {
 
     #[test]
     fn a_local_path_is_refused_with_a_hint() {
-        assert!(is_remote("https://example.com/f.nwb") && is_remote("HTTP://x") && is_remote("s3://bucket/key"));
+        assert!(
+            is_remote("https://example.com/f.nwb")
+                && is_remote("HTTP://x")
+                && is_remote("s3://bucket/key")
+        );
         assert!(!is_remote("/data/f.nwb") && !is_remote("s3:/bucket") && !is_remote("http"));
         let e = open_source("/data/f.nwb", "").err().unwrap();
         assert!(e.contains("/data/f.nwb") && e.contains("sec2"), "{e}");
