@@ -175,6 +175,31 @@ fn keys_and_endpoint_from_the_environment_sign_ranges_and_revalidations() {
         "served from disk: {:?}",
         warm.stats()
     );
+    // What the disk keeps names the object, never its keys.
+    let mut names = false;
+    for entry in walk(&dir) {
+        let bytes = std::fs::read(&entry).unwrap();
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(
+            !text.contains(ACCESS_KEY) && !text.contains(SECRET_KEY),
+            "{entry:?}"
+        );
+        names |= text.contains("s3://bucket/env.bin") || text.contains("/bucket/env.bin");
+    }
+    assert!(names, "the object's name is on disk");
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
 }
 
 #[test]
