@@ -500,6 +500,88 @@ fn a_bucket_in_another_region_is_found_without_a_region_given() {
 }
 
 #[test]
+fn a_bucket_in_another_region_opens_with_its_tail_fetched_beside() {
+    // The first block and the tail go at once, both to the wrong region:
+    // both are sent again where the bucket is.
+    let _env = environment(&[("AWS_DEFAULT_REGION", "us-east-1")]);
+    let data = test_data(3 * MIB as usize, 22);
+    let server = fake_s3(data.clone(), |_| true);
+    let opts = S3Options::new()
+        .credentials("AKIATAIL", "secret", None)
+        .endpoint(server.url(""));
+    for _ in 0..5 {
+        let file = builder()
+            .s3(opts.clone())
+            .open_tail(MIB)
+            .open(url("tail.bin"))
+            .unwrap();
+        assert!(read_all(&file) == data);
+    }
+    // Learnt once: the later opens go to the bucket's region at once, though
+    // AWS_DEFAULT_REGION names another.
+    let refused = server
+        .log()
+        .iter()
+        .filter(|r| !r.header("authorization").unwrap().contains("/eu-west-3/"))
+        .count();
+    assert!(refused <= 2, "{refused} requests to the wrong region");
+}
+
+#[test]
+fn anonymous_access_needs_no_readable_profile() {
+    let _env = environment(&[("AWS_PROFILE", "missing")]);
+    let data = test_data(100_000, 23);
+    let public = RangeServer::new(data.clone());
+    let opts = S3Options::new().anonymous(true).endpoint(public.url(""));
+    let file = builder().s3(opts).open(url("public.bin")).unwrap();
+    assert!(read_all(&file) == data);
+    let e = builder()
+        .s3(S3Options::new().endpoint(public.url("")))
+        .open(url("public.bin"))
+        .unwrap_err();
+    assert_eq!(
+        e.kind(),
+        ErrorKind::Credentials,
+        "the profile asked for is missing: {e}"
+    );
+}
+
+#[test]
+fn a_failed_renewal_keeps_keys_that_still_work() {
+    // The service answers once, then fails: keys that live 4 s are due for
+    // renewal after 2, and are used until they expire.
+    let service = CredentialServer::new(|_, n| {
+        if n == 1 {
+            json_answer("only-token", SystemTime::now() + Duration::from_secs(4))
+        } else {
+            Reply::new(500)
+        }
+    });
+    let data = test_data(MIB as usize, 24);
+    let store = fake_s3(data.clone(), |t| t == Some("only-token"));
+    let (full, endpoint) = (service.url("/creds"), store.url(""));
+    let _env = environment(&[
+        ("AWS_CONTAINER_CREDENTIALS_FULL_URI", &full),
+        ("AWS_ENDPOINT_URL", &endpoint),
+        ("AWS_REGION", "eu-west-3"),
+    ]);
+    let file = builder()
+        .block_size(64 * 1024)
+        .read_ahead_max(0)
+        .open(url("keep.bin"))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    let mut buf = vec![0u8; 200_000];
+    file.read_exact_at(500_000, &mut buf).unwrap();
+    assert!(buf == data[500_000..700_000]);
+    assert_eq!(
+        service.requests().len(),
+        2,
+        "renewal tried once, then rested"
+    );
+}
+
+#[test]
 fn temporary_keys_that_expire_mid_file_are_renewed_and_the_read_goes_on() {
     // STS gives keys that live 4 s; the store refuses a token past its expiry.
     let issued: Arc<Mutex<Vec<(String, SystemTime)>>> = Arc::default();

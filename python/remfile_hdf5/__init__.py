@@ -214,10 +214,11 @@ def _header_pairs(headers: Any) -> list:
     for name, value in pairs:
         if not isinstance(name, str) or not isinstance(value, str):
             raise _wrong("headers", "names and values must be str")
+        # Neither is quoted: a value pasted into the name would be shown.
         if not name or any(c in name for c in ":;\0\r\n") or name.strip() != name:
-            raise _wrong("headers", f"{name!r} is not a header name")
+            raise _wrong("headers", "a header name may not hold ':', ';', a line break or surrounding spaces")
         if any(c in value for c in ";\0\r\n"):
-            raise _wrong("headers", f"the value of {name!r} may not hold ';' or a line break")
+            raise _wrong("headers", "a header value may not hold ';' or a line break")
         out.append(f"header={name}: {value}")
     return out
 

@@ -159,6 +159,9 @@ def test_headers_go_to_the_server_and_into_no_message(server, files):
         remfile_hdf5.RemoteFile(server.url("blob.bin"), headers={"Range": "bytes=0-1"})
     with pytest.raises(ValueError):
         remfile_hdf5.RemoteFile(server.url("blob.bin"), headers="Authorization: x")
+    with pytest.raises(ValueError) as raised:
+        remfile_hdf5.RemoteFile(server.url("blob.bin"), headers={"Authorization: Bearer pasted-secret": ""})
+    assert "pasted-secret" not in str(raised.value)
 
 
 def test_headers_and_s3_options_are_in_the_signatures():

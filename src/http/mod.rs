@@ -65,13 +65,24 @@ pub(crate) type UrlProvider =
 /// request, tells from an error answer where the file really is, and renews
 /// its keys after a refusal.
 pub(crate) trait Service: Send + Sync {
-    /// Headers to add to a `GET` of `url` (a signature, say).
-    fn authorize(&self, url: &Url) -> Result<Vec<(&'static str, String)>, Error>;
-    /// What an error answer (its status, headers and the start of its body)
-    /// asks of the transport.
-    fn react(&self, status: u16, headers: &ureq::http::HeaderMap, body: &[u8]) -> Reaction;
-    /// After a refusal: whether new keys were got, so that one more attempt
-    /// may succeed.
+    /// Headers to add to a `GET` of `url` (a signature, say) that also
+    /// carries the caller's `headers`.
+    fn authorize(
+        &self,
+        url: &Url,
+        headers: &[(String, String)],
+    ) -> Result<Vec<(&'static str, String)>, Error>;
+    /// What an error answer to a request for `url` (its status, headers and
+    /// the start of its body) asks of the transport.
+    fn react(
+        &self,
+        status: u16,
+        headers: &ureq::http::HeaderMap,
+        body: &[u8],
+        url: &Url,
+    ) -> Reaction;
+    /// After a [`Reaction::Renew`]: whether new keys were got, so that one
+    /// more attempt may succeed.
     fn renew(&self) -> bool;
     /// What a refusal's error adds for the user.
     fn refusal_hint(&self) -> &'static str;

@@ -15,8 +15,8 @@ use url::Url;
 use super::classify::classify_ureq;
 use super::redact::{redact, same_origin};
 use super::response::drain;
-use super::retry::{Failure, Try};
-use super::{Transport, header};
+use super::retry::{Failure, Retry, Try};
+use super::{Reaction, Transport, header};
 use crate::error::{Error, ErrorKind};
 use crate::stats::Counters;
 
@@ -72,14 +72,23 @@ impl Transport {
         let mut url = self.target.read().clone();
         let mut hops = 0;
         loop {
-            let resp = self.send_once(&url, &want, condition, deadline, &mut at)?;
+            let mut resp = self.send_once(&url, &want, condition, deadline, &mut at)?;
             let status = resp.status().as_u16();
-            // S3 names a bucket's region with its redirects: the service
-            // reads it from the error answer.
-            let names_region =
-                self.service.is_some() && resp.headers().contains_key("x-amz-bucket-region");
-            if !REDIRECT_STATUSES.contains(&status) || names_region {
+            if !REDIRECT_STATUSES.contains(&status) {
                 return Ok((resp, url));
+            }
+            // S3 names a bucket's region with its redirects: the requests
+            // go there, signed for it, rather than where the redirect says.
+            if let Some(service) = &self.service {
+                if let Reaction::Moved(to) = service.react(status, resp.headers(), &[], &url) {
+                    drain(&mut resp);
+                    self.move_to(to);
+                    let error = Error::new(
+                        ErrorKind::HttpStatus(status),
+                        format!("HTTP {status}: the bucket is in another region"),
+                    );
+                    return Err(Failure::new(error, Retry::Moved, None));
+                }
             }
             hops += 1;
             if hops > self.max_redirects {
@@ -183,13 +192,18 @@ impl Transport {
             Some(Precondition::ModifiedSince(date)) => req.header(IF_MODIFIED_SINCE, date),
             None => req,
         };
-        if same_origin(url, &self.headers_for) {
-            for (name, value) in &self.headers {
-                req = req.header(name, value);
-            }
+        // The caller's headers are for the file's own origin: the one given,
+        // or where its service moved its requests (a bucket's region).
+        let own_origin = match &self.service {
+            Some(_) => same_origin(url, &self.original.read()),
+            None => same_origin(url, &self.headers_for),
+        };
+        let caller_headers: &[(String, String)] = if own_origin { &self.headers } else { &[] };
+        for (name, value) in caller_headers {
+            req = req.header(name, value);
         }
         if let Some(service) = &self.service {
-            for (name, value) in service.authorize(url)? {
+            for (name, value) in service.authorize(url, caller_headers)? {
                 req = req.header(name, value);
             }
         }

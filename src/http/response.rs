@@ -295,7 +295,7 @@ impl Transport {
             error = error.with_body(excerpt);
         }
         let reaction = match &self.service {
-            Some(service) => service.react(status, resp.headers(), &body),
+            Some(service) => service.react(status, resp.headers(), &body, url),
             None => Reaction::Nothing,
         };
         let retry = match (reaction, status) {
@@ -303,7 +303,8 @@ impl Transport {
                 self.move_to(to);
                 Retry::Moved
             }
-            (Reaction::Renew, _) | (Reaction::Nothing, 401 | 403) => Retry::Denied,
+            (Reaction::Renew, _) => Retry::Renew,
+            (Reaction::Nothing, 401 | 403) => Retry::Denied,
             (Reaction::Nothing, 429 | 500..=599) => Retry::Yes,
             (Reaction::Nothing, _) => Retry::No,
         };

@@ -141,6 +141,9 @@ pub(super) enum Retry {
     Denied,
     /// The file is elsewhere (a bucket's region): try there at once.
     Moved,
+    /// The keys the request was signed with expired: renew them and try
+    /// again, once.
+    Renew,
 }
 
 impl Failure {
@@ -242,6 +245,7 @@ impl Transport {
                     Ok(())
                 }
                 Retry::Moved => Err(failure.error),
+                Retry::Renew => self.renew_keys(&mut so_far, failure.error),
             };
             if let Err(e) = again {
                 return Err(e.with_attempts(so_far.made));
@@ -268,11 +272,6 @@ impl Transport {
             return Ok(());
         }
         if let Some(service) = &self.service {
-            if !so_far.renewed && service.renew() {
-                so_far.renewed = true;
-                tracing::warn!(url = %self.redacted, "access refused; trying again with renewed credentials");
-                return Ok(());
-            }
             return Err(refusal.with_hint(service.refusal_hint()));
         }
         if let Some(provider) = &self.url_provider {
@@ -286,6 +285,19 @@ impl Transport {
         } else {
             Err(refusal)
         }
+    }
+
+    /// After a refusal of expired keys: new ones, once. `Ok` means try again.
+    fn renew_keys(&self, so_far: &mut Attempts, refusal: Error) -> Result<(), Error> {
+        let Some(service) = &self.service else {
+            return Err(refusal);
+        };
+        if !so_far.renewed && service.renew() {
+            so_far.renewed = true;
+            tracing::warn!(url = %self.redacted, "expired credentials refused; trying again with renewed ones");
+            return Ok(());
+        }
+        Err(refusal.with_hint(service.refusal_hint()))
     }
 
     /// Waits before the next attempt after a transient failure, if the policy

@@ -47,8 +47,9 @@ impl Env for ProcessEnv {
     }
 }
 
-/// How keys are got.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// How keys are got. `Debug` shows its name only (it may hold keys or a
+/// token).
+#[derive(Clone, PartialEq, Eq)]
 pub(crate) enum Source {
     /// Keys known already: given to the builder, in the environment or a
     /// profile (named by `from`).
@@ -68,6 +69,12 @@ pub(crate) enum Source {
     },
     /// EC2's instance metadata service, IMDSv2.
     InstanceMetadata { endpoint: Url },
+}
+
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name())
+    }
 }
 
 impl Source {
@@ -102,8 +109,11 @@ impl Source {
                 container_credentials(url, authorization.as_deref(), authorization_file.as_deref())
             }
             Source::InstanceMetadata { endpoint } => match instance_credentials(endpoint)? {
-                Some(keys) => Ok(keys),
-                None => Err(credentials_error(
+                Instance::Keys(keys) => Ok(keys),
+                Instance::Unreachable => {
+                    Err(credentials_error("EC2 instance metadata does not answer"))
+                }
+                Instance::NoRole => Err(credentials_error(
                     "EC2 instance metadata no longer gives credentials (no role attached)",
                 )),
             },
@@ -114,8 +124,19 @@ impl Source {
 /// The keys of one source, loaded once and renewed ahead of their expiry.
 pub(crate) struct Keys {
     source: Source,
-    current: Mutex<Option<(Credentials, SystemTime)>>,
+    current: Mutex<Current>,
 }
+
+/// The keys last loaded, when, and when loading last failed.
+#[derive(Default)]
+struct Current {
+    keys: Option<(Credentials, SystemTime)>,
+    failed_at: Option<std::time::Instant>,
+}
+
+/// How long after a failed renewal keys that are still valid are used
+/// without trying again.
+const RETRY_RENEWAL_AFTER: Duration = Duration::from_secs(10);
 
 impl std::fmt::Debug for Keys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -129,7 +150,10 @@ impl Keys {
     fn new(source: Source, loaded: Option<Credentials>) -> Keys {
         Keys {
             source,
-            current: Mutex::new(loaded.map(|k| (k, SystemTime::now()))),
+            current: Mutex::new(Current {
+                keys: loaded.map(|k| (k, SystemTime::now())),
+                failed_at: None,
+            }),
         }
     }
 
@@ -140,27 +164,53 @@ impl Keys {
 
     /// The current keys, renewed first if they are about to expire. One
     /// caller renews; the others wait for its keys.
+    /// A renewal that fails leaves keys that have not expired in use, and
+    /// is tried again after [`RETRY_RENEWAL_AFTER`].
     pub fn get(&self) -> Result<Credentials> {
         let mut current = self.current.lock();
-        if let Some((keys, at)) = &*current {
-            if !due_for_renewal(*at, keys.expires, SystemTime::now()) {
+        let now = SystemTime::now();
+        if let Some((keys, at)) = &current.keys {
+            let valid = keys.expires.is_none_or(|e| now < e);
+            let resting = current
+                .failed_at
+                .is_some_and(|t| t.elapsed() < RETRY_RENEWAL_AFTER);
+            if !due_for_renewal(*at, keys.expires, now) || (valid && resting) {
                 return Ok(keys.clone());
             }
         }
-        let at = SystemTime::now();
-        let keys = self.source.load()?;
-        tracing::debug!(from = %self.source.name(), expires = ?keys.expires, "AWS credentials loaded");
-        *current = Some((keys.clone(), at));
-        Ok(keys)
+        match self.source.load() {
+            Ok(keys) => {
+                tracing::debug!(from = %self.source.name(), expires = ?keys.expires, "AWS credentials loaded");
+                *current = Current {
+                    keys: Some((keys.clone(), now)),
+                    failed_at: None,
+                };
+                Ok(keys)
+            }
+            Err(e) => {
+                current.failed_at = Some(std::time::Instant::now());
+                match &current.keys {
+                    Some((keys, _)) if keys.expires.is_none_or(|t| SystemTime::now() < t) => {
+                        tracing::warn!(error = %e, "renewing AWS credentials failed; the current ones are still valid");
+                        Ok(keys.clone())
+                    }
+                    _ => Err(e),
+                }
+            }
+        }
     }
 
-    /// Loads new keys after a refusal (keys revoked or expired early).
+    /// Loads new keys after S3 refused the current ones as expired.
     /// Whether new keys were got.
     pub fn renew(&self) -> bool {
         if !self.renewable() {
             return false;
         }
-        let before = self.current.lock().take();
+        let before = {
+            let mut current = self.current.lock();
+            current.failed_at = None;
+            current.keys.take()
+        };
         match self.get() {
             Ok(keys) => before.is_none_or(|(old, _)| old != keys),
             Err(e) => {
@@ -211,8 +261,15 @@ pub(crate) fn find(ask: &Ask<'_>, env: &dyn Env) -> Result<Found> {
         .map(str::to_owned)
         .or_else(|| env.var("AWS_PROFILE"));
     let profile_name = named_profile.clone().unwrap_or_else(|| "default".into());
-    let profile = read_profile(env, &profile_name)?;
-    if named_profile.is_some() && profile.is_none() {
+    // Without a search for keys, the profile only may give a region: a
+    // profile that cannot be read gives none.
+    let searching = !ask.anonymous && ask.keys.is_none();
+    let profile = match read_profile(env, &profile_name) {
+        Ok(profile) => profile,
+        Err(_) if !searching => None,
+        Err(e) => return Err(e),
+    };
+    if searching && named_profile.is_some() && profile.is_none() {
         return Err(credentials_error(format!(
             "the AWS profile {profile_name:?} is in neither {} nor {}",
             shown(&credentials_file(env)),
@@ -309,12 +366,13 @@ pub(crate) fn find(ask: &Ask<'_>, env: &dyn Env) -> Result<Found> {
         let default_endpoint = env.var("AWS_EC2_METADATA_SERVICE_ENDPOINT").is_none();
         if !(default_endpoint && NO_INSTANCE_METADATA.load(Relaxed)) {
             match instance_credentials(&endpoint) {
-                Ok(Some(keys)) => return found(Some(shared(source, Some(keys)))),
-                Ok(None) => {}
+                Ok(Instance::Keys(keys)) => return found(Some(shared(source, Some(keys)))),
+                // Not on EC2: not asked again.
+                Ok(Instance::Unreachable) if default_endpoint => {
+                    NO_INSTANCE_METADATA.store(true, Relaxed)
+                }
+                Ok(_) => {}
                 Err(e) => tracing::debug!(error = %e, "no credentials from EC2 instance metadata"),
-            }
-            if default_endpoint {
-                NO_INSTANCE_METADATA.store(true, Relaxed);
             }
         }
     }
@@ -327,11 +385,17 @@ fn load_shared(source: Source) -> Result<Arc<Keys>> {
     Ok(keys)
 }
 
+/// The role session's name where `AWS_ROLE_SESSION_NAME` gives none: one
+/// for the process, so that its files share one session and one exchange.
 fn session_name() -> String {
-    let secs = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    format!("remfile-{secs}")
+    static NAME: OnceLock<String> = OnceLock::new();
+    NAME.get_or_init(|| {
+        let secs = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        format!("remfile-{}-{secs}", std::process::id())
+    })
+    .clone()
 }
 
 fn shown(path: &Option<PathBuf>) -> String {
@@ -501,6 +565,22 @@ fn agent() -> &'static Agent {
     })
 }
 
+/// The agent STS is asked through: a public service, so through the
+/// proxy the environment names, if any.
+fn sts_agent() -> &'static Agent {
+    static AGENT: OnceLock<Agent> = OnceLock::new();
+    AGENT.get_or_init(|| {
+        Agent::config_builder()
+            .proxy(ureq::Proxy::try_from_env())
+            .http_status_as_error(false)
+            .max_redirects(0)
+            .timeout_connect(Some(Duration::from_secs(10)))
+            .timeout_global(Some(Duration::from_secs(30)))
+            .build()
+            .new_agent()
+    })
+}
+
 /// The longest answer a credential service may give.
 const MAX_ANSWER_LEN: u64 = 256 * 1024;
 
@@ -558,7 +638,7 @@ fn assume_role_with_web_identity(
         .append_pair("WebIdentityToken", token.trim())
         .finish();
     let (status, body) = answer(
-        agent()
+        sts_agent()
             .post(sts.as_str())
             .header("content-type", "application/x-www-form-urlencoded")
             .header("accept", "application/xml")
@@ -604,9 +684,17 @@ fn container_credentials(
     credentials::from_json_answer(&body, what)
 }
 
-/// The instance's role credentials; `None` if the service does not answer
-/// (not on EC2) or the instance has no role.
-fn instance_credentials(endpoint: &Url) -> Result<Option<Credentials>> {
+/// What the instance metadata service gave.
+enum Instance {
+    Keys(Credentials),
+    /// No answer at all: not on EC2.
+    Unreachable,
+    /// The instance has no role.
+    NoRole,
+}
+
+/// The instance's role credentials.
+fn instance_credentials(endpoint: &Url) -> Result<Instance> {
     let what = "EC2 instance metadata";
     let at = |path: &str| {
         endpoint
@@ -628,7 +716,7 @@ fn instance_credentials(endpoint: &Url) -> Result<Option<Credentials>> {
         .build()
         .send_empty();
     let token = match answer(token, what) {
-        Err(_) => return Ok(None),
+        Err(_) => return Ok(Instance::Unreachable),
         Ok((200, token)) => Some(token.trim().to_owned()),
         // IMDSv1 only.
         Ok((404 | 405, _)) => None,
@@ -647,7 +735,7 @@ fn instance_credentials(endpoint: &Url) -> Result<Option<Credentials>> {
     };
     let (status, roles) = get("/latest/meta-data/iam/security-credentials/")?;
     if status == 404 {
-        return Ok(None);
+        return Ok(Instance::NoRole);
     }
     if status != 200 {
         return Err(credentials_error(format!(
@@ -655,7 +743,7 @@ fn instance_credentials(endpoint: &Url) -> Result<Option<Credentials>> {
         )));
     }
     let Some(role) = roles.lines().map(str::trim).find(|r| !r.is_empty()) else {
-        return Ok(None);
+        return Ok(Instance::NoRole);
     };
     if !role
         .bytes()
@@ -673,7 +761,7 @@ fn instance_credentials(endpoint: &Url) -> Result<Option<Credentials>> {
             "{what} answered HTTP {status} for the role's credentials"
         )));
     }
-    credentials::from_json_answer(&body, what).map(Some)
+    credentials::from_json_answer(&body, what).map(Instance::Keys)
 }
 
 /// For messages: what was looked for when no keys were found.

@@ -102,13 +102,9 @@ fn expiry(text: &str) -> Option<SystemTime> {
 
 /// The credentials in STS's answer to `AssumeRoleWithWebIdentity`.
 pub(crate) fn from_sts_answer(xml: &str) -> Result<Credentials> {
+    // No excerpt of the answer: it holds the keys.
     let field = |name: &str| {
-        xml_text(xml, name).ok_or_else(|| {
-            credentials_error(format!(
-                "STS's answer has no {name}: {}",
-                printable_excerpt(xml.as_bytes(), 200)
-            ))
-        })
+        xml_text(xml, name).ok_or_else(|| credentials_error(format!("STS's answer has no {name}")))
     };
     let creds = Credentials {
         key_id: field("AccessKeyId")?,
@@ -195,6 +191,12 @@ mod tests {
         );
         let e = from_sts_answer("<x><AccessKeyId>A</AccessKeyId></x>").unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Credentials);
+        let no_expiry = STS_ANSWER.replace("<Expiration>2026-12-02T15:04:05Z</Expiration>", "");
+        let e = from_sts_answer(&no_expiry).unwrap_err().to_string();
+        assert!(
+            e.contains("Expiration") && !e.contains("cret") && !e.contains("tok+en"),
+            "{e}"
+        );
         let refusal = "<ErrorResponse><Error><Code>AccessDenied</Code><Message>Not authorized</Message></Error></ErrorResponse>";
         assert_eq!(sts_refusal(refusal), "AccessDenied: Not authorized");
     }

@@ -38,7 +38,7 @@ pub(crate) fn parse(text: &str) -> Result<Location> {
     };
     if !is_bucket_name(bucket) {
         return Err(invalid(
-            "a bucket name is 1 to 255 letters, digits, '.', '-' or '_'",
+            "a bucket name is 1 to 255 letters, digits, '.', '-' or '_', begun and ended by a letter or digit",
         ));
     }
     if key.is_empty() || key.len() > MAX_KEY_LEN {
@@ -63,8 +63,14 @@ pub(crate) fn parse(text: &str) -> Result<Location> {
     })
 }
 
+/// S3's names, with the legacy ones (capitals, `_`, up to 255 long) that
+/// old us-east-1 buckets have: begun and ended by a letter or digit, so
+/// never `.` or `..`.
 fn is_bucket_name(name: &str) -> bool {
+    let edge = |b: Option<&u8>| b.is_some_and(u8::is_ascii_alphanumeric);
     (1..=255).contains(&name.len())
+        && edge(name.as_bytes().first())
+        && edge(name.as_bytes().last())
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'))
@@ -203,6 +209,9 @@ mod tests {
             "s3://bucket/",
             "s3:///key",
             "s3://bu cket/key",
+            "s3://../key",
+            "s3://./key",
+            "s3://-b/key",
             "s3://b/a/../etc",
             "s3://b/./k",
             "s3://b/k\n",

@@ -282,14 +282,16 @@ fn resolve_in(
         },
         env,
     )?;
+    // A bucket's own region, once learnt, wins over the process's default
+    // (AWS_REGION is often where the user works, not where the data is).
     let region = options
         .region
         .clone()
+        .or_else(|| region::remembered(&endpoint, &location.bucket))
         .or_else(|| env.var("AWS_REGION"))
         .or_else(|| env.var("AWS_DEFAULT_REGION"))
         .or(found.profile_region)
-        .filter(|r| region::is_region_name(r))
-        .or_else(|| region::remembered(&endpoint, &location.bucket));
+        .filter(|r| region::is_region_name(r));
     let url = location::object_url(&location, &endpoint, region.as_deref(), path_style)?;
     if https_only && url.scheme() != "https" {
         return Err(Error::new(
@@ -341,7 +343,11 @@ pub(crate) struct Access {
 }
 
 impl Service for Access {
-    fn authorize(&self, url: &Url) -> Result<Vec<(&'static str, String)>> {
+    fn authorize(
+        &self,
+        url: &Url,
+        caller: &[(String, String)],
+    ) -> Result<Vec<(&'static str, String)>> {
         let (current, region) = {
             let state = self.state.read();
             (state.url.clone(), state.region.clone())
@@ -352,23 +358,35 @@ impl Service for Access {
         if !crate::http::redact::same_origin(url, &current) {
             return Ok(headers);
         }
-        let payer = [("x-amz-request-payer", "requester")];
-        let extra: &[(&str, &str)] = if self.requester_pays { &payer } else { &[] };
+        // S3 refuses `x-amz-*` headers it was not given signed (the
+        // caller's `x-amz-expected-bucket-owner`, SSE-C keys...).
+        let mut signed: Vec<(String, &str)> = caller
+            .iter()
+            .map(|(name, value)| (name.to_ascii_lowercase(), value.as_str()))
+            .filter(|(name, _)| name.starts_with("x-amz-"))
+            .collect();
+        if self.requester_pays {
+            signed.push(("x-amz-request-payer".into(), "requester"));
+        }
         if let Some(keys) = &self.keys {
             let region = region.as_deref().unwrap_or(region::FIRST_GUESS);
-            headers = sign::get_headers(url, extra, &keys.get()?, region, SystemTime::now())?;
+            let extra: Vec<(&str, &str)> = signed.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+            headers = sign::get_headers(url, &extra, &keys.get()?, region, SystemTime::now())?;
         }
-        headers.extend(extra.iter().map(|(n, v)| (*n, (*v).to_owned())));
+        if self.requester_pays {
+            headers.push(("x-amz-request-payer", "requester".to_owned()));
+        }
         Ok(headers)
     }
 
-    fn react(&self, status: u16, headers: &HeaderMap, body: &[u8]) -> Reaction {
-        if !matches!(status, 301 | 307 | 400 | 403) {
+    fn react(&self, status: u16, headers: &HeaderMap, body: &[u8], url: &Url) -> Reaction {
+        if !matches!(status, 301 | 302 | 307 | 400 | 403) {
             return Reaction::Nothing;
         }
         if let Some(named) = region::named_by(headers, body) {
             let mut state = self.state.write();
-            if state.region.as_deref() != Some(named.as_str()) {
+            let learnt_now = state.region.as_deref() != Some(named.as_str());
+            if learnt_now {
                 region::remember(&self.endpoint, &self.location.bucket, &named);
                 let moved = location::object_url(
                     &self.location,
@@ -376,16 +394,25 @@ impl Service for Access {
                     Some(&named),
                     self.path_style,
                 );
-                if let Ok(url) = moved {
+                if let Ok(to) = moved {
                     tracing::debug!(bucket = %self.location.bucket, region = %named, "S3 named the bucket's region");
-                    state.url = url.clone();
-                    state.region = Some(named);
-                    return Reaction::Moved(url);
+                    state.url = to;
+                    state.region = Some(named.clone());
                 }
             }
+            // Requests sent before another learnt the region (the first
+            // block's and the tail's, say) go again, where it now is. At a
+            // custom endpoint the URL does not show the region it was signed
+            // for: such a request goes again too (once: the transport
+            // follows one move per request).
+            let sent_before = *url != state.url || matches!(self.endpoint, Endpoint::Custom(_));
+            if state.region.as_deref() == Some(named.as_str()) && (learnt_now || sent_before) {
+                return Reaction::Moved(state.url.clone());
+            }
         }
-        let expired = ["ExpiredToken", "TokenRefreshRequired", "RequestExpired"];
+        let expired = ["ExpiredToken", "TokenRefreshRequired", "InvalidToken"];
         if matches!(status, 400 | 403)
+            && self.keys.as_ref().is_some_and(|k| k.renewable())
             && expired.iter().any(|code| region::error_code_is(body, code))
         {
             return Reaction::Renew;
@@ -465,16 +492,25 @@ mod tests {
         .unwrap();
         let mut headers = HeaderMap::new();
         headers.insert("x-amz-bucket-region", "ap-southeast-2".parse().unwrap());
-        match r.access.react(301, &headers, b"") {
+        match r.access.react(301, &headers, b"", &r.url) {
             Reaction::Moved(url) => assert_eq!(
                 url.as_str(),
                 "https://moving-bucket.s3.ap-southeast-2.amazonaws.com/k"
             ),
             _ => panic!("not moved"),
         }
-        // Told again: nothing more to do.
+        // Told again by a request sent before the move: it goes there too.
+        match r.access.react(403, &headers, b"", &r.url) {
+            Reaction::Moved(url) => assert_eq!(
+                url.host_str(),
+                Some("moving-bucket.s3.ap-southeast-2.amazonaws.com")
+            ),
+            _ => panic!("not moved"),
+        }
+        // Told by a request sent there: nothing more to do.
+        let there = Url::parse("https://moving-bucket.s3.ap-southeast-2.amazonaws.com/k").unwrap();
         assert!(matches!(
-            r.access.react(403, &headers, b""),
+            r.access.react(403, &headers, b"", &there),
             Reaction::Nothing
         ));
         assert_eq!(
@@ -500,7 +536,7 @@ mod tests {
             .credentials("AKIAX", "secret", None)
             .requester_pays(true);
         let r = resolve_in(&opts, "s3://b1b/k", false, &NoEnv).unwrap();
-        let signed = r.access.authorize(&r.url).unwrap();
+        let signed = r.access.authorize(&r.url, &[]).unwrap();
         assert!(signed.iter().any(|(n, _)| *n == "authorization"));
         assert!(
             signed
@@ -508,7 +544,18 @@ mod tests {
                 .any(|(n, v)| *n == "x-amz-request-payer" && v == "requester")
         );
         let elsewhere = Url::parse("https://example.com/k").unwrap();
-        assert!(r.access.authorize(&elsewhere).unwrap().is_empty());
+        assert!(r.access.authorize(&elsewhere, &[]).unwrap().is_empty());
+        let owner = [(
+            "X-Amz-Expected-Bucket-Owner".to_owned(),
+            "111122223333".to_owned(),
+        )];
+        let signed = r.access.authorize(&r.url, &owner).unwrap();
+        let auth = &signed
+            .iter()
+            .find(|(n, _)| *n == "authorization")
+            .unwrap()
+            .1;
+        assert!(auth.contains("x-amz-expected-bucket-owner"), "{auth}");
         assert!(!format!("{opts:?}").contains("secret"));
     }
 
