@@ -844,35 +844,25 @@ mod tests {
         );
         assert_eq!(found.profile_region.as_deref(), Some("eu-west-2"));
 
-        let found = find(&ask(), &env(&files)).unwrap();
-        assert_eq!(found.keys.unwrap().get().unwrap().key_id, "AKIAFILE");
-        let mut named = files.to_vec();
-        named.push(("AWS_PROFILE", "other"));
-        assert_eq!(
-            find(&ask(), &env(&named))
+        let key_id = |ask: &Ask<'_>, vars: &[(&'static str, &str)]| {
+            find(ask, &env(vars))
                 .unwrap()
                 .keys
                 .unwrap()
                 .get()
                 .unwrap()
-                .key_id,
-            "AKIAOTHER"
-        );
+                .key_id
+        };
+        assert_eq!(key_id(&ask(), &files), "AKIAFILE");
+        let mut named = files.to_vec();
+        named.push(("AWS_PROFILE", "other"));
+        assert_eq!(key_id(&ask(), &named), "AKIAOTHER");
         // A profile asked for by option wins over the environment's keys.
         let by_option = Ask {
             profile: Some("other"),
             ..ask()
         };
-        assert_eq!(
-            find(&by_option, &env(&vars))
-                .unwrap()
-                .keys
-                .unwrap()
-                .get()
-                .unwrap()
-                .key_id,
-            "AKIAOTHER"
-        );
+        assert_eq!(key_id(&by_option, &vars), "AKIAOTHER");
         let missing = Ask {
             profile: Some("nope"),
             ..ask()

@@ -56,10 +56,12 @@ use crate::http::{Reaction, Service};
 ///   are renewed before they expire. Where none is found, or with
 ///   [`anonymous`](S3Options::anonymous), requests go unsigned, as public
 ///   buckets take them.
-/// - **Region**: [`region`](S3Options::region), else `AWS_REGION`, else
-///   `AWS_DEFAULT_REGION`, else the profile's `region`, else the bucket's
-///   own, learnt from S3's first answer (`x-amz-bucket-region`) and
-///   remembered for the process: no region needs to be known.
+/// - **Region**: [`region`](S3Options::region), else the region the process
+///   learnt for the bucket, else `AWS_REGION`, else `AWS_DEFAULT_REGION`,
+///   else the profile's `region`; whichever it is, a bucket elsewhere is
+///   followed to the region S3 names in its answer (`x-amz-bucket-region`),
+///   and that region remembered for the process: no region needs to be
+///   known.
 /// - **Endpoint**: [`endpoint`](S3Options::endpoint), else
 ///   `AWS_ENDPOINT_URL_S3`, else `AWS_ENDPOINT_URL`, else AWS.
 ///

@@ -130,7 +130,7 @@ fn encode(s: &str) -> String {
 }
 
 /// `("YYYYMMDD", "HHMMSS")` in UTC.
-fn utc(t: SystemTime) -> (String, String) {
+pub fn utc(t: SystemTime) -> (String, String) {
     let secs = t.duration_since(UNIX_EPOCH).unwrap().as_secs();
     let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
