@@ -412,9 +412,9 @@ fn instance_metadata_is_asked_for_a_session_token_first() {
     );
 }
 
-/// A server that answers like S3 for a bucket in `eu-west-3`: requests
-/// signed for another region are refused with the bucket's region named,
-/// and session tokens must be ones `valid` accepts.
+/// A server that answers like S3 (and MinIO) for a bucket in `eu-west-3`:
+/// every answer names the bucket's region, requests signed for another
+/// region are refused, and session tokens must be ones `valid` accepts.
 fn fake_s3(
     data: Vec<u8>,
     valid: impl Fn(Option<&str>) -> bool + Send + Sync + 'static,
@@ -426,10 +426,12 @@ fn fake_s3(
                 .header("x-amz-bucket-region", "eu-west-3")
                 .body("<Error><Code>AuthorizationHeaderMalformed</Code><Region>eu-west-3</Region></Error>");
         }
-        if !valid(req.header("x-amz-security-token")) {
-            return Reply::new(400).body("<Error><Code>ExpiredToken</Code><Message>The provided token has expired.</Message></Error>");
-        }
-        reply
+        let reply = if valid(req.header("x-amz-security-token")) {
+            reply
+        } else {
+            Reply::new(400).body("<Error><Code>ExpiredToken</Code><Message>The provided token has expired.</Message></Error>")
+        };
+        reply.header("x-amz-bucket-region", "eu-west-3")
     })
 }
 
@@ -540,11 +542,12 @@ fn anonymous_access_needs_no_readable_profile() {
 
 #[test]
 fn a_failed_renewal_keeps_keys_that_still_work() {
-    // The service answers once, then fails: keys that live 4 s are due for
-    // renewal after 2, and are used until they expire.
+    // The service answers once, then fails: keys that live 6 to 7 s (the
+    // expiry is in whole seconds) are due for renewal after 3, and are used
+    // until they expire.
     let service = CredentialServer::new(|_, n| {
         if n == 1 {
-            json_answer("only-token", SystemTime::now() + Duration::from_secs(4))
+            json_answer("only-token", SystemTime::now() + Duration::from_secs(7))
         } else {
             Reply::new(500)
         }
@@ -562,7 +565,7 @@ fn a_failed_renewal_keeps_keys_that_still_work() {
         .read_ahead_max(0)
         .open(url("keep.bin"))
         .unwrap();
-    std::thread::sleep(Duration::from_millis(2500));
+    std::thread::sleep(Duration::from_millis(3600));
     let mut buf = vec![0u8; 200_000];
     file.read_exact_at(500_000, &mut buf).unwrap();
     assert!(buf == data[500_000..700_000]);
@@ -586,12 +589,18 @@ fn temporary_keys_that_expire_mid_file_are_renewed_and_the_read_goes_on() {
     });
     let valid_book = issued.clone();
     let data = test_data(4 * MIB as usize, 18);
+    let refusals = Arc::new(AtomicUsize::new(0));
+    let refused = refusals.clone();
     let store = fake_s3(data.clone(), move |token| {
         let book = valid_book.lock();
-        token.is_some_and(|t| {
+        let ok = token.is_some_and(|t| {
             book.iter()
                 .any(|(issued, expires)| issued == t && SystemTime::now() < *expires)
-        })
+        });
+        if !ok {
+            refused.fetch_add(1, Ordering::SeqCst);
+        }
+        ok
     });
     let dir = TempDir::new("s3-renew");
     std::fs::create_dir_all(&*dir).unwrap();
@@ -623,13 +632,17 @@ fn temporary_keys_that_expire_mid_file_are_renewed_and_the_read_goes_on() {
         file.read_exact_at(pos, &mut buf).unwrap();
         assert!(buf == data[pos as usize..][..buf.len()], "at {pos}");
     }
-    let refused = store.log().len()
-        - store
+    assert_eq!(
+        refusals.load(Ordering::SeqCst),
+        0,
+        "no request went out with expired keys"
+    );
+    assert!(
+        store
             .log()
             .iter()
-            .filter(|r| r.header("x-amz-security-token").is_some())
-            .count();
-    assert_eq!(refused, 0);
+            .all(|r| r.header("x-amz-security-token").is_some())
+    );
     assert!(
         sts.requests().len() >= 2,
         "renewed: {} exchanges",
@@ -665,6 +678,51 @@ fn keys_refused_as_expired_are_renewed_once() {
     let file = builder().open(url("revoked.bin")).unwrap();
     assert!(read_all(&file) == data);
     assert_eq!(counter.load(Ordering::SeqCst), 2);
+}
+
+#[test]
+fn refusals_that_name_the_region_in_use_are_answers() {
+    let _env = environment(&[]);
+    // Every answer names the region, as MinIO's do: a refused signature is
+    // still one attempt, with the hint.
+    let denied = RangeServer::new(b"x".to_vec()).with_hook(|_, _| {
+        Reply::new(403)
+            .header("x-amz-bucket-region", "eu-west-3")
+            .body("<Error><Code>SignatureDoesNotMatch</Code></Error>")
+    });
+    let opts = S3Options::new()
+        .credentials("AKIADENIED", "wrong", None)
+        .region("eu-west-3")
+        .endpoint(denied.url(""));
+    let e = builder().s3(opts).open(url("d.bin")).unwrap_err();
+    assert_eq!(e.attempts(), 1, "{e}");
+    assert_eq!(denied.requests(), 1);
+    assert!(
+        e.to_string().contains("refused these AWS credentials"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_store_refusing_every_token_costs_one_renewal() {
+    let service = CredentialServer::new(|_, n| {
+        json_answer(
+            &format!("never-good-{n}"),
+            SystemTime::now() + Duration::from_secs(3600),
+        )
+    });
+    let store = fake_s3(b"data".to_vec(), |_| false);
+    let (full, endpoint) = (service.url("/creds"), store.url(""));
+    let _env = environment(&[
+        ("AWS_CONTAINER_CREDENTIALS_FULL_URI", &full),
+        ("AWS_ENDPOINT_URL", &endpoint),
+        ("AWS_REGION", "eu-west-3"),
+    ]);
+    let e = builder().open(url("never.bin")).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::HttpStatus(400), "{e}");
+    assert_eq!(e.attempts(), 2, "one renewal: {e}");
+    assert_eq!(service.requests().len(), 2);
+    assert!(!e.to_string().contains("never-good"), "{e}");
 }
 
 #[test]

@@ -44,8 +44,11 @@ pub(crate) fn retry_after(value: &str) -> Option<Duration> {
 
 /// Why a header a caller wants to send cannot be sent, if it cannot.
 pub(crate) fn refuse_user_header(name: &str, value: &str) -> Option<String> {
+    // Not quoted: a value pasted where the name goes would be shown.
     let Ok(parsed) = HeaderName::try_from(name) else {
-        return Some(format!("invalid header name {name:?}"));
+        return Some(
+            "invalid header name (a name is letters, digits and '-', without spaces)".into(),
+        );
     };
     if HeaderValue::try_from(value).is_err() {
         return Some(format!("invalid value for header {name:?}"));

@@ -13,7 +13,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use parking_lot::Mutex;
 use ureq::Agent;
@@ -131,12 +131,26 @@ pub(crate) struct Keys {
 #[derive(Default)]
 struct Current {
     keys: Option<(Credentials, SystemTime)>,
-    failed_at: Option<std::time::Instant>,
+    /// Counts the loads.
+    generation: u64,
+    loaded_at: Option<Instant>,
+    failed_at: Option<Instant>,
 }
 
 /// How long after a failed renewal keys that are still valid are used
 /// without trying again.
 const RETRY_RENEWAL_AFTER: Duration = Duration::from_secs(10);
+
+/// The shortest time between two loads: keys that arrive expired (a clock
+/// behind the service's) are not loaded again before every request.
+const MIN_RELOAD_GAP: Duration = Duration::from_secs(1);
+
+thread_local! {
+    /// The generation of the keys this thread last signed with: a request
+    /// is signed, sent and answered on one thread, so a refusal knows
+    /// whether another caller renewed the keys since.
+    static SIGNED_WITH: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
 
 impl std::fmt::Debug for Keys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -151,6 +165,8 @@ impl Keys {
         Keys {
             source,
             current: Mutex::new(Current {
+                generation: 1,
+                loaded_at: loaded.as_ref().map(|_| Instant::now()),
                 keys: loaded.map(|k| (k, SystemTime::now())),
                 failed_at: None,
             }),
@@ -174,21 +190,35 @@ impl Keys {
             let resting = current
                 .failed_at
                 .is_some_and(|t| t.elapsed() < RETRY_RENEWAL_AFTER);
-            if !due_for_renewal(*at, keys.expires, now) || (valid && resting) {
+            let fresh = current
+                .loaded_at
+                .is_some_and(|t| t.elapsed() < MIN_RELOAD_GAP);
+            if !due_for_renewal(*at, keys.expires, now) || (valid && resting) || fresh {
+                SIGNED_WITH.set(current.generation);
                 return Ok(keys.clone());
             }
         }
+        self.load(&mut current)
+    }
+
+    /// Loads keys into `current`; on failure keeps the keys it holds, and
+    /// gives them if they have not expired.
+    fn load(&self, current: &mut Current) -> Result<Credentials> {
+        let now = SystemTime::now();
         match self.source.load() {
             Ok(keys) => {
                 tracing::debug!(from = %self.source.name(), expires = ?keys.expires, "AWS credentials loaded");
                 *current = Current {
                     keys: Some((keys.clone(), now)),
+                    generation: current.generation + 1,
+                    loaded_at: Some(Instant::now()),
                     failed_at: None,
                 };
+                SIGNED_WITH.set(current.generation);
                 Ok(keys)
             }
             Err(e) => {
-                current.failed_at = Some(std::time::Instant::now());
+                current.failed_at = Some(Instant::now());
                 match &current.keys {
                     Some((keys, _)) if keys.expires.is_none_or(|t| SystemTime::now() < t) => {
                         tracing::warn!(error = %e, "renewing AWS credentials failed; the current ones are still valid");
@@ -202,17 +232,20 @@ impl Keys {
 
     /// Loads new keys after S3 refused the current ones as expired.
     /// Whether new keys were got.
+    /// Keys another caller loaded since this thread signed with the old
+    /// ones count: requests refused at once (a file's parallel reads)
+    /// renew once.
     pub fn renew(&self) -> bool {
         if !self.renewable() {
             return false;
         }
-        let before = {
-            let mut current = self.current.lock();
-            current.failed_at = None;
-            current.keys.take()
-        };
-        match self.get() {
-            Ok(keys) => before.is_none_or(|(old, _)| old != keys),
+        let mut current = self.current.lock();
+        if current.keys.is_some() && current.generation != SIGNED_WITH.get() {
+            return true;
+        }
+        let before = current.keys.as_ref().map(|(k, _)| k.clone());
+        match self.load(&mut current) {
+            Ok(keys) => before.is_none_or(|old| old != keys),
             Err(e) => {
                 tracing::warn!(error = %e, "renewing AWS credentials failed");
                 false

@@ -344,6 +344,31 @@ pub(crate) struct Access {
     anonymous_by_choice: bool,
 }
 
+impl Access {
+    /// Whether `url` is an https URL of this bucket on an AWS S3 host
+    /// (`bucket.s3-us-west-2.amazonaws.com/key`, `s3.eu-west-1.amazonaws.com/bucket/key`).
+    fn is_buckets_aws_host(&self, url: &Url) -> bool {
+        let Some(host) = url.host_str() else {
+            return false;
+        };
+        let bucket = &self.location.bucket;
+        let on_s3 = host.ends_with(".amazonaws.com")
+            && (host.starts_with("s3.")
+                || host.starts_with("s3-")
+                || host.contains(".s3.")
+                || host.contains(".s3-"));
+        let names_bucket = host
+            .strip_suffix(".amazonaws.com")
+            .is_some_and(|h| h.starts_with(&format!("{bucket}.")))
+            || url.path().starts_with(&format!("/{bucket}/"));
+        matches!(self.endpoint, Endpoint::Aws)
+            && url.scheme() == "https"
+            && url.port().is_none()
+            && on_s3
+            && names_bucket
+    }
+}
+
 impl Service for Access {
     fn authorize(
         &self,
@@ -356,8 +381,9 @@ impl Service for Access {
         };
         let mut headers = Vec::new();
         // Keys sign requests for the object's own host only, wherever a
-        // redirect leads.
-        if !crate::http::redact::same_origin(url, &current) {
+        // redirect leads, but for S3's own redirects to another of the
+        // bucket's hosts (a `307` to a regional one).
+        if !crate::http::redact::same_origin(url, &current) && !self.is_buckets_aws_host(url) {
             return Ok(headers);
         }
         // S3 refuses `x-amz-*` headers it was not given signed (the
@@ -385,39 +411,47 @@ impl Service for Access {
         if !matches!(status, 301 | 302 | 307 | 400 | 403) {
             return Reaction::Nothing;
         }
-        if let Some(named) = region::named_by(headers, body) {
-            let mut state = self.state.write();
-            let learnt_now = state.region.as_deref() != Some(named.as_str());
-            if learnt_now {
-                region::remember(&self.endpoint, &self.location.bucket, &named);
-                let moved = location::object_url(
-                    &self.location,
-                    &self.endpoint,
-                    Some(&named),
-                    self.path_style,
-                );
-                if let Ok(to) = moved {
-                    tracing::debug!(bucket = %self.location.bucket, region = %named, "S3 named the bucket's region");
-                    state.url = to;
-                    state.region = Some(named.clone());
-                }
-            }
-            // Requests sent before another learnt the region (the first
-            // block's and the tail's, say) go again, where it now is. At a
-            // custom endpoint the URL does not show the region it was signed
-            // for: such a request goes again too (once: the transport
-            // follows one move per request).
-            let sent_before = *url != state.url || matches!(self.endpoint, Endpoint::Custom(_));
-            if state.region.as_deref() == Some(named.as_str()) && (learnt_now || sent_before) {
-                return Reaction::Moved(state.url.clone());
-            }
-        }
         let expired = ["ExpiredToken", "TokenRefreshRequired", "InvalidToken"];
         if matches!(status, 400 | 403)
             && self.keys.as_ref().is_some_and(|k| k.renewable())
             && expired.iter().any(|code| region::error_code_is(body, code))
         {
             return Reaction::Renew;
+        }
+        let Some(named) = region::named_by(headers, body) else {
+            return Reaction::Nothing;
+        };
+        let mut state = self.state.write();
+        if state.region.as_deref() != Some(named.as_str()) {
+            let Ok(to) = location::object_url(
+                &self.location,
+                &self.endpoint,
+                Some(&named),
+                self.path_style,
+            ) else {
+                return Reaction::Nothing;
+            };
+            tracing::debug!(bucket = %self.location.bucket, region = %named, "S3 named the bucket's region");
+            region::remember(&self.endpoint, &self.location.bucket, &named);
+            state.url = to;
+            state.region = Some(named);
+            return Reaction::Moved(state.url.clone());
+        }
+        // The region named is the one requests are signed for now. A request
+        // sent before another learnt it (the first block's beside the
+        // tail's) goes again where the bucket is: on AWS its URL shows it,
+        // at a custom endpoint only S3's word that it was signed for the
+        // wrong region does. Any other answer (a 403 that names the region,
+        // as MinIO's all do) is an answer.
+        let wrong_region = status == 301
+            || region::error_code_is(body, "AuthorizationHeaderMalformed")
+            || region::error_code_is(body, "PermanentRedirect");
+        let sent_before = match self.endpoint {
+            Endpoint::Aws => *url != state.url,
+            Endpoint::Custom(_) => wrong_region,
+        };
+        if sent_before {
+            return Reaction::Moved(state.url.clone());
         }
         Reaction::Nothing
     }
@@ -577,6 +611,31 @@ mod tests {
                 let decoded = percent_encoding::percent_decode_str(url.path()).decode_utf8().unwrap();
                 proptest::prop_assert_eq!(&decoded[1..], at.key.as_str());
             }
+        }
+    }
+
+    #[test]
+    fn keys_sign_for_the_buckets_own_aws_hosts_only() {
+        let opts = S3Options::new().credentials("AKIAX", "secret", None);
+        let r = resolve_in(&opts, "s3://lab-data/k", false, &NoEnv).unwrap();
+        for (url, signs) in [
+            ("https://lab-data.s3-us-west-2.amazonaws.com/k", true),
+            ("https://lab-data.s3.eu-west-1.amazonaws.com/k", true),
+            ("https://s3.eu-west-1.amazonaws.com/lab-data/k", true),
+            ("https://other.s3.amazonaws.com/k", false),
+            ("https://s3.amazonaws.com/other/lab-data/k", false),
+            ("https://lab-data.s3.amazonaws.com.example.com/k", false),
+            ("http://lab-data.s3.amazonaws.com/k", false),
+            ("https://lab-data.s3.amazonaws.com:8443/k", false),
+            ("https://example.com/lab-data/k", false),
+        ] {
+            let url = Url::parse(url).unwrap();
+            let signed = r.access.authorize(&url, &[]).unwrap();
+            assert_eq!(
+                signed.iter().any(|(n, _)| *n == "authorization"),
+                signs,
+                "{url}"
+            );
         }
     }
 

@@ -412,15 +412,21 @@ impl std::error::Error for ConfigError {}
 pub fn parse(config: &str) -> Result<Config, ConfigError> {
     let mut out = Config::default();
     for pair in config.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+        // What is not a key is not quoted: it may be the rest of a header
+        // value cut at a `;`.
         let (key, value) = pair.split_once('=').ok_or_else(|| ConfigError {
-            key: pair.to_owned(),
+            key: if KEYS.iter().any(|k| k.name == pair) {
+                pair.to_owned()
+            } else {
+                "(text that is no key)".to_owned()
+            },
             reason: "expected key=value".into(),
         })?;
         let (key, value) = (key.trim(), value.trim());
         let Some(row) = KEYS.iter().find(|k| k.name == key) else {
             let known: Vec<&str> = KEYS.iter().map(|k| k.name).collect();
             return Err(ConfigError {
-                key: key.to_owned(),
+                key: shown_key(key),
                 reason: format!("unknown key (known: {})", known.join(", ")),
             });
         };
@@ -436,6 +442,18 @@ pub fn parse(config: &str) -> Result<Config, ConfigError> {
         out.keys.push(row.name);
     }
     Ok(out)
+}
+
+/// `key` as an error shows it: as it is if it could be a key's name, else
+/// not at all.
+fn shown_key(key: &str) -> String {
+    let name_like = (1..=40).contains(&key.len())
+        && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    if name_like {
+        key.to_owned()
+    } else {
+        "(text that is no key)".to_owned()
+    }
 }
 
 /// A number (a decimal fraction allowed) and the unit after it, spaces
@@ -651,6 +669,10 @@ mod tests {
         for secret in ["tok=en", "k1", "AKIAHIDDEN", "very-secret"] {
             assert!(!shown.contains(secret), "{secret} in {shown}");
         }
+        let e = parse("header=Cookie: a=1; secretpart").unwrap_err();
+        assert!(!e.to_string().contains("secretpart"), "{e}");
+        let e = parse("header=Cookie: a=1; b=secretcookie").unwrap_err();
+        assert!(!e.to_string().contains("secretcookie"), "{e}");
         let e = parse("header=no colon secret").unwrap_err();
         assert_eq!(e.key, "header");
         assert!(!e.to_string().contains("secret"), "{e}");
