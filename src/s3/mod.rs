@@ -438,8 +438,8 @@ impl Service for Access {
             return Reaction::Moved(state.url.clone());
         }
         // The region named is the one requests are signed for now. A request
-        // sent before another learnt it (the first block's beside the
-        // tail's) goes again where the bucket is: on AWS its URL shows it,
+        // sent before another learnt it (one of a file's parallel reads)
+        // goes again where the bucket is: on AWS its URL shows it,
         // at a custom endpoint only S3's word that it was signed for the
         // wrong region does. Any other answer (a 403 that names the region,
         // as MinIO's all do) is an answer.
