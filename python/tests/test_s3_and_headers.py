@@ -172,3 +172,28 @@ def test_headers_and_s3_options_are_in_the_signatures():
         assert key in params, key
     assert "header" not in params
     assert set(remfile_hdf5.Options.__annotations__) == set(remfile_hdf5.option_keys())
+
+
+def test_headers_in_remfile_options_reach_the_server(server):
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        """
+        import sys, h5py, remfile_hdf5
+        print(remfile_hdf5.defaults()["headers"])
+        with h5py.File(sys.argv[1], "r", driver="remfile") as f:
+            print(f.attrs["title"])
+        """
+    )
+    mark = server.mark()
+    env = {**os.environ, "REMFILE_OPTIONS": "header=X-Api-Key: k9;header=X-Team: lab;tail=0"}
+    env.pop("HDF5_DRIVER", None)
+    out = subprocess.run([sys.executable, "-c", script, server.url("data.h5")], env=env,
+                         capture_output=True, text=True, timeout=120)
+    lines = out.stdout.split("\n")
+    assert lines[0] == "{'X-Api-Key': 'k9', 'X-Team': 'lab'}", out.stderr
+    assert lines[1] == "a test file", out.stderr
+    sent = server.headers_since(mark)
+    assert sent and all(h.get("x-api-key") == "k9" and h.get("x-team") == "lab" for h in sent)
