@@ -591,6 +591,9 @@ fn agent() -> &'static Agent {
             .proxy(None)
             .http_status_as_error(false)
             .max_redirects(0)
+            // No connection is kept: a forked child must not share one
+            // with its parent, and keys are asked for once an hour.
+            .max_idle_connections(0)
             .timeout_connect(Some(Duration::from_secs(2)))
             .timeout_global(Some(Duration::from_secs(20)))
             .build()
@@ -607,6 +610,9 @@ fn sts_agent() -> &'static Agent {
             .proxy(ureq::Proxy::try_from_env())
             .http_status_as_error(false)
             .max_redirects(0)
+            // No connection is kept: a forked child must not share one
+            // with its parent, and keys are asked for once an hour.
+            .max_idle_connections(0)
             .timeout_connect(Some(Duration::from_secs(10)))
             .timeout_global(Some(Duration::from_secs(30)))
             .build()
