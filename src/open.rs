@@ -23,7 +23,13 @@ use crate::stats::Counters;
 pub(crate) fn open(builder: &Builder, text: &str) -> Result<RemoteFile> {
     builder.validate()?;
     let (request_url, url, service) = if s3::is_s3(text) {
-        refuse_signature_headers(builder)?;
+        if let Some(why) = builder
+            .headers
+            .iter()
+            .find_map(|(name, _)| http::header::refuse_for_signed(name))
+        {
+            return Err(Error::new(ErrorKind::InvalidConfig, why));
+        }
         let resolved = s3::resolve(&builder.s3, text, builder.https_only)?;
         let service: Arc<dyn Service> = resolved.access;
         (resolved.url, resolved.name, Some((service, resolved.shown)))
@@ -143,29 +149,6 @@ fn warm_open(
     match transport.open_unless(builder.block_size, &identity)? {
         None => Ok(Some((Opened { identity, first }, true))),
         Some(changed) => Ok(Some((changed, true))),
-    }
-}
-
-/// Headers a caller may not add to signed S3 requests: the signature's own.
-fn refuse_signature_headers(builder: &Builder) -> Result<()> {
-    let signed = [
-        "authorization",
-        "x-amz-date",
-        "x-amz-content-sha256",
-        "x-amz-security-token",
-    ];
-    match builder
-        .headers
-        .iter()
-        .find(|(name, _)| signed.iter().any(|s| name.eq_ignore_ascii_case(s)))
-    {
-        Some((name, _)) => Err(Error::new(
-            ErrorKind::InvalidConfig,
-            format!(
-                "header {name:?} is set by remfile itself for s3:// URLs (it signs their requests)"
-            ),
-        )),
-        None => Ok(()),
     }
 }
 

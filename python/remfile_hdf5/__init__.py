@@ -194,11 +194,12 @@ def _value(key: str, value: Any, where: str = "options_string") -> str:
         if value < 0:
             raise _wrong(key, f"expected a {kind}, not {value!r}")
         return str(value)
-    shown = "the value" if key in _SECRET else repr(value)
+    secret = key in _SECRET
     if not isinstance(value, str):
-        raise _wrong(key, f"expected a {kind}, not {shown if key not in _SECRET else type(value).__name__}")
+        got = type(value).__name__ if secret else repr(value)
+        raise _wrong(key, f"expected a {kind}, not {got}")
     if ";" in value or "\0" in value:
-        raise _wrong(key, f"{shown} may not hold ';'")
+        raise _wrong(key, f"{'the value' if secret else repr(value)} may not hold ';'")
     return value
 
 
@@ -216,7 +217,7 @@ def _header_pairs(headers: Any) -> list:
             raise _wrong("headers", "names and values must be str")
         # Neither is quoted: a value pasted into the name would be shown.
         if not name or any(c in name for c in ":;\0") or any(c.isspace() for c in name):
-            raise _wrong("headers", "a header name may not hold ':', ';', a line break or surrounding spaces")
+            raise _wrong("headers", "a header name may not hold ':', ';' or white space")
         if any(c in value for c in ";\0\r\n"):
             raise _wrong("headers", "a header value may not hold ';' or a line break")
         out.append(f"header={name}: {value}")

@@ -59,6 +59,28 @@ pub(crate) fn refuse_user_header(name: &str, value: &str) -> Option<String> {
     None
 }
 
+/// Headers of a signed S3 request that its signature sets: a caller may
+/// not add them to one.
+const SIGNATURES_OWN: [&str; 4] = [
+    "authorization",
+    "x-amz-date",
+    "x-amz-content-sha256",
+    "x-amz-security-token",
+];
+
+/// Why a header a caller wants to send cannot go with signed (`s3://`)
+/// requests, if it cannot.
+pub(crate) fn refuse_for_signed(name: &str) -> Option<String> {
+    SIGNATURES_OWN
+        .iter()
+        .any(|own| name.eq_ignore_ascii_case(own))
+        .then(|| {
+            format!(
+                "header {name:?} is set by remfile itself for s3:// URLs (it signs their requests)"
+            )
+        })
+}
+
 /// Whether `value` can be sent as a header value.
 pub(crate) fn is_valid_value(value: &str) -> bool {
     HeaderValue::try_from(value).is_ok()

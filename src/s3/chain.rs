@@ -582,23 +582,11 @@ fn instance_metadata_endpoint(env: &dyn Env) -> Result<Url> {
     parse_url_setting("AWS_EC2_METADATA_SERVICE_ENDPOINT", &text)
 }
 
-/// The agent credential services are asked through: no proxy (the
-/// metadata services are link-local), short waits.
+/// The agent the container and instance credential services are asked
+/// through: no proxy (they are link-local), short waits.
 fn agent() -> &'static Agent {
     static AGENT: OnceLock<Agent> = OnceLock::new();
-    AGENT.get_or_init(|| {
-        Agent::config_builder()
-            .proxy(None)
-            .http_status_as_error(false)
-            .max_redirects(0)
-            // No connection is kept: a forked child must not share one
-            // with its parent, and keys are asked for once an hour.
-            .max_idle_connections(0)
-            .timeout_connect(Some(Duration::from_secs(2)))
-            .timeout_global(Some(Duration::from_secs(20)))
-            .build()
-            .new_agent()
-    })
+    AGENT.get_or_init(|| credential_agent(None, Duration::from_secs(2), Duration::from_secs(20)))
 }
 
 /// The agent STS is asked through: a public service, so through the
@@ -606,18 +594,26 @@ fn agent() -> &'static Agent {
 fn sts_agent() -> &'static Agent {
     static AGENT: OnceLock<Agent> = OnceLock::new();
     AGENT.get_or_init(|| {
-        Agent::config_builder()
-            .proxy(ureq::Proxy::try_from_env())
-            .http_status_as_error(false)
-            .max_redirects(0)
-            // No connection is kept: a forked child must not share one
-            // with its parent, and keys are asked for once an hour.
-            .max_idle_connections(0)
-            .timeout_connect(Some(Duration::from_secs(10)))
-            .timeout_global(Some(Duration::from_secs(30)))
-            .build()
-            .new_agent()
+        credential_agent(
+            ureq::Proxy::try_from_env(),
+            Duration::from_secs(10),
+            Duration::from_secs(30),
+        )
     })
+}
+
+fn credential_agent(proxy: Option<ureq::Proxy>, connect: Duration, total: Duration) -> Agent {
+    Agent::config_builder()
+        .proxy(proxy)
+        .http_status_as_error(false)
+        .max_redirects(0)
+        // No connection is kept: a forked child must not share one with
+        // its parent, and keys are asked for once an hour.
+        .max_idle_connections(0)
+        .timeout_connect(Some(connect))
+        .timeout_global(Some(total))
+        .build()
+        .new_agent()
 }
 
 /// The longest answer a credential service may give.

@@ -261,7 +261,7 @@ fn resolve_in(
     https_only: bool,
     env: &dyn Env,
 ) -> Result<Resolved> {
-    options.validate()?;
+    // The options were checked with the builder's.
     let location = location::parse(text)?;
     let endpoint = match options
         .endpoint

@@ -246,10 +246,7 @@ fn apply_one(config: &Config, setting: Setting, b: Builder) -> Result<Builder, C
             })?;
             b.add_root_certificates(pem)
         }
-        Setting::Header(header) => {
-            let (name, value) = header.0.split_once(':').unwrap_or((&header.0, ""));
-            b.header(name.trim(), value.trim())
-        }
+        Setting::Header(name, value) => b.header(name, value.0),
         Setting::S3Region(region) => with_s3(b, |s| s.region(region)),
         Setting::S3Endpoint(url) => with_s3(b, |s| s.endpoint(url)),
         Setting::S3Profile(name) => with_s3(b, |s| s.profile(name)),
