@@ -22,7 +22,9 @@ use crate::http::{Identity, Sink, Transport};
 use crate::link::{LinkEstimate, LinkMeter};
 use crate::plan::{self, ReadAhead};
 use crate::stats::{Counters, Stats};
+use crate::process::workers::{self, Priority};
 use crate::sync;
+use crate::wait;
 
 /// How the engine sizes its fetches: the builder's options, checked.
 #[derive(Debug, Clone, Copy)]
@@ -62,6 +64,8 @@ pub(crate) struct Engine {
     counters: Arc<Counters>,
     /// Small ranges guesses fetched exactly (see [`Engine::guess_pieces`]).
     pieces: Pieces,
+    /// Stops the file's background work when it is closed.
+    background_stop: wait::Token,
     /// Background fetches under way, and their end.
     background: sync::Mutex<usize>,
     background_done: sync::Condvar,
@@ -103,6 +107,7 @@ impl Engine {
             options,
             link,
             counters,
+            background_stop: wait::Token::default(),
             background: sync::Mutex::new(0),
             background_done: sync::Condvar::new(),
         }
@@ -602,7 +607,7 @@ impl Engine {
     }
 
     /// Fetches the missing blocks of `ranges`, at most `max_bytes` of them,
-    /// on a thread of their own, and returns the bytes it claimed; no reader
+    /// on one of the process's background workers, and returns the bytes it claimed; no reader
     /// waits for them unless it comes to need one. The fetch counts its
     /// requests and bytes, but no round trip: a reader that waits for one of
     /// its blocks counts that.
@@ -615,14 +620,18 @@ impl Engine {
         let Some(guess) = guess else {
             return claimed;
         };
-        let engine = Arc::clone(self);
+        // A file let go of before its turn fetches nothing.
+        let engine = Arc::downgrade(self);
         *self.background.lock() += 1;
-        let spawned = std::thread::Builder::new()
-            .name("remfile-prefetch".into())
-            .spawn(move || engine.fetch_guess(guess));
-        if spawned.is_err() {
-            // The claim was dropped with the closure, which releases its
-            // blocks to whoever needs them.
+        let queued = workers::submit(Priority::ReadAhead, move || {
+            if let Some(engine) = engine.upgrade() {
+                engine.fetch_guess(guess);
+            }
+        });
+        if let Err(job) = queued {
+            // Dropping the job drops the claim, which releases its blocks
+            // to whoever needs them.
+            drop(job);
             self.background_ended();
             return 0;
         }
@@ -650,9 +659,26 @@ impl Engine {
     /// when the claim was made), then ends one background fetch.
     fn fetch_guess(&self, mut guess: Guess) {
         guess.deadline = Instant::now() + self.options.read_timeout;
-        self.fetch_not_on_disk(&mut guess);
+        // A file closed since the guess was queued fetches nothing more.
+        wait::Token::adopt(Some(self.background_stop.clone()), || {
+            self.fetch_not_on_disk(&mut guess)
+        });
         drop(guess);
         self.background_ended();
+    }
+
+    /// Stops the file's background work: its guesses and crawl make no
+    /// further request (those in flight end with their body). For a file
+    /// that is closed while its crawl runs ahead.
+    pub(crate) fn stop_background(&self) {
+        self.background_stop.stop();
+    }
+
+    /// Runs `f` as background work of this file: stopped by
+    /// [`stop_background`](Self::stop_background).
+    #[cfg(any(feature = "hdf5", feature = "vfd"))]
+    pub(crate) fn as_background<T>(&self, f: impl FnOnce() -> T) -> T {
+        wait::Token::adopt(Some(self.background_stop.clone()), f)
     }
 
     /// Claims the missing blocks of `ranges` as a guess, at most

@@ -23,9 +23,11 @@ pub(crate) struct Done<R> {
     pub attempts: u32,
 }
 
-/// Starts `f` on a new thread of scope `s`, or returns `None` if the system
-/// refuses a thread (a process at its limit of threads or memory): the
-/// caller then does the work itself, later, rather than panic.
+/// Starts `f` on a new thread of scope `s`, or returns `None` if the
+/// process has as many fetch threads as it allows
+/// ([`crate::process::FETCH_THREADS`]) or the system refuses a thread (a
+/// process at its limit of threads or memory): the caller then does the
+/// work itself, later, rather than panic.
 pub(crate) fn try_spawn<'scope, T: Send + 'scope>(
     s: &'scope Scope<'scope, '_>,
     f: impl FnOnce() -> T + Send + 'scope,
@@ -34,9 +36,16 @@ pub(crate) fn try_spawn<'scope, T: Send + 'scope>(
     if tests::REFUSE_THREADS.with(|refuse| refuse.get()) {
         return None;
     }
-    // A part works for the same read as its caller: it stops with it.
+    // The process's bound on fetch threads: past it, the caller works alone.
+    let place = crate::process::workers::fetch_thread()?;
+    // A part works for the same read as its caller: it stops with it, and
+    // waits in its lane.
     let token = crate::wait::Token::current();
-    let f = move || crate::wait::Token::adopt(token, f);
+    let lane = crate::process::workers::lane();
+    let f = move || {
+        let _place = place;
+        crate::process::workers::in_lane(lane, || crate::wait::Token::adopt(token, f))
+    };
     match std::thread::Builder::new().spawn_scoped(s, f) {
         Ok(handle) => Some(handle),
         Err(e) => {

@@ -277,6 +277,18 @@ impl RemoteFile {
         self.engine.background_work()
     }
 
+    /// See [`Engine::stop_background`](crate::engine::Engine::stop_background).
+    #[cfg(any(feature = "hdf5", feature = "vfd"))]
+    pub(crate) fn stop_background(&self) {
+        self.engine.stop_background()
+    }
+
+    /// See [`Engine::as_background`](crate::engine::Engine::as_background).
+    #[cfg(any(feature = "hdf5", feature = "vfd"))]
+    pub(crate) fn as_background<T>(&self, f: impl FnOnce() -> T) -> T {
+        self.engine.as_background(f)
+    }
+
     /// See [`Engine::guess_pieces`](crate::engine::Engine::guess_pieces).
     #[cfg(any(feature = "hdf5", feature = "vfd"))]
     pub(crate) fn guess_pieces(&self, ranges: Vec<std::ops::Range<u64>>, max_bytes: u64) -> u64 {

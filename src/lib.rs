@@ -200,6 +200,7 @@ mod link;
 mod open;
 mod options;
 mod plan;
+pub mod process;
 mod s3;
 mod stats;
 mod sync;

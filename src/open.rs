@@ -166,7 +166,6 @@ fn transport(
         given: builder.agent.as_ref(),
         extra_roots: &builder.extra_roots,
         proxy_from_env: builder.proxy_from_env,
-        max_connections: builder.max_connections as usize,
     })?;
     let config = TransportConfig {
         agent,

@@ -108,7 +108,7 @@ impl Token {
         f()
     }
 
-    fn stop(&self) {
+    pub(crate) fn stop(&self) {
         self.0.store(true, Relaxed);
     }
 

@@ -5,6 +5,8 @@ use ureq::Agent;
 use ureq::tls::{Certificate, PemItem, RootCerts, TlsConfig};
 
 use crate::error::{Error, ErrorKind};
+use crate::process;
+use crate::process::agents::{AgentKind, SharedAgent};
 
 /// How to make the agent, or which one to use.
 pub(crate) struct AgentSettings<'a> {
@@ -13,30 +15,66 @@ pub(crate) struct AgentSettings<'a> {
     /// PEM data of CA certificates to trust beside the built-in roots.
     pub extra_roots: &'a [Vec<u8>],
     pub proxy_from_env: bool,
-    /// Idle connections kept per host: as many as may be in flight at once.
-    pub max_connections: usize,
 }
 
-/// The caller's agent, or a new one made to `settings`.
-pub(crate) fn agent(settings: &AgentSettings<'_>) -> Result<Agent, Error> {
+/// The agent a file's requests go through: the caller's, or the process's
+/// agent of the file's kind (shared with every file of that kind, and so
+/// its pooled connections).
+#[derive(Debug)]
+pub(crate) enum FileAgent {
+    Given(Agent),
+    Shared(SharedAgent),
+}
+
+impl FileAgent {
+    /// The agent for the next request.
+    pub(crate) fn get(&self) -> Agent {
+        match self {
+            FileAgent::Given(agent) => agent.clone(),
+            FileAgent::Shared(shared) => shared.get(),
+        }
+    }
+}
+
+/// The caller's agent, or the process's agent for `settings`.
+pub(crate) fn agent(settings: &AgentSettings<'_>) -> Result<FileAgent, Error> {
     if let Some(agent) = settings.given {
         if !settings.extra_roots.is_empty() {
             return Err(invalid(
                 "add_root_certificates cannot change a caller-supplied agent: configure its roots instead",
             ));
         }
-        return Ok(agent.clone());
+        return Ok(FileAgent::Given(agent.clone()));
     }
-    let proxy = if settings.proxy_from_env {
-        ureq::Proxy::try_from_env()
-    } else {
-        None
+    // Refused before any agent is made or shared.
+    root_certs(settings.extra_roots)?;
+    let kind = AgentKind {
+        proxy_env: settings.proxy_from_env.then(proxy_env),
+        extra_roots: settings.extra_roots.to_vec(),
+    };
+    SharedAgent::new(kind, make).map(FileAgent::Shared)
+}
+
+/// The environment variables ureq takes its proxy from.
+fn proxy_env() -> Vec<(String, String)> {
+    ["ALL_PROXY", "all_proxy", "HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"]
+        .into_iter()
+        .filter_map(|name| Some((name.to_owned(), std::env::var(name).ok()?)))
+        .collect()
+}
+
+/// A new agent of `kind`. Its pool keeps as many idle connections to a host
+/// as the process may have in flight to it.
+fn make(kind: &AgentKind) -> Result<Agent, Error> {
+    let proxy = match kind.proxy_env {
+        Some(_) => ureq::Proxy::try_from_env(),
+        None => None,
     };
     let mut config = Agent::config_builder()
         .proxy(proxy)
-        .max_idle_connections_per_host(settings.max_connections)
-        .max_idle_connections(100);
-    if let Some(roots) = root_certs(settings.extra_roots)? {
+        .max_idle_connections_per_host(process::CONNECTIONS_PER_ORIGIN)
+        .max_idle_connections(process::IDLE_CONNECTIONS);
+    if let Some(roots) = root_certs(&kind.extra_roots)? {
         config = config.tls_config(TlsConfig::builder().root_certs(roots).build());
     }
     Ok(config.build().new_agent())
@@ -87,7 +125,6 @@ mod tests {
             given: None,
             extra_roots,
             proxy_from_env: false,
-            max_connections: 4,
         }
     }
 

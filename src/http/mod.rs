@@ -12,7 +12,7 @@
 //! | `classify` | ureq's failures in the crate's terms |
 //! | `header` | header names the crate owns, and reading response headers |
 //! | `agent` | the ureq agent: connection pool, proxy, TLS roots |
-//! | `content_range`, `redact`, `permits`, `sink` | pure parsing, URLs fit to print, the connection bound, body destinations |
+//! | `content_range`, `redact`, `sink` | pure parsing, URLs fit to print, body destinations |
 //!
 //! Everything that touches `ureq` lives here.
 
@@ -20,7 +20,6 @@ mod agent;
 mod classify;
 pub(crate) mod content_range;
 pub(crate) mod header;
-mod permits;
 pub(crate) mod redact;
 mod request;
 mod response;
@@ -33,18 +32,19 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use parking_lot::RwLock;
-use ureq::Agent;
+
 use url::Url;
 
-use self::permits::Permits;
+use crate::process::budget::{self, Permit, Permits};
+use crate::process::workers;
 use self::redact::redact;
 use self::request::{Precondition, Want};
 use self::retry::Try;
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::link::LinkMeter;
 use crate::stats::Counters;
 
-pub(crate) use self::agent::{AgentSettings, agent};
+pub(crate) use self::agent::{AgentSettings, FileAgent, agent};
 pub(crate) use self::response::{Identity, Opened, Tail};
 pub use self::retry::RetryPolicy;
 pub(crate) use self::sink::Sink;
@@ -100,7 +100,7 @@ pub(crate) enum Reaction {
 
 /// The settings [`Transport::new`] takes.
 pub(crate) struct TransportConfig {
-    pub agent: Agent,
+    pub agent: FileAgent,
     pub headers: Vec<(String, String)>,
     pub user_agent: String,
     pub timeouts: Timeouts,
@@ -118,7 +118,7 @@ pub(crate) struct TransportConfig {
 
 /// Everything needed to send requests for one file.
 pub(crate) struct Transport {
-    agent: Agent,
+    agent: FileAgent,
     /// The URL given at open, or the last one the URL provider gave.
     original: RwLock<Url>,
     redacted: String,
@@ -137,8 +137,9 @@ pub(crate) struct Transport {
     url_provider: Option<Arc<UrlProvider>>,
     /// Whether the file was opened: only a URL that worked may be renewed.
     opened: AtomicBool,
-    /// Bounds the requests in flight, and so the connections open.
-    permits: Permits,
+    /// Bounds the file's requests in flight, and so its connections open
+    /// (beside the process's bound per origin).
+    permits: Arc<Permits>,
     counters: Arc<Counters>,
     link: Arc<LinkMeter>,
     service: Option<Arc<dyn Service>>,
@@ -167,7 +168,8 @@ impl Transport {
             https_only: config.https_only,
             allow_redirect_to_http: config.allow_redirect_to_http,
             max_redirects: config.max_redirects,
-            permits: Permits::new(config.max_connections),
+            // Background work may take them all: reads still go first.
+            permits: Arc::new(Permits::new(config.max_connections, config.max_connections)),
             link: config.link,
             url_provider: config.url_provider,
             opened: AtomicBool::new(false),
@@ -237,7 +239,7 @@ impl Transport {
     /// request but no round trip: it runs beside [`open`](Self::open).
     pub fn tail(&self, len: u64) -> Result<Tail, Error> {
         let deadline = Instant::now() + self.timeouts.per_read;
-        let permit = self.permits.acquire(deadline)?;
+        let permit = self.connection(deadline)?;
         let mut rounds = 0;
         let at = Try {
             number: 1,
@@ -271,6 +273,28 @@ impl Transport {
         result
             .map(|()| rounds)
             .map_err(|e| e.with_url(&self.redacted).with_range(range))
+    }
+
+    /// Waits until `deadline` for a connection the file's and the process's
+    /// bounds allow (for the origin requests go to now), in this thread's
+    /// lane; held while the request is in flight.
+    fn connection(&self, deadline: Instant) -> Result<[Permit; 2], Error> {
+        let lane = workers::lane();
+        let busy = |of: &str| {
+            Error::new(
+                ErrorKind::Timeout,
+                format!("timed out waiting for a free connection ({of} are all busy)"),
+            )
+        };
+        let file = self
+            .permits
+            .acquire(lane, deadline)
+            .ok_or_else(|| busy("the file's max_connections"))?;
+        let origin = budget::of_origin(&self.target.read().origin().ascii_serialization());
+        let process = origin
+            .acquire(lane, deadline)
+            .ok_or_else(|| busy("the process's connections to the server"))?;
+        Ok([file, process])
     }
 
     /// Sends later requests straight to `url`, where the original redirected.

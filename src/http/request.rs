@@ -182,6 +182,7 @@ impl Transport {
     ) -> Result<RequestBuilder<WithoutBody>, Error> {
         let mut req = self
             .agent
+            .get()
             .get(url.as_str())
             .header(RANGE, format!("bytes={want}"))
             .header(ACCEPT_ENCODING, "identity")

@@ -219,7 +219,7 @@ impl Transport {
         let mut so_far = Attempts::default();
         loop {
             so_far.made += 1;
-            let permit = self.permits.acquire(deadline)?;
+            let permit = self.connection(deadline)?;
             // A read that was stopped makes no further request.
             crate::wait::check_stopped().map_err(|e| e.with_attempts(so_far.made - 1))?;
             let outcome = attempt(

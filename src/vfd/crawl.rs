@@ -1,14 +1,17 @@
-//! The crawl: one thread per open file that runs ahead of HDF5 through the
-//! metadata graph.
+//! The crawl: background work per open file that runs ahead of HDF5
+//! through the metadata graph, one wave at a time on the process's
+//! background workers ([`crate::process::workers`]).
 //!
 //! It takes the prefetch's frontier as a wave, parses at once the targets
 //! whose bytes are cached, and fetches the rest in spans priced by the link
 //! ([`super::spans`]), in as few rounds as its connections allow; what those point to is the next
 //! wave. HDF5 never waits on it: a read of a block the crawl is fetching
-//! waits for that block only, as for any other reader's fetch.
+//! waits for that block only, as for any other reader's fetch. Each wave is
+//! a job of its own, queued behind the other files' waves, so that files
+//! crawling at once take turns; closing the file stops it before its next
+//! request.
 
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::thread;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use parking_lot::Mutex as DataMutex;
 
@@ -17,16 +20,14 @@ use super::spans;
 use crate::RemoteFile;
 use crate::engine::BackgroundWork;
 use crate::h5meta::Target;
+use crate::process::workers::{self, Priority};
 
 /// The crawl of one file, stopped when dropped.
 ///
-/// Its thread waits for work on `std::sync`'s futex condvar, not on
-/// `parking_lot`'s: a thread parked in `parking_lot` is an entry in that
-/// crate's process-wide table, and a child forked meanwhile inherits the
-/// entry of a thread it does not have, whose memory it reuses, and crashes
-/// walking the table (a parent's idle crawl is parked there for as long as
-/// its file is open). The futex word lives in the condvar itself: nothing
-/// of a waiting thread outlives it elsewhere.
+/// Its signal is a `std::sync` mutex, not a `parking_lot` one: a child
+/// forked while a worker held it must not inherit an entry of
+/// `parking_lot`'s process-wide table of parked threads (see
+/// [`crate::sync`]).
 pub(crate) struct Crawler {
     shared: Arc<Shared>,
     /// The process that started the crawl.
@@ -37,17 +38,16 @@ struct Shared {
     prefetch: Arc<DataMutex<Prefetcher>>,
     file: RemoteFile,
     signal: Mutex<Signal>,
-    wake: Condvar,
 }
 
 #[derive(Default)]
 struct Signal {
     /// The frontier may have targets: background work under way from the
-    /// wake that said so until the thread has crawled them.
+    /// wake that said so until the crawl has crawled them.
     work: Option<BackgroundWork>,
     stop: bool,
-    /// The thread has been started (or could not be).
-    started: bool,
+    /// A wave is queued or running.
+    scheduled: bool,
 }
 
 impl Crawler {
@@ -57,47 +57,37 @@ impl Crawler {
                 prefetch,
                 file,
                 signal: Mutex::new(Signal::default()),
-                wake: Condvar::new(),
             }),
             pid: std::process::id(),
         }
     }
 
     /// Whether this process only inherited the crawl (forked from the one
-    /// that started it): its thread is not here, and its signal's lock may
-    /// be held for good by that thread.
+    /// that started it): its waves do not run here, and its signal's lock
+    /// may be held for good by a worker of that process.
     fn inherited(&self) -> bool {
         self.pid != std::process::id()
     }
 
-    /// Tells the crawl the frontier has new targets; its thread starts the
-    /// first time.
+    /// Tells the crawl the frontier has new targets; queues a wave unless
+    /// one is queued or running (it takes them).
     pub fn wake(&self) {
         if self.inherited() {
             return;
         }
         let mut signal = self.shared.signal();
-        if signal.work.is_none() && !signal.stop {
+        if signal.stop {
+            return;
+        }
+        if signal.work.is_none() {
             signal.work = Some(self.shared.file.background_work());
         }
-        if !signal.started {
-            signal.started = true;
-            let shared = Arc::clone(&self.shared);
-            let spawned = thread::Builder::new()
-                .name("remfile-crawl".into())
-                .spawn(move || shared.run());
-            if let Err(e) = spawned {
-                // No crawl then: nothing holds background work for it.
-                signal.work = None;
-                signal.stop = true;
-                tracing::debug!(error = %e, "no thread for the metadata crawl");
-            }
+        if !signal.scheduled {
+            signal.scheduled = true;
+            Shared::queue(&self.shared, &mut signal);
         }
-        self.shared.wake.notify_one();
     }
-}
 
-impl Crawler {
     /// Stops the crawl: it starts no further wave.
     pub fn stop(&self) {
         if self.inherited() {
@@ -106,8 +96,6 @@ impl Crawler {
         let mut signal = self.shared.signal();
         signal.stop = true;
         signal.work = None;
-        drop(signal);
-        self.shared.wake.notify_one();
     }
 }
 
@@ -124,29 +112,39 @@ impl Shared {
         self.signal.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn run(&self) {
-        loop {
-            // Held until this round of waves has ended: a wake meanwhile
-            // leaves work of its own for the next round.
-            let _working = {
-                let mut signal = self.signal();
-                while signal.work.is_none() && !signal.stop {
-                    signal = self
-                        .wake
-                        .wait(signal)
-                        .unwrap_or_else(PoisonError::into_inner);
-                }
-                if signal.stop {
-                    return;
-                }
-                signal.work.take()
-            };
-            while self.wave() {
-                if self.signal().stop {
-                    return;
-                }
-            }
+    /// Queues the next wave (the caller holds `signal`, scheduled); if no
+    /// worker can take it, the crawl ends.
+    fn queue(shared: &Arc<Shared>, signal: &mut Signal) {
+        let next = Arc::clone(shared);
+        if workers::submit(Priority::Crawl, move || next.turn()).is_err() {
+            signal.work = None;
+            signal.stop = true;
+            signal.scheduled = false;
+            tracing::debug!("no worker for the metadata crawl");
         }
+    }
+
+    /// One wave, then the next queued if there is more to crawl.
+    fn turn(self: Arc<Self>) {
+        let working = {
+            let mut signal = self.signal();
+            if signal.stop || signal.work.is_none() {
+                signal.scheduled = false;
+                return;
+            }
+            signal.work.take()
+        };
+        let more = self.file.as_background(|| self.wave());
+        let mut signal = self.signal();
+        if more && !signal.stop && signal.work.is_none() {
+            // Held until the frontier is crawled.
+            signal.work = working;
+        }
+        if signal.stop || signal.work.is_none() {
+            signal.scheduled = false;
+            return;
+        }
+        Shared::queue(&self, &mut signal);
     }
 
     /// Crawls one wave: parses the frontier's cached targets (and what they

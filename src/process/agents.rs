@@ -1,0 +1,130 @@
+//! One HTTP agent per kind of agent in the process, so that files on one
+//! host share its connection pool.
+//!
+//! Agents differ only in what a file's builder may change about them (the
+//! proxy and the trusted roots); everything per request (timeouts,
+//! headers, redirects) is set on each request. A child forked from the
+//! process makes agents of its own: a pooled connection used by parent and
+//! child would interleave their bytes.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use ureq::Agent;
+
+use crate::sync::Mutex;
+
+/// What makes two files' agents differ.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct AgentKind {
+    /// The proxy variables of the environment when the agent was made, if
+    /// the agent takes its proxy from there: a process that changes them
+    /// gets a new agent for its next files.
+    pub proxy_env: Option<Vec<(String, String)>>,
+    /// PEM data of the CA certificates trusted beside the built-in roots.
+    pub extra_roots: Vec<Vec<u8>>,
+}
+
+/// The agents made, by the process that made them and their kind.
+static AGENTS: Mutex<BTreeMap<(u32, AgentKind), Agent>> = Mutex::new(BTreeMap::new());
+
+/// How long a lookup waits for the table: it is held only to look up or
+/// insert, so this is reached only in a child forked while another thread
+/// held it (which never lets go there).
+const TABLE_WAIT: Duration = Duration::from_secs(2);
+
+/// The process's agent of `kind`, made by `make` the first time.
+pub(crate) fn shared<E>(kind: &AgentKind, make: impl FnOnce() -> Result<Agent, E>) -> Result<Agent, E> {
+    let me = std::process::id();
+    let Some(mut agents) = AGENTS.try_lock_until(Instant::now() + TABLE_WAIT) else {
+        return make();
+    };
+    // Those of the process this one was forked from stay unused here.
+    agents.retain(|(pid, _), _| *pid == me);
+    let key = (me, kind.clone());
+    if let Some(agent) = agents.get(&key) {
+        return Ok(agent.clone());
+    }
+    let agent = make()?;
+    agents.insert(key, agent.clone());
+    Ok(agent)
+}
+
+/// An agent of the process, found again in a forked child.
+#[derive(Debug)]
+pub(crate) struct SharedAgent {
+    kind: AgentKind,
+    pid: u32,
+    agent: Agent,
+    make: fn(&AgentKind) -> Result<Agent, crate::Error>,
+}
+
+impl SharedAgent {
+    /// The process's agent of `kind` (made by `make` the first time).
+    pub(crate) fn new(
+        kind: AgentKind,
+        make: fn(&AgentKind) -> Result<Agent, crate::Error>,
+    ) -> Result<SharedAgent, crate::Error> {
+        let agent = shared(&kind, || make(&kind))?;
+        Ok(SharedAgent {
+            kind,
+            pid: std::process::id(),
+            agent,
+            make,
+        })
+    }
+
+    /// The agent for a request from this process: in a child forked since
+    /// it was made, the child's own.
+    pub(crate) fn get(&self) -> Agent {
+        if self.pid == std::process::id() {
+            return self.agent.clone();
+        }
+        let make = self.make;
+        shared(&self.kind, || make(&self.kind))
+            // The kind was made once already: it cannot fail now but for
+            // the system; a private agent then.
+            .unwrap_or_else(|_| Agent::config_builder().build().new_agent())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+    fn kind(roots: &[&[u8]]) -> AgentKind {
+        AgentKind {
+            proxy_env: None,
+            extra_roots: roots.iter().map(|r| r.to_vec()).collect(),
+        }
+    }
+
+    #[test]
+    fn one_agent_is_made_per_kind() {
+        static MADE: AtomicUsize = AtomicUsize::new(0);
+        let make = || {
+            MADE.fetch_add(1, Relaxed);
+            Ok::<_, ()>(Agent::config_builder().build().new_agent())
+        };
+        let unique = kind(&[b"one_agent_is_made_per_kind"]);
+        shared(&unique, make).unwrap();
+        shared(&unique, make).unwrap();
+        assert_eq!(MADE.load(Relaxed), 1);
+        shared(&kind(&[b"one_agent_is_made_per_kind", b"another root"]), make).unwrap();
+        assert_eq!(MADE.load(Relaxed), 2, "other roots, another agent");
+    }
+
+    #[test]
+    fn a_kind_that_fails_to_make_is_not_remembered() {
+        let failing = kind(&[b"a_kind_that_fails_to_make"]);
+        assert!(shared(&failing, || Err::<Agent, _>("no")).is_err());
+        let made = AtomicUsize::new(0);
+        shared(&failing, || {
+            made.fetch_add(1, Relaxed);
+            Ok::<_, ()>(Agent::config_builder().build().new_agent())
+        })
+        .unwrap();
+        assert_eq!(made.load(Relaxed), 1);
+    }
+}

@@ -1,0 +1,250 @@
+//! Connection budgets: a counting semaphore with two lanes, one per file
+//! (its `max_connections`) and one per origin for the whole process.
+//!
+//! A request holds a permit of each while it is in flight, and so while its
+//! connection is busy. The reads users wait for go first: a background
+//! fetch (read-ahead, the metadata crawl) takes a permit only when no read
+//! is waiting for one, and holds at most its lane's share, so that a read
+//! waits for at most one background request to end however many files are
+//! crawling.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::sync::{Condvar, Mutex};
+
+use super::workers::Lane;
+
+/// A counting semaphore whose background lane may hold only part of it.
+#[derive(Debug)]
+pub(crate) struct Permits {
+    state: Mutex<State>,
+    returned: Condvar,
+    background_max: usize,
+}
+
+#[derive(Debug)]
+struct State {
+    free: usize,
+    background_held: usize,
+    reads_waiting: usize,
+}
+
+/// Held while a request is in flight; returns its permit on drop.
+#[derive(Debug)]
+pub(crate) struct Permit {
+    permits: Arc<Permits>,
+    lane: Lane,
+}
+
+impl Permits {
+    /// `n` permits (at least 1), of which background work may hold at most
+    /// `background_max` (at least 1).
+    pub(crate) fn new(n: usize, background_max: usize) -> Permits {
+        let n = n.max(1);
+        Permits {
+            state: Mutex::new(State {
+                free: n,
+                background_held: 0,
+                reads_waiting: 0,
+            }),
+            returned: Condvar::new(),
+            background_max: background_max.clamp(1, n),
+        }
+    }
+
+    /// Waits for a permit of `lane` until `deadline`; `None` if none came.
+    pub(crate) fn acquire(self: &Arc<Self>, lane: Lane, deadline: Instant) -> Option<Permit> {
+        let mut state = self.state.lock();
+        if lane == Lane::Read {
+            state.reads_waiting += 1;
+        }
+        loop {
+            let may = match lane {
+                Lane::Read => state.free > 0,
+                Lane::Background => {
+                    state.free > 0
+                        && state.reads_waiting == 0
+                        && state.background_held < self.background_max
+                }
+            };
+            if may {
+                break;
+            }
+            let (waited, timed_out) = self.returned.wait_until(state, deadline);
+            state = waited;
+            if timed_out {
+                if lane == Lane::Read {
+                    state.reads_waiting -= 1;
+                }
+                // A permit this waiter was woken for goes to another.
+                self.returned.notify_all();
+                return None;
+            }
+        }
+        state.free -= 1;
+        match lane {
+            Lane::Read => state.reads_waiting -= 1,
+            Lane::Background => state.background_held += 1,
+        }
+        Some(Permit {
+            permits: Arc::clone(self),
+            lane,
+        })
+    }
+
+    /// Permits not held now.
+    #[cfg(test)]
+    fn free(&self) -> usize {
+        self.state.lock().free
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        let mut state = self.permits.state.lock();
+        state.free += 1;
+        if self.lane == Lane::Background {
+            state.background_held -= 1;
+        }
+        drop(state);
+        // Readers and background waiters wait on one condition, for
+        // different things: each looks again.
+        self.permits.returned.notify_all();
+    }
+}
+
+/// The budgets of the origins this process sent requests to, by the
+/// process that made them: a forked child counts its own requests only.
+static ORIGINS: Mutex<BTreeMap<(u32, String), Arc<Permits>>> = Mutex::new(BTreeMap::new());
+
+/// See [`super::agents`]'s wait for its table.
+const TABLE_WAIT: Duration = Duration::from_secs(2);
+
+/// The process's budget of connections to `origin` (`scheme://host:port`).
+pub(crate) fn of_origin(origin: &str) -> Arc<Permits> {
+    let made = || {
+        Arc::new(Permits::new(
+            super::CONNECTIONS_PER_ORIGIN,
+            super::BACKGROUND_CONNECTIONS_PER_ORIGIN,
+        ))
+    };
+    let me = std::process::id();
+    let Some(mut origins) = ORIGINS.try_lock_until(Instant::now() + TABLE_WAIT) else {
+        return made();
+    };
+    origins.retain(|(pid, _), _| *pid == me);
+    Arc::clone(
+        origins
+            .entry((me, origin.to_owned()))
+            .or_insert_with(made),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn soon() -> Instant {
+        Instant::now() + Duration::from_secs(30)
+    }
+
+    #[test]
+    fn never_more_than_n_at_once() {
+        let permits = Arc::new(Permits::new(3, 2));
+        let (now, peak, background) = (
+            AtomicUsize::new(0),
+            AtomicUsize::new(0),
+            AtomicUsize::new(0),
+        );
+        let background_peak = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for i in 0..12 {
+                let lane = if i % 2 == 0 { Lane::Read } else { Lane::Background };
+                let (now, peak, background, background_peak) =
+                    (&now, &peak, &background, &background_peak);
+                let permits = &permits;
+                s.spawn(move || {
+                    for _ in 0..20 {
+                        let _p = permits.acquire(lane, soon()).unwrap();
+                        let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+                        peak.fetch_max(n, Ordering::SeqCst);
+                        if lane == Lane::Background {
+                            let b = background.fetch_add(1, Ordering::SeqCst) + 1;
+                            background_peak.fetch_max(b, Ordering::SeqCst);
+                        }
+                        std::thread::yield_now();
+                        if lane == Lane::Background {
+                            background.fetch_sub(1, Ordering::SeqCst);
+                        }
+                        now.fetch_sub(1, Ordering::SeqCst);
+                    }
+                });
+            }
+        });
+        assert!(peak.load(Ordering::SeqCst) <= 3);
+        assert!(background_peak.load(Ordering::SeqCst) <= 2);
+        assert_eq!(permits.free(), 3);
+    }
+
+    #[test]
+    fn waiting_ends_at_the_deadline() {
+        let permits = Arc::new(Permits::new(1, 1));
+        let _held = permits.acquire(Lane::Read, Instant::now()).unwrap();
+        let deadline = Instant::now() + Duration::from_millis(20);
+        assert!(permits.acquire(Lane::Read, deadline).is_none());
+        assert!(permits.acquire(Lane::Background, deadline).is_none());
+    }
+
+    #[test]
+    fn background_work_never_holds_the_whole_budget() {
+        let permits = Arc::new(Permits::new(3, 2));
+        let _a = permits.acquire(Lane::Background, soon()).unwrap();
+        let _b = permits.acquire(Lane::Background, soon()).unwrap();
+        let third = Instant::now() + Duration::from_millis(20);
+        assert!(permits.acquire(Lane::Background, third).is_none());
+        assert!(permits.acquire(Lane::Read, Instant::now()).is_some());
+    }
+
+    #[test]
+    fn a_waiting_read_goes_before_waiting_background_work() {
+        let permits = Arc::new(Permits::new(1, 1));
+        let held = permits.acquire(Lane::Background, soon()).unwrap();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let background = {
+            let (permits, order) = (permits.clone(), order.clone());
+            std::thread::spawn(move || {
+                let _p = permits.acquire(Lane::Background, soon()).unwrap();
+                order.lock().push("background");
+            })
+        };
+        std::thread::sleep(Duration::from_millis(30));
+        let read = {
+            let (permits, order) = (permits.clone(), order.clone());
+            std::thread::spawn(move || {
+                let _p = permits.acquire(Lane::Read, soon()).unwrap();
+                order.lock().push("read");
+                std::thread::sleep(Duration::from_millis(20));
+            })
+        };
+        // Until the read waits, the background waiter might still win.
+        while permits.state.lock().reads_waiting == 0 {
+            std::thread::yield_now();
+        }
+        drop(held);
+        read.join().unwrap();
+        background.join().unwrap();
+        assert_eq!(*order.lock(), ["read", "background"]);
+    }
+
+    #[test]
+    fn one_budget_per_origin() {
+        let a = of_origin("http://one_budget_per_origin:1");
+        let b = of_origin("http://one_budget_per_origin:1");
+        let c = of_origin("http://one_budget_per_origin:2");
+        assert!(Arc::ptr_eq(&a, &b));
+        assert!(!Arc::ptr_eq(&a, &c));
+    }
+}

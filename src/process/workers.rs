@@ -1,0 +1,274 @@
+//! The process's threads for background work, and the bound on the threads
+//! concurrent fetches start.
+//!
+//! Background work (a guess's read-ahead, a file's crawl wave) is a job on a
+//! queue that [`BACKGROUND_WORKERS`] threads take from, read-ahead first:
+//! no file owns a thread, and a thousand open files cost no more threads
+//! than one. A fetch that sends several requests at once starts a thread
+//! per extra request (each a blocking request on its own connection), at
+//! most [`FETCH_THREADS`] in the process; past that a fetch sends on
+//! fewer (on its own thread alone, at worst) rather than fail.
+//!
+//! Every job runs in the [`Lane::Background`], and so do the threads its
+//! fetches start: their requests wait behind the reads users wait for
+//! ([`super::budget`]).
+
+use std::cell::Cell;
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use crate::sync::{Condvar, Mutex};
+
+use super::{BACKGROUND_CONNECTIONS_PER_ORIGIN, BACKGROUND_WORKERS, FETCH_THREADS, IDLE_WORKER_END};
+
+/// Whom a request works for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lane {
+    /// A read, an open or a close someone waits for.
+    Read,
+    /// Work no one waits for yet: read-ahead, guesses, the crawl.
+    Background,
+}
+
+thread_local! {
+    static LANE: Cell<Lane> = const { Cell::new(Lane::Read) };
+}
+
+/// The lane of the work this thread does now.
+pub(crate) fn lane() -> Lane {
+    LANE.with(Cell::get)
+}
+
+/// Runs `f` in `lane` (restored after, even if `f` panics).
+pub(crate) fn in_lane<T>(lane: Lane, f: impl FnOnce() -> T) -> T {
+    struct Restore(Lane);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            LANE.with(|l| l.set(self.0));
+        }
+    }
+    let _restore = Restore(LANE.with(|l| l.replace(lane)));
+    f()
+}
+
+/// Which background jobs go first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Priority {
+    /// Read-ahead of a stream a reader is in: it will be read soon.
+    ReadAhead,
+    /// A crawl wave: what the metadata may need.
+    Crawl,
+}
+
+type Job = Box<dyn FnOnce() + Send + 'static>;
+
+struct Pool {
+    /// The process the queue and counts are of.
+    pid: u32,
+    read_ahead: VecDeque<Job>,
+    crawl: VecDeque<Job>,
+    workers: usize,
+    idle: usize,
+}
+
+static POOL: Mutex<Pool> = Mutex::new(Pool {
+    pid: 0,
+    read_ahead: VecDeque::new(),
+    crawl: VecDeque::new(),
+    workers: 0,
+    idle: 0,
+});
+static JOB_QUEUED: Condvar = Condvar::new();
+
+/// See [`super::agents`]'s wait for its table.
+const LOCK_WAIT: Duration = Duration::from_secs(2);
+
+impl Pool {
+    /// Forgets what the process this one was forked from queued and
+    /// counted: its workers are not here. Its jobs are leaked, not dropped:
+    /// dropping one would touch its file's locks, which that process's
+    /// threads may hold for good here.
+    fn adopt(&mut self) {
+        let me = std::process::id();
+        if self.pid != me {
+            std::mem::forget(std::mem::take(&mut self.read_ahead));
+            std::mem::forget(std::mem::take(&mut self.crawl));
+            self.workers = 0;
+            self.idle = 0;
+            self.pid = me;
+        }
+    }
+
+    fn next(&mut self) -> Option<Job> {
+        self.read_ahead.pop_front().or_else(|| self.crawl.pop_front())
+    }
+}
+
+/// Queues `job` for a background worker (starting one if none is idle and
+/// fewer than [`BACKGROUND_WORKERS`] run). Gives the job back if it cannot
+/// be queued: no worker runs and none can be started.
+pub(crate) fn submit(priority: Priority, job: impl FnOnce() + Send + 'static) -> Result<(), Job> {
+    let job: Job = Box::new(job);
+    let Some(mut pool) = POOL.try_lock_until(Instant::now() + LOCK_WAIT) else {
+        return Err(job);
+    };
+    pool.adopt();
+    match priority {
+        Priority::ReadAhead => pool.read_ahead.push_back(job),
+        Priority::Crawl => pool.crawl.push_back(job),
+    }
+    if pool.idle == 0 && pool.workers < BACKGROUND_WORKERS {
+        let started = std::thread::Builder::new()
+            .name("remfile-background".into())
+            .spawn(work);
+        match started {
+            Ok(_) => pool.workers += 1,
+            Err(e) if pool.workers == 0 => {
+                tracing::debug!(error = %e, "no thread for background work");
+                let job = match priority {
+                    Priority::ReadAhead => pool.read_ahead.pop_back(),
+                    Priority::Crawl => pool.crawl.pop_back(),
+                };
+                return Err(job.expect("queued just now"));
+            }
+            // The workers that run take it.
+            Err(_) => {}
+        }
+    }
+    drop(pool);
+    JOB_QUEUED.notify_one();
+    Ok(())
+}
+
+/// A worker: takes jobs until none came for [`IDLE_WORKER_END`].
+fn work() {
+    let mut pool = POOL.lock();
+    loop {
+        if let Some(job) = pool.next() {
+            drop(pool);
+            // A job that panics ends its own work, not the worker.
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                in_lane(Lane::Background, job)
+            }));
+            pool = POOL.lock();
+            continue;
+        }
+        pool.idle += 1;
+        let (waited, timed_out) = JOB_QUEUED.wait_until(pool, Instant::now() + IDLE_WORKER_END);
+        pool = waited;
+        pool.idle -= 1;
+        if timed_out && pool.read_ahead.is_empty() && pool.crawl.is_empty() {
+            pool.workers -= 1;
+            return;
+        }
+    }
+}
+
+/// Threads started by fetches now, by the process that counts them.
+static FETCH_THREADS_RUNNING: Mutex<(u32, usize, usize)> = Mutex::new((0, 0, 0));
+
+/// A fetch thread's place in the process's bound; given back on drop.
+#[derive(Debug)]
+pub(crate) struct FetchThread {
+    pid: u32,
+    lane: Lane,
+}
+
+/// A place for one more fetch thread in the current lane, if the bound
+/// allows it ([`FETCH_THREADS`] in all, [`BACKGROUND_CONNECTIONS_PER_ORIGIN`]
+/// for background work).
+pub(crate) fn fetch_thread() -> Option<FetchThread> {
+    let lane = lane();
+    let mut running = FETCH_THREADS_RUNNING.try_lock_until(Instant::now() + LOCK_WAIT)?;
+    let me = std::process::id();
+    if running.0 != me {
+        *running = (me, 0, 0);
+    }
+    let (_, all, background) = &mut *running;
+    let room = *all < FETCH_THREADS
+        && (lane == Lane::Read || *background < BACKGROUND_CONNECTIONS_PER_ORIGIN);
+    if !room {
+        return None;
+    }
+    *all += 1;
+    if lane == Lane::Background {
+        *background += 1;
+    }
+    Some(FetchThread { pid: me, lane })
+}
+
+impl Drop for FetchThread {
+    fn drop(&mut self) {
+        let mut running = FETCH_THREADS_RUNNING.lock();
+        if running.0 == self.pid {
+            running.1 -= 1;
+            if self.lane == Lane::Background {
+                running.2 -= 1;
+            }
+        }
+    }
+}
+
+/// Fetch threads running now (all lanes).
+#[cfg(test)]
+pub(crate) fn fetch_threads_running() -> usize {
+    FETCH_THREADS_RUNNING.lock().1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+
+    #[test]
+    fn jobs_run_on_at_most_the_workers_in_the_background_lane() {
+        let (running, peak, done) = (
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicUsize::new(0)),
+        );
+        for i in 0..40 {
+            let (running, peak, done) = (running.clone(), peak.clone(), done.clone());
+            let priority = if i % 2 == 0 { Priority::Crawl } else { Priority::ReadAhead };
+            submit(priority, move || {
+                assert_eq!(lane(), Lane::Background);
+                let n = running.fetch_add(1, SeqCst) + 1;
+                peak.fetch_max(n, SeqCst);
+                std::thread::sleep(Duration::from_millis(2));
+                running.fetch_sub(1, SeqCst);
+                done.fetch_add(1, SeqCst);
+            })
+            .map_err(|_| ())
+            .unwrap();
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while done.load(SeqCst) < 40 {
+            assert!(Instant::now() < deadline, "the jobs did not all run");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(peak.load(SeqCst) <= BACKGROUND_WORKERS, "{}", peak.load(SeqCst));
+        assert_eq!(lane(), Lane::Read, "the caller's lane is its own");
+    }
+
+    #[test]
+    fn a_job_that_panics_leaves_the_workers_working() {
+        submit(Priority::Crawl, || panic!("a job's own failure")).map_err(|_| ()).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        submit(Priority::Crawl, move || tx.send(()).unwrap()).map_err(|_| ()).unwrap();
+        rx.recv_timeout(Duration::from_secs(30)).unwrap();
+    }
+
+    #[test]
+    fn background_fetch_threads_are_bounded_below_all() {
+        let held: Vec<_> = in_lane(Lane::Background, || {
+            std::iter::from_fn(fetch_thread).take(FETCH_THREADS + 1).collect()
+        });
+        assert!(held.len() <= BACKGROUND_CONNECTIONS_PER_ORIGIN);
+        // Reads still find room beside them.
+        let read = fetch_thread();
+        assert!(read.is_some());
+        drop(held);
+        drop(read);
+    }
+}
