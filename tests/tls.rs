@@ -115,3 +115,22 @@ fn https_only_refuses_plain_http_and_redirects_to_it() {
     file.read_exact_at(990, &mut buf).unwrap();
     assert_eq!(buf, test_data(1000, 3)[990..]);
 }
+
+#[test]
+fn files_trusting_the_same_roots_share_connections_and_others_do_not() {
+    let pki = TestPki::new();
+    let other = TestPki::new();
+    let server = TlsServer::new(&pki, test_data(MIB as usize, 2), |_| None);
+    let open = |roots: &[&str], path: &str| {
+        let mut b = builder();
+        for pem in roots {
+            b = b.add_root_certificates(pem.as_bytes().to_vec());
+        }
+        b.open(server.url(path)).unwrap()
+    };
+    let _a = open(&[&pki.ca_pem], "/a.bin");
+    let _b = open(&[&pki.ca_pem], "/b.bin");
+    assert_eq!(server.connections(), 1, "one pool for files of one kind");
+    let _c = open(&[&pki.ca_pem, &other.ca_pem], "/c.bin");
+    assert_eq!(server.connections(), 2, "other roots, another pool");
+}

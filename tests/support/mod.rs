@@ -276,6 +276,16 @@ impl RangeServer {
     pub fn connections(&self) -> usize {
         self.raw.connections()
     }
+
+    /// See [`RawServer::peak_open_connections`].
+    pub fn peak_open_connections(&self) -> usize {
+        self.raw.peak_open_connections()
+    }
+
+    /// See [`RawServer::peak_requests_at_once`].
+    pub fn peak_requests_at_once(&self) -> usize {
+        self.raw.peak_requests_at_once()
+    }
 }
 
 /// The answer a correct range server gives.
@@ -389,8 +399,33 @@ pub struct RawServer {
     stop: Arc<AtomicBool>,
     requests: Arc<AtomicUsize>,
     connections: Arc<AtomicUsize>,
+    gauges: Arc<Gauges>,
     acceptor: Option<JoinHandle<()>>,
 }
+
+/// What a server had at once: connections open, requests being answered.
+#[derive(Default)]
+pub struct Gauges {
+    open: AtomicUsize,
+    peak_open: AtomicUsize,
+    answering: AtomicUsize,
+    peak_answering: AtomicUsize,
+}
+
+impl Gauges {
+    fn up(now: &AtomicUsize, peak: &AtomicUsize) {
+        let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+        peak.fetch_max(n, Ordering::SeqCst);
+    }
+
+    fn down(now: &AtomicUsize) {
+        now.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The name of a test server's threads (a test that counts the threads of
+/// the crate leaves them out).
+pub const SERVER_THREAD: &str = "test-server";
 
 impl RawServer {
     pub fn new(
@@ -402,31 +437,47 @@ impl RawServer {
         let stop = Arc::new(AtomicBool::new(false));
         let requests = Arc::new(AtomicUsize::new(0));
         let connections = Arc::new(AtomicUsize::new(0));
+        let gauges = Arc::new(Gauges::default());
         let handler: Arc<RawHandler> = Arc::new(handler);
         let acceptor = {
-            let (stop, requests, connections) =
-                (stop.clone(), requests.clone(), connections.clone());
-            std::thread::spawn(move || {
+            let (stop, requests, connections, gauges) = (
+                stop.clone(),
+                requests.clone(),
+                connections.clone(),
+                gauges.clone(),
+            );
+            let accept = move || {
                 while !stop.load(Ordering::SeqCst) {
                     match listener.accept() {
                         Ok((stream, _)) => {
                             let conn = connections.fetch_add(1, Ordering::SeqCst) + 1;
-                            let (handler, requests, stop) =
-                                (handler.clone(), requests.clone(), stop.clone());
-                            std::thread::spawn(move || {
-                                handle_connection(stream, conn, &*handler, &requests, &stop)
-                            });
+                            let (handler, requests, stop, gauges) =
+                                (handler.clone(), requests.clone(), stop.clone(), gauges.clone());
+                            Gauges::up(&gauges.open, &gauges.peak_open);
+                            let serve = move || {
+                                handle_connection(stream, conn, &*handler, &requests, &stop, &gauges);
+                                Gauges::down(&gauges.open);
+                            };
+                            std::thread::Builder::new()
+                                .name(SERVER_THREAD.into())
+                                .spawn(serve)
+                                .expect("a thread for a connection");
                         }
                         Err(_) => std::thread::sleep(Duration::from_millis(2)),
                     }
                 }
-            })
+            };
+            std::thread::Builder::new()
+                .name(SERVER_THREAD.into())
+                .spawn(accept)
+                .expect("a thread for the acceptor")
         };
         RawServer {
             addr,
             stop,
             requests,
             connections,
+            gauges,
             acceptor: Some(acceptor),
         }
     }
@@ -441,6 +492,16 @@ impl RawServer {
 
     pub fn connections(&self) -> usize {
         self.connections.load(Ordering::SeqCst)
+    }
+
+    /// The most connections open at once so far.
+    pub fn peak_open_connections(&self) -> usize {
+        self.gauges.peak_open.load(Ordering::SeqCst)
+    }
+
+    /// The most requests answered at once so far.
+    pub fn peak_requests_at_once(&self) -> usize {
+        self.gauges.peak_answering.load(Ordering::SeqCst)
     }
 }
 
@@ -459,6 +520,7 @@ fn handle_connection(
     handler: &RawHandler,
     requests: &AtomicUsize,
     stop: &AtomicBool,
+    gauges: &Gauges,
 ) {
     stream.set_nonblocking(false).ok();
     stream
@@ -494,7 +556,10 @@ fn handle_connection(
         }
         let n = requests.fetch_add(1, Ordering::SeqCst) + 1;
         let req = Req::parse(n, conn, &head);
-        match handler(&req, &mut writer) {
+        Gauges::up(&gauges.answering, &gauges.peak_answering);
+        let after = handler(&req, &mut writer);
+        Gauges::down(&gauges.answering);
+        match after {
             After::KeepAlive => {}
             After::Close => {
                 let _ = writer.shutdown(std::net::Shutdown::Both);
