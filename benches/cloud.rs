@@ -41,6 +41,19 @@
 //! Python remfile, fsspec's block cache and the local disk. Rounds come from
 //! the server's log: requests sent before any answer of the current round
 //! came back belong to it.
+//!
+//! ```text
+//! cargo bench --features hdf5 --bench cloud -- survey
+//! ```
+//!
+//! runs the survey of a dataset (`benches/survey.py`): every file of the
+//! corpus, written small under `target/bench-data/survey`, served from one
+//! server at 30 ms per request and per new connection (and at 25 MB/s per
+//! connection), opened in one Python process after the other, the root's
+//! attributes and its members' two levels down read, closed; by the
+//! package's driver and file object, fsspec with one shared filesystem,
+//! Python remfile and the local disk, two runs each in a fresh process
+//! (`REMFILE_BENCH_PYTHON` names the interpreter).
 
 #[path = "support/cloud_server.rs"]
 mod cloud_server;
@@ -81,6 +94,9 @@ fn main() {
     }
     if std::env::args().any(|a| a == "corpus") {
         return corpus();
+    }
+    if std::env::args().any(|a| a == "survey") {
+        return survey();
     }
     let (major, minor, patch) = h5::library_version();
     println!("HDF5 {major}.{minor}.{patch}");
@@ -880,20 +896,117 @@ fn serve(spec: &str) {
     let path = parts.next().unwrap();
     let delay: u64 = parts.next().unwrap().parse().unwrap();
     let cap = parts.next().unwrap().parse::<f64>().ok();
-    let data = Arc::new(std::fs::read(path).unwrap());
-    let server = CloudServer::start(
-        data,
-        Shape {
-            request_delay: Duration::from_millis(delay),
-            connect_delay: Duration::from_millis(delay),
-            per_connection_bps: cap,
-            total_bps: None,
-        },
-    );
-    println!("{}", server.url("/data.nwb"));
+    let shape = Shape {
+        request_delay: Duration::from_millis(delay),
+        connect_delay: Duration::from_millis(delay),
+        per_connection_bps: cap,
+        total_bps: None,
+    };
+    let _server = if Path::new(path).is_dir() {
+        // Every file of the directory, at /NAME.
+        let files = std::fs::read_dir(path)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.path().is_file())
+            .map(|e| {
+                let name = format!("/{}", e.file_name().to_string_lossy());
+                (name, Arc::new(std::fs::read(e.path()).unwrap()))
+            })
+            .collect();
+        let server = CloudServer::start_files(files, shape);
+        println!("{}", server.url("/"));
+        server
+    } else {
+        let server = CloudServer::start(Arc::new(std::fs::read(path).unwrap()), shape);
+        println!("{}", server.url("/data.nwb"));
+        server
+    };
     loop {
         std::thread::sleep(Duration::from_secs(3600));
     }
+}
+
+/// The survey table: every reader on the small corpus, one process each run.
+fn survey() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let dir = root.join("target/bench-data/survey");
+    let python = std::env::var_os("REMFILE_BENCH_PYTHON")
+        .map(PathBuf::from)
+        .into_iter()
+        .chain(
+            [
+                "target/peers-venv/bin/python",
+                "target/plugin-venv/bin/python",
+            ]
+            .iter()
+            .map(|p| root.join(p)),
+        )
+        .find(|p| p.exists());
+    let Some(python) = python else {
+        println!("survey: run benches/setup-peers.sh first");
+        return;
+    };
+    let written = Command::new(&python)
+        .arg(root.join("benches/corpus.py"))
+        .arg(&dir)
+        .args(["--size", "small"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !written {
+        println!("survey: benches/corpus.py failed (it needs pynwb, netCDF4, tables, h5netcdf)");
+        return;
+    }
+    println!(
+        "{:<16} {:<14} {:>5} {:>8} {:>7} {:>5} {:>6} {:>6} {:>7}  digest",
+        "server", "reader", "files", "wall ms", "cpu ms", "reqs", "rounds", "conns", "MB"
+    );
+    for (label, cap) in [("30 ms", None), ("30 ms, 25 MB/s", Some(25e6))] {
+        let server = ServerProcess::start(&dir, 30, cap);
+        let base = server.url.trim_end_matches('/');
+        for reader in ["local", "wheel", "wheel-fileobj", "fsspec", "remfile-py"] {
+            for _ in 0..2 {
+                let out = Command::new(&python)
+                    .arg(root.join("benches/survey.py"))
+                    .args([base, dir.to_str().unwrap(), reader])
+                    .output();
+                let Ok(out) = out else {
+                    println!("{label:<16} {reader:<14} cannot run {}", python.display());
+                    continue;
+                };
+                let line = String::from_utf8_lossy(&out.stdout);
+                print_survey_line(label, line.trim());
+            }
+        }
+    }
+}
+
+/// One JSON line of survey.py as a table row.
+fn survey_field(line: &str, key: &str) -> Option<String> {
+    let at = line.find(&format!("\"{key}\": "))? + key.len() + 4;
+    let rest = &line[at..];
+    let end = rest.find([',', '}']).unwrap_or(rest.len());
+    Some(rest[..end].trim_matches('"').to_owned())
+}
+
+fn print_survey_line(label: &str, line: &str) {
+    let f = |k| survey_field(line, k).unwrap_or_default();
+    let num = |k| f(k).parse::<f64>().unwrap_or(f64::NAN);
+    if line.is_empty() || line.contains("\"error\"") {
+        println!("{label:<16} {line}");
+        return;
+    }
+    println!(
+        "{label:<16} {:<14} {:>5} {:>8.0} {:>7.0} {:>5} {:>6} {:>6} {:>7.1}  {}",
+        f("reader"),
+        f("files"),
+        num("wall") * 1e3,
+        num("cpu") * 1e3,
+        f("requests"),
+        f("rounds"),
+        f("connections"),
+        num("bytes") / 1e6,
+        f("digest")
+    );
 }
 
 /// The corpus table: every file, workload and reader, at 30 ms per request

@@ -21,10 +21,9 @@ use crate::fanout::{Done, Next, fan_out};
 use crate::http::{Identity, Sink, Transport};
 use crate::link::{LinkEstimate, LinkMeter};
 use crate::plan::{self, ReadAhead};
-use crate::stats::{Counters, Stats};
 use crate::process::workers::{self, Priority};
+use crate::stats::{Counters, Stats};
 use crate::sync;
-use crate::wait;
 
 /// How the engine sizes its fetches: the builder's options, checked.
 #[derive(Debug, Clone, Copy)]
@@ -65,7 +64,7 @@ pub(crate) struct Engine {
     /// Small ranges guesses fetched exactly (see [`Engine::guess_pieces`]).
     pieces: Pieces,
     /// Stops the file's background work when it is closed.
-    background_stop: wait::Token,
+    closing: workers::Closing,
     /// Background fetches under way, and their end.
     background: sync::Mutex<usize>,
     background_done: sync::Condvar,
@@ -107,7 +106,7 @@ impl Engine {
             options,
             link,
             counters,
-            background_stop: wait::Token::default(),
+            closing: workers::Closing::default(),
             background: sync::Mutex::new(0),
             background_done: sync::Condvar::new(),
         }
@@ -660,25 +659,29 @@ impl Engine {
     fn fetch_guess(&self, mut guess: Guess) {
         guess.deadline = Instant::now() + self.options.read_timeout;
         // A file closed since the guess was queued fetches nothing more.
-        wait::Token::adopt(Some(self.background_stop.clone()), || {
-            self.fetch_not_on_disk(&mut guess)
-        });
+        self.closing.run(|| self.fetch_not_on_disk(&mut guess));
         drop(guess);
         self.background_ended();
     }
 
     /// Stops the file's background work: its guesses and crawl make no
-    /// further request (those in flight end with their body). For a file
-    /// that is closed while its crawl runs ahead.
+    /// further request (those in flight end with their body, keeping their
+    /// connections). For a file that is closed while its crawl runs ahead.
     pub(crate) fn stop_background(&self) {
-        self.background_stop.stop();
+        self.closing.close();
+    }
+
+    /// Whether the file's blocks also go to a disk cache.
+    #[cfg(any(feature = "hdf5", feature = "vfd"))]
+    pub(crate) fn has_disk_cache(&self) -> bool {
+        self.disk.is_some()
     }
 
     /// Runs `f` as background work of this file: stopped by
     /// [`stop_background`](Self::stop_background).
     #[cfg(any(feature = "hdf5", feature = "vfd"))]
     pub(crate) fn as_background<T>(&self, f: impl FnOnce() -> T) -> T {
-        wait::Token::adopt(Some(self.background_stop.clone()), f)
+        self.closing.run(f)
     }
 
     /// Claims the missing blocks of `ranges` as a guess, at most

@@ -39,12 +39,12 @@ pub(crate) fn try_spawn<'scope, T: Send + 'scope>(
     // The process's bound on fetch threads: past it, the caller works alone.
     let place = crate::process::workers::fetch_thread()?;
     // A part works for the same read as its caller: it stops with it, and
-    // waits in its lane.
+    // waits in its lane (and for its file, if background work).
     let token = crate::wait::Token::current();
-    let lane = crate::process::workers::lane();
+    let context = crate::process::workers::context();
     let f = move || {
         let _place = place;
-        crate::process::workers::in_lane(lane, || crate::wait::Token::adopt(token, f))
+        crate::process::workers::within(context, || crate::wait::Token::adopt(token, f))
     };
     match std::thread::Builder::new().spawn_scoped(s, f) {
         Ok(handle) => Some(handle),

@@ -283,6 +283,12 @@ impl RemoteFile {
         self.engine.stop_background()
     }
 
+    /// See [`Engine::has_disk_cache`](crate::engine::Engine::has_disk_cache).
+    #[cfg(any(feature = "hdf5", feature = "vfd"))]
+    pub(crate) fn has_disk_cache(&self) -> bool {
+        self.engine.has_disk_cache()
+    }
+
     /// See [`Engine::as_background`](crate::engine::Engine::as_background).
     #[cfg(any(feature = "hdf5", feature = "vfd"))]
     pub(crate) fn as_background<T>(&self, f: impl FnOnce() -> T) -> T {

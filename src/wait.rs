@@ -108,7 +108,7 @@ impl Token {
         f()
     }
 
-    pub(crate) fn stop(&self) {
+    fn stop(&self) {
         self.0.store(true, Relaxed);
     }
 

@@ -140,7 +140,10 @@ fn a_hundred_open_files_stay_within_the_process_bounds() {
         server.peak_open_connections(),
         server.peak_requests_at_once()
     );
-    assert!(fetched > read, "read-ahead ran: {fetched} bytes fetched, {read} read");
+    assert!(
+        fetched > read,
+        "read-ahead ran: {fetched} bytes fetched, {read} read"
+    );
     // The readers and the sampler are this test's own.
     let bound = READERS + 1 + process::BACKGROUND_WORKERS + process::FETCH_THREADS;
     assert!(
@@ -239,7 +242,12 @@ fn a_hundred_open_hdf5_files_crawl_on_the_shared_workers() {
     }
     let crawled: u64 = files
         .iter()
-        .map(|f| remfile::hdf5::driver_info(f).unwrap().prefetch.predicted_reads)
+        .map(|f| {
+            remfile::hdf5::driver_info(f)
+                .unwrap()
+                .prefetch
+                .predicted_reads
+        })
         .sum();
     let all_open = crate_and_test_threads();
     for file in &files {
@@ -294,7 +302,11 @@ fn closing_a_file_mid_crawl_ends_its_background_work() {
         let at_close = remote.stats().requests;
         let paths_at_close = server.log().len();
         std::thread::sleep(Duration::from_secs(1));
-        assert_eq!(remote.stats().requests, at_close, "a request after the close");
+        assert_eq!(
+            remote.stats().requests,
+            at_close,
+            "a request after the close"
+        );
         assert_eq!(server.log().len(), paths_at_close);
         at_close
     };

@@ -38,6 +38,22 @@ pub struct Logged {
     pub done: Duration,
 }
 
+/// What the server serves: one file at every path, or files by path.
+#[derive(Clone)]
+pub enum Files {
+    One(Arc<Vec<u8>>),
+    ByPath(Arc<std::collections::BTreeMap<String, Arc<Vec<u8>>>>),
+}
+
+impl Files {
+    fn at(&self, path: &str) -> Option<&[u8]> {
+        match self {
+            Files::One(data) => Some(data),
+            Files::ByPath(files) => files.get(path).map(|d| d.as_slice()),
+        }
+    }
+}
+
 pub struct CloudServer {
     addr: SocketAddr,
     log: Arc<Mutex<Vec<Logged>>>,
@@ -46,6 +62,18 @@ pub struct CloudServer {
 
 impl CloudServer {
     pub fn start(data: Arc<Vec<u8>>, shape: Shape) -> CloudServer {
+        CloudServer::serve(Files::One(data), shape)
+    }
+
+    /// Serves each of `files` at its path (`/name`); 404 elsewhere.
+    pub fn start_files(
+        files: std::collections::BTreeMap<String, Arc<Vec<u8>>>,
+        shape: Shape,
+    ) -> CloudServer {
+        CloudServer::serve(Files::ByPath(Arc::new(files)), shape)
+    }
+
+    fn serve(data: Files, shape: Shape) -> CloudServer {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let addr = listener.local_addr().unwrap();
         let log = Arc::new(Mutex::new(Vec::new()));
@@ -94,7 +122,7 @@ fn serve(
     stream: TcpStream,
     conn: usize,
     connections: &AtomicUsize,
-    data: &[u8],
+    files: &Files,
     shape: Shape,
     log: &Mutex<Vec<Logged>>,
     total_sent: &AtomicU64,
@@ -104,7 +132,8 @@ fn serve(
     let mut reader = BufReader::new(stream);
     let mut first_request = true;
     loop {
-        let mut range = None;
+        let mut range_spec: Option<String> = None;
+        let mut path = String::new();
         let mut stats_request = false;
         let mut log_request = false;
         let mut head_request = false;
@@ -118,6 +147,9 @@ fn serve(
                 Ok(_) => {}
             }
             head_lines += 1;
+            if head_lines == 1 {
+                path = line.split_whitespace().nth(1).unwrap_or("").to_owned();
+            }
             if head_lines == 1 && line.starts_with("GET /__stats ") {
                 stats_request = true;
             }
@@ -138,20 +170,24 @@ fn serve(
             }
             let lower = line.to_ascii_lowercase();
             if let Some(spec) = lower.strip_prefix("range: bytes=") {
-                let size = data.len() as u64;
-                let (a, b) = spec.trim().split_once('-').unwrap_or(("0", ""));
-                range = if a.is_empty() {
-                    // A suffix range: the last b bytes.
-                    let n: u64 = b.parse().unwrap_or(0);
-                    Some((size.saturating_sub(n), size.saturating_sub(1)))
-                } else {
-                    Some((a.parse().unwrap_or(0), b.parse().unwrap_or(u64::MAX)))
-                };
+                range_spec = Some(spec.trim().to_owned());
             }
         }
         if head_lines == 0 {
             return;
         }
+        let data = files.at(&path).unwrap_or(&[]);
+        let range = range_spec.map(|spec| {
+            let size = data.len() as u64;
+            let (a, b) = spec.split_once('-').unwrap_or(("0", ""));
+            if a.is_empty() {
+                // A suffix range: the last b bytes.
+                let n: u64 = b.parse().unwrap_or(0);
+                (size.saturating_sub(n), size.saturating_sub(1))
+            } else {
+                (a.parse().unwrap_or(0), b.parse().unwrap_or(u64::MAX))
+            }
+        });
         let arrived = started.elapsed();
         if log_request {
             // Every request so far, one per line.
@@ -202,6 +238,10 @@ fn serve(
             first_request = false;
         }
         std::thread::sleep(shape.request_delay);
+        if files.at(&path).is_none() {
+            let _ = write!(out, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
+            continue;
+        }
         let size = data.len() as u64;
         // Answers without a body: to HEAD, and to a client that has this
         // version already (as a warm disk cache does).

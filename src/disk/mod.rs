@@ -150,6 +150,13 @@ impl fmt::Debug for DiskCache {
 }
 
 impl DiskCache {
+    /// Whether both handles are of one cache (one directory's queue,
+    /// writer and count of bytes).
+    #[cfg(test)]
+    pub(crate) fn is_the_same_cache(&self, other: &DiskCache) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     /// Opens (creating it, private to the user, if need be) the cache in
     /// `dir`, which holds at most `capacity` bytes of blocks. If this
     /// process has it open already, the handle is to that cache, whose

@@ -57,10 +57,19 @@ pub(crate) fn agent(settings: &AgentSettings<'_>) -> Result<FileAgent, Error> {
 
 /// The environment variables ureq takes its proxy from.
 fn proxy_env() -> Vec<(String, String)> {
-    ["ALL_PROXY", "all_proxy", "HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"]
-        .into_iter()
-        .filter_map(|name| Some((name.to_owned(), std::env::var(name).ok()?)))
-        .collect()
+    [
+        "ALL_PROXY",
+        "all_proxy",
+        "HTTPS_PROXY",
+        "https_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+        "NO_PROXY",
+        "no_proxy",
+    ]
+    .into_iter()
+    .filter_map(|name| Some((name.to_owned(), std::env::var(name).ok()?)))
+    .collect()
 }
 
 /// A new agent of `kind`. Its pool keeps as many idle connections to a host

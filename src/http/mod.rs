@@ -35,13 +35,13 @@ use parking_lot::RwLock;
 
 use url::Url;
 
-use crate::process::budget::{self, Permit, Permits};
-use crate::process::workers;
 use self::redact::redact;
 use self::request::{Precondition, Want};
 use self::retry::Try;
 use crate::error::{Error, ErrorKind};
 use crate::link::LinkMeter;
+use crate::process::budget::{self, Permit, Permits};
+use crate::process::workers;
 use crate::stats::Counters;
 
 pub(crate) use self::agent::{AgentSettings, FileAgent, agent};

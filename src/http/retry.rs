@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::{Transport, UrlProvider, redact::redact};
 use crate::error::{Error, ErrorKind};
+use crate::process::workers;
 use crate::stats::Counters;
 
 /// How failed requests are retried, as plain data.
@@ -221,7 +222,9 @@ impl Transport {
             so_far.made += 1;
             let permit = self.connection(deadline)?;
             // A read that was stopped makes no further request.
-            crate::wait::check_stopped().map_err(|e| e.with_attempts(so_far.made - 1))?;
+            crate::wait::check_stopped()
+                .and_then(|()| workers::check_file_open())
+                .map_err(|e| e.with_attempts(so_far.made - 1))?;
             let outcome = attempt(
                 self,
                 Try {

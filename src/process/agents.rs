@@ -34,7 +34,10 @@ static AGENTS: Mutex<BTreeMap<(u32, AgentKind), Agent>> = Mutex::new(BTreeMap::n
 const TABLE_WAIT: Duration = Duration::from_secs(2);
 
 /// The process's agent of `kind`, made by `make` the first time.
-pub(crate) fn shared<E>(kind: &AgentKind, make: impl FnOnce() -> Result<Agent, E>) -> Result<Agent, E> {
+pub(crate) fn shared<E>(
+    kind: &AgentKind,
+    make: impl FnOnce() -> Result<Agent, E>,
+) -> Result<Agent, E> {
     let me = std::process::id();
     let Some(mut agents) = AGENTS.try_lock_until(Instant::now() + TABLE_WAIT) else {
         return make();
@@ -111,7 +114,11 @@ mod tests {
         shared(&unique, make).unwrap();
         shared(&unique, make).unwrap();
         assert_eq!(MADE.load(Relaxed), 1);
-        shared(&kind(&[b"one_agent_is_made_per_kind", b"another root"]), make).unwrap();
+        shared(
+            &kind(&[b"one_agent_is_made_per_kind", b"another root"]),
+            make,
+        )
+        .unwrap();
         assert_eq!(MADE.load(Relaxed), 2, "other roots, another agent");
     }
 

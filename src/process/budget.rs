@@ -135,11 +135,7 @@ pub(crate) fn of_origin(origin: &str) -> Arc<Permits> {
         return made();
     };
     origins.retain(|(pid, _), _| *pid == me);
-    Arc::clone(
-        origins
-            .entry((me, origin.to_owned()))
-            .or_insert_with(made),
-    )
+    Arc::clone(origins.entry((me, origin.to_owned())).or_insert_with(made))
 }
 
 #[cfg(test)]
@@ -162,7 +158,11 @@ mod tests {
         let background_peak = AtomicUsize::new(0);
         std::thread::scope(|s| {
             for i in 0..12 {
-                let lane = if i % 2 == 0 { Lane::Read } else { Lane::Background };
+                let lane = if i % 2 == 0 {
+                    Lane::Read
+                } else {
+                    Lane::Background
+                };
                 let (now, peak, background, background_peak) =
                     (&now, &peak, &background, &background_peak);
                 let permits = &permits;

@@ -13,13 +13,17 @@
 //! fetches start: their requests wait behind the reads users wait for
 //! ([`super::budget`]).
 
-use std::cell::Cell;
+use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use crate::sync::{Condvar, Mutex};
 
-use super::{BACKGROUND_CONNECTIONS_PER_ORIGIN, BACKGROUND_WORKERS, FETCH_THREADS, IDLE_WORKER_END};
+use super::{
+    BACKGROUND_CONNECTIONS_PER_ORIGIN, BACKGROUND_WORKERS, FETCH_THREADS, IDLE_WORKER_END,
+};
 
 /// Whom a request works for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,25 +34,88 @@ pub(crate) enum Lane {
     Background,
 }
 
+/// What the work a thread does now is for: its lane, and, for background
+/// work of one file, the flag that says the file was closed.
+#[derive(Clone, Debug)]
+pub(crate) struct Context {
+    lane: Lane,
+    closed: Option<Arc<AtomicBool>>,
+}
+
 thread_local! {
-    static LANE: Cell<Lane> = const { Cell::new(Lane::Read) };
+    static CONTEXT: RefCell<Context> = const {
+        RefCell::new(Context {
+            lane: Lane::Read,
+            closed: None,
+        })
+    };
 }
 
 /// The lane of the work this thread does now.
 pub(crate) fn lane() -> Lane {
-    LANE.with(Cell::get)
+    CONTEXT.with(|c| c.borrow().lane)
 }
 
-/// Runs `f` in `lane` (restored after, even if `f` panics).
-pub(crate) fn in_lane<T>(lane: Lane, f: impl FnOnce() -> T) -> T {
-    struct Restore(Lane);
+/// The context of this thread's work, for a thread that works for it.
+pub(crate) fn context() -> Context {
+    CONTEXT.with(|c| c.borrow().clone())
+}
+
+/// Runs `f` in `context` (this thread's own restored after, even if `f`
+/// panics).
+pub(crate) fn within<T>(context: Context, f: impl FnOnce() -> T) -> T {
+    struct Restore(Option<Context>);
     impl Drop for Restore {
         fn drop(&mut self) {
-            LANE.with(|l| l.set(self.0));
+            if let Some(previous) = self.0.take() {
+                CONTEXT.with(|c| *c.borrow_mut() = previous);
+            }
         }
     }
-    let _restore = Restore(LANE.with(|l| l.replace(lane)));
+    let previous = CONTEXT.with(|c| std::mem::replace(&mut *c.borrow_mut(), context));
+    let _restore = Restore(Some(previous));
     f()
+}
+
+/// Runs `f` in `lane`, for no file in particular.
+pub(crate) fn in_lane<T>(lane: Lane, f: impl FnOnce() -> T) -> T {
+    within(Context { lane, closed: None }, f)
+}
+
+/// A file's part in background work: set when the file is closed, after
+/// which its background work sends no further request (a request in flight
+/// ends with its body, so that its connection stays usable).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Closing(Arc<AtomicBool>);
+
+impl Closing {
+    pub(crate) fn close(&self) {
+        self.0.store(true, Relaxed);
+    }
+
+    /// Runs `f` as background work of the file.
+    pub(crate) fn run<T>(&self, f: impl FnOnce() -> T) -> T {
+        within(
+            Context {
+                lane: Lane::Background,
+                closed: Some(Arc::clone(&self.0)),
+            },
+            f,
+        )
+    }
+}
+
+/// An error if this thread does background work of a file that was closed:
+/// checked before each request.
+pub(crate) fn check_file_open() -> crate::Result<()> {
+    let closed = CONTEXT.with(|c| c.borrow().closed.as_ref().is_some_and(|f| f.load(Relaxed)));
+    if closed {
+        return Err(crate::Error::new(
+            crate::ErrorKind::Interrupted,
+            "the file was closed",
+        ));
+    }
+    Ok(())
 }
 
 /// Which background jobs go first.
@@ -100,12 +167,14 @@ impl Pool {
     }
 
     fn next(&mut self) -> Option<Job> {
-        self.read_ahead.pop_front().or_else(|| self.crawl.pop_front())
+        self.read_ahead
+            .pop_front()
+            .or_else(|| self.crawl.pop_front())
     }
 }
 
-/// Queues `job` for a background worker (starting one if none is idle and
-/// fewer than [`BACKGROUND_WORKERS`] run). Gives the job back if it cannot
+/// Queues `job` for a background worker (starting one if the idle ones are
+/// fewer than the jobs queued and fewer than [`BACKGROUND_WORKERS`] run). Gives the job back if it cannot
 /// be queued: no worker runs and none can be started.
 pub(crate) fn submit(priority: Priority, job: impl FnOnce() + Send + 'static) -> Result<(), Job> {
     let job: Job = Box::new(job);
@@ -117,7 +186,8 @@ pub(crate) fn submit(priority: Priority, job: impl FnOnce() + Send + 'static) ->
         Priority::ReadAhead => pool.read_ahead.push_back(job),
         Priority::Crawl => pool.crawl.push_back(job),
     }
-    if pool.idle == 0 && pool.workers < BACKGROUND_WORKERS {
+    let queued = pool.read_ahead.len() + pool.crawl.len();
+    if pool.idle < queued && pool.workers < BACKGROUND_WORKERS {
         let started = std::thread::Builder::new()
             .name("remfile-background".into())
             .spawn(work);
@@ -140,7 +210,8 @@ pub(crate) fn submit(priority: Priority, job: impl FnOnce() + Send + 'static) ->
     Ok(())
 }
 
-/// A worker: takes jobs until none came for [`IDLE_WORKER_END`].
+/// A worker: takes jobs until none came for [`IDLE_WORKER_END`]. Each job
+/// is background work (of a file, if the job says so itself).
 fn work() {
     let mut pool = POOL.lock();
     loop {
@@ -218,7 +289,6 @@ pub(crate) fn fetch_threads_running() -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 
     #[test]
@@ -230,7 +300,11 @@ mod tests {
         );
         for i in 0..40 {
             let (running, peak, done) = (running.clone(), peak.clone(), done.clone());
-            let priority = if i % 2 == 0 { Priority::Crawl } else { Priority::ReadAhead };
+            let priority = if i % 2 == 0 {
+                Priority::Crawl
+            } else {
+                Priority::ReadAhead
+            };
             submit(priority, move || {
                 assert_eq!(lane(), Lane::Background);
                 let n = running.fetch_add(1, SeqCst) + 1;
@@ -247,22 +321,32 @@ mod tests {
             assert!(Instant::now() < deadline, "the jobs did not all run");
             std::thread::sleep(Duration::from_millis(1));
         }
-        assert!(peak.load(SeqCst) <= BACKGROUND_WORKERS, "{}", peak.load(SeqCst));
+        assert!(
+            peak.load(SeqCst) <= BACKGROUND_WORKERS,
+            "{}",
+            peak.load(SeqCst)
+        );
         assert_eq!(lane(), Lane::Read, "the caller's lane is its own");
     }
 
     #[test]
     fn a_job_that_panics_leaves_the_workers_working() {
-        submit(Priority::Crawl, || panic!("a job's own failure")).map_err(|_| ()).unwrap();
+        submit(Priority::Crawl, || panic!("a job's own failure"))
+            .map_err(|_| ())
+            .unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
-        submit(Priority::Crawl, move || tx.send(()).unwrap()).map_err(|_| ()).unwrap();
+        submit(Priority::Crawl, move || tx.send(()).unwrap())
+            .map_err(|_| ())
+            .unwrap();
         rx.recv_timeout(Duration::from_secs(30)).unwrap();
     }
 
     #[test]
     fn background_fetch_threads_are_bounded_below_all() {
         let held: Vec<_> = in_lane(Lane::Background, || {
-            std::iter::from_fn(fetch_thread).take(FETCH_THREADS + 1).collect()
+            std::iter::from_fn(fetch_thread)
+                .take(FETCH_THREADS + 1)
+                .collect()
         });
         assert!(held.len() <= BACKGROUND_CONNECTIONS_PER_ORIGIN);
         // Reads still find room beside them.
@@ -270,5 +354,27 @@ mod tests {
         assert!(read.is_some());
         drop(held);
         drop(read);
+    }
+}
+
+#[cfg(test)]
+mod context_tests {
+    use super::*;
+
+    #[test]
+    fn a_closed_files_background_work_stops_and_others_go_on() {
+        let closing = Closing::default();
+        assert!(closing.run(check_file_open).is_ok());
+        closing.close();
+        let e = closing.run(check_file_open).unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::Interrupted);
+        assert_eq!(closing.run(lane), Lane::Background);
+        // This thread's own work is for no file, in the read lane.
+        assert!(check_file_open().is_ok());
+        assert_eq!(lane(), Lane::Read);
+        // A thread started for the work carries its context.
+        let context = closing.run(context);
+        let carried = std::thread::spawn(move || within(context, check_file_open));
+        assert!(carried.join().unwrap().is_err());
     }
 }

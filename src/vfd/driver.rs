@@ -335,12 +335,14 @@ unsafe extern "C" fn close(file: *mut H5FD_t) -> herr_t {
             if let Some(crawler) = &file.reader.crawler {
                 crawler.stop();
             }
-            // Guesses and the crawl send no further request; those in
-            // flight end first (briefly): a program that exits right after
-            // closing leaves no fetch running, and what they bring reaches a
-            // disk cache for the next run.
+            // Guesses and the crawl send no further request. Those in
+            // flight end on their own (their connections stay usable), and
+            // the close waits for them only if what they bring goes to a
+            // disk cache, for the next run.
             file.reader.file.stop_background();
-            file.reader.file.wait_for_background_fetches(CLOSE_WAIT);
+            if file.reader.file.has_disk_cache() {
+                file.reader.file.wait_for_background_fetches(CLOSE_WAIT);
+            }
             drop(file);
         });
         if let Some(host) = wait::host() {

@@ -355,6 +355,25 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    #[test]
+    fn two_files_configured_with_one_disk_cache_directory_share_one_cache() {
+        let dir = std::env::temp_dir().join(format!("remfile-config-one-{}", std::process::id()));
+        let config = |capacity: &str| {
+            parse(&format!(
+                "disk_cache={};disk_capacity={capacity}",
+                dir.display()
+            ))
+            .unwrap()
+        };
+        let first = builder(&config("1GiB")).unwrap().disk_cache.unwrap();
+        let second = builder(&config("2GiB")).unwrap().disk_cache.unwrap();
+        assert!(
+            first.is_the_same_cache(&second),
+            "one scan, one queue, one writer"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[cfg(unix)]
     #[test]
     fn a_disk_cache_refused_is_left_out_and_the_file_opens() {

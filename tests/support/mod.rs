@@ -451,11 +451,17 @@ impl RawServer {
                     match listener.accept() {
                         Ok((stream, _)) => {
                             let conn = connections.fetch_add(1, Ordering::SeqCst) + 1;
-                            let (handler, requests, stop, gauges) =
-                                (handler.clone(), requests.clone(), stop.clone(), gauges.clone());
+                            let (handler, requests, stop, gauges) = (
+                                handler.clone(),
+                                requests.clone(),
+                                stop.clone(),
+                                gauges.clone(),
+                            );
                             Gauges::up(&gauges.open, &gauges.peak_open);
                             let serve = move || {
-                                handle_connection(stream, conn, &*handler, &requests, &stop, &gauges);
+                                handle_connection(
+                                    stream, conn, &*handler, &requests, &stop, &gauges,
+                                );
                                 Gauges::down(&gauges.open);
                             };
                             std::thread::Builder::new()
