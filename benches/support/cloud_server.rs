@@ -148,7 +148,10 @@ fn serve(
             }
             head_lines += 1;
             if head_lines == 1 {
-                path = line.split_whitespace().nth(1).unwrap_or("").to_owned();
+                let target = line.split_whitespace().nth(1).unwrap_or("");
+                // The query names no other file (files opened under several
+                // names in one survey say `?copy=N`).
+                path = target.split('?').next().unwrap_or("").to_owned();
             }
             if head_lines == 1 && line.starts_with("GET /__stats ") {
                 stats_request = true;

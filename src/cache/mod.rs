@@ -82,7 +82,30 @@ impl fmt::Debug for BlockCache {
     }
 }
 
+/// A handle on a [`BlockCache`] that does not keep it alive.
+#[cfg(any(feature = "hdf5", feature = "vfd"))]
+#[derive(Clone)]
+pub(crate) struct WeakBlockCache(std::sync::Weak<Inner>);
+
+#[cfg(any(feature = "hdf5", feature = "vfd"))]
+impl WeakBlockCache {
+    pub(crate) fn upgrade(&self) -> Option<BlockCache> {
+        self.0.upgrade().map(|inner| BlockCache { inner })
+    }
+}
+
 impl BlockCache {
+    #[cfg(any(feature = "hdf5", feature = "vfd"))]
+    pub(crate) fn downgrade(&self) -> WeakBlockCache {
+        WeakBlockCache(Arc::downgrade(&self.inner))
+    }
+
+    /// Whether both handles are of one cache.
+    #[cfg(test)]
+    pub(crate) fn is_the_same_cache(&self, other: &BlockCache) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     /// A cache holding at most `capacity_bytes` bytes of blocks.
     ///
     /// A read larger than the capacity still succeeds: its blocks are handed

@@ -11,6 +11,7 @@
 //! | `agents` | one HTTP agent (connection pool) per kind of agent: a second file on a host reuses the first's warm connections |
 //! | `budget` | the connections open to each origin at once, with the reads users wait for served before background fetches |
 //! | `workers` | a few threads for background work (read-ahead, the HDF5 metadata crawl), and a bound on the threads concurrent fetches start |
+//! | `caches` | one block cache per capacity for the files the HDF5 driver opens: one memory budget however many are open |
 //!
 //! Each is made again in a child forked from the process: the parent's
 //! connections, counts and threads are not the child's (a connection used
@@ -25,6 +26,8 @@
 
 pub(crate) mod agents;
 pub(crate) mod budget;
+#[cfg(any(feature = "hdf5", feature = "vfd"))]
+pub(crate) mod caches;
 pub(crate) mod workers;
 
 /// The most requests in flight to one origin (scheme, host, port) across

@@ -94,7 +94,7 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "cache",
-        help: "the block cache's capacity (size; default 256MiB)",
+        help: "the capacity of the block cache, which the process's files of one capacity share (size; default 256MiB)",
         read: |v| size(v).map(Setting::Cache),
     },
     Key {
@@ -635,7 +635,12 @@ mod tests {
 
     #[test]
     fn each_default_the_help_names_is_the_builders() {
-        let baseline = format!("{:?}", hdf5_builder());
+        // The builder of no settings: the defaults, with the process's
+        // cache of the default capacity.
+        let baseline = format!(
+            "{:?}",
+            super::super::source::builder(&parse("").unwrap()).unwrap()
+        );
         for key in KEYS {
             let Some((_, default)) = key.help.split_once("default ") else {
                 continue;

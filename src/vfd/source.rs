@@ -155,7 +155,11 @@ pub(crate) fn live_readers() -> usize {
 
 /// The builder `config` describes, from [`config::hdf5_builder`].
 pub fn builder(config: &Config) -> Result<Builder, ConfigError> {
-    apply(config, config::hdf5_builder())
+    let b = apply(config, config::hdf5_builder())?;
+    // Files of one capacity share their cache: the process's memory stays
+    // within one budget however many are open.
+    let shared = crate::process::caches::of_capacity(b.cache_capacity);
+    Ok(b.cache(shared))
 }
 
 /// `b` with `config`'s settings applied: for remote files read other than
@@ -353,6 +357,22 @@ mod tests {
         assert!(builder(&c).unwrap().disk_cache.is_some());
         assert!(dir.join("blocks").is_dir(), "the disk cache opened");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn files_of_one_cache_capacity_share_one_block_cache() {
+        let first = builder(&parse("cache=48MiB").unwrap())
+            .unwrap()
+            .cache
+            .unwrap();
+        let second = builder(&parse("cache=48MiB;block_size=4096").unwrap()).unwrap();
+        assert!(first.is_the_same_cache(second.cache.as_ref().unwrap()));
+        let other = builder(&parse("cache=96MiB").unwrap())
+            .unwrap()
+            .cache
+            .unwrap();
+        assert!(!first.is_the_same_cache(&other));
+        assert_eq!(other.capacity(), 96 << 20);
     }
 
     #[test]

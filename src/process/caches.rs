@@ -1,0 +1,55 @@
+//! One block cache per capacity for the files the HDF5 driver opens, so
+//! that the memory of a process holding many files open stays within one
+//! budget rather than one per file.
+//!
+//! The table holds weak handles: a cache no open file uses any more is let
+//! go of (its memory with it), and made afresh by the next open. A forked
+//! child makes its own: the parent's cache's locks may be held there by
+//! threads the child does not have.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use crate::cache::{BlockCache, WeakBlockCache};
+use crate::sync::Mutex;
+
+static CACHES: Mutex<BTreeMap<(u32, u64), WeakBlockCache>> = Mutex::new(BTreeMap::new());
+
+/// See [`super::agents`]'s wait for its table.
+const TABLE_WAIT: Duration = Duration::from_secs(2);
+
+/// The process's shared cache of `capacity` bytes.
+pub(crate) fn of_capacity(capacity: u64) -> BlockCache {
+    let me = std::process::id();
+    let Some(mut caches) = CACHES.try_lock_until(Instant::now() + TABLE_WAIT) else {
+        return BlockCache::new(capacity);
+    };
+    caches.retain(|(pid, _), cache| *pid == me && cache.upgrade().is_some());
+    if let Some(cache) = caches
+        .get(&(me, capacity))
+        .and_then(WeakBlockCache::upgrade)
+    {
+        return cache;
+    }
+    let cache = BlockCache::new(capacity);
+    caches.insert((me, capacity), cache.downgrade());
+    cache
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_of_one_capacity_share_a_cache_until_none_uses_it() {
+        let capacity = 3 * 1024 * 1024 + 17;
+        let a = of_capacity(capacity);
+        let b = of_capacity(capacity);
+        assert!(a.is_the_same_cache(&b));
+        assert!(!a.is_the_same_cache(&of_capacity(capacity + 1)));
+        drop((a, b));
+        let c = of_capacity(capacity);
+        let d = of_capacity(capacity);
+        assert!(c.is_the_same_cache(&d), "made again, and shared again");
+    }
+}
