@@ -63,8 +63,6 @@ pub(crate) struct Engine {
     counters: Arc<Counters>,
     /// Small ranges guesses fetched exactly (see [`Engine::guess_pieces`]).
     pieces: Pieces,
-    /// Stops the file's background work when it is closed.
-    closing: workers::Closing,
     /// Background fetches under way, and their end.
     background: sync::Mutex<usize>,
     background_done: sync::Condvar,
@@ -106,7 +104,6 @@ impl Engine {
             options,
             link,
             counters,
-            closing: workers::Closing::default(),
             background: sync::Mutex::new(0),
             background_done: sync::Condvar::new(),
         }
@@ -606,7 +603,8 @@ impl Engine {
     }
 
     /// Fetches the missing blocks of `ranges`, at most `max_bytes` of them,
-    /// on one of the process's background workers, and returns the bytes it claimed; no reader
+    /// on one of the process's background workers (stopped by `closing`),
+    /// and returns the bytes missing when asked; no reader
     /// waits for them unless it comes to need one. The fetch counts its
     /// requests and bytes, but no round trip: a reader that waits for one of
     /// its blocks counts that.
@@ -614,27 +612,47 @@ impl Engine {
         self: &Arc<Self>,
         ranges: impl IntoIterator<Item = Range<u64>>,
         max_bytes: u64,
+        closing: Option<&workers::Closing>,
     ) -> u64 {
-        let (guess, claimed) = self.claim_guess(ranges, max_bytes);
-        let Some(guess) = guess else {
-            return claimed;
-        };
-        // A file let go of before its turn fetches nothing.
+        let most = (max_bytes / self.options.block_size).min(self.blocks_the_cache_holds());
+        let missing = self.missing_blocks(ranges, most);
+        if missing.is_empty() {
+            return 0;
+        }
+        let missing_bytes = missing.iter().map(|&i| self.block_len(i)).sum();
+        // The blocks are claimed when a worker takes the job, not now: a
+        // reader that needs one before then fetches it itself rather than
+        // wait for background work's turn. A file let go of, or closed,
+        // before its turn fetches nothing.
         let engine = Arc::downgrade(self);
+        let closing = closing.cloned().unwrap_or_default();
         *self.background.lock() += 1;
         let queued = workers::submit(Priority::ReadAhead, move || {
             if let Some(engine) = engine.upgrade() {
-                engine.fetch_guess(guess);
+                let _ends = BackgroundEnds(&engine);
+                if !closing.is_closed() {
+                    closing.run(|| engine.fetch_blocks_as_guess(&missing));
+                }
             }
         });
         if let Err(job) = queued {
-            // Dropping the job drops the claim, which releases its blocks
-            // to whoever needs them.
             drop(job);
             self.background_ended();
             return 0;
         }
-        claimed
+        missing_bytes
+    }
+
+    /// Claims those of `blocks` still missing, as a guess, and fetches what
+    /// the disk does not hold.
+    fn fetch_blocks_as_guess(&self, blocks: &[u64]) {
+        let (bs, size) = (self.options.block_size, self.identity.size);
+        let ranges = blocks.iter().map(|&i| plan::block_bytes(i, bs, size));
+        let (guess, _) = self.claim_guess(ranges, u64::MAX);
+        if let Some(mut guess) = guess {
+            guess.deadline = Instant::now() + self.options.read_timeout;
+            self.fetch_not_on_disk(&mut guess);
+        }
     }
 
     /// As [`prefetch_in_background`](Self::prefetch_in_background), on
@@ -647,41 +665,19 @@ impl Engine {
         max_bytes: u64,
     ) -> u64 {
         let (guess, claimed) = self.claim_guess(ranges, max_bytes);
-        if let Some(guess) = guess {
+        if let Some(mut guess) = guess {
             *self.background.lock() += 1;
-            self.fetch_guess(guess);
+            let _ends = BackgroundEnds(self);
+            guess.deadline = Instant::now() + self.options.read_timeout;
+            self.fetch_not_on_disk(&mut guess);
         }
         claimed
-    }
-
-    /// Fetches what a guess claimed and the disk did not have (it was asked
-    /// when the claim was made), then ends one background fetch.
-    fn fetch_guess(&self, mut guess: Guess) {
-        guess.deadline = Instant::now() + self.options.read_timeout;
-        // A file closed since the guess was queued fetches nothing more.
-        self.closing.run(|| self.fetch_not_on_disk(&mut guess));
-        drop(guess);
-        self.background_ended();
-    }
-
-    /// Stops the file's background work: its guesses and crawl make no
-    /// further request (those in flight end with their body, keeping their
-    /// connections). For a file that is closed while its crawl runs ahead.
-    pub(crate) fn stop_background(&self) {
-        self.closing.close();
     }
 
     /// Whether the file's blocks also go to a disk cache.
     #[cfg(any(feature = "hdf5", feature = "vfd"))]
     pub(crate) fn has_disk_cache(&self) -> bool {
         self.disk.is_some()
-    }
-
-    /// Runs `f` as background work of this file: stopped by
-    /// [`stop_background`](Self::stop_background).
-    #[cfg(any(feature = "hdf5", feature = "vfd"))]
-    pub(crate) fn as_background<T>(&self, f: impl FnOnce() -> T) -> T {
-        self.closing.run(f)
     }
 
     /// Claims the missing blocks of `ranges` as a guess, at most
@@ -778,6 +774,7 @@ impl Engine {
         let fetched = taken.iter().map(|r| r.end - r.start).sum();
         let deadline = Instant::now() + self.options.read_timeout;
         *self.background.lock() += 1;
+        let _ends = BackgroundEnds(self);
         fan_out(
             taken,
             self.options.guess_concurrency as usize,
@@ -799,7 +796,6 @@ impl Engine {
                 Next::Continue
             },
         );
-        self.background_ended();
         fetched
     }
 
@@ -965,6 +961,15 @@ fn copy_out<'a>(
         skip = 0;
     }
     debug_assert_eq!(written, buf.len());
+}
+
+/// Ends one background fetch when dropped (a panic in the fetch too).
+struct BackgroundEnds<'a>(&'a Engine);
+
+impl Drop for BackgroundEnds<'_> {
+    fn drop(&mut self) {
+        self.0.background_ended();
+    }
 }
 
 /// Background work under way until dropped: see [`Engine::background_work`].

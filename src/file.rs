@@ -277,22 +277,23 @@ impl RemoteFile {
         self.engine.background_work()
     }
 
-    /// See [`Engine::stop_background`](crate::engine::Engine::stop_background).
+    /// As [`prefetch_in_background`](Self::prefetch_in_background), as
+    /// background work that `closing` stops.
     #[cfg(any(feature = "hdf5", feature = "vfd"))]
-    pub(crate) fn stop_background(&self) {
-        self.engine.stop_background()
+    pub(crate) fn prefetch_in_background_until_closed(
+        &self,
+        ranges: impl IntoIterator<Item = std::ops::Range<u64>>,
+        max_bytes: u64,
+        closing: &crate::process::workers::Closing,
+    ) -> u64 {
+        self.engine
+            .prefetch_in_background(ranges, max_bytes, Some(closing))
     }
 
     /// See [`Engine::has_disk_cache`](crate::engine::Engine::has_disk_cache).
     #[cfg(any(feature = "hdf5", feature = "vfd"))]
     pub(crate) fn has_disk_cache(&self) -> bool {
         self.engine.has_disk_cache()
-    }
-
-    /// See [`Engine::as_background`](crate::engine::Engine::as_background).
-    #[cfg(any(feature = "hdf5", feature = "vfd"))]
-    pub(crate) fn as_background<T>(&self, f: impl FnOnce() -> T) -> T {
-        self.engine.as_background(f)
     }
 
     /// See [`Engine::guess_pieces`](crate::engine::Engine::guess_pieces).
@@ -411,14 +412,17 @@ impl RemoteFile {
         wait::blocking(move || engine.prefetch(ranges))
     }
 
-    /// Starts fetching the blocks covering `ranges` that are neither cached
-    /// nor being fetched, at most `max_bytes` of them, in the background, and
-    /// returns at once with the bytes it started to fetch.
+    /// Queues a fetch of the blocks covering `ranges` that are neither
+    /// cached nor being fetched, at most `max_bytes` of them, for the
+    /// process's background workers, and returns at once with the bytes
+    /// missing now.
     ///
     /// For guesses: where a caller expects to read next but is not sure
     /// (the children of a tree node it just read, say). A read that comes to
-    /// need one of those blocks waits for the fetch under way rather than
-    /// fetching it again, and counts one round trip if it had to wait. A
+    /// need one of those blocks once the fetch is under way waits for it
+    /// rather than fetching it again, and counts one round trip if it had to
+    /// wait; one that comes before a worker took the fetch fetches the block
+    /// itself (a read never waits for background work's turn). A
     /// guess that fails costs only its bytes: the read then fetches the
     /// block itself. Parts of ranges past the end of the file are ignored.
     ///
@@ -435,7 +439,7 @@ impl RemoteFile {
         ranges: impl IntoIterator<Item = Range<u64>>,
         max_bytes: u64,
     ) -> u64 {
-        self.engine.prefetch_in_background(ranges, max_bytes)
+        self.engine.prefetch_in_background(ranges, max_bytes, None)
     }
 
     /// Waits until the fetches started by

@@ -51,6 +51,39 @@ impl<T> Mutex<T> {
     }
 }
 
+/// The process in which a process-wide table's lock was found held for
+/// good (a child forked while another thread held it): there, later
+/// callers only try it once rather than wait again each time.
+#[derive(Debug, Default)]
+pub(crate) struct Wedged(std::sync::atomic::AtomicU32);
+
+impl Wedged {
+    pub(crate) const fn new() -> Wedged {
+        Wedged(std::sync::atomic::AtomicU32::new(0))
+    }
+}
+
+impl<T> Mutex<T> {
+    /// The lock if it can be had within `wait`, unless this process found
+    /// it held for good before (`wedged`): then only if it is free now.
+    pub(crate) fn lock_unless_wedged(
+        &self,
+        wedged: &Wedged,
+        wait: Duration,
+    ) -> Option<MutexGuard<'_, T>> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let me = std::process::id();
+        if wedged.0.load(Relaxed) == me {
+            return self.try_lock_until(Instant::now());
+        }
+        let got = self.try_lock_until(Instant::now() + wait);
+        if got.is_none() {
+            wedged.0.store(me, Relaxed);
+        }
+        got
+    }
+}
+
 /// A condition variable over `std::sync::Condvar`, for a [`Mutex`].
 #[derive(Debug, Default)]
 pub(crate) struct Condvar(std::sync::Condvar);
@@ -125,6 +158,30 @@ mod tests {
         assert!(tried.join().unwrap(), "the lock was had while held");
         drop(held);
         assert!(lock.try_lock_until(Instant::now()).is_some());
+    }
+
+    #[test]
+    fn a_lock_found_held_for_good_is_not_waited_for_again() {
+        let lock = Arc::new(Mutex::new(0));
+        let wedged = Wedged::new();
+        let held = lock.lock();
+        let other = lock.clone();
+        let tries = std::thread::spawn(move || {
+            let wedged = Wedged::new();
+            let first = other
+                .lock_unless_wedged(&wedged, Duration::from_millis(20))
+                .is_none();
+            let started = Instant::now();
+            let second = other
+                .lock_unless_wedged(&wedged, Duration::from_secs(30))
+                .is_none();
+            (first, second, started.elapsed())
+        });
+        let (first, second, waited) = tries.join().unwrap();
+        assert!(first && second);
+        assert!(waited < Duration::from_secs(30), "waited again: {waited:?}");
+        drop(held);
+        assert!(lock.lock_unless_wedged(&wedged, Duration::ZERO).is_some());
     }
 
     #[test]

@@ -316,3 +316,84 @@ fn closing_a_file_mid_crawl_ends_its_background_work() {
         "the crawl ended early: {closed} requests closed, {whole} whole"
     );
 }
+
+/// A read never waits for background work's turn: with every background
+/// worker busy (guesses on files whose server stalls), a guess queued for
+/// another file leaves the read of its block to fetch the block itself.
+#[test]
+fn a_read_does_not_wait_for_a_guess_still_queued() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let _serial = serial();
+    let data = test_data(4 << 20, 32);
+    let stalled_answered = Arc::new(AtomicUsize::new(0));
+    let answered = stalled_answered.clone();
+    let server = RangeServer::new(data.clone()).with_hook(move |req, reply| {
+        let opening = req.range().is_some_and(|(first, _)| first == 0);
+        if req.path.starts_with("/stalled") && !opening {
+            std::thread::sleep(Duration::from_secs(3));
+            answered.fetch_add(1, Ordering::SeqCst);
+        }
+        reply
+    });
+    let stalled: Vec<_> = (0..process::BACKGROUND_WORKERS * 2)
+        .map(|i| {
+            builder()
+                .block_size(64 << 10)
+                .open(server.url(&format!("/stalled-{i}")))
+                .unwrap()
+        })
+        .collect();
+    for file in &stalled {
+        assert!(
+            file.prefetch_in_background(std::iter::once(1 << 20..(1 << 20) + 100), 1 << 20) > 0
+        );
+    }
+    let file = builder()
+        .block_size(64 << 10)
+        .open(server.url("/fine"))
+        .unwrap();
+    assert!(file.prefetch_in_background(std::iter::once(2 << 20..(2 << 20) + 100), 1 << 20) > 0);
+    let mut buf = vec![0; 100];
+    file.read_exact_at(2 << 20, &mut buf).unwrap();
+    assert_eq!(buf, data[2 << 20..(2 << 20) + 100]);
+    assert_eq!(
+        stalled_answered.load(Ordering::SeqCst),
+        0,
+        "the read waited for the background workers to be free"
+    );
+    for file in &stalled {
+        assert!(file.wait_for_background_fetches(Duration::from_secs(60)));
+    }
+}
+
+/// Closing one HDF5 handle on a remote file stops that handle's
+/// background work only: the remote file's own guesses still fetch.
+#[cfg(feature = "hdf5")]
+#[test]
+fn closing_an_hdf5_file_leaves_other_handles_on_its_remote_file_their_background_work() {
+    let _serial = serial();
+    let server = RangeServer::new(std::fs::read(deep_file()).unwrap());
+    let remote = builder()
+        .block_size(64 << 10)
+        .open(server.url("/shared.h5"))
+        .unwrap();
+    let file = remfile::hdf5::open(remote.clone()).unwrap();
+    assert!(remote.wait_for_background_fetches(Duration::from_secs(60)));
+    drop(file);
+    let before = remote.stats().requests;
+    let end = remote.len();
+    assert!(
+        remote.prefetch_in_background(std::iter::once(end - 200_000..end - 100_000), 1 << 20) > 0
+    );
+    assert!(remote.wait_for_background_fetches(Duration::from_secs(60)));
+    let guessed = remote.stats().requests;
+    assert!(guessed > before, "the guess fetched nothing");
+    let mut buf = vec![0; 1000];
+    remote.read_exact_at(end - 150_000, &mut buf).unwrap();
+    assert_eq!(
+        remote.stats().requests,
+        guessed,
+        "the guess's block was cached"
+    );
+}

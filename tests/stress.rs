@@ -56,8 +56,8 @@ fn sixteen_threads_of_random_reads_over_a_small_cache() {
                         guesses.push((guess, len as usize));
                     }
                 }
-                // Reading the guesses joins any fetch of theirs still under
-                // way, so that the counts below are final.
+                // Reading the guesses joins any fetch of theirs under way
+                // (or fetches the blocks of those not started yet).
                 for (pos, len) in guesses {
                     let n = file.read_at(pos, &mut buf[..len]).unwrap();
                     let want = &data[pos as usize..(pos as usize + len).min(size)];
@@ -66,6 +66,8 @@ fn sixteen_threads_of_random_reads_over_a_small_cache() {
             });
         }
     });
+    // Guesses still queued then end: the counts below are final.
+    assert!(file.wait_for_background_fetches(std::time::Duration::from_secs(60)));
     file.cache().run_pending_tasks();
     assert!(file.cache().weighted_size() <= 4 * MIB);
     let s = file.stats();

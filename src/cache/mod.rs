@@ -101,7 +101,7 @@ impl BlockCache {
     }
 
     /// Whether both handles are of one cache.
-    #[cfg(test)]
+    #[cfg(all(test, any(feature = "hdf5", feature = "vfd")))]
     pub(crate) fn is_the_same_cache(&self, other: &BlockCache) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
     }

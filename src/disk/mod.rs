@@ -152,7 +152,7 @@ impl fmt::Debug for DiskCache {
 impl DiskCache {
     /// Whether both handles are of one cache (one directory's queue,
     /// writer and count of bytes).
-    #[cfg(test)]
+    #[cfg(all(test, any(feature = "hdf5", feature = "vfd")))]
     pub(crate) fn is_the_same_cache(&self, other: &DiskCache) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
     }

@@ -286,15 +286,18 @@ impl Transport {
                 format!("timed out waiting for a free connection ({of} are all busy)"),
             )
         };
-        let file = self
-            .permits
-            .acquire(lane, deadline)
-            .ok_or_else(|| busy("the file's max_connections"))?;
+        // The process's first: a read waiting there counts as one before
+        // any file's background work, and a permit of the file is then
+        // held only by a request that has its connection.
         let origin = budget::of_origin(&self.target.read().origin().ascii_serialization());
         let process = origin
             .acquire(lane, deadline)
             .ok_or_else(|| busy("the process's connections to the server"))?;
-        Ok([file, process])
+        let file = self
+            .permits
+            .acquire(lane, deadline)
+            .ok_or_else(|| busy("the file's max_connections"))?;
+        Ok([process, file])
     }
 
     /// Sends later requests straight to `url`, where the original redirected.

@@ -220,8 +220,11 @@ impl Transport {
         let mut so_far = Attempts::default();
         loop {
             so_far.made += 1;
+            // Background work of a closed file waits for no connection.
+            workers::check_file_open().map_err(|e| e.with_attempts(so_far.made - 1))?;
             let permit = self.connection(deadline)?;
-            // A read that was stopped makes no further request.
+            // A read that was stopped makes no further request, nor a
+            // file closed meanwhile.
             crate::wait::check_stopped()
                 .and_then(|()| workers::check_file_open())
                 .map_err(|e| e.with_attempts(so_far.made - 1))?;

@@ -8,11 +8,11 @@
 //! child would interleave their bytes.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ureq::Agent;
 
-use crate::sync::Mutex;
+use crate::sync::{Mutex, Wedged};
 
 /// What makes two files' agents differ.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -26,6 +26,7 @@ pub(crate) struct AgentKind {
 }
 
 /// The agents made, by the process that made them and their kind.
+static WEDGED: Wedged = Wedged::new();
 static AGENTS: Mutex<BTreeMap<(u32, AgentKind), Agent>> = Mutex::new(BTreeMap::new());
 
 /// How long a lookup waits for the table: it is held only to look up or
@@ -39,7 +40,7 @@ pub(crate) fn shared<E>(
     make: impl FnOnce() -> Result<Agent, E>,
 ) -> Result<Agent, E> {
     let me = std::process::id();
-    let Some(mut agents) = AGENTS.try_lock_until(Instant::now() + TABLE_WAIT) else {
+    let Some(mut agents) = AGENTS.lock_unless_wedged(&WEDGED, TABLE_WAIT) else {
         return make();
     };
     // Those of the process this one was forked from stay unused here.
@@ -59,6 +60,8 @@ pub(crate) struct SharedAgent {
     kind: AgentKind,
     pid: u32,
     agent: Agent,
+    /// The agent of a process forked since, once looked up there.
+    forked: Mutex<Option<(u32, Agent)>>,
     make: fn(&AgentKind) -> Result<Agent, crate::Error>,
 }
 
@@ -73,6 +76,7 @@ impl SharedAgent {
             kind,
             pid: std::process::id(),
             agent,
+            forked: Mutex::new(None),
             make,
         })
     }
@@ -80,14 +84,26 @@ impl SharedAgent {
     /// The agent for a request from this process: in a child forked since
     /// it was made, the child's own.
     pub(crate) fn get(&self) -> Agent {
-        if self.pid == std::process::id() {
+        let me = std::process::id();
+        if self.pid == me {
             return self.agent.clone();
         }
+        // Tried, not waited for: a thread of a parent may hold it for good.
+        let mut forked = self.forked.try_lock_until(std::time::Instant::now());
+        if let Some(Some((pid, agent))) = forked.as_deref() {
+            if *pid == me {
+                return agent.clone();
+            }
+        }
         let make = self.make;
-        shared(&self.kind, || make(&self.kind))
+        let agent = shared(&self.kind, || make(&self.kind))
             // The kind was made once already: it cannot fail now but for
             // the system; a private agent then.
-            .unwrap_or_else(|_| Agent::config_builder().build().new_agent())
+            .unwrap_or_else(|_| Agent::config_builder().build().new_agent());
+        if let Some(forked) = forked.as_deref_mut() {
+            *forked = Some((me, agent.clone()));
+        }
+        agent
     }
 }
 

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::sync::{Condvar, Mutex};
+use crate::sync::{Condvar, Mutex, Wedged};
 
 use super::workers::Lane;
 
@@ -72,9 +72,7 @@ impl Permits {
             if may {
                 break;
             }
-            let (waited, timed_out) = self.returned.wait_until(state, deadline);
-            state = waited;
-            if timed_out {
+            if Instant::now() >= deadline {
                 if lane == Lane::Read {
                     state.reads_waiting -= 1;
                 }
@@ -82,11 +80,16 @@ impl Permits {
                 self.returned.notify_all();
                 return None;
             }
+            state = self.returned.wait_until(state, deadline).0;
         }
         state.free -= 1;
         match lane {
             Lane::Read => state.reads_waiting -= 1,
             Lane::Background => state.background_held += 1,
+        }
+        if state.free > 0 && state.reads_waiting == 0 {
+            // Background waiters held back for this read may go now.
+            self.returned.notify_all();
         }
         Some(Permit {
             permits: Arc::clone(self),
@@ -117,6 +120,7 @@ impl Drop for Permit {
 
 /// The budgets of the origins this process sent requests to, by the
 /// process that made them: a forked child counts its own requests only.
+static WEDGED: Wedged = Wedged::new();
 static ORIGINS: Mutex<BTreeMap<(u32, String), Arc<Permits>>> = Mutex::new(BTreeMap::new());
 
 /// See [`super::agents`]'s wait for its table.
@@ -131,7 +135,7 @@ pub(crate) fn of_origin(origin: &str) -> Arc<Permits> {
         ))
     };
     let me = std::process::id();
-    let Some(mut origins) = ORIGINS.try_lock_until(Instant::now() + TABLE_WAIT) else {
+    let Some(mut origins) = ORIGINS.lock_unless_wedged(&WEDGED, TABLE_WAIT) else {
         return made();
     };
     origins.retain(|(pid, _), _| *pid == me);

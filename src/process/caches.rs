@@ -8,11 +8,12 @@
 //! threads the child does not have.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::cache::{BlockCache, WeakBlockCache};
-use crate::sync::Mutex;
+use crate::sync::{Mutex, Wedged};
 
+static WEDGED: Wedged = Wedged::new();
 static CACHES: Mutex<BTreeMap<(u32, u64), WeakBlockCache>> = Mutex::new(BTreeMap::new());
 
 /// See [`super::agents`]'s wait for its table.
@@ -21,7 +22,7 @@ const TABLE_WAIT: Duration = Duration::from_secs(2);
 /// The process's shared cache of `capacity` bytes.
 pub(crate) fn of_capacity(capacity: u64) -> BlockCache {
     let me = std::process::id();
-    let Some(mut caches) = CACHES.try_lock_until(Instant::now() + TABLE_WAIT) else {
+    let Some(mut caches) = CACHES.lock_unless_wedged(&WEDGED, TABLE_WAIT) else {
         return BlockCache::new(capacity);
     };
     caches.retain(|(pid, _), cache| *pid == me && cache.upgrade().is_some());

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-use crate::sync::{Condvar, Mutex};
+use crate::sync::{Condvar, Mutex, Wedged};
 
 use super::{
     BACKGROUND_CONNECTIONS_PER_ORIGIN, BACKGROUND_WORKERS, FETCH_THREADS, IDLE_WORKER_END,
@@ -89,8 +89,13 @@ pub(crate) fn in_lane<T>(lane: Lane, f: impl FnOnce() -> T) -> T {
 pub(crate) struct Closing(Arc<AtomicBool>);
 
 impl Closing {
+    #[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
     pub(crate) fn close(&self) {
         self.0.store(true, Relaxed);
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.0.load(Relaxed)
     }
 
     /// Runs `f` as background work of the file.
@@ -124,6 +129,7 @@ pub(crate) enum Priority {
     /// Read-ahead of a stream a reader is in: it will be read soon.
     ReadAhead,
     /// A crawl wave: what the metadata may need.
+    #[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
     Crawl,
 }
 
@@ -138,6 +144,8 @@ struct Pool {
     idle: usize,
 }
 
+static POOL_WEDGED: Wedged = Wedged::new();
+static FETCH_THREADS_WEDGED: Wedged = Wedged::new();
 static POOL: Mutex<Pool> = Mutex::new(Pool {
     pid: 0,
     read_ahead: VecDeque::new(),
@@ -178,7 +186,7 @@ impl Pool {
 /// be queued: no worker runs and none can be started.
 pub(crate) fn submit(priority: Priority, job: impl FnOnce() + Send + 'static) -> Result<(), Job> {
     let job: Job = Box::new(job);
-    let Some(mut pool) = POOL.try_lock_until(Instant::now() + LOCK_WAIT) else {
+    let Some(mut pool) = POOL.lock_unless_wedged(&POOL_WEDGED, LOCK_WAIT) else {
         return Err(job);
     };
     pool.adopt();
@@ -250,7 +258,7 @@ pub(crate) struct FetchThread {
 /// for background work).
 pub(crate) fn fetch_thread() -> Option<FetchThread> {
     let lane = lane();
-    let mut running = FETCH_THREADS_RUNNING.try_lock_until(Instant::now() + LOCK_WAIT)?;
+    let mut running = FETCH_THREADS_RUNNING.lock_unless_wedged(&FETCH_THREADS_WEDGED, LOCK_WAIT)?;
     let me = std::process::id();
     if running.0 != me {
         *running = (me, 0, 0);
@@ -278,12 +286,6 @@ impl Drop for FetchThread {
             }
         }
     }
-}
-
-/// Fetch threads running now (all lanes).
-#[cfg(test)]
-pub(crate) fn fetch_threads_running() -> usize {
-    FETCH_THREADS_RUNNING.lock().1
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ use super::spans;
 use crate::RemoteFile;
 use crate::engine::BackgroundWork;
 use crate::h5meta::Target;
-use crate::process::workers::{self, Priority};
+use crate::process::workers::{self, Closing, Priority};
 
 /// The crawl of one file, stopped when dropped.
 ///
@@ -37,6 +37,9 @@ pub(crate) struct Crawler {
 struct Shared {
     prefetch: Arc<DataMutex<Prefetcher>>,
     file: RemoteFile,
+    /// Set when the file is closed: the wave under way sends no further
+    /// request.
+    closing: Closing,
     signal: Mutex<Signal>,
 }
 
@@ -51,11 +54,16 @@ struct Signal {
 }
 
 impl Crawler {
-    pub fn new(prefetch: Arc<DataMutex<Prefetcher>>, file: RemoteFile) -> Crawler {
+    pub fn new(
+        prefetch: Arc<DataMutex<Prefetcher>>,
+        file: RemoteFile,
+        closing: Closing,
+    ) -> Crawler {
         Crawler {
             shared: Arc::new(Shared {
                 prefetch,
                 file,
+                closing,
                 signal: Mutex::new(Signal::default()),
             }),
             pid: std::process::id(),
@@ -134,8 +142,14 @@ impl Shared {
             }
             signal.work.take()
         };
-        let more = self.file.as_background(|| self.wave());
+        let wave = std::panic::AssertUnwindSafe(|| self.closing.run(|| self.wave()));
+        let outcome = std::panic::catch_unwind(wave);
         let mut signal = self.signal();
+        // A wave that panicked ends the crawl (its file reads on without it).
+        let more = outcome.unwrap_or_else(|_| {
+            signal.stop = true;
+            false
+        });
         if more && !signal.stop && signal.work.is_none() {
             // Held until the frontier is crawled.
             signal.work = working;

@@ -339,7 +339,7 @@ unsafe extern "C" fn close(file: *mut H5FD_t) -> herr_t {
             // flight end on their own (their connections stay usable), and
             // the close waits for them only if what they bring goes to a
             // disk cache, for the next run.
-            file.reader.file.stop_background();
+            file.reader.closing.close();
             if file.reader.file.has_disk_cache() {
                 file.reader.file.wait_for_background_fetches(CLOSE_WAIT);
             }
@@ -503,7 +503,10 @@ fn read_raw(f: &DriverFile, addr: haddr_t, buf: &mut [u8]) -> Result<(), ReadErr
     };
     if !ahead.is_empty() {
         // Bounded here too: the step is whatever the index said.
-        let fetched = source.file.prefetch_in_background(ahead, bounds.1);
+        let fetched =
+            source
+                .file
+                .prefetch_in_background_until_closed(ahead, bounds.1, &source.closing);
         prefetch.lock().fetched_chunks(fetched);
     }
     let inside = inside_file(f, addr, buf)?;

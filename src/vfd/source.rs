@@ -12,6 +12,7 @@ use parking_lot::Mutex;
 use super::config::{self, Config, ConfigError, Setting};
 use super::crawl::Crawler;
 use super::prefetch::{PrefetchStats, Prefetcher};
+use crate::process::workers::Closing;
 use crate::s3::KeyPart;
 use crate::{Builder, Error, RemoteFile, RetryPolicy, S3Options};
 
@@ -19,6 +20,10 @@ use crate::{Builder, Error, RemoteFile, RetryPolicy, S3Options};
 /// copies HDF5 keeps. Freed when the last of those goes.
 pub(crate) struct Source {
     pub file: RemoteFile,
+    /// Set when HDF5 closes the file: its crawl and chunk read-ahead send
+    /// no further request (other handles on the remote file are not
+    /// concerned).
+    pub closing: Closing,
     /// The metadata prefetch and the chunk read-ahead, if either is on.
     pub prefetch: Option<Arc<Mutex<Prefetcher>>>,
     /// The metadata prefetch's crawl ahead of HDF5, if it is on.
@@ -39,10 +44,11 @@ static LIVE_READERS: AtomicUsize = AtomicUsize::new(0);
 impl Source {
     pub fn new(file: RemoteFile, metadata: bool, chunks: bool) -> Arc<Source> {
         LIVE_READERS.fetch_add(1, Relaxed);
+        let closing = Closing::default();
         let prefetch =
             (metadata || chunks).then(|| Arc::new(Mutex::new(Prefetcher::new(metadata, chunks))));
         let crawler = match &prefetch {
-            Some(p) if metadata => Some(Crawler::new(Arc::clone(p), file.clone())),
+            Some(p) if metadata => Some(Crawler::new(Arc::clone(p), file.clone(), closing.clone())),
             _ => None,
         };
         // The crawl starts now, from what opening the file fetched, while
@@ -54,6 +60,7 @@ impl Source {
         }
         Arc::new(Source {
             file,
+            closing,
             prefetch,
             crawler,
             last_error: Mutex::new(None),
