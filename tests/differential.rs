@@ -159,14 +159,16 @@ proptest! {
                     let spans = ranges.iter().map(|&(pos, len)| pos..pos.saturating_add(len as u64));
                     let started = remote[0].prefetch_in_background(spans, max_bytes);
                     prop_assert!(started <= max_bytes);
-                    // Reading the guesses joins their fetches (so none is
-                    // left running when the cache's size is checked).
+                    // Reading the guesses joins their fetches, or fetches
+                    // the blocks of those not started yet.
                     for &(pos, len) in &ranges {
                         let mut a = vec![0; len];
                         let got = remote[1].read_at(pos, &mut a).unwrap();
                         let start = (pos as usize).min(SIZE);
                         prop_assert!(a[..got] == data[start..(start + len).min(SIZE)]);
                     }
+                    // None is left running when the cache's size is checked.
+                    prop_assert!(remote[0].wait_for_background_fetches(std::time::Duration::from_secs(30)));
                 }
             }
             for h in 0..2 {

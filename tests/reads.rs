@@ -705,8 +705,9 @@ fn a_background_prefetch_is_joined_by_the_read_that_needs_it() {
     let started =
         file.prefetch_in_background(std::iter::once(5 * MIB + 10..5 * MIB + 20), u64::MAX);
     assert_eq!(started, MIB, "the one block covering the range");
-    // The block is claimed before the call returns: the read waits for that
-    // fetch (or finds its block cached) and never fetches it again.
+    // The read waits for that fetch (or finds its block cached), or fetches
+    // the block itself if it comes before a worker took the guess, which
+    // then finds it cached: the block is never fetched twice.
     let mut buf = vec![0; 100];
     file.read_exact_at(5 * MIB + 10, &mut buf).unwrap();
     assert!(buf == data[5 * MIB as usize + 10..5 * MIB as usize + 110]);
@@ -728,6 +729,8 @@ fn a_failed_guess_never_fails_a_read() {
     let server = RangeServer::new(data.clone()).with_hook(move |req, r| {
         let guessed = req.range() == Some((3 * MIB, 4 * MIB - 1));
         if guessed && !once.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            // Late, so that the read below joins the guess under way.
+            std::thread::sleep(std::time::Duration::from_millis(300));
             Reply::new(404)
         } else {
             r
@@ -738,6 +741,16 @@ fn a_failed_guess_never_fails_a_read() {
         file.prefetch_in_background(std::iter::once(3 * MIB..3 * MIB + 1), u64::MAX),
         MIB
     );
+    // The guess is under way once its request reached the server (a read
+    // before a worker took it would fetch the block itself).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while server.requests() < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the guess never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
     let mut buf = vec![0; 1000];
     file.read_exact_at(3 * MIB, &mut buf).unwrap();
     assert!(buf == data[3 * MIB as usize..3 * MIB as usize + 1000]);
