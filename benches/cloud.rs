@@ -53,7 +53,7 @@
 //! attributes and its members' two levels down read, closed; by the
 //! package's driver and file object, fsspec with one shared filesystem,
 //! Python remfile and the local disk, two runs each in a fresh process
-//! (`REMFILE_BENCH_PYTHON` names the interpreter).
+//! (`REMFILE_BENCH_PYTHON` names the interpreter, for the corpus too).
 
 #[path = "support/cloud_server.rs"]
 mod cloud_server;
@@ -930,32 +930,9 @@ fn serve(spec: &str) {
 fn survey() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let dir = root.join("target/bench-data/survey");
-    let python = std::env::var_os("REMFILE_BENCH_PYTHON")
-        .map(PathBuf::from)
-        .into_iter()
-        .chain(
-            [
-                "target/peers-venv/bin/python",
-                "target/plugin-venv/bin/python",
-            ]
-            .iter()
-            .map(|p| root.join(p)),
-        )
-        .find(|p| p.exists());
-    let Some(python) = python else {
-        println!("survey: run benches/setup-peers.sh first");
+    let Some(python) = python_with_corpus("survey", &dir, "small") else {
         return;
     };
-    let written = Command::new(&python)
-        .arg(root.join("benches/corpus.py"))
-        .arg(&dir)
-        .args(["--size", "small"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !written {
-        println!("survey: benches/corpus.py failed (it needs pynwb, netCDF4, tables, h5netcdf)");
-        return;
-    }
     println!(
         "{:<16} {:<14} {:>5} {:>8} {:>7} {:>5} {:>6} {:>6} {:>7}  digest",
         "server", "reader", "files", "wall ms", "cpu ms", "reqs", "rounds", "conns", "MB"
@@ -978,6 +955,41 @@ fn survey() {
             }
         }
     }
+}
+
+/// The Python of the benchmark's readers (`REMFILE_BENCH_PYTHON`, or the
+/// environment `benches/setup-peers.sh` made), once `benches/corpus.py`
+/// has written the corpus of `size` into `dir`; `None`, with a note saying
+/// why, for `what` (the table).
+fn python_with_corpus(what: &str, dir: &Path, size: &str) -> Option<PathBuf> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let python = std::env::var_os("REMFILE_BENCH_PYTHON")
+        .map(PathBuf::from)
+        .into_iter()
+        .chain(
+            [
+                "target/peers-venv/bin/python",
+                "target/plugin-venv/bin/python",
+            ]
+            .iter()
+            .map(|p| root.join(p)),
+        )
+        .find(|p| p.exists());
+    let Some(python) = python else {
+        println!("{what}: run benches/setup-peers.sh first");
+        return None;
+    };
+    let written = Command::new(&python)
+        .arg(root.join("benches/corpus.py"))
+        .arg(dir)
+        .args(["--size", size])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !written {
+        println!("{what}: benches/corpus.py failed (it needs pynwb, netCDF4, tables, h5netcdf)");
+        return None;
+    }
+    Some(python)
 }
 
 /// One JSON line of survey.py as a table row.
@@ -1014,27 +1026,9 @@ fn print_survey_line(label: &str, line: &str) {
 fn corpus() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let dir = root.join("target/bench-data/corpus");
-    let python = [
-        "target/peers-venv/bin/python",
-        "target/plugin-venv/bin/python",
-    ]
-    .iter()
-    .map(|p| root.join(p))
-    .find(|p| p.exists());
-    let Some(python) = python else {
-        println!("corpus: run benches/setup-peers.sh first");
+    let Some(python) = python_with_corpus("corpus", &dir, "full") else {
         return;
     };
-    let written = Command::new(&python)
-        .arg(root.join("benches/corpus.py"))
-        .arg(&dir)
-        .args(["--size", "full"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !written {
-        println!("corpus: benches/corpus.py failed (it needs pynwb, netCDF4, tables, h5netcdf)");
-        return;
-    }
     let (major, minor, patch) = h5::library_version();
     println!("HDF5 {major}.{minor}.{patch} (the Rust adapter)");
     println!(

@@ -408,8 +408,12 @@ impl Engine {
         let inside = ranges
             .into_iter()
             .map(move |r| r.start.min(size)..r.end.min(size));
-        plan::blocks_of(inside, self.options.block_size)
-            .filter(|&i| self.cache.get(&self.key, i).is_none())
+        plan::blocks_of(inside, self.options.block_size).filter(|&i| self.is_missing(i))
+    }
+
+    /// Whether block `index` is not cached.
+    fn is_missing(&self, index: u64) -> bool {
+        self.cache.get(&self.key, index).is_none()
     }
 
     /// The length of block `index` (the file's last may be short).
@@ -614,8 +618,7 @@ impl Engine {
         max_bytes: u64,
         closing: Option<&workers::Closing>,
     ) -> u64 {
-        let most = (max_bytes / self.options.block_size).min(self.blocks_the_cache_holds());
-        let missing = self.missing_blocks(ranges, most);
+        let missing = self.guessable(ranges, max_bytes);
         if missing.is_empty() {
             return 0;
         }
@@ -631,7 +634,7 @@ impl Engine {
             if let Some(engine) = engine.upgrade() {
                 let _ends = BackgroundEnds(&engine);
                 if !closing.is_closed() {
-                    closing.run(|| engine.fetch_blocks_as_guess(&missing));
+                    closing.run(|| engine.fetch_blocks_as_guess(missing));
                 }
             }
         });
@@ -645,14 +648,18 @@ impl Engine {
 
     /// Claims those of `blocks` still missing, as a guess, and fetches what
     /// the disk does not hold.
-    fn fetch_blocks_as_guess(&self, blocks: &[u64]) {
-        let (bs, size) = (self.options.block_size, self.identity.size);
-        let ranges = blocks.iter().map(|&i| plan::block_bytes(i, bs, size));
-        let (guess, _) = self.claim_guess(ranges, u64::MAX);
-        if let Some(mut guess) = guess {
-            guess.deadline = Instant::now() + self.options.read_timeout;
-            self.fetch_not_on_disk(&mut guess);
+    fn fetch_blocks_as_guess(&self, mut blocks: Vec<u64>) {
+        blocks.retain(|&i| self.is_missing(i));
+        if let (Some(mut guess), _) = self.claim_blocks(blocks) {
+            self.fetch_guess(&mut guess);
         }
+    }
+
+    /// Fetches what a guess claimed and the disk did not have (it was asked
+    /// when the claim was made), with the time of a read from now.
+    fn fetch_guess(&self, guess: &mut Guess) {
+        guess.deadline = Instant::now() + self.options.read_timeout;
+        self.fetch_not_on_disk(guess);
     }
 
     /// As [`prefetch_in_background`](Self::prefetch_in_background), on
@@ -666,10 +673,8 @@ impl Engine {
     ) -> u64 {
         let (guess, claimed) = self.claim_guess(ranges, max_bytes);
         if let Some(mut guess) = guess {
-            *self.background.lock() += 1;
-            let _ends = BackgroundEnds(self);
-            guess.deadline = Instant::now() + self.options.read_timeout;
-            self.fetch_not_on_disk(&mut guess);
+            let _ends = self.background_started();
+            self.fetch_guess(&mut guess);
         }
         claimed
     }
@@ -685,13 +690,25 @@ impl Engine {
     /// once (a reader that came to need one would otherwise wait for the
     /// network's turn). Returns the claim, if blocks are left to fetch, and
     /// the bytes claimed.
+    #[cfg(any(feature = "hdf5", feature = "vfd"))]
     fn claim_guess(
         &self,
         ranges: impl IntoIterator<Item = Range<u64>>,
         max_bytes: u64,
     ) -> (Option<Guess>, u64) {
+        self.claim_blocks(self.guessable(ranges, max_bytes))
+    }
+
+    /// The missing blocks of `ranges` a guess of at most `max_bytes` (and
+    /// of no more than the cache holds) takes, sorted.
+    fn guessable(&self, ranges: impl IntoIterator<Item = Range<u64>>, max_bytes: u64) -> Vec<u64> {
         let most = (max_bytes / self.options.block_size).min(self.blocks_the_cache_holds());
-        let missing = self.missing_blocks(ranges, most);
+        self.missing_blocks(ranges, most)
+    }
+
+    /// As [`claim_guess`](Self::claim_guess), for `missing` (sorted blocks
+    /// not cached).
+    fn claim_blocks(&self, missing: Vec<u64>) -> (Option<Guess>, u64) {
         if missing.is_empty() {
             return (None, 0);
         }
@@ -773,8 +790,7 @@ impl Engine {
         }
         let fetched = taken.iter().map(|r| r.end - r.start).sum();
         let deadline = Instant::now() + self.options.read_timeout;
-        *self.background.lock() += 1;
-        let _ends = BackgroundEnds(self);
+        let _ends = self.background_started();
         fan_out(
             taken,
             self.options.guess_concurrency as usize,
@@ -810,6 +826,13 @@ impl Engine {
         BackgroundWork {
             engine: Arc::clone(self),
         }
+    }
+
+    /// Counts one background fetch, until the returned guard is dropped.
+    #[cfg(any(feature = "hdf5", feature = "vfd"))]
+    fn background_started(&self) -> BackgroundEnds<'_> {
+        *self.background.lock() += 1;
+        BackgroundEnds(self)
     }
 
     fn background_ended(&self) {

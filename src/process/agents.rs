@@ -8,7 +8,6 @@
 //! child would interleave their bytes.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use ureq::Agent;
 
@@ -29,18 +28,13 @@ pub(crate) struct AgentKind {
 static WEDGED: Wedged = Wedged::new();
 static AGENTS: Mutex<BTreeMap<(u32, AgentKind), Agent>> = Mutex::new(BTreeMap::new());
 
-/// How long a lookup waits for the table: it is held only to look up or
-/// insert, so this is reached only in a child forked while another thread
-/// held it (which never lets go there).
-const TABLE_WAIT: Duration = Duration::from_secs(2);
-
 /// The process's agent of `kind`, made by `make` the first time.
 pub(crate) fn shared<E>(
     kind: &AgentKind,
     make: impl FnOnce() -> Result<Agent, E>,
 ) -> Result<Agent, E> {
     let me = std::process::id();
-    let Some(mut agents) = AGENTS.lock_unless_wedged(&WEDGED, TABLE_WAIT) else {
+    let Some(mut agents) = AGENTS.lock_unless_wedged(&WEDGED, super::TABLE_WAIT) else {
         return make();
     };
     // Those of the process this one was forked from stay unused here.

@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::sync::{Condvar, Mutex, Wedged};
 
@@ -121,10 +121,7 @@ impl Drop for Permit {
 /// The budgets of the origins this process sent requests to, by the
 /// process that made them: a forked child counts its own requests only.
 static WEDGED: Wedged = Wedged::new();
-static ORIGINS: Mutex<BTreeMap<(u32, String), Arc<Permits>>> = Mutex::new(BTreeMap::new());
-
-/// See [`super::agents`]'s wait for its table.
-const TABLE_WAIT: Duration = Duration::from_secs(2);
+static ORIGINS: Mutex<(u32, BTreeMap<String, Arc<Permits>>)> = Mutex::new((0, BTreeMap::new()));
 
 /// The process's budget of connections to `origin` (`scheme://host:port`).
 pub(crate) fn of_origin(origin: &str) -> Arc<Permits> {
@@ -135,17 +132,27 @@ pub(crate) fn of_origin(origin: &str) -> Arc<Permits> {
         ))
     };
     let me = std::process::id();
-    let Some(mut origins) = ORIGINS.lock_unless_wedged(&WEDGED, TABLE_WAIT) else {
+    let Some(mut origins) = ORIGINS.lock_unless_wedged(&WEDGED, super::TABLE_WAIT) else {
         return made();
     };
-    origins.retain(|(pid, _), _| *pid == me);
-    Arc::clone(origins.entry((me, origin.to_owned())).or_insert_with(made))
+    let (pid, budgets) = &mut *origins;
+    if *pid != me {
+        // Those of the process this one was forked from stay unused here.
+        *budgets = BTreeMap::new();
+        *pid = me;
+    }
+    // Asked before every request: a look-up, with no copy of the origin.
+    if let Some(budget) = budgets.get(origin) {
+        return Arc::clone(budget);
+    }
+    Arc::clone(budgets.entry(origin.to_owned()).or_insert_with(made))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
 
     fn soon() -> Instant {
         Instant::now() + Duration::from_secs(30)

@@ -8,7 +8,6 @@
 //! threads the child does not have.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use crate::cache::{BlockCache, WeakBlockCache};
 use crate::sync::{Mutex, Wedged};
@@ -16,13 +15,10 @@ use crate::sync::{Mutex, Wedged};
 static WEDGED: Wedged = Wedged::new();
 static CACHES: Mutex<BTreeMap<(u32, u64), WeakBlockCache>> = Mutex::new(BTreeMap::new());
 
-/// See [`super::agents`]'s wait for its table.
-const TABLE_WAIT: Duration = Duration::from_secs(2);
-
 /// The process's shared cache of `capacity` bytes.
 pub(crate) fn of_capacity(capacity: u64) -> BlockCache {
     let me = std::process::id();
-    let Some(mut caches) = CACHES.lock_unless_wedged(&WEDGED, TABLE_WAIT) else {
+    let Some(mut caches) = CACHES.lock_unless_wedged(&WEDGED, super::TABLE_WAIT) else {
         return BlockCache::new(capacity);
     };
     caches.retain(|(pid, _), cache| *pid == me && cache.upgrade().is_some());

@@ -58,3 +58,9 @@ pub const IDLE_WORKER_END: std::time::Duration = std::time::Duration::from_secs(
 /// thread each fetch runs on. Background fetches may take at most
 /// [`BACKGROUND_CONNECTIONS_PER_ORIGIN`] of them.
 pub const FETCH_THREADS: usize = CONNECTIONS_PER_ORIGIN;
+
+/// How long a look-up waits for one of the process-wide tables here: each
+/// is held only to look up or insert, so this is reached only in a child
+/// forked while another thread held it (which never lets go there), and
+/// then only once (see [`crate::sync::Wedged`]).
+pub(crate) const TABLE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);

@@ -17,7 +17,7 @@ use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::sync::{Condvar, Mutex, Wedged};
 
@@ -155,9 +155,6 @@ static POOL: Mutex<Pool> = Mutex::new(Pool {
 });
 static JOB_QUEUED: Condvar = Condvar::new();
 
-/// See [`super::agents`]'s wait for its table.
-const LOCK_WAIT: Duration = Duration::from_secs(2);
-
 impl Pool {
     /// Forgets what the process this one was forked from queued and
     /// counted: its workers are not here. Its jobs are leaked, not dropped:
@@ -186,7 +183,7 @@ impl Pool {
 /// be queued: no worker runs and none can be started.
 pub(crate) fn submit(priority: Priority, job: impl FnOnce() + Send + 'static) -> Result<(), Job> {
     let job: Job = Box::new(job);
-    let Some(mut pool) = POOL.lock_unless_wedged(&POOL_WEDGED, LOCK_WAIT) else {
+    let Some(mut pool) = POOL.lock_unless_wedged(&POOL_WEDGED, super::TABLE_WAIT) else {
         return Err(job);
     };
     pool.adopt();
@@ -258,7 +255,8 @@ pub(crate) struct FetchThread {
 /// for background work).
 pub(crate) fn fetch_thread() -> Option<FetchThread> {
     let lane = lane();
-    let mut running = FETCH_THREADS_RUNNING.lock_unless_wedged(&FETCH_THREADS_WEDGED, LOCK_WAIT)?;
+    let mut running =
+        FETCH_THREADS_RUNNING.lock_unless_wedged(&FETCH_THREADS_WEDGED, super::TABLE_WAIT)?;
     let me = std::process::id();
     if running.0 != me {
         *running = (me, 0, 0);
@@ -292,6 +290,7 @@ impl Drop for FetchThread {
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    use std::time::Duration;
 
     #[test]
     fn jobs_run_on_at_most_the_workers_in_the_background_lane() {

@@ -11,7 +11,7 @@
 //! crawling at once take turns; closing the file stops it before its next
 //! request.
 
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 
 use parking_lot::Mutex as DataMutex;
 
@@ -21,13 +21,15 @@ use crate::RemoteFile;
 use crate::engine::BackgroundWork;
 use crate::h5meta::Target;
 use crate::process::workers::{self, Closing, Priority};
+use crate::sync::Mutex;
 
 /// The crawl of one file, stopped when dropped.
 ///
-/// Its signal is a `std::sync` mutex, not a `parking_lot` one: a child
-/// forked while a worker held it must not inherit an entry of
-/// `parking_lot`'s process-wide table of parked threads (see
-/// [`crate::sync`]).
+/// Its signal is a [`crate::sync`] mutex, not a `parking_lot` one: a
+/// child forked while a worker held it must not inherit an entry of
+/// `parking_lot`'s process-wide table of parked threads. Each change to
+/// the signal is one assignment, so a panic elsewhere while it was held
+/// leaves it whole (the lock does not poison).
 pub(crate) struct Crawler {
     shared: Arc<Shared>,
     /// The process that started the crawl.
@@ -83,7 +85,7 @@ impl Crawler {
         if self.inherited() {
             return;
         }
-        let mut signal = self.shared.signal();
+        let mut signal = self.shared.signal.lock();
         if signal.stop {
             return;
         }
@@ -101,7 +103,7 @@ impl Crawler {
         if self.inherited() {
             return;
         }
-        let mut signal = self.shared.signal();
+        let mut signal = self.shared.signal.lock();
         signal.stop = true;
         signal.work = None;
     }
@@ -114,12 +116,6 @@ impl Drop for Crawler {
 }
 
 impl Shared {
-    /// The signal, locked (a panic elsewhere while it was held leaves it
-    /// whole: each change to it is one assignment).
-    fn signal(&self) -> MutexGuard<'_, Signal> {
-        self.signal.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// Queues the next wave (the caller holds `signal`, scheduled); if no
     /// worker can take it, the crawl ends.
     fn queue(shared: &Arc<Shared>, signal: &mut Signal) {
@@ -135,7 +131,7 @@ impl Shared {
     /// One wave, then the next queued if there is more to crawl.
     fn turn(self: Arc<Self>) {
         let working = {
-            let mut signal = self.signal();
+            let mut signal = self.signal.lock();
             if signal.stop || signal.work.is_none() {
                 signal.scheduled = false;
                 return;
@@ -144,7 +140,7 @@ impl Shared {
         };
         let wave = std::panic::AssertUnwindSafe(|| self.closing.run(|| self.wave()));
         let outcome = std::panic::catch_unwind(wave);
-        let mut signal = self.signal();
+        let mut signal = self.signal.lock();
         // A wave that panicked ends the crawl (its file reads on without it).
         let more = outcome.unwrap_or_else(|_| {
             signal.stop = true;
@@ -211,7 +207,7 @@ impl Shared {
         } else {
             wanted
         };
-        if self.signal().stop {
+        if self.signal.lock().stop {
             return false;
         }
         let fetched = if spans::as_pieces(&wanted, self.file.block_size()) {
