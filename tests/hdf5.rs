@@ -112,6 +112,32 @@ fn open_and_one_chunk_cost_few_requests_and_a_re_read_none() {
 }
 
 #[test]
+fn one_channel_of_chunks_larger_than_the_chunk_cache_takes_a_few_rounds() {
+    let server = serve(nwb_file());
+    // The defaults: HDF5 1.10's chunk cache (1 MiB) holds no 2 MiB chunk, so
+    // HDF5 reads the column from the file an element at a time.
+    let file = h5::open_url(server.url("/f.nwb")).unwrap();
+    let remote = h5::driver_info(&file).unwrap().remote;
+    let ds = file.dataset("acquisition/ElectricalSeries/data").unwrap();
+    let rows = 20_000..280_000;
+    let before = remote.stats();
+    let got = ds.read_slice_1d::<i16, _>((rows.clone(), 5)).unwrap();
+    let cost = remote.stats().since(&before);
+    let want: Vec<i16> = rows.clone().map(|r| nwb_value(r, 5)).collect();
+    assert!(got.iter().copied().eq(want), "the column differs");
+    let info = h5::driver_info(&file).unwrap().prefetch;
+    eprintln!("one channel: {cost:?}; {info:?}");
+    // Sixteen chunks, each 16 blocks of 128 KiB: a round trip per block
+    // before the chunk read-ahead saw a chunk read in pieces as a stream.
+    assert!(cost.round_trips <= 6, "{cost:?}");
+    assert!(cost.requests <= 48, "{cost:?}");
+    // The chunks the column crosses, and at most a step past them.
+    let chunks = (rows.end.div_ceil(NWB_CHUNK_ROWS) - rows.start / NWB_CHUNK_ROWS) as u64;
+    let chunk_bytes = (NWB_CHUNK_ROWS * NWB_COLS * 2) as u64;
+    assert!(cost.bytes_fetched <= (chunks + 2) * chunk_bytes, "{cost:?}");
+}
+
+#[test]
 fn a_persistent_503_becomes_an_error_naming_the_status() {
     let server = serve(nwb_file());
     let remote = builder()

@@ -9,6 +9,13 @@
 //! past the chunks the index lists, never a byte between them, and nothing
 //! for a read that does not continue a run (random access costs no extra
 //! bytes).
+//!
+//! A chunk larger than HDF5's chunk cache is not read whole: HDF5 reads the
+//! bytes a selection needs straight from the file, a strided selection (one
+//! column of a row-major chunk, say) through its sieve buffer in pieces one
+//! after another. Two such pieces in a row make a stream through the chunk:
+//! the rest of it comes in one fetch, with the chunks after it, so a column
+//! across many chunks takes a few rounds rather than one per piece.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Range;
@@ -19,6 +26,12 @@ use crate::h5meta::ChunkLeaf;
 /// read: HDF5 asks for them one by one, so each not fetched ahead would cost
 /// a round trip.
 pub(crate) const CHUNKS_AHEAD: u64 = 4;
+
+/// A read of the chunk read last that starts at most this far past the end
+/// of the one before (or at most its own length) follows it: HDF5 1.10
+/// reads a column of a chunk it does not cache an element at a time, a row
+/// apart.
+const STREAM_GAP: u64 = 64 * 1024;
 
 /// The most chunks remembered; past that, chunks of further leaves are read
 /// without read-ahead.
@@ -45,6 +58,8 @@ struct Place {
 struct Run {
     /// The chunk read last.
     last: Place,
+    /// Where the last read of it ended.
+    last_end: u64,
     /// The first chunk not yet asked for (`None`: the index ends there, or
     /// its next leaf is not known).
     next_to_fetch: Option<Place>,
@@ -115,74 +130,138 @@ impl ChunkAhead {
         };
         let end = addr.saturating_add(len);
         let asked = self.asked.remove(&bytes.start);
+        let chunk_len = bytes.end - bytes.start;
         match self.run {
-            // More of the chunk read last (one row of it, say).
-            Some(run) if run.last == place => Vec::new(),
+            // More of the chunk read last: a piece that follows the last one
+            // closely and missed is a stream through a chunk HDF5 reads in
+            // pieces (see the module's docs).
+            Some(run) if run.last == place => {
+                let follows = addr >= run.last_end && addr - run.last_end <= len.max(STREAM_GAP);
+                let mut run = Run {
+                    last_end: run.last_end.max(end),
+                    ..run
+                };
+                let ahead = if missed && follows {
+                    self.ahead_of(&mut run, Some(end), true, (floor, max))
+                } else {
+                    Vec::new()
+                };
+                self.run = Some(run);
+                ahead
+            }
             Some(run) if self.after(run.last) == Some(place) => {
-                if addr == bytes.start && end < bytes.end {
-                    self.end_run();
+                // A read from the start of a chunk not asked for that stops
+                // short: where a row-major selection ends, or the first piece
+                // of a chunk HDF5 reads in pieces. Nothing is asked for until
+                // a second piece shows which.
+                if addr == bytes.start && end < bytes.end && !asked {
+                    self.start_run(place, end);
                     return Vec::new();
                 }
                 let may_ask = missed || asked;
-                self.step(run, place, bytes.end - bytes.start, (floor, max), may_ask)
+                self.step(run, place, (end, missed), (floor, max), may_ask)
             }
             // From inside a chunk to its end: a selection that goes on into
             // the chunks after this one, which come along with it.
             _ if addr > bytes.start && end == bytes.end && missed => {
-                self.end_run();
-                let mut run = Run {
-                    last: place,
-                    next_to_fetch: self.after(place),
-                    window: 0,
-                };
-                let ahead = self.ask(&mut run, bytes.end - bytes.start, (floor, max));
+                let mut run = self.start_run(place, end);
+                let ahead = self.ask(&mut run, chunk_len, (floor, max), 0);
                 self.run = Some(run);
                 ahead
             }
             _ => {
-                self.end_run();
-                self.run = Some(Run {
-                    last: place,
-                    next_to_fetch: self.after(place),
-                    window: 0,
-                });
+                self.start_run(place, end);
                 Vec::new()
             }
         }
     }
 
-    /// Continues `run` with a read of the chunk at `place`, `chunk_len`
-    /// bytes long, and returns what to fetch ahead.
+    /// Ends the run there is and starts one at the chunk at `place`, read up
+    /// to `end`.
+    fn start_run(&mut self, place: Place, end: u64) -> Run {
+        self.end_run();
+        let run = Run {
+            last: place,
+            last_end: end,
+            next_to_fetch: self.after(place),
+            window: 0,
+        };
+        self.run = Some(run);
+        run
+    }
+
+    /// Continues `run` with a read up to `end` of the chunk at `place`,
+    /// and returns what to fetch ahead. A read that missed and stops short
+    /// of the chunk's end is a piece of it (a read that would stop there has
+    /// started at the chunk's start, and is not one of a run).
     fn step(
         &mut self,
         run: Run,
         place: Place,
-        chunk_len: u64,
-        (floor, max): (u64, u64),
+        (end, missed): (u64, bool),
+        bounds: (u64, u64),
         may_ask: bool,
     ) -> Vec<Range<u64>> {
         let mut run = Run {
             last: place,
+            last_end: end,
             next_to_fetch: match run.next_to_fetch {
                 Some(p) if p == place => self.after(place),
                 other => other,
             },
             ..run
         };
-        let reached_the_end =
-            may_ask && run.next_to_fetch.is_some() && run.next_to_fetch == self.after(place);
-        let ahead = if reached_the_end {
-            self.ask(&mut run, chunk_len, (floor, max))
-        } else {
-            Vec::new()
-        };
+        let ahead = self.ahead_of(&mut run, missed.then_some(end), may_ask, bounds);
         self.run = Some(run);
         ahead
     }
 
+    /// What to fetch ahead of a read of the chunk `run` read last: the rest
+    /// of the chunk from `rest_from` on, if given (at most `max` bytes of
+    /// it: a read further on asks for more), and, if `may_ask` and the run
+    /// has reached the last chunk it asked for, its next step.
+    fn ahead_of(
+        &mut self,
+        run: &mut Run,
+        rest_from: Option<u64>,
+        may_ask: bool,
+        (floor, max): (u64, u64),
+    ) -> Vec<Range<u64>> {
+        let Some(chunk) = self.bytes(run.last) else {
+            return Vec::new();
+        };
+        let max = max.max(1);
+        let rest = rest_from
+            .map(|from| from..chunk.end.min(from.saturating_add(max)))
+            .filter(|rest| !rest.is_empty());
+        let rest_len = rest.as_ref().map_or(0, |rest| rest.end - rest.start);
+        let reached_the_end = may_ask
+            && rest.as_ref().is_none_or(|rest| rest.end == chunk.end)
+            && run.next_to_fetch.is_some()
+            && run.next_to_fetch == self.after(run.last);
+        let mut ahead: Vec<Range<u64>> = rest.into_iter().collect();
+        if reached_the_end {
+            let chunk_len = chunk.end - chunk.start;
+            for next in self.ask(run, chunk_len, (floor, max), rest_len) {
+                match ahead.last_mut() {
+                    Some(last) if last.end == next.start => last.end = next.end,
+                    _ => ahead.push(next),
+                }
+            }
+        }
+        ahead
+    }
+
     /// The next step of `run`: the chunks from its first not asked for, up
-    /// to its grown window (the first step's from chunks of `chunk_len`).
-    fn ask(&mut self, run: &mut Run, chunk_len: u64, (floor, max): (u64, u64)) -> Vec<Range<u64>> {
+    /// to its grown window (the first step's from chunks of `chunk_len`),
+    /// of which `already` bytes are asked for by other means.
+    fn ask(
+        &mut self,
+        run: &mut Run,
+        chunk_len: u64,
+        (floor, max): (u64, u64),
+        already: u64,
+    ) -> Vec<Range<u64>> {
         run.window = if run.window == 0 {
             chunk_len.saturating_mul(CHUNKS_AHEAD).max(floor)
         } else {
@@ -190,7 +269,7 @@ impl ChunkAhead {
         }
         .min(max.max(1));
         let mut ahead: Vec<Range<u64>> = Vec::new();
-        let mut asked = 0;
+        let mut asked = already;
         // Leaves whose siblings lead back to one another would go round for
         // ever: each chunk is asked for once a step.
         let mut visited = HashSet::new();
@@ -436,19 +515,137 @@ mod tests {
     }
 
     #[test]
-    fn a_read_of_the_start_of_the_next_chunk_ends_the_run() {
+    fn a_short_read_of_the_start_of_a_chunk_not_asked_for_asks_for_nothing() {
         let len = MIB;
         let mut a = index(100, len);
         a.on_read(miss(chunk(0, len), len), 0, 64 * MIB);
-        assert_eq!(a.on_read(miss(chunk(1, len), len), 0, 64 * MIB).len(), 1);
-        // Chunks 2 to 5 asked for; the selection ends inside chunk 2.
-        assert!(a.on_read(miss(chunk(2, len), 4096), 0, 64 * MIB).is_empty());
+        a.on_read(miss(chunk(1, len), len), 0, 64 * MIB);
+        // A row-major selection that ends inside the next chunk.
         assert!(
-            a.on_read(miss(chunk(3, len), len), 0, 64 * MIB).is_empty(),
+            a.on_read(miss(chunk(6, len), len), 0, 64 * MIB).is_empty(),
             "a new run"
         );
-        let ahead = a.on_read(miss(chunk(4, len), len), 0, 64 * MIB);
-        assert_eq!(ahead, [chunk(5, len)..chunk(9, len)]);
+        assert!(a.on_read(miss(chunk(7, len), 4096), 0, 64 * MIB).is_empty());
+        // Of a chunk asked for, it goes on with the run.
+        let mut a = index(100, len);
+        a.on_read(miss(chunk(0, len), len), 0, 64 * MIB);
+        assert_eq!(a.on_read(miss(chunk(1, len), len), 0, 64 * MIB).len(), 1);
+        for i in 2..5 {
+            assert!(a.on_read(hit(chunk(i, len), 4096), 0, 64 * MIB).is_empty());
+        }
+        let ahead = a.on_read(hit(chunk(5, len), 4096), 0, 64 * MIB);
+        assert_eq!(ahead, [chunk(6, len)..chunk(14, len)]);
+    }
+
+    /// Reads one column (`column` bytes into rows of `row` bytes) of chunks
+    /// `chunks`, from `first_row` of the first, each `width` bytes at a
+    /// time, as HDF5 reads a chunk it does not cache (1.10: an element at a
+    /// time; newer: through its sieve buffer). A read that misses fetches
+    /// its 128 KiB blocks, as the engine does; returns the reads that
+    /// missed (round trips) and the ranges fetched ahead.
+    fn read_column(
+        a: &mut ChunkAhead,
+        (chunks, len): (Range<u64>, u64),
+        (row, column, width, first_row): (u64, u64, u64, u64),
+        max: u64,
+    ) -> (u64, Vec<Range<u64>>) {
+        const BLOCK: u64 = 128 * 1024;
+        let mut cached: Vec<Range<u64>> = Vec::new();
+        let mut ahead = Vec::new();
+        let mut rounds = 0;
+        for i in chunks.clone() {
+            let skip = if i == chunks.start {
+                first_row * row
+            } else {
+                0
+            };
+            let mut at = chunk(i, len) + skip + column;
+            while at < chunk(i + 1, len) {
+                let n = width.min(chunk(i + 1, len) - at);
+                let missed = !cached.iter().any(|c| c.start <= at && at + n <= c.end);
+                if missed {
+                    rounds += 1;
+                    cached.push(at / BLOCK * BLOCK..(at + n).div_ceil(BLOCK) * BLOCK);
+                }
+                let asked = a.on_read(
+                    ChunkRead {
+                        addr: at,
+                        len: n,
+                        missed,
+                    },
+                    0,
+                    max,
+                );
+                assert!(asked.iter().all(|r| r.end - r.start <= max), "{asked:?}");
+                cached.extend(asked.iter().cloned());
+                ahead.extend(asked);
+                at += if width == 2 { row } else { width };
+            }
+        }
+        (rounds, ahead)
+    }
+
+    #[test]
+    fn a_column_of_chunks_read_in_pieces_streams_through_them() {
+        let len = 2 * MIB;
+        // An element at a time (HDF5 1.10), from inside chunk 3 to the end.
+        let mut a = index(10, len);
+        let (rounds, ahead) = read_column(&mut a, (3..10, len), (128, 10, 2, 576), 64 * MIB);
+        assert_eq!(rounds, 2, "the first block of the chunk and the second");
+        // The rest from the end of the first element past the first block.
+        let first = chunk(3, len) + 576 * 128 + 10;
+        let block_end = (first / (128 * 1024) + 1) * (128 * 1024);
+        let second = first + (block_end - first).div_ceil(128) * 128;
+        assert_eq!(
+            ahead,
+            [second + 2..chunk(8, len), chunk(8, len)..chunk(10, len)],
+            "the rest of the chunk and four chunks' worth after it, then the next step"
+        );
+        // Through a sieve buffer of 64 KiB (each piece from the column's
+        // next byte), from the start of each chunk, under a lower cap.
+        let mut a = index(40, len);
+        a.on_read(miss(chunk(0, len), len), 0, 64 * MIB);
+        let (rounds, ahead) = read_column(&mut a, (1..40, len), (128, 0, 65536, 0), 16 * MIB);
+        assert_eq!(rounds, 2, "then a stream");
+        let bytes: u64 = ahead.iter().map(|r| r.end - r.start).sum();
+        // All but the first block and the piece read after it.
+        let read = 128 * 1024 + 64 * 1024;
+        assert_eq!(
+            bytes,
+            chunk(40, len) - chunk(1, len) - read,
+            "each byte once"
+        );
+    }
+
+    #[test]
+    fn pieces_far_apart_in_a_chunk_ask_for_nothing() {
+        let len = 8 * MIB;
+        let mut a = index(10, len);
+        for at in [100, 3 * MIB, 5 * MIB, 5 * MIB + 200_000] {
+            let ahead = a.on_read(miss(chunk(2, len) + at, 4096), 0, 64 * MIB);
+            assert!(ahead.is_empty(), "{at}");
+        }
+        // Going back does not make a stream either.
+        a.on_read(miss(chunk(2, len) + 7 * MIB, 4096), 0, 64 * MIB);
+        let ahead = a.on_read(miss(chunk(2, len) + 7 * MIB - 2048, 4096), 0, 64 * MIB);
+        assert!(ahead.is_empty());
+    }
+
+    #[test]
+    fn the_rest_of_a_chunk_longer_than_a_step_comes_a_step_at_a_time() {
+        let len = 100 * MIB;
+        let mut a = index(3, len);
+        a.on_read(miss(chunk(1, len), MIB), 0, 16 * MIB);
+        let ahead = a.on_read(miss(chunk(1, len) + MIB, MIB), 0, 16 * MIB);
+        assert_eq!(ahead, [chunk(1, len) + 2 * MIB..chunk(1, len) + 18 * MIB]);
+        for at in 2..18 {
+            assert!(
+                a.on_read(hit(chunk(1, len) + at * MIB, MIB), 0, 16 * MIB)
+                    .is_empty()
+            );
+        }
+        let ahead = a.on_read(miss(chunk(1, len) + 18 * MIB, MIB), 0, 16 * MIB);
+        assert_eq!(ahead, [chunk(1, len) + 19 * MIB..chunk(1, len) + 35 * MIB]);
     }
 
     #[test]
