@@ -63,6 +63,11 @@ pub(crate) struct Engine {
     counters: Arc<Counters>,
     /// Small ranges guesses fetched exactly (see [`Engine::guess_pieces`]).
     pieces: Pieces,
+    /// The pieces' count of arrivals when they were last kept on disk.
+    pieces_kept: std::sync::atomic::AtomicU64,
+    /// The bytes of pieces found on disk at open.
+    #[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
+    pieces_from_disk: u64,
     /// Background fetches under way, and their end.
     background: sync::Mutex<usize>,
     background_done: sync::Condvar,
@@ -76,6 +81,7 @@ impl Drop for Engine {
         // A program that ends after reading leaves its blocks on disk for
         // the next run (they are written in the background).
         if let Some(disk) = &self.disk {
+            self.keep_pieces();
             disk.flush(Instant::now() + DISK_FLUSH_AT_DROP);
         }
     }
@@ -100,12 +106,45 @@ impl Engine {
                 options.read_ahead_max,
             )),
             pieces: Pieces::new(pieces_capacity(cache.capacity())),
+            pieces_kept: Default::default(),
+            pieces_from_disk: 0,
             cache,
             options,
             link,
             counters,
             background: sync::Mutex::new(0),
             background_done: sync::Condvar::new(),
+        }
+    }
+
+    /// Takes the pieces an earlier run kept on disk (for the HDF5 driver:
+    /// the metadata its crawl fetched exactly, which no block holds).
+    #[cfg(any(feature = "hdf5", feature = "vfd"))]
+    pub(crate) fn with_pieces_from_disk(mut self) -> Engine {
+        if let Some(disk) = &self.disk {
+            self.pieces.put(disk.read_pieces(self.identity.size));
+            let (arrivals, here) = self.pieces.here();
+            self.pieces_kept.store(arrivals, Relaxed);
+            self.pieces_from_disk = here.iter().map(|(_, bytes)| bytes.len() as u64).sum();
+        }
+        self
+    }
+
+    /// The bytes of pieces found on disk when the file was opened.
+    #[cfg(any(feature = "hdf5", feature = "vfd"))]
+    pub(crate) fn pieces_from_disk(&self) -> u64 {
+        self.pieces_from_disk
+    }
+
+    /// Keeps the file's pieces on disk, if it has a disk cache and pieces
+    /// arrived since they were last kept: the next run finds them there.
+    pub(crate) fn keep_pieces(&self) {
+        let Some(disk) = &self.disk else {
+            return;
+        };
+        let (arrivals, here) = self.pieces.here();
+        if self.pieces_kept.swap(arrivals, Relaxed) != arrivals {
+            disk.write_pieces(here.iter().map(|(start, bytes)| (*start, &bytes[..])));
         }
     }
 

@@ -296,6 +296,18 @@ impl RemoteFile {
         self.engine.has_disk_cache()
     }
 
+    /// See [`Engine::pieces_from_disk`](crate::engine::Engine::pieces_from_disk).
+    #[cfg(any(feature = "hdf5", feature = "vfd"))]
+    pub(crate) fn pieces_from_disk(&self) -> u64 {
+        self.engine.pieces_from_disk()
+    }
+
+    /// See [`Engine::keep_pieces`](crate::engine::Engine::keep_pieces).
+    #[cfg(any(feature = "hdf5", feature = "vfd"))]
+    pub(crate) fn keep_pieces(&self) {
+        self.engine.keep_pieces();
+    }
+
     /// See [`Engine::guess_pieces`](crate::engine::Engine::guess_pieces).
     #[cfg(any(feature = "hdf5", feature = "vfd"))]
     pub(crate) fn guess_pieces(&self, ranges: Vec<std::ops::Range<u64>>, max_bytes: u64) -> u64 {

@@ -83,6 +83,8 @@ pub(crate) fn open(builder: &Builder, text: &str) -> Result<RemoteFile> {
         link,
         counters,
     );
+    #[cfg(any(feature = "hdf5", feature = "vfd"))]
+    let engine = engine.with_pieces_from_disk();
     engine.seed(0, opened.first);
     if let (Some(lock), Some(disk)) = (first_open, &builder.disk_cache) {
         disk.release_after_writes(vec![lock]);

@@ -20,6 +20,9 @@ use std::time::Instant;
 
 use crate::sync::{Condvar, Mutex};
 
+/// A piece here: its first byte and its bytes.
+pub(crate) type Here = (u64, Arc<[u8]>);
+
 /// A file's pieces.
 pub(crate) struct Pieces {
     state: Mutex<State>,
@@ -33,6 +36,9 @@ struct State {
     by_start: BTreeMap<u64, Piece>,
     /// Bytes of the pieces here and coming.
     bytes: u64,
+    /// Counts the pieces that arrived (or were put here), so that a copy
+    /// of them elsewhere (on disk) knows whether it is behind.
+    arrivals: u64,
 }
 
 struct Piece {
@@ -150,6 +156,48 @@ impl Pieces {
         }
     }
 
+    /// The pieces here (not those coming), in order, and the count of
+    /// arrivals they reflect.
+    pub(crate) fn here(&self) -> (u64, Vec<Here>) {
+        let state = self.state.lock();
+        let here = state
+            .by_start
+            .iter()
+            .filter_map(|(&start, p)| Some((start, Arc::clone(p.bytes.as_ref()?))))
+            .collect();
+        (state.arrivals, here)
+    }
+
+    /// Puts `pieces` here (kept from an earlier run: each is where it says
+    /// and none overlaps another), as far as there is room and no piece
+    /// here or coming overlaps them.
+    pub(crate) fn put(&self, pieces: Vec<(u64, Vec<u8>)>) {
+        let mut state = self.state.lock();
+        for (start, bytes) in pieces {
+            let range = start..start.saturating_add(bytes.len() as u64);
+            let len = range.end - range.start;
+            if len == 0
+                || state.bytes.saturating_add(len) > self.capacity
+                || state.gaps_in(range.clone()) != [range.clone()]
+            {
+                continue;
+            }
+            state.bytes += len;
+            state.by_start.insert(
+                start,
+                Piece {
+                    end: range.end,
+                    bytes: None,
+                    rounds_at_start: 0,
+                    waited: false,
+                },
+            );
+            state.join(start, bytes);
+        }
+        drop(state);
+        self.arrived.notify_all();
+    }
+
     /// Whether one piece here holds all of `range`.
     pub(crate) fn holds(&self, range: Range<u64>) -> bool {
         matches!(
@@ -259,6 +307,7 @@ impl State {
         let piece = self.by_start.get_mut(&first).expect("claimed or joined");
         piece.end = end;
         piece.bytes = Some(Arc::from(joined));
+        self.arrivals += 1;
     }
 }
 
@@ -337,6 +386,32 @@ mod tests {
         pieces.deliver(400..450, None);
         assert!(pieces.holds(50..400) && !pieces.holds(390..410));
         assert_eq!(pieces.claim(&[0..500], 0), [0..50, 400..500]);
+    }
+
+    #[test]
+    fn pieces_put_back_serve_reads_and_never_overlap_others() {
+        let first = Pieces::new(1 << 20);
+        first.claim(&[100..200, 300..310], 0);
+        first.deliver(100..200, Some((0..100).collect()));
+        let (arrivals, here) = first.here();
+        assert_eq!(arrivals, 1);
+        assert_eq!(here.len(), 1, "only the pieces that came");
+        let later = Pieces::new(150);
+        later.claim(&[190..195], 0);
+        let kept: Vec<(u64, Vec<u8>)> = here.iter().map(|(s, b)| (*s, b.to_vec())).collect();
+        // One overlaps a piece coming; one does not fit; one of no bytes.
+        later.put(kept);
+        later.put(vec![(0, vec![1; 10]), (1000, vec![2; 200]), (5000, vec![])]);
+        assert!(!later.holds(100..101), "overlapped one coming");
+        let mut buf = [0; 4];
+        assert!(matches!(
+            later.read(3, &mut buf, soon(), 0),
+            Served::Yes { .. }
+        ));
+        assert_eq!(buf, [1; 4]);
+        assert!(!later.holds(1000..1001) && !later.holds(5000..5001));
+        assert_eq!(later.claim(&[0..20], 0), [10..20], "only what it lacks");
+        assert_eq!(later.here().0, 1);
     }
 
     #[test]

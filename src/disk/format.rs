@@ -4,6 +4,11 @@
 //!
 //! Layout: a signature, the owner's identity (length and text), the block
 //! size and index, the payload's length and CRC-32C, then the payload.
+//!
+//! A file's pieces (exact ranges its metadata crawl fetched, see
+//! [`crate::cache::pieces`]) are kept as one more such file, of block size
+//! 0 (no block has that size): its payload is each piece's first byte and
+//! length, then its bytes, in the order of the file.
 
 /// The first bytes of every block file (the version of the layout is in it).
 const SIGNATURE: &[u8; 8] = b"RMFBLK1\0";
@@ -82,9 +87,129 @@ pub(crate) fn decode<'b>(owner: Owner<'_>, bytes: &'b [u8]) -> Result<&'b [u8], 
     Ok(payload)
 }
 
+/// The most bytes of pieces a pieces file holds, and the most pieces.
+pub(crate) const MAX_PIECE_BYTES: u64 = 64 << 20;
+pub(crate) const MAX_PIECES: usize = 1 << 16;
+
+/// Each piece's header in a pieces file: its first byte and its length.
+#[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
+const PIECE_HEADER: usize = 16;
+
+/// The owner of the pieces file of the file `identity`.
+pub(crate) fn pieces_owner(identity: &str) -> Owner<'_> {
+    Owner {
+        identity,
+        block_size: 0,
+        index: 0,
+    }
+}
+
+/// The longest pieces file of `identity`.
+#[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
+pub(crate) fn max_pieces_file_len(identity: &str) -> u64 {
+    encoded_len(
+        pieces_owner(identity),
+        MAX_PIECE_BYTES + (MAX_PIECES * PIECE_HEADER) as u64,
+    )
+}
+
+/// The payload of a pieces file holding `pieces` (by first byte, in order,
+/// none overlapping): as many as the limits allow, the first ones first.
+pub(crate) fn encode_pieces<'p>(pieces: impl IntoIterator<Item = (u64, &'p [u8])>) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut bytes = 0u64;
+    for (start, piece) in pieces.into_iter().take(MAX_PIECES) {
+        bytes += piece.len() as u64;
+        if bytes > MAX_PIECE_BYTES {
+            break;
+        }
+        out.extend_from_slice(&start.to_le_bytes());
+        out.extend_from_slice(&(piece.len() as u64).to_le_bytes());
+        out.extend_from_slice(piece);
+    }
+    out
+}
+
+/// The pieces in a pieces file's `payload`, if each lies inside a file of
+/// `file_len` bytes, after the one before, and the limits hold; a payload
+/// that says anything else was not written by [`encode_pieces`].
+#[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
+pub(crate) fn decode_pieces(payload: &[u8], file_len: u64) -> Result<Vec<(u64, &[u8])>, Corrupt> {
+    let mut pieces = Vec::new();
+    let (mut rest, mut reached, mut bytes) = (payload, 0u64, 0u64);
+    while !rest.is_empty() {
+        if rest.len() < PIECE_HEADER || pieces.len() == MAX_PIECES {
+            return Err(Corrupt::Truncated);
+        }
+        let start = u64::from_le_bytes(rest[..8].try_into().expect("8 bytes"));
+        let len = u64::from_le_bytes(rest[8..16].try_into().expect("8 bytes"));
+        rest = &rest[PIECE_HEADER..];
+        let end = start.checked_add(len).ok_or(Corrupt::Truncated)?;
+        bytes = bytes.saturating_add(len);
+        if len == 0 || start < reached || end > file_len || bytes > MAX_PIECE_BYTES {
+            return Err(Corrupt::Stranger);
+        }
+        let len = usize::try_from(len).map_err(|_| Corrupt::Truncated)?;
+        if rest.len() < len {
+            return Err(Corrupt::Truncated);
+        }
+        let (piece, tail) = rest.split_at(len);
+        pieces.push((start, piece));
+        (rest, reached) = (tail, end);
+    }
+    Ok(pieces)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pieces_read_back_as_written_and_nothing_else_is_taken() {
+        let a: Vec<u8> = (0..100).collect();
+        let b = [7u8; 10];
+        let payload = encode_pieces([(1000, &a[..]), (5000, &b[..])]);
+        let pieces = decode_pieces(&payload, 6000).unwrap();
+        assert_eq!(pieces, [(1000, &a[..]), (5000, &b[..])]);
+        assert_eq!(decode_pieces(&[], 10), Ok(vec![]));
+        // Past the file's end, or overlapping, or of no bytes.
+        assert_eq!(decode_pieces(&payload, 5009), Err(Corrupt::Stranger));
+        let overlapping = encode_pieces([(1000, &a[..]), (1099, &b[..])]);
+        assert_eq!(decode_pieces(&overlapping, 6000), Err(Corrupt::Stranger));
+        let empty = encode_pieces([(10, &[][..])]);
+        assert_eq!(decode_pieces(&empty, 6000), Err(Corrupt::Stranger));
+        // Cut anywhere but between pieces.
+        for cut in [1, 15, 16, 115, 117, payload.len() - 1] {
+            assert!(decode_pieces(&payload[..cut], 6000).is_err(), "{cut}");
+        }
+        assert_eq!(decode_pieces(&payload[..116], 6000).unwrap().len(), 1);
+        // A length that would run past the end of the address space, or
+        // past what the payload holds.
+        let mut huge = payload.clone();
+        huge[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(decode_pieces(&huge, u64::MAX).is_err());
+        let mut long = payload.clone();
+        long[8..16].copy_from_slice(&(1u64 << 40).to_le_bytes());
+        assert!(decode_pieces(&long, u64::MAX).is_err());
+    }
+
+    #[test]
+    fn a_pieces_file_keeps_within_its_limits() {
+        let big = vec![1u8; (MAX_PIECE_BYTES / 2 + 1) as usize];
+        let payload = encode_pieces([(0, &big[..]), (1 << 30, &big[..]), (1 << 31, &[1u8][..])]);
+        assert_eq!(
+            decode_pieces(&payload, 1 << 32).unwrap().len(),
+            1,
+            "the first"
+        );
+        let one = [1u8];
+        let many: Vec<(u64, &[u8])> = (0..MAX_PIECES as u64 + 5)
+            .map(|i| (i * 2, &one[..]))
+            .collect();
+        let payload = encode_pieces(many);
+        assert_eq!(decode_pieces(&payload, 1 << 32).unwrap().len(), MAX_PIECES);
+        assert!(encoded_len(pieces_owner("id"), payload.len() as u64) <= max_pieces_file_len("id"));
+    }
 
     const OWNER: Owner<'static> = Owner {
         identity: "https://example.com/f.nwb\n\"etag\"\n1000",

@@ -458,6 +458,60 @@ impl DiskFile {
         self.cache.release_after_writes(locks);
     }
 
+    fn pieces_path(&self) -> PathBuf {
+        self.dir.join("pieces")
+    }
+
+    /// Keeps the file's `pieces` (by first byte, in order) on disk, in
+    /// place of those kept before, as [`write`](Self::write) keeps a block:
+    /// exact ranges fetched for the HDF5 driver, which no block holds, so
+    /// that the next run finds them too. As many as the limits of
+    /// [`format::encode_pieces`] allow.
+    pub(crate) fn write_pieces<'p>(&self, pieces: impl IntoIterator<Item = (u64, &'p [u8])>) {
+        let payload = format::encode_pieces(pieces);
+        let bytes = format::encode(format::pieces_owner(&self.identity), &payload);
+        self.cache
+            .inner
+            .writer
+            .write(self.pieces_path(), bytes, || Box::new(self.cache.clone()));
+    }
+
+    /// The pieces kept on disk for this file, `len` bytes long, if they are
+    /// there and intact (a pieces file that is not is deleted).
+    #[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
+    pub(crate) fn read_pieces(&self, len: u64) -> Vec<(u64, Vec<u8>)> {
+        if self.dir_state() == DirState::Replaced {
+            return Vec::new();
+        }
+        let path = self.pieces_path();
+        let owner = format::pieces_owner(&self.identity);
+        let bytes = match self.cache.inner.writer.waiting(&path) {
+            Some(queued) => queued,
+            None => match private::read_regular(&path, format::max_pieces_file_len(&self.identity))
+            {
+                Ok(bytes) => Arc::new(bytes),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Vec::new(),
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "disk cache: not a pieces file; removed");
+                    let _ = fs::remove_file(&path);
+                    return Vec::new();
+                }
+            },
+        };
+        let decoded = format::decode(owner, &bytes).and_then(|p| format::decode_pieces(p, len));
+        match decoded {
+            Ok(pieces) => {
+                let _ = private::touch(&path, format::max_pieces_file_len(&self.identity));
+                pieces.into_iter().map(|(at, b)| (at, b.to_vec())).collect()
+            }
+            Err(outcome) => {
+                tracing::warn!(path = %path.display(), ?outcome, "disk cache: damaged pieces; fetching them again");
+                let _ = fs::remove_file(&path);
+                Vec::new()
+            }
+        }
+    }
+
     /// Waits until the blocks queued (by any file of this cache) are on
     /// disk, or `deadline`.
     pub(crate) fn flush(&self, deadline: Instant) -> bool {
@@ -652,6 +706,47 @@ mod tests {
         let d = std::env::temp_dir().join(format!("remfile-disk-{name}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&d);
         d
+    }
+
+    #[test]
+    fn pieces_survive_a_new_handle_and_damage_or_links_are_never_taken() {
+        let dir = temp_dir("pieces");
+        let disk = DiskCache::open(&dir, 1 << 20).unwrap();
+        let f = disk.file("id".into(), 4096);
+        let (a, b) = (vec![1u8; 100], vec![2u8; 50]);
+        f.write_pieces([(10, &a[..]), (5000, &b[..])]);
+        assert_eq!(f.read_pieces(6000).len(), 2, "from the queue");
+        written(&f);
+        let again = DiskCache::open(&dir, 1 << 20)
+            .unwrap()
+            .file("id".into(), 4096);
+        assert_eq!(
+            again.read_pieces(6000),
+            [(10, a.clone()), (5000, b.clone())]
+        );
+        // Another version of the file (shorter), or another file.
+        assert!(again.read_pieces(5020).is_empty());
+        f.write_pieces([(10, &a[..])]);
+        written(&f);
+        assert!(disk.file("other".into(), 4096).read_pieces(6000).is_empty());
+        // A flipped byte: refused and removed.
+        let path = f.pieces_path();
+        let mut bytes = fs::read(&path).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        fs::write(&path, &bytes).unwrap();
+        assert!(f.read_pieces(6000).is_empty());
+        assert!(!path.exists());
+        // A link planted in its place is not read through.
+        #[cfg(unix)]
+        {
+            let target = dir.join("elsewhere");
+            fs::write(&target, format::encode(format::pieces_owner("id"), &[])).unwrap();
+            std::os::unix::fs::symlink(&target, &path).unwrap();
+            assert!(f.read_pieces(6000).is_empty());
+            assert!(target.exists(), "what the link pointed to is left alone");
+        }
+        let _ = fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -146,12 +146,19 @@ impl Shared {
             signal.stop = true;
             false
         });
+        let mut working = working;
         if more && !signal.stop && signal.work.is_none() {
             // Held until the frontier is crawled.
-            signal.work = working;
+            signal.work = working.take();
         }
         if signal.stop || signal.work.is_none() {
             signal.scheduled = false;
+            drop(signal);
+            // The crawl is idle: what it fetched as pieces goes to the disk
+            // cache (if any) while its work still counts as under way, so a
+            // program that ends now (even by `exit`) leaves it there.
+            self.file.keep_pieces();
+            drop(working);
             return;
         }
         Shared::queue(&self, &mut signal);

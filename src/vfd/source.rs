@@ -45,8 +45,14 @@ impl Source {
     pub fn new(file: RemoteFile, metadata: bool, chunks: bool) -> Arc<Source> {
         LIVE_READERS.fetch_add(1, Relaxed);
         let closing = Closing::default();
-        let prefetch =
-            (metadata || chunks).then(|| Arc::new(Mutex::new(Prefetcher::new(metadata, chunks))));
+        let prefetch = (metadata || chunks).then(|| {
+            let mut prefetch = Prefetcher::new(metadata, chunks);
+            // What an earlier run's crawl guessed, kept on disk, counts as
+            // guessed by this one: a warm run guesses no further than the
+            // cold one did.
+            prefetch.fetched(file.pieces_from_disk());
+            Arc::new(Mutex::new(prefetch))
+        });
         let crawler = match &prefetch {
             Some(p) if metadata => Some(Crawler::new(Arc::clone(p), file.clone(), closing.clone())),
             _ => None,
