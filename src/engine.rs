@@ -65,6 +65,10 @@ pub(crate) struct Engine {
     pieces: Pieces,
     /// The pieces' count of arrivals when they were last kept on disk.
     pieces_kept: std::sync::atomic::AtomicU64,
+    /// The process that opened the file: a forked child keeps no pieces
+    /// (their lock, or the disk queue's, may be held for good by a thread
+    /// of the parent).
+    opened_by: u32,
     /// The bytes of pieces found on disk at open.
     #[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
     pieces_from_disk: u64,
@@ -108,6 +112,7 @@ impl Engine {
             pieces: Pieces::new(pieces_capacity(cache.capacity())),
             pieces_kept: Default::default(),
             pieces_from_disk: 0,
+            opened_by: std::process::id(),
             cache,
             options,
             link,
@@ -139,7 +144,11 @@ impl Engine {
     /// Keeps the file's pieces on disk, if it has a disk cache and pieces
     /// arrived since they were last kept: the next run finds them there.
     pub(crate) fn keep_pieces(&self) {
-        let Some(disk) = &self.disk else {
+        let Some(disk) = self
+            .disk
+            .as_ref()
+            .filter(|_| self.opened_by == std::process::id())
+        else {
             return;
         };
         let (arrivals, here) = self.pieces.here();

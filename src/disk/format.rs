@@ -146,7 +146,10 @@ pub(crate) fn decode_pieces(payload: &[u8], file_len: u64) -> Result<Vec<(u64, &
         rest = &rest[PIECE_HEADER..];
         let end = start.checked_add(len).ok_or(Corrupt::Truncated)?;
         bytes = bytes.saturating_add(len);
-        if len == 0 || start < reached || end > file_len || bytes > MAX_PIECE_BYTES {
+        // Pieces kept are apart (touching ones are one): touching ones here
+        // would cost a copy of all before them each when put back.
+        let apart = pieces.is_empty() || start > reached;
+        if len == 0 || !apart || end > file_len || bytes > MAX_PIECE_BYTES {
             return Err(Corrupt::Stranger);
         }
         let len = usize::try_from(len).map_err(|_| Corrupt::Truncated)?;
@@ -176,6 +179,8 @@ mod tests {
         assert_eq!(decode_pieces(&payload, 5009), Err(Corrupt::Stranger));
         let overlapping = encode_pieces([(1000, &a[..]), (1099, &b[..])]);
         assert_eq!(decode_pieces(&overlapping, 6000), Err(Corrupt::Stranger));
+        let touching = encode_pieces([(1000, &a[..]), (1100, &b[..])]);
+        assert_eq!(decode_pieces(&touching, 6000), Err(Corrupt::Stranger));
         let empty = encode_pieces([(10, &[][..])]);
         assert_eq!(decode_pieces(&empty, 6000), Err(Corrupt::Stranger));
         // Cut anywhere but between pieces.

@@ -13,8 +13,10 @@
 //! A chunk larger than HDF5's chunk cache is not read whole: HDF5 reads the
 //! bytes a selection needs straight from the file, a strided selection (one
 //! column of a row-major chunk, say) through its sieve buffer in pieces one
-//! after another. Two such pieces in a row make a stream through the chunk:
-//! the rest of it comes in one fetch, with the chunks after it, so a column
+//! after another. Two such pieces in a row that miss make a stream through
+//! the chunk: the rest of it comes in one fetch (random access inside a
+//! chunk costs at most the rest of that chunk), and once the stream has
+//! crossed into a next chunk, the chunks after it come too, so a column
 //! across many chunks takes a few rounds rather than one per piece.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -60,6 +62,10 @@ struct Run {
     last: Place,
     /// Where the last read of it ended.
     last_end: u64,
+    /// How far into it the run has asked for its rest (0: not at all).
+    rest_asked_to: u64,
+    /// Whether the run went on from one chunk into the next.
+    crossed: bool,
     /// The first chunk not yet asked for (`None`: the index ends there, or
     /// its next leaf is not known).
     next_to_fetch: Option<Place>,
@@ -114,9 +120,13 @@ impl ChunkAhead {
     /// reaches the last chunk asked for, the run asks for the next ones: at
     /// first [`CHUNKS_AHEAD`] chunks' worth (or `floor`), then each step
     /// twice the last, as the sequential read-ahead does, so that a long
-    /// run takes few rounds. A read from the start of a chunk that stops
-    /// short of its end is where a row-major selection ends: the run stops
-    /// there. Any other read starts a new run, asking for nothing.
+    /// run takes few rounds. A read from the start of a chunk not asked for
+    /// that stops short of its end is where a row-major selection ends, or
+    /// the first piece of a chunk read in pieces: it asks for nothing. A
+    /// read of the chunk read last that missed and follows the read before
+    /// closely (within [`STREAM_GAP`]) asks for the rest of the chunk, and
+    /// the run's next step once the run has crossed from one chunk into the
+    /// next. Any other read starts a new run, asking for nothing.
     ///
     /// As with the sequential read-ahead, only a read that `missed` the
     /// cache, or one of a chunk the run asked for, asks for more: chunks
@@ -141,8 +151,9 @@ impl ChunkAhead {
                     last_end: run.last_end.max(end),
                     ..run
                 };
-                let ahead = if missed && follows {
-                    self.ahead_of(&mut run, Some(end), true, (floor, max))
+                let ahead = if missed && follows && end > run.rest_asked_to {
+                    let may_ask = run.crossed;
+                    self.ahead_of(&mut run, Some(end), may_ask, (floor, max))
                 } else {
                     Vec::new()
                 };
@@ -155,8 +166,7 @@ impl ChunkAhead {
                 // of a chunk HDF5 reads in pieces. Nothing is asked for until
                 // a second piece shows which.
                 if addr == bytes.start && end < bytes.end && !asked {
-                    self.start_run(place, end);
-                    return Vec::new();
+                    return self.step(run, place, (end, false), (floor, max), false);
                 }
                 let may_ask = missed || asked;
                 self.step(run, place, (end, missed), (floor, max), may_ask)
@@ -183,6 +193,8 @@ impl ChunkAhead {
         let run = Run {
             last: place,
             last_end: end,
+            rest_asked_to: 0,
+            crossed: false,
             next_to_fetch: self.after(place),
             window: 0,
         };
@@ -190,10 +202,11 @@ impl ChunkAhead {
         run
     }
 
-    /// Continues `run` with a read up to `end` of the chunk at `place`,
-    /// and returns what to fetch ahead. A read that missed and stops short
-    /// of the chunk's end is a piece of it (a read that would stop there has
-    /// started at the chunk's start, and is not one of a run).
+    /// Continues `run` into the chunk at `place` with a read up to `end`,
+    /// and returns what to fetch ahead (if `may_ask`). A read that `missed`
+    /// and stops short of the chunk's end is a piece of it, whose rest is
+    /// asked for too (a selection that ends there reads from the chunk's
+    /// start, which the caller passes as not missed).
     fn step(
         &mut self,
         run: Run,
@@ -205,6 +218,8 @@ impl ChunkAhead {
         let mut run = Run {
             last: place,
             last_end: end,
+            rest_asked_to: 0,
+            crossed: true,
             next_to_fetch: match run.next_to_fetch {
                 Some(p) if p == place => self.after(place),
                 other => other,
@@ -235,6 +250,9 @@ impl ChunkAhead {
             .map(|from| from..chunk.end.min(from.saturating_add(max)))
             .filter(|rest| !rest.is_empty());
         let rest_len = rest.as_ref().map_or(0, |rest| rest.end - rest.start);
+        if let Some(rest) = &rest {
+            run.rest_asked_to = rest.end;
+        }
         let reached_the_end = may_ask
             && rest.as_ref().is_none_or(|rest| rest.end == chunk.end)
             && run.next_to_fetch.is_some()
@@ -591,18 +609,24 @@ mod tests {
         // An element at a time (HDF5 1.10), from inside chunk 3 to the end.
         let mut a = index(10, len);
         let (rounds, ahead) = read_column(&mut a, (3..10, len), (128, 10, 2, 576), 64 * MIB);
-        assert_eq!(rounds, 2, "the first block of the chunk and the second");
+        assert_eq!(rounds, 3, "two blocks of the first chunk, one of the next");
         // The rest from the end of the first element past the first block.
         let first = chunk(3, len) + 576 * 128 + 10;
         let block_end = (first / (128 * 1024) + 1) * (128 * 1024);
         let second = first + (block_end - first).div_ceil(128) * 128;
         assert_eq!(
             ahead,
-            [second + 2..chunk(8, len), chunk(8, len)..chunk(10, len)],
-            "the rest of the chunk and four chunks' worth after it, then the next step"
+            [
+                second + 2..chunk(4, len),
+                chunk(4, len) + 12..chunk(9, len),
+                chunk(9, len)..chunk(10, len)
+            ],
+            "the rest of the chunk; in the next, its rest and four chunks' worth \
+             after it; then the next step"
         );
         // Through a sieve buffer of 64 KiB (each piece from the column's
-        // next byte), from the start of each chunk, under a lower cap.
+        // next byte), from the start of each chunk, under a lower cap, in a
+        // run that has crossed into a chunk already.
         let mut a = index(40, len);
         a.on_read(miss(chunk(0, len), len), 0, 64 * MIB);
         let (rounds, ahead) = read_column(&mut a, (1..40, len), (128, 0, 65536, 0), 16 * MIB);
@@ -615,6 +639,18 @@ mod tests {
             chunk(40, len) - chunk(1, len) - read,
             "each byte once"
         );
+    }
+
+    #[test]
+    fn close_misses_inside_one_chunk_cost_at_most_its_rest() {
+        let len = 2 * MIB;
+        let mut a = index(10, len);
+        // One channel of a chunk, from inside it to its end: a stream that
+        // never crosses into the next chunk.
+        let (rounds, ahead) = read_column(&mut a, (3..4, len), (128, 10, 2, 900), 64 * MIB);
+        assert_eq!(rounds, 2);
+        assert_eq!(ahead.len(), 1);
+        assert!(ahead[0].end == chunk(4, len), "{ahead:?}: no chunk past it");
     }
 
     #[test]
