@@ -140,7 +140,6 @@ impl ChunkAhead {
         };
         let end = addr.saturating_add(len);
         let asked = self.asked.remove(&bytes.start);
-        let chunk_len = bytes.end - bytes.start;
         match self.run {
             // More of the chunk read last: a piece that follows the last one
             // closely and missed is a stream through a chunk HDF5 reads in
@@ -175,7 +174,7 @@ impl ChunkAhead {
             // the chunks after this one, which come along with it.
             _ if addr > bytes.start && end == bytes.end && missed => {
                 let mut run = self.start_run(place, end);
-                let ahead = self.ask(&mut run, chunk_len, (floor, max), 0);
+                let ahead = self.ask(&mut run, bytes.end - bytes.start, (floor, max), Vec::new());
                 self.run = Some(run);
                 ahead
             }
@@ -249,7 +248,6 @@ impl ChunkAhead {
         let rest = rest_from
             .map(|from| from..chunk.end.min(from.saturating_add(max)))
             .filter(|rest| !rest.is_empty());
-        let rest_len = rest.as_ref().map_or(0, |rest| rest.end - rest.start);
         if let Some(rest) = &rest {
             run.rest_asked_to = rest.end;
         }
@@ -257,28 +255,24 @@ impl ChunkAhead {
             && rest.as_ref().is_none_or(|rest| rest.end == chunk.end)
             && run.next_to_fetch.is_some()
             && run.next_to_fetch == self.after(run.last);
-        let mut ahead: Vec<Range<u64>> = rest.into_iter().collect();
+        let ahead: Vec<Range<u64>> = rest.into_iter().collect();
         if reached_the_end {
-            let chunk_len = chunk.end - chunk.start;
-            for next in self.ask(run, chunk_len, (floor, max), rest_len) {
-                match ahead.last_mut() {
-                    Some(last) if last.end == next.start => last.end = next.end,
-                    _ => ahead.push(next),
-                }
-            }
+            self.ask(run, chunk.end - chunk.start, (floor, max), ahead)
+        } else {
+            ahead
         }
-        ahead
     }
 
     /// The next step of `run`: the chunks from its first not asked for, up
     /// to its grown window (the first step's from chunks of `chunk_len`),
-    /// of which `already` bytes are asked for by other means.
+    /// after the ranges `ahead` the step asks for already (which count
+    /// towards it).
     fn ask(
         &mut self,
         run: &mut Run,
         chunk_len: u64,
         (floor, max): (u64, u64),
-        already: u64,
+        mut ahead: Vec<Range<u64>>,
     ) -> Vec<Range<u64>> {
         run.window = if run.window == 0 {
             chunk_len.saturating_mul(CHUNKS_AHEAD).max(floor)
@@ -286,8 +280,7 @@ impl ChunkAhead {
             run.window.saturating_mul(2)
         }
         .min(max.max(1));
-        let mut ahead: Vec<Range<u64>> = Vec::new();
-        let mut asked = already;
+        let mut asked: u64 = ahead.iter().map(|r| r.end - r.start).sum();
         // Leaves whose siblings lead back to one another would go round for
         // ever: each chunk is asked for once a step.
         let mut visited = HashSet::new();
