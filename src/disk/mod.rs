@@ -406,36 +406,50 @@ impl DiskFile {
     /// Block `index`, `len` bytes long, if it is on disk and intact. A block
     /// file that is not (a link, a FIFO, too long included) is deleted.
     pub(crate) fn read(&self, index: u64, len: u64) -> Option<Vec<u8>> {
-        let path = self.path(index);
+        let max = self.max_file_len(index);
+        self.read_file(&self.path(index), self.owner(index), max, |payload| {
+            (payload.len() as u64 == len).then(|| payload.to_vec())
+        })
+    }
+
+    /// What `accept` makes of the payload of the file at `path` (a block's
+    /// or the pieces'), if it belongs to `owner`, is at most `max` bytes
+    /// long and intact, and `accept` takes it. A file that is not (a link, a
+    /// FIFO, too long, damaged, refused) is deleted; nothing is read or
+    /// deleted through a directory replaced by a link. A file still in the
+    /// write queue is read from there.
+    fn read_file<T>(
+        &self,
+        path: &Path,
+        owner: Owner<'_>,
+        max: u64,
+        accept: impl FnOnce(&[u8]) -> Option<T>,
+    ) -> Option<T> {
         if self.dir_state() == DirState::Replaced {
-            // Never read (nor remove) anything through a link.
             return None;
         }
-        if let Some(queued) = self.cache.inner.writer.waiting(&path) {
-            return format::decode(self.owner(index), &queued)
-                .ok()
-                .filter(|p| p.len() as u64 == len)
-                .map(<[u8]>::to_vec);
+        if let Some(queued) = self.cache.inner.writer.waiting(path) {
+            return format::decode(owner, &queued).ok().and_then(accept);
         }
-        let max = self.max_file_len(index);
-        let bytes = match private::read_regular(&path, max) {
+        let bytes = match private::read_regular(path, max) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
             Err(e) => {
                 tracing::warn!(path = %path.display(), error = %e, "disk cache: not a block file; removed");
-                let _ = fs::remove_file(&path);
+                let _ = fs::remove_file(path);
                 return None;
             }
         };
-        match format::decode(self.owner(index), &bytes) {
-            Ok(payload) if payload.len() as u64 == len => {
-                // Reading is using: the block is the most recently used now.
-                let _ = private::touch(&path, max);
-                Some(payload.to_vec())
+        match format::decode(owner, &bytes).map(accept) {
+            Ok(Some(taken)) => {
+                // Reading is using: the file is the most recently used now.
+                let _ = private::touch(path, max);
+                Some(taken)
             }
             outcome => {
+                let outcome = outcome.map(|_| "refused");
                 tracing::warn!(path = %path.display(), ?outcome, "disk cache: a damaged block; fetching it again");
-                let _ = fs::remove_file(&path);
+                let _ = fs::remove_file(path);
                 None
             }
         }
@@ -480,36 +494,13 @@ impl DiskFile {
     /// there and intact (a pieces file that is not is deleted).
     #[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
     pub(crate) fn read_pieces(&self, len: u64) -> Vec<(u64, Vec<u8>)> {
-        if self.dir_state() == DirState::Replaced {
-            return Vec::new();
-        }
-        let path = self.pieces_path();
         let owner = format::pieces_owner(&self.identity);
-        let bytes = match self.cache.inner.writer.waiting(&path) {
-            Some(queued) => queued,
-            None => match private::read_regular(&path, format::max_pieces_file_len(&self.identity))
-            {
-                Ok(bytes) => Arc::new(bytes),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => return Vec::new(),
-                Err(e) => {
-                    tracing::warn!(path = %path.display(), error = %e, "disk cache: not a pieces file; removed");
-                    let _ = fs::remove_file(&path);
-                    return Vec::new();
-                }
-            },
-        };
-        let decoded = format::decode(owner, &bytes).and_then(|p| format::decode_pieces(p, len));
-        match decoded {
-            Ok(pieces) => {
-                let _ = private::touch(&path, format::max_pieces_file_len(&self.identity));
-                pieces.into_iter().map(|(at, b)| (at, b.to_vec())).collect()
-            }
-            Err(outcome) => {
-                tracing::warn!(path = %path.display(), ?outcome, "disk cache: damaged pieces; fetching them again");
-                let _ = fs::remove_file(&path);
-                Vec::new()
-            }
-        }
+        let max = format::max_pieces_file_len(&self.identity);
+        self.read_file(&self.pieces_path(), owner, max, |payload| {
+            let pieces = format::decode_pieces(payload, len).ok()?;
+            Some(pieces.into_iter().map(|(at, b)| (at, b.to_vec())).collect())
+        })
+        .unwrap_or_default()
     }
 
     /// Waits until the blocks queued (by any file of this cache) are on
