@@ -63,8 +63,9 @@ pub(crate) struct Engine {
     counters: Arc<Counters>,
     /// Small ranges guesses fetched exactly (see [`Engine::guess_pieces`]).
     pieces: Pieces,
-    /// The pieces' count of arrivals when they were last kept on disk.
-    pieces_kept: std::sync::atomic::AtomicU64,
+    /// The pieces as last kept on disk; held while they are kept, so that
+    /// an older snapshot never follows a newer one into the queue.
+    pieces_kept: sync::Mutex<Kept>,
     /// The process that opened the file: a forked child keeps no pieces
     /// (their lock, or the disk queue's, may be held for good by a thread
     /// of the parent).
@@ -85,7 +86,7 @@ impl Drop for Engine {
         // A program that ends after reading leaves its blocks on disk for
         // the next run (they are written in the background).
         if let Some(disk) = &self.disk {
-            self.keep_pieces();
+            self.keep_pieces(Keep::AtClose);
             disk.flush(Instant::now() + DISK_FLUSH_AT_DROP);
         }
     }
@@ -129,8 +130,9 @@ impl Engine {
         if let Some(disk) = &self.disk {
             self.pieces.put(disk.read_pieces(self.identity.size));
             let (arrivals, here) = self.pieces.here();
-            self.pieces_kept.store(arrivals, Relaxed);
-            self.pieces_from_disk = here.iter().map(|(_, bytes)| bytes.len() as u64).sum();
+            let bytes = here.iter().map(|(_, bytes)| bytes.len() as u64).sum();
+            *self.pieces_kept.get_mut() = Kept { arrivals, bytes };
+            self.pieces_from_disk = bytes;
         }
         self
     }
@@ -141,9 +143,9 @@ impl Engine {
         self.pieces_from_disk
     }
 
-    /// Keeps the file's pieces on disk, if it has a disk cache and pieces
-    /// arrived since they were last kept: the next run finds them there.
-    pub(crate) fn keep_pieces(&self) {
+    /// Keeps the file's pieces on disk, if it has a disk cache and
+    /// [`worth_keeping`] says so: the next run finds them there.
+    pub(crate) fn keep_pieces(&self, when: Keep) {
         let Some(disk) = self
             .disk
             .as_ref()
@@ -151,9 +153,15 @@ impl Engine {
         else {
             return;
         };
+        let mut kept = self.pieces_kept.lock();
         let (arrivals, here) = self.pieces.here();
-        if self.pieces_kept.swap(arrivals, Relaxed) != arrivals {
+        let now = Kept {
+            arrivals,
+            bytes: here.iter().map(|(_, bytes)| bytes.len() as u64).sum(),
+        };
+        if worth_keeping(*kept, now, when) {
             disk.write_pieces(here.iter().map(|(start, bytes)| (*start, &bytes[..])));
+            *kept = now;
         }
     }
 
@@ -927,6 +935,38 @@ impl Engine {
     }
 }
 
+/// When a file's pieces are kept on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Keep {
+    /// The crawl has nothing left to fetch for now: more may come.
+    WhileOpen,
+    /// The file is closed: nothing more comes.
+    AtClose,
+}
+
+/// A file's pieces, as counted when kept on disk.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Kept {
+    /// How many had arrived.
+    arrivals: u64,
+    bytes: u64,
+}
+
+/// Whether pieces `now` are worth writing over those `kept`: any change
+/// at close; while open, only once they have grown by half (or were never
+/// kept), so that a crawl going idle again and again rewrites at most
+/// about twice the bytes it ends with, and a run that is killed loses at
+/// most a third of them.
+fn worth_keeping(kept: Kept, now: Kept, when: Keep) -> bool {
+    if now.arrivals == kept.arrivals {
+        return false;
+    }
+    match when {
+        Keep::AtClose => true,
+        Keep::WhileOpen => kept.arrivals == 0 || now.bytes >= kept.bytes + kept.bytes / 2,
+    }
+}
+
 /// The most bytes of pieces a file keeps: a quarter of its cache's
 /// capacity, and no more than 64 MiB (some 100,000 object headers).
 fn pieces_capacity(cache_capacity: u64) -> u64 {
@@ -1059,6 +1099,34 @@ impl Drop for BackgroundWork {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pieces_are_kept_at_close_or_once_grown_by_half() {
+        let kept = |arrivals, bytes| Kept { arrivals, bytes };
+        let none = Kept::default();
+        assert!(
+            worth_keeping(none, kept(1, 10), Keep::WhileOpen),
+            "never kept"
+        );
+        assert!(
+            !worth_keeping(kept(3, 100), kept(3, 100), Keep::AtClose),
+            "unchanged"
+        );
+        assert!(!worth_keeping(kept(3, 100), kept(4, 149), Keep::WhileOpen));
+        assert!(worth_keeping(kept(3, 100), kept(4, 150), Keep::WhileOpen));
+        assert!(worth_keeping(kept(3, 100), kept(4, 101), Keep::AtClose));
+        // Idle again and again, by a byte each: rewrites stay a few times
+        // the final bytes.
+        let (mut on_disk, mut written) = (kept(1, 1000), 1000u64);
+        for n in 2..100_000u64 {
+            let now = kept(n, 1000 + n);
+            if worth_keeping(on_disk, now, Keep::WhileOpen) {
+                written += now.bytes;
+                on_disk = now;
+            }
+        }
+        assert!(written <= 3 * 101_000, "{written}");
+    }
 
     #[test]
     fn copy_out_spans_blocks() {

@@ -305,7 +305,7 @@ impl RemoteFile {
     /// See [`Engine::keep_pieces`](crate::engine::Engine::keep_pieces).
     #[cfg(any(feature = "hdf5", feature = "vfd"))]
     pub(crate) fn keep_pieces(&self) {
-        self.engine.keep_pieces();
+        self.engine.keep_pieces(crate::engine::Keep::WhileOpen);
     }
 
     /// See [`Engine::guess_pieces`](crate::engine::Engine::guess_pieces).

@@ -34,6 +34,12 @@ impl<T> Mutex<T> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The value, through a unique borrow (no locking).
+    #[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
+    pub(crate) fn get_mut(&mut self) -> &mut T {
+        self.0.get_mut().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// The lock if it can be had by `deadline`: for a caller that must not
     /// wait for ever on a lock a thread may hold for good (one that does not
     /// exist in a forked child, say). Polls, every millisecond.

@@ -114,13 +114,17 @@ pub(crate) fn max_pieces_file_len(identity: &str) -> u64 {
 }
 
 /// The payload of a pieces file holding `pieces` (by first byte, in order,
-/// none overlapping): as many as the limits allow, the first ones first.
-pub(crate) fn encode_pieces<'p>(pieces: impl IntoIterator<Item = (u64, &'p [u8])>) -> Vec<u8> {
+/// none overlapping): as many as the limits and `max_bytes` of them allow,
+/// the first ones first.
+pub(crate) fn encode_pieces<'p>(
+    pieces: impl IntoIterator<Item = (u64, &'p [u8])>,
+    max_bytes: u64,
+) -> Vec<u8> {
     let mut out = Vec::new();
     let mut bytes = 0u64;
     for (start, piece) in pieces.into_iter().take(MAX_PIECES) {
         bytes += piece.len() as u64;
-        if bytes > MAX_PIECE_BYTES {
+        if bytes > MAX_PIECE_BYTES.min(max_bytes) {
             break;
         }
         out.extend_from_slice(&start.to_le_bytes());
@@ -171,17 +175,17 @@ mod tests {
     fn pieces_read_back_as_written_and_nothing_else_is_taken() {
         let a: Vec<u8> = (0..100).collect();
         let b = [7u8; 10];
-        let payload = encode_pieces([(1000, &a[..]), (5000, &b[..])]);
+        let payload = encode_pieces([(1000, &a[..]), (5000, &b[..])], u64::MAX);
         let pieces = decode_pieces(&payload, 6000).unwrap();
         assert_eq!(pieces, [(1000, &a[..]), (5000, &b[..])]);
         assert_eq!(decode_pieces(&[], 10), Ok(vec![]));
         // Past the file's end, or overlapping, or of no bytes.
         assert_eq!(decode_pieces(&payload, 5009), Err(Corrupt::Stranger));
-        let overlapping = encode_pieces([(1000, &a[..]), (1099, &b[..])]);
+        let overlapping = encode_pieces([(1000, &a[..]), (1099, &b[..])], u64::MAX);
         assert_eq!(decode_pieces(&overlapping, 6000), Err(Corrupt::Stranger));
-        let touching = encode_pieces([(1000, &a[..]), (1100, &b[..])]);
+        let touching = encode_pieces([(1000, &a[..]), (1100, &b[..])], u64::MAX);
         assert_eq!(decode_pieces(&touching, 6000), Err(Corrupt::Stranger));
-        let empty = encode_pieces([(10, &[][..])]);
+        let empty = encode_pieces([(10, &[][..])], u64::MAX);
         assert_eq!(decode_pieces(&empty, 6000), Err(Corrupt::Stranger));
         // Cut anywhere but between pieces.
         for cut in [1, 15, 16, 115, 117, payload.len() - 1] {
@@ -201,17 +205,28 @@ mod tests {
     #[test]
     fn a_pieces_file_keeps_within_its_limits() {
         let big = vec![1u8; (MAX_PIECE_BYTES / 2 + 1) as usize];
-        let payload = encode_pieces([(0, &big[..]), (1 << 30, &big[..]), (1 << 31, &[1u8][..])]);
+        let payload = encode_pieces(
+            [(0, &big[..]), (1 << 30, &big[..]), (1 << 31, &[1u8][..])],
+            u64::MAX,
+        );
         assert_eq!(
             decode_pieces(&payload, 1 << 32).unwrap().len(),
             1,
             "the first"
         );
+        let hundred = [2u8; 100];
+        let three = [(0, &hundred[..]), (200, &hundred[..]), (400, &hundred[..])];
+        let payload = encode_pieces(three, 250);
+        assert_eq!(
+            decode_pieces(&payload, 1000).unwrap().len(),
+            2,
+            "the bytes asked"
+        );
         let one = [1u8];
         let many: Vec<(u64, &[u8])> = (0..MAX_PIECES as u64 + 5)
             .map(|i| (i * 2, &one[..]))
             .collect();
-        let payload = encode_pieces(many);
+        let payload = encode_pieces(many, u64::MAX);
         assert_eq!(decode_pieces(&payload, 1 << 32).unwrap().len(), MAX_PIECES);
         assert!(encoded_len(pieces_owner("id"), payload.len() as u64) <= max_pieces_file_len("id"));
     }

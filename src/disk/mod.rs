@@ -480,9 +480,10 @@ impl DiskFile {
     /// place of those kept before, as [`write`](Self::write) keeps a block:
     /// exact ranges fetched for the HDF5 driver, which no block holds, so
     /// that the next run finds them too. As many as the limits of
-    /// [`format::encode_pieces`] allow.
+    /// [`format::encode_pieces`] allow, within a quarter of the disk
+    /// cache's capacity (the pieces are a side store, never most of it).
     pub(crate) fn write_pieces<'p>(&self, pieces: impl IntoIterator<Item = (u64, &'p [u8])>) {
-        let payload = format::encode_pieces(pieces);
+        let payload = format::encode_pieces(pieces, self.capacity() / 4);
         let bytes = format::encode(format::pieces_owner(&self.identity), &payload);
         self.cache
             .inner
@@ -512,12 +513,24 @@ impl DiskFile {
 
 impl WriteFile for DiskCache {
     fn write_file(&self, path: &Path, bytes: &[u8]) {
+        // A file written again (the pieces file, kept anew as they grow)
+        // replaces its old bytes: only the difference is new.
+        let replaced = fs::symlink_metadata(path)
+            .ok()
+            .filter(|m| m.is_file())
+            .map_or(0, |m| m.len());
         if let Err(e) = self.store_file(path, bytes) {
             self.warn_once("cannot write a block", &e);
             return;
         }
         let inner = &self.inner;
-        let used = inner.used.fetch_add(bytes.len() as u64, Relaxed) + bytes.len() as u64;
+        let added = bytes.len() as u64;
+        let new_used = |used: u64| (used + added).saturating_sub(replaced);
+        let before = inner
+            .used
+            .fetch_update(Relaxed, Relaxed, |used| Some(new_used(used)))
+            .unwrap_or_else(|used| used);
+        let used = new_used(before);
         if used > self.capacity() {
             self.evict();
         }
@@ -737,6 +750,30 @@ mod tests {
             assert!(f.read_pieces(6000).is_empty());
             assert!(target.exists(), "what the link pointed to is left alone");
         }
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn pieces_kept_anew_count_once_and_keep_to_a_quarter_of_the_disk() {
+        let dir = temp_dir("pieces-count");
+        let disk = DiskCache::open(&dir, 1 << 20).unwrap();
+        let f = disk.file("id".into(), 4096);
+        let piece = vec![3u8; 100_000];
+        for _ in 0..20 {
+            f.write_pieces([(0, &piece[..])]);
+            written(&f);
+        }
+        let used = disk.inner.used.load(Relaxed);
+        assert_eq!(used, disk.size_on_disk(), "one pieces file, counted once");
+        assert!(used < 200_000, "{used}");
+        // Pieces beyond a quarter of the capacity stay out.
+        f.write_pieces([
+            (0, &piece[..]),
+            (200_000, &piece[..]),
+            (500_000, &piece[..]),
+        ]);
+        written(&f);
+        assert_eq!(f.read_pieces(1 << 20).len(), 2);
         let _ = fs::remove_dir_all(&dir);
     }
 
