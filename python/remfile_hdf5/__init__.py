@@ -7,6 +7,8 @@
 * :class:`RemoteFile`: a binary file object (``io.RawIOBase``) for any
   library that reads a file object.
 * :func:`stats`: what reading a file cost (requests, round trips, bytes).
+* :func:`read` and :func:`prefetch`: a slice of a dataset whose chunks are
+  fetched together, in one round, before h5py reads it.
 * :func:`set_defaults`: options for every file the process opens after it.
 
 Options are keyword arguments (the :class:`Options` keys, listed with their
@@ -45,6 +47,7 @@ import datetime
 import difflib
 import inspect
 import io
+import itertools
 import math
 import operator
 import os
@@ -64,6 +67,8 @@ __all__ = [
     "Options",
     "open",
     "stats",
+    "prefetch",
+    "read",
     "set_defaults",
     "defaults",
     "option_keys",
@@ -403,6 +408,133 @@ def stats(f) -> Optional[dict]:
         raise ValueError("the HDF5 file is closed: take its stats() before closing it")
     with h5py._objects.phil:
         return _native._file_stats(file_id.id)
+
+
+#: The most chunks :func:`prefetch` looks up for one selection.
+MAX_PREFETCH_CHUNKS = 1 << 20
+
+
+def _selected(selection: Any, shape: Sequence[int]) -> list:
+    """Per dimension of ``shape``, the ``range`` of indices ``selection`` (an
+    index, a slice, a tuple of them, with one ``...``) takes."""
+    items = selection if isinstance(selection, tuple) else (selection,)
+    if sum(1 for s in items if s is Ellipsis) > 1:
+        raise IndexError("a selection has at most one ...")
+    if Ellipsis in items:
+        at = items.index(Ellipsis)
+        fill = len(shape) - (len(items) - 1)
+        items = items[:at] + (slice(None),) * max(fill, 0) + items[at + 1:]
+    if len(items) > len(shape):
+        raise IndexError(f"{len(items)} indices for a dataset of {len(shape)} dimensions")
+    items = items + (slice(None),) * (len(shape) - len(items))
+    out = []
+    for item, n in zip(items, shape):
+        if isinstance(item, slice):
+            taken = range(*item.indices(n))
+            if taken.step < 0:
+                taken = taken[::-1]
+        else:
+            try:
+                i = operator.index(item)
+            except TypeError:
+                raise TypeError(
+                    f"prefetch takes indices, slices and ..., not {type(item).__name__}"
+                ) from None
+            if not -n <= i < n:
+                raise IndexError(f"index {i} is out of range for a dimension of {n}")
+            taken = range(i % n, i % n + 1)
+        out.append(taken)
+    return out
+
+
+def _chunk_indices(taken: range, chunk: int) -> Iterable[int]:
+    """The chunk indices (of chunks ``chunk`` long) that the indices
+    ``taken`` (ascending) fall in."""
+    if len(taken) == 0:
+        return range(0)
+    if taken.step < chunk:
+        # Steps shorter than a chunk leave no chunk between the first and the
+        # last out.
+        return range(taken[0] // chunk, taken[-1] // chunk + 1)
+    return (i // chunk for i in taken)
+
+
+def prefetch(dataset, selection: Any = Ellipsis) -> int:
+    """Fetches the stored bytes of ``dataset[selection]`` (``dataset`` an
+    ``h5py.Dataset`` of a file opened with ``driver="remfile"``) into the
+    driver's cache, in one round of requests, and returns how many chunks
+    (or spans, for a contiguous dataset) they are. h5py's read of the same
+    selection then waits on no request.
+
+    A plain ``dataset[a:b]`` lets HDF5 ask for the chunks one after the
+    other: the driver reads ahead along the chunk index, but cannot see
+    where the selection ends, so its last step may fetch a few chunks past
+    it. Here the selection is known: HDF5's chunk index gives the chunks'
+    places (one round for its nodes, if not cached yet), then every chunk
+    comes at once. The chunks must fit in the cache (``cache=``).
+
+    ``selection`` is an index, a slice or a tuple of them (with at most one
+    ``...``), as for ``dataset[...]``; a step skips no chunk it lands in.
+
+    >>> with h5py.File(url, "r", driver="remfile") as f:  # doctest: +SKIP
+    ...     data = f["acquisition/ElectricalSeries/data"]
+    ...     remfile_hdf5.prefetch(data, (slice(1_000_000, 1_180_000), slice(None)))
+    ...     block = data[1_000_000:1_180_000]
+    """
+    h5py, _ = _bind_h5py()
+    if not isinstance(dataset, h5py.Dataset):
+        raise TypeError(f"prefetch takes an h5py.Dataset, not {type(dataset).__name__}")
+    shape = dataset.shape or ()
+    taken = _selected(selection, shape)
+    if any(len(t) == 0 for t in taken):
+        return 0
+    dsid = dataset.id
+    ranges = []
+    if dataset.chunks is None:
+        offset = dsid.get_offset()
+        if offset is None:
+            return 0
+        # The span from the first element selected to the last (C order).
+        first = last = 0
+        for t, n in zip(taken, shape):
+            first, last = first * n + t[0], last * n + t[-1]
+        size = dataset.dtype.itemsize
+        ranges.append((offset + first * size, (last - first + 1) * size))
+    else:
+        per_dim = [_chunk_indices(t, c) for t, c in zip(taken, dataset.chunks)]
+        count = 1
+        for t, c in zip(taken, dataset.chunks):
+            count *= t[-1] // c - t[0] // c + 1
+        if count > MAX_PREFETCH_CHUNKS:
+            raise ValueError(
+                f"the selection touches up to {count} chunks; prefetch looks up "
+                f"at most {MAX_PREFETCH_CHUNKS}: prefetch parts of it"
+            )
+        for index in itertools.product(*(list(p) for p in per_dim)):
+            coord = tuple(i * c for i, c in zip(index, dataset.chunks))
+            info = dsid.get_chunk_info_by_coord(coord)
+            if info.byte_offset is not None and info.size:
+                ranges.append((info.byte_offset, info.size))
+    if not ranges:
+        return 0
+    file_id = dataset.file.id
+    with h5py._objects.phil:
+        if not _native._prefetch(file_id.id, ranges):
+            raise ValueError("the dataset's file is not read through driver=\"remfile\"")
+    return len(ranges)
+
+
+def read(dataset, selection: Any = Ellipsis):
+    """``dataset[selection]``, its chunks fetched together first
+    (:func:`prefetch`): for a slice of a chunked dataset, two rounds of
+    requests at most, and only the chunks it needs.
+
+    >>> with h5py.File(url, "r", driver="remfile") as f:  # doctest: +SKIP
+    ...     block = remfile_hdf5.read(f["acquisition/ElectricalSeries/data"],
+    ...                               (slice(1_000_000, 1_180_000), 5))
+    """
+    prefetch(dataset, selection)
+    return dataset[selection]
 
 
 class RemoteFile(io.RawIOBase):

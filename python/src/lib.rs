@@ -492,6 +492,49 @@ fn _set_driver(fapl: hid_t, options: &str) -> PyResult<()> {
 /// lock.
 #[pyfunction]
 fn _file_stats<'py>(py: Python<'py>, file: hid_t) -> PyResult<Option<Bound<'py, PyDict>>> {
+    let Some(handle) = driver_handle(file)? else {
+        return Ok(None);
+    };
+    // SAFETY: an open file of this driver's handle; it stays valid while
+    // the file is open, as it is during this call (the caller holds h5py's
+    // lock).
+    let counters = unsafe { vfd::counters_of_handle(handle) };
+    let d = stats_dict(py, &counters.remote.stats())?;
+    d.set_item("hdf5_reads", counters.read_calls + counters.vector_calls)?;
+    let p = counters.prefetch;
+    d.set_item("metadata_reads_foreseen", p.predicted_reads)?;
+    d.set_item("metadata_reads", p.predicted_reads + p.unpredicted_reads)?;
+    d.set_item("metadata_bytes", p.metadata_bytes)?;
+    d.set_item("prefetch_bytes", p.speculative_bytes)?;
+    d.set_item("chunk_reads", p.chunk_reads)?;
+    Ok(Some(d))
+}
+
+/// Fetches the `(offset, length)` ranges of the open HDF5 file `file` (an
+/// id of h5py's HDF5) into the driver's cache, together (one round), as far
+/// as the cache holds them; `False` if the file is not read through the
+/// driver. The caller holds h5py's lock.
+#[pyfunction]
+fn _prefetch(py: Python<'_>, file: hid_t, ranges: Vec<(u64, u64)>) -> PyResult<bool> {
+    let Some(handle) = driver_handle(file)? else {
+        return Ok(false);
+    };
+    let mut wanted = Vec::with_capacity(ranges.len());
+    for (offset, length) in ranges {
+        let end = offset.checked_add(length).ok_or_else(|| {
+            PyValueError::new_err(format!("a range of {length} bytes at {offset}"))
+        })?;
+        wanted.push(offset..end);
+    }
+    // SAFETY: as in `_file_stats`.
+    let remote = unsafe { vfd::remote_of_handle(handle) };
+    py.detach(|| remote.prefetch(wanted)).map_err(to_py)?;
+    Ok(true)
+}
+
+/// The driver's handle of the open HDF5 file `file`, if the driver reads
+/// it. The caller holds h5py's lock.
+fn driver_handle(file: hid_t) -> PyResult<Option<*mut c_void>> {
     let library = bound()?;
     // SAFETY: the library's functions; HDF5 checks the ids, and the plist
     // taken is closed again.
@@ -509,23 +552,9 @@ fn _file_stats<'py>(py: Python<'py>, file: hid_t) -> PyResult<Option<Bound<'py, 
     }
     let mut handle: *mut c_void = std::ptr::null_mut();
     // SAFETY: an open file of this driver (checked above), whose handle the
-    // driver gives; it stays valid while the file is open, as it is during
-    // this call (the caller holds h5py's lock).
-    let counters = unsafe {
-        if (library.get_vfd_handle)(file, 0, &mut handle) < 0 || handle.is_null() {
-            return Ok(None);
-        }
-        vfd::counters_of_handle(handle)
-    };
-    let d = stats_dict(py, &counters.remote.stats())?;
-    d.set_item("hdf5_reads", counters.read_calls + counters.vector_calls)?;
-    let p = counters.prefetch;
-    d.set_item("metadata_reads_foreseen", p.predicted_reads)?;
-    d.set_item("metadata_reads", p.predicted_reads + p.unpredicted_reads)?;
-    d.set_item("metadata_bytes", p.metadata_bytes)?;
-    d.set_item("prefetch_bytes", p.speculative_bytes)?;
-    d.set_item("chunk_reads", p.chunk_reads)?;
-    Ok(Some(d))
+    // driver gives.
+    let found = unsafe { (library.get_vfd_handle)(file, 0, &mut handle) };
+    Ok((found >= 0 && !handle.is_null()).then_some(handle))
 }
 
 /// HDF5's version as h5py's library reports it, once bound.
@@ -551,6 +580,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(option_keys, m)?)?;
     m.add_function(wrap_pyfunction!(_set_driver, m)?)?;
     m.add_function(wrap_pyfunction!(_file_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(_prefetch, m)?)?;
     m.add_function(wrap_pyfunction!(_hdf5_version, m)?)?;
     Ok(())
 }

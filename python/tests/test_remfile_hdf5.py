@@ -340,3 +340,53 @@ def test_a_forked_child_opens_an_inherited_file_again(server, files):
     finally:
         _INHERITED.close()
         _INHERITED = None
+
+
+def test_prefetch_brings_a_selection_so_that_its_read_waits_on_no_request(server, files):
+    local = os.path.join(files, "data.h5")
+    selections = [
+        (slice(1210, 1890), slice(None)),
+        (slice(1210, 1890), 7),
+        (Ellipsis, slice(60, 64)),
+        (slice(-300, None, 130),),
+        (slice(1210, 1890, 3), slice(3, 40)),
+    ]
+    with h5py.File(local, "r") as f:
+        expected = [f["big"][s] for s in selections]
+        expected_contiguous = f["contiguous"][250_000:260_000]
+    # Each in a cache of its own (files of one capacity share one).
+    for n, (selection, values) in enumerate(zip(selections, expected)):
+        cache = f"{70 + n}MiB"
+        with h5py.File(server.url("data.h5"), "r", driver="remfile", cache=cache,
+                       chunk_read_ahead=False, metadata_prefetch=False) as f:
+            big = f["big"]
+            mark = server.mark()
+            assert big[selection].shape == values.shape
+            assert server.requests_since(mark), "the selection is not cached by the open"
+        with h5py.File(server.url("data.h5"), "r", driver="remfile", cache=f"{80 + n}MiB",
+                       chunk_read_ahead=False, metadata_prefetch=False) as f:
+            big = f["big"]
+            assert remfile_hdf5.prefetch(big, selection) > 0
+            mark = server.mark()
+            np.testing.assert_array_equal(big[selection], values)
+            assert server.requests_since(mark) == [], selection
+    with h5py.File(server.url("data.h5"), "r", driver="remfile", cache="90MiB") as f:
+        assert remfile_hdf5.prefetch(f["contiguous"], slice(250_000, 260_000)) == 1
+        mark = server.mark()
+        np.testing.assert_array_equal(f["contiguous"][250_000:260_000], expected_contiguous)
+        assert server.requests_since(mark) == []
+        np.testing.assert_array_equal(
+            remfile_hdf5.read(f["big"], (slice(1210, 1890), 7)), expected[1]
+        )
+        assert remfile_hdf5.prefetch(f["big"], slice(5, 5)) == 0
+        with pytest.raises(IndexError):
+            remfile_hdf5.prefetch(f["big"], (0, 0, 0))
+        with pytest.raises(IndexError):
+            remfile_hdf5.prefetch(f["big"], 2000)
+        with pytest.raises(TypeError):
+            remfile_hdf5.prefetch(f["big"], "rows")
+        with pytest.raises(TypeError):
+            remfile_hdf5.prefetch(f, ...)
+    with h5py.File(local, "r") as f:
+        with pytest.raises(ValueError, match="remfile"):
+            remfile_hdf5.prefetch(f["big"], slice(0, 100))

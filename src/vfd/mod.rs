@@ -22,4 +22,4 @@ pub use api::{DriverConfig, DriverInfo, ErrorIds, HostApi, PushError, install};
 pub use driver::{class_for, errno_of};
 pub use ffi::{herr_t, hid_t};
 pub use prefetch::PrefetchStats;
-pub use source::{Counters, counters_of_handle};
+pub use source::{Counters, counters_of_handle, remote_of_handle};

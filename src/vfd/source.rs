@@ -160,6 +160,17 @@ pub unsafe fn counters_of_handle(handle: *const c_void) -> Counters {
     unsafe { &*(handle as *const Source) }.counters()
 }
 
+/// The remote file behind the open file whose driver handle (from
+/// `H5Fget_vfd_handle`) is `handle`: for a caller that fetches what HDF5
+/// will read (the chunks of a selection) before HDF5 asks for it.
+///
+/// # Safety
+/// `handle` is the handle of a file of this driver, still open.
+pub unsafe fn remote_of_handle(handle: *const c_void) -> RemoteFile {
+    // SAFETY: as in `counters_of_handle`.
+    unsafe { &*(handle as *const Source) }.file.clone()
+}
+
 /// How many remote files the driver holds now.
 #[cfg_attr(not(feature = "hdf5"), allow(dead_code))]
 pub(crate) fn live_readers() -> usize {
