@@ -110,7 +110,7 @@ impl Engine {
                 options.read_ahead_min,
                 options.read_ahead_max,
             )),
-            pieces: Pieces::new(pieces_capacity(cache.capacity())),
+            pieces: Pieces::new(cache.pieces_budget()),
             pieces_kept: Default::default(),
             pieces_from_disk: 0,
             opened_by: std::process::id(),
@@ -818,7 +818,10 @@ impl Engine {
     /// excepted, in one round of at most
     /// [`guess_concurrency`](Self::guess_concurrency) requests at once.
     /// Returns the bytes fetched. A failure costs the guess only: readers
-    /// of those bytes read blocks and meet it themselves.
+    /// of those bytes read blocks and meet it themselves. If the pieces'
+    /// budget, which the files sharing the cache share, has no room for
+    /// them, they are fetched as blocks ([`prefetch_here`](Self::prefetch_here)),
+    /// which the cache evicts as it must.
     #[cfg(any(feature = "hdf5", feature = "vfd"))]
     pub(crate) fn guess_pieces(&self, ranges: Vec<Range<u64>>, max_bytes: u64) -> u64 {
         let size = self.identity.size;
@@ -839,6 +842,10 @@ impl Engine {
             total = total.saturating_add(r.end - r.start);
             total <= max_bytes
         });
+        let bytes: u64 = wanted.iter().map(|r| r.end - r.start).sum();
+        if !self.pieces.budget().has_room(bytes) {
+            return self.prefetch_here(wanted, max_bytes);
+        }
         let rounds = self.counters.round_trips.load(Relaxed);
         let taken = self.pieces.claim(&wanted, rounds);
         if taken.is_empty() {
@@ -965,12 +972,6 @@ fn worth_keeping(kept: Kept, now: Kept, when: Keep) -> bool {
         Keep::AtClose => true,
         Keep::WhileOpen => kept.arrivals == 0 || now.bytes >= kept.bytes + kept.bytes / 2,
     }
-}
-
-/// The most bytes of pieces a file keeps: a quarter of its cache's
-/// capacity, and no more than 64 MiB (some 100,000 object headers).
-fn pieces_capacity(cache_capacity: u64) -> u64 {
-    (cache_capacity / 4).min(64 << 20)
 }
 
 /// One fetch of a claim's blocks: the claim, which of its blocks the caller

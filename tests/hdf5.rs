@@ -171,6 +171,34 @@ fn a_warm_open_and_walk_through_a_disk_cache_is_one_request() {
 }
 
 #[test]
+fn files_sharing_a_cache_too_small_for_their_pieces_walk_right_on_blocks() {
+    let server = serve_far_away(nwb_file());
+    let local = h5::File::open(nwb_file()).unwrap();
+    // A quarter of the cache for the pieces of both files: less than one
+    // file's crawl fetches as pieces.
+    let cache = remfile::BlockCache::new(2 << 20);
+    let mut held = Vec::new();
+    let mut requests = Vec::new();
+    for _ in 0..3 {
+        let remote = builder()
+            .cache(cache.clone())
+            .open(server.url("/f.nwb"))
+            .unwrap();
+        let file = h5::open(remote.clone()).unwrap();
+        assert_eq!(describe(&file).unwrap(), describe(&local).unwrap());
+        assert!(remote.wait_for_background_fetches(Duration::from_secs(20)));
+        requests.push(remote.stats().requests);
+        held.push((file, remote));
+    }
+    // Later files find the budget taken and guess blocks instead: a few
+    // requests more at most, never a request per read.
+    assert!(
+        requests.iter().all(|&r| r <= 2 * requests[0] + 8),
+        "{requests:?}"
+    );
+}
+
+#[test]
 fn a_persistent_503_becomes_an_error_naming_the_status() {
     let server = serve(nwb_file());
     let remote = builder()

@@ -16,7 +16,7 @@ use moka::policy::EvictionPolicy;
 use parking_lot::Mutex;
 
 pub(crate) use self::flight::{Claim, Pending};
-pub(crate) use self::pieces::{Pieces, Served};
+pub(crate) use self::pieces::{Pieces, PiecesBudget, Served};
 pub(crate) use self::pool::BufferPool;
 
 /// The most bytes of evicted blocks' buffers kept for reuse (and at most a
@@ -71,6 +71,14 @@ struct Inner {
     key_hashers: (RandomState, RandomState),
     capacity: u64,
     in_flight: Mutex<HashMap<Key, Arc<Pending>>>,
+    /// What the pieces of all the cache's files may hold together.
+    pieces: Arc<PiecesBudget>,
+}
+
+/// The most bytes of pieces the files of one cache keep together: a
+/// quarter of its capacity, at most 64 MiB (some 100,000 object headers).
+fn pieces_capacity(cache_capacity: u64) -> u64 {
+    (cache_capacity / 4).min(64 << 20)
 }
 
 impl fmt::Debug for BlockCache {
@@ -128,6 +136,7 @@ impl BlockCache {
                 key_hashers: (RandomState::new(), RandomState::new()),
                 capacity: capacity_bytes,
                 in_flight: Mutex::new(HashMap::new()),
+                pieces: Arc::new(PiecesBudget::new(pieces_capacity(capacity_bytes))),
             }),
         }
     }
@@ -159,6 +168,11 @@ impl BlockCache {
     /// Drops every cached block.
     pub fn clear(&self) {
         self.inner.blocks.invalidate_all();
+    }
+
+    /// The budget the pieces of the cache's files share.
+    pub(crate) fn pieces_budget(&self) -> Arc<PiecesBudget> {
+        Arc::clone(&self.inner.pieces)
     }
 
     /// Where fetches take their block buffers from.

@@ -8,14 +8,17 @@
 //!
 //! Pieces never overlap: of a new range, only the bytes no piece holds or
 //! is fetching are fetched, and a piece that arrives next to another joins
-//! it, so a read across both is served whole. The store is bounded in
-//! bytes; past that, ranges are not taken (their readers fetch blocks).
+//! it, so a read across both is served whole. The files sharing a block
+//! cache share one budget of bytes for their pieces ([`PiecesBudget`]),
+//! however many are open; past it, ranges are not taken (their readers
+//! fetch blocks), and a closed file's pieces give their bytes back.
 
 #![cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
 
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
 use crate::sync::{Condvar, Mutex};
@@ -27,7 +30,56 @@ pub(crate) type Here = (u64, Arc<[u8]>);
 pub(crate) struct Pieces {
     state: Mutex<State>,
     arrived: Condvar,
+    budget: Arc<PiecesBudget>,
+}
+
+/// The bytes of pieces the files sharing one block cache may hold (here or
+/// coming) together.
+#[derive(Debug)]
+pub(crate) struct PiecesBudget {
     capacity: u64,
+    used: AtomicU64,
+}
+
+impl PiecesBudget {
+    pub(crate) fn new(capacity: u64) -> PiecesBudget {
+        PiecesBudget {
+            capacity,
+            used: AtomicU64::new(0),
+        }
+    }
+
+    /// Takes `len` bytes of the budget, if it has them.
+    fn take(&self, len: u64) -> bool {
+        self.used
+            .fetch_update(Relaxed, Relaxed, |used| {
+                used.checked_add(len)
+                    .filter(|&after| after <= self.capacity)
+            })
+            .is_ok()
+    }
+
+    fn give(&self, len: u64) {
+        let _ = self
+            .used
+            .fetch_update(Relaxed, Relaxed, |used| Some(used.saturating_sub(len)));
+    }
+
+    /// Whether `len` more bytes fit now (another file may take them first).
+    pub(crate) fn has_room(&self, len: u64) -> bool {
+        self.used.load(Relaxed).saturating_add(len) <= self.capacity
+    }
+
+    /// The bytes taken.
+    pub(crate) fn used(&self) -> u64 {
+        self.used.load(Relaxed)
+    }
+}
+
+impl Drop for Pieces {
+    fn drop(&mut self) {
+        self.budget.give(self.state.get_mut().bytes);
+    }
 }
 
 #[derive(Default)]
@@ -63,13 +115,18 @@ pub(crate) enum Served {
 }
 
 impl Pieces {
-    /// A store of at most `capacity` bytes.
-    pub(crate) fn new(capacity: u64) -> Pieces {
+    /// A store whose pieces take their bytes from `budget`.
+    pub(crate) fn new(budget: Arc<PiecesBudget>) -> Pieces {
         Pieces {
             state: Mutex::new(State::default()),
             arrived: Condvar::new(),
-            capacity,
+            budget,
         }
+    }
+
+    /// The budget the pieces take their bytes from.
+    pub(crate) fn budget(&self) -> &PiecesBudget {
+        &self.budget
     }
 
     /// Takes the bytes of `ranges` that no piece holds or is fetching,
@@ -82,7 +139,7 @@ impl Pieces {
         for range in ranges {
             for gap in state.gaps_in(range.clone()) {
                 let len = gap.end - gap.start;
-                if state.bytes.saturating_add(len) > self.capacity {
+                if !self.budget.take(len) {
                     continue;
                 }
                 state.bytes += len;
@@ -115,6 +172,7 @@ impl Pieces {
                 None => {
                     state.by_start.remove(&range.start);
                     state.bytes -= range.end - range.start;
+                    self.budget.give(range.end - range.start);
                 }
             }
         }
@@ -176,9 +234,7 @@ impl Pieces {
         for (start, bytes) in pieces {
             let range = start..start.saturating_add(bytes.len() as u64);
             let len = range.end - range.start;
-            if len == 0
-                || state.bytes.saturating_add(len) > self.capacity
-                || state.gaps_in(range.clone()) != [range.clone()]
+            if len == 0 || state.gaps_in(range.clone()) != [range.clone()] || !self.budget.take(len)
             {
                 continue;
             }
@@ -317,13 +373,37 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    fn store(capacity: u64) -> Pieces {
+        Pieces::new(Arc::new(PiecesBudget::new(capacity)))
+    }
+
+    #[test]
+    fn files_sharing_a_budget_hold_at_most_it_and_a_closed_file_gives_back() {
+        let budget = Arc::new(PiecesBudget::new(100));
+        let a = Pieces::new(Arc::clone(&budget));
+        let b = Pieces::new(Arc::clone(&budget));
+        assert_eq!(a.claim(&[0..60], 0), [0..60]);
+        assert!(b.claim(&[0..60], 0).is_empty(), "the other file took it");
+        assert_eq!(b.claim(&[0..40], 0), [0..40]);
+        assert!(!budget.has_room(1));
+        // A failed fetch gives its bytes back, and so does a closed file.
+        b.deliver(0..40, None);
+        assert_eq!(budget.used(), 60);
+        a.deliver(0..60, Some(vec![1; 60]));
+        drop(a);
+        assert_eq!(budget.used(), 0);
+        b.put(vec![(0, vec![2; 100])]);
+        assert!(b.holds(0..100));
+        assert_eq!(budget.used(), 100);
+    }
+
     fn soon() -> Instant {
         Instant::now() + Duration::from_secs(5)
     }
 
     #[test]
     fn a_read_inside_a_piece_is_served_from_it() {
-        let pieces = Pieces::new(1 << 20);
+        let pieces = store(1 << 20);
         assert_eq!(
             pieces.claim(&[100..200, 1000..1010], 0),
             [100..200, 1000..1010]
@@ -349,7 +429,7 @@ mod tests {
 
     #[test]
     fn a_failed_or_short_piece_serves_nothing_and_frees_its_room() {
-        let pieces = Pieces::new(100);
+        let pieces = store(100);
         assert_eq!(
             pieces.claim(&[0..60, 100..160], 0),
             vec![0..60],
@@ -364,7 +444,7 @@ mod tests {
 
     #[test]
     fn only_bytes_no_piece_holds_are_fetched_and_neighbours_join() {
-        let pieces = Pieces::new(1 << 20);
+        let pieces = store(1 << 20);
         assert_eq!(pieces.claim(&[100..200], 0), vec![100..200]);
         // A longer read of a header: only its rest, while the first part
         // is still coming.
@@ -390,13 +470,13 @@ mod tests {
 
     #[test]
     fn pieces_put_back_serve_reads_and_never_overlap_others() {
-        let first = Pieces::new(1 << 20);
+        let first = store(1 << 20);
         first.claim(&[100..200, 300..310], 0);
         first.deliver(100..200, Some((0..100).collect()));
         let (arrivals, here) = first.here();
         assert_eq!(arrivals, 1);
         assert_eq!(here.len(), 1, "only the pieces that came");
-        let later = Pieces::new(150);
+        let later = store(150);
         later.claim(&[190..195], 0);
         let kept: Vec<(u64, Vec<u8>)> = here.iter().map(|(s, b)| (*s, b.to_vec())).collect();
         // One overlaps a piece coming; one does not fit; one of no bytes.
@@ -416,7 +496,7 @@ mod tests {
 
     #[test]
     fn a_read_across_a_piece_still_coming_waits_for_it() {
-        let pieces = Arc::new(Pieces::new(1 << 20));
+        let pieces = Arc::new(store(1 << 20));
         pieces.claim(&[0..10], 0);
         pieces.deliver(0..10, Some(vec![1; 10]));
         pieces.claim(&[10..20], 0);
@@ -437,7 +517,7 @@ mod tests {
     #[test]
     fn waiting_for_a_piece_costs_one_round_unless_a_round_overlapped_it() {
         let wait = |rounds_now: u64| {
-            let pieces = Arc::new(Pieces::new(1 << 20));
+            let pieces = Arc::new(store(1 << 20));
             pieces.claim(&[0..10], 5);
             let deliver = {
                 let pieces = Arc::clone(&pieces);
@@ -455,7 +535,7 @@ mod tests {
         let cost = |cost_a_round| Served::Yes { cost_a_round };
         assert_eq!(wait(5), cost(true));
         assert_eq!(wait(6), cost(false), "a round was counted meanwhile");
-        let pieces = Pieces::new(1 << 20);
+        let pieces = store(1 << 20);
         pieces.claim(&[0..10], 5);
         assert_eq!(
             pieces.read(0, &mut [0; 10], Instant::now(), 5),
