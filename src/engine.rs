@@ -946,6 +946,7 @@ impl Engine {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Keep {
     /// The crawl has nothing left to fetch for now: more may come.
+    #[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
     WhileOpen,
     /// The file is closed: nothing more comes.
     AtClose,

@@ -71,7 +71,8 @@ impl PiecesBudget {
     }
 
     /// The bytes taken.
-    pub(crate) fn used(&self) -> u64 {
+    #[cfg(test)]
+    fn used(&self) -> u64 {
         self.used.load(Relaxed)
     }
 }
