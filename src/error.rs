@@ -88,7 +88,7 @@ pub struct Error {
     inner: Arc<Inner>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 struct Inner {
     kind: ErrorKind,
     message: String,
@@ -300,10 +300,54 @@ impl fmt::Display for Error {
     }
 }
 
-impl fmt::Debug for Error {
+impl fmt::Display for ErrorKind {
+    /// What went wrong, in a few words: `HTTP status 404`, `timed out`…
+    /// (an [`Error`]'s own `Display` says it in full).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Every field is already redacted, so the derived form is safe to show.
-        fmt::Debug::fmt(&*self.inner, f)
+        match self {
+            ErrorKind::InvalidUrl => f.write_str("invalid URL"),
+            ErrorKind::InvalidConfig => f.write_str("invalid option"),
+            ErrorKind::HttpStatus(code) => write!(f, "HTTP status {code}"),
+            ErrorKind::RangeNotSupported => f.write_str("server does not serve byte ranges"),
+            ErrorKind::RemoteChanged => f.write_str("file changed on the server"),
+            ErrorKind::MalformedResponse => f.write_str("malformed response"),
+            ErrorKind::Timeout => f.write_str("timed out"),
+            ErrorKind::Network => f.write_str("network failure"),
+            ErrorKind::Redirect => f.write_str("bad redirect"),
+            ErrorKind::UnexpectedEof => f.write_str("read past the end of the file"),
+            ErrorKind::Interrupted => f.write_str("interrupted"),
+            ErrorKind::Credentials => f.write_str("no usable credentials"),
+        }
+    }
+}
+
+impl fmt::Debug for Error {
+    /// Every field, as `Error { kind: …, message: …, url: … }`: what
+    /// `fn main() -> Result<(), remfile::Error>` prints. Every field is
+    /// already redacted, so it is safe to show.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let i = &*self.inner;
+        let mut d = f.debug_struct("Error");
+        d.field("kind", &i.kind).field("message", &i.message);
+        if let Some(url) = &i.url {
+            d.field("url", url);
+        }
+        if let Some(range) = &i.range {
+            d.field("range", range);
+        }
+        if i.attempts > 0 {
+            d.field("attempts", &i.attempts);
+        }
+        if let Some(body) = &i.body {
+            d.field("body", body);
+        }
+        if let Some(hint) = i.hint {
+            d.field("hint", &hint);
+        }
+        if let Some(cause) = i.cause {
+            d.field("cause", &cause);
+        }
+        d.finish()
     }
 }
 
@@ -357,6 +401,20 @@ mod tests {
         );
         assert_eq!(e.status(), Some(403));
         assert!(!e.is_retryable());
+    }
+
+    #[test]
+    fn debug_and_kind_display_read_as_this_crate_s() {
+        let e = Error::new(ErrorKind::HttpStatus(404), "HTTP 404 Not Found")
+            .with_url("https://h/p")
+            .with_attempts(1);
+        assert_eq!(
+            format!("{e:?}"),
+            "Error { kind: HttpStatus(404), message: \"HTTP 404 Not Found\", \
+             url: \"https://h/p\", attempts: 1 }"
+        );
+        assert_eq!(e.kind().to_string(), "HTTP status 404");
+        assert_eq!(ErrorKind::Timeout.to_string(), "timed out");
     }
 
     #[test]
