@@ -256,12 +256,19 @@ impl Error {
             ErrorKind::RemoteChanged => io::ErrorKind::StaleNetworkFileHandle,
             ErrorKind::MalformedResponse => io::ErrorKind::InvalidData,
             ErrorKind::Timeout => io::ErrorKind::TimedOut,
+            // The system's kind where it said one: a refused or reset
+            // connection, a host not found (`HostUnreachable`), a failed TLS
+            // handshake or certificate (`InvalidData`).
             ErrorKind::Network => match self.inner.cause {
                 Some(
                     cause @ (io::ErrorKind::ConnectionRefused
                     | io::ErrorKind::ConnectionReset
                     | io::ErrorKind::NotConnected
-                    | io::ErrorKind::BrokenPipe),
+                    | io::ErrorKind::BrokenPipe
+                    | io::ErrorKind::HostUnreachable
+                    | io::ErrorKind::NetworkUnreachable
+                    | io::ErrorKind::AddrNotAvailable
+                    | io::ErrorKind::InvalidData),
                 ) => cause,
                 _ => io::ErrorKind::ConnectionAborted,
             },

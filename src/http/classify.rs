@@ -16,11 +16,20 @@ pub(super) fn classify_io(e: std::io::Error, doing: &str) -> Failure {
 pub(super) fn classify_ureq(e: ureq::Error, doing: &str) -> Failure {
     use ureq::Error as U;
     let cause = match &e {
+        U::Io(io) if io.kind() == std::io::ErrorKind::InvalidData => {
+            Some(std::io::ErrorKind::InvalidData)
+        }
         U::Io(io) => Some(io.kind()),
+        U::HostNotFound => Some(std::io::ErrorKind::HostUnreachable),
+        U::Tls(_) | U::Pem(_) | U::Rustls(_) => Some(std::io::ErrorKind::InvalidData),
         _ => None,
     };
+    if let U::Timeout(t) = &e {
+        // Which wait ran out says what was being done.
+        let error = Error::new(ErrorKind::Timeout, timed_out(*t));
+        return Failure::transient(error);
+    }
     let (kind, what, retry) = match &e {
-        U::Timeout(t) => (ErrorKind::Timeout, format!("timed out ({t:?})"), true),
         U::Io(io) if io.kind() == std::io::ErrorKind::TimedOut => {
             (ErrorKind::Timeout, "timed out".to_owned(), true)
         }
@@ -81,6 +90,20 @@ pub(super) fn classify_ureq(e: ureq::Error, doing: &str) -> Failure {
     }
 }
 
+/// What a ureq timeout means, in words.
+fn timed_out(t: ureq::Timeout) -> &'static str {
+    use ureq::Timeout as T;
+    match t {
+        T::Resolve => "timed out looking the host up (DNS)",
+        T::Connect => "timed out connecting to the server",
+        T::SendRequest | T::SendBody | T::PerWrite => "timed out sending the request",
+        T::RecvResponse | T::Await100 => "timed out waiting for the server's answer",
+        T::RecvBody | T::PerRead => "timed out reading the response body",
+        T::Global | T::PerCall => "ran past the request's overall timeout",
+        _ => "timed out",
+    }
+}
+
 /// Whether ureq failed to decode a compressed body. Its `Decompress` variant
 /// exists only with ureq's `gzip` or `brotli` feature, which this crate does
 /// not enable but Cargo's feature unification can (another crate in the
@@ -89,4 +112,31 @@ pub(super) fn classify_ureq(e: ureq::Error, doing: &str) -> Failure {
 /// `--features ureq/gzip` to keep this honest.
 fn is_decompression_error(e: &ureq::Error) -> bool {
     e.to_string().contains("decompression failed")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io;
+
+    #[test]
+    fn failures_keep_the_system_s_kind_and_say_which_wait_ran_out() {
+        let answer = classify_ureq(ureq::Error::Timeout(ureq::Timeout::RecvResponse), "x").error;
+        assert_eq!(answer.kind(), ErrorKind::Timeout);
+        assert_eq!(
+            answer.to_string(),
+            "timed out waiting for the server's answer"
+        );
+        assert_eq!(answer.io_kind(), io::ErrorKind::TimedOut);
+        let dns = classify_ureq(ureq::Error::HostNotFound, "making the request").error;
+        assert_eq!(dns.io_kind(), io::ErrorKind::HostUnreachable);
+        assert!(dns.to_string().contains("DNS"), "{dns}");
+        let tls = classify_ureq(ureq::Error::Tls("bad certificate"), "making the request").error;
+        assert_eq!(tls.io_kind(), io::ErrorKind::InvalidData);
+        let refused = classify_io(
+            io::ErrorKind::ConnectionRefused.into(),
+            "making the request",
+        );
+        assert_eq!(refused.error.io_kind(), io::ErrorKind::ConnectionRefused);
+    }
 }

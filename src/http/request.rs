@@ -146,7 +146,7 @@ impl Transport {
         let waited = started.elapsed();
         let elapsed_ms = waited.as_millis() as u64;
         let mut resp = result.map_err(|e| {
-            let mut f = classify_ureq(e, "sending the request");
+            let mut f = classify_ureq(e, "making the request");
             f.error = f.error.with_url(&self.shown(url));
             tracing::debug!(
                 url = %redact(url), range = %want,

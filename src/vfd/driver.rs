@@ -131,6 +131,8 @@ pub fn errno_of(error: &Error) -> Option<i32> {
                 Io::ConnectionRefused => Errno::CONNREFUSED,
                 Io::ConnectionReset => Errno::CONNRESET,
                 Io::BrokenPipe => Errno::PIPE,
+                Io::HostUnreachable => Errno::HOSTUNREACH,
+                Io::NetworkUnreachable => Errno::NETUNREACH,
                 _ => Errno::CONNABORTED,
             },
             _ => return None,
