@@ -5,6 +5,7 @@ use std::fmt;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::ops::Range;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use crate::cache::BlockCache;
 use crate::engine::Engine;
@@ -26,7 +27,11 @@ use crate::wait;
 /// * [`read_at`](RemoteFile::read_at) and
 ///   [`read_exact_at`](RemoteFile::read_exact_at) read at a position and take
 ///   `&self`, so one file can serve many threads.
-/// * [`Read`] and [`Seek`] use a cursor of the file's own.
+/// * [`Read`] and [`Seek`] use a cursor of the file's own. They are
+///   implemented for `&RemoteFile` too, on the same cursor, as std does for
+///   `&File`: threads that share one `RemoteFile` and each read at the
+///   cursor take turns on it only as far as each read goes (use `read_at`
+///   for reads of their own).
 /// * With the default `positioned-io` feature, `positioned_io::ReadAt` and
 ///   `positioned_io::Size` are implemented too.
 ///
@@ -56,10 +61,22 @@ use crate::wait;
 /// println!("{:?}", file.stats());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Clone)]
 pub struct RemoteFile {
     engine: Arc<Engine>,
-    pos: u64,
+    /// The cursor of [`Read`] and [`Seek`]; atomic so that `&RemoteFile`
+    /// reads at it too.
+    pos: AtomicU64,
+}
+
+impl Clone for RemoteFile {
+    /// Shares the file's cache, connections and statistics; the clone's
+    /// cursor starts where this one's is.
+    fn clone(&self) -> RemoteFile {
+        RemoteFile {
+            engine: Arc::clone(&self.engine),
+            pos: AtomicU64::new(self.pos.load(Relaxed)),
+        }
+    }
 }
 
 impl RemoteFile {
@@ -99,7 +116,7 @@ impl RemoteFile {
     pub(crate) fn new(engine: Engine) -> RemoteFile {
         RemoteFile {
             engine: Arc::new(engine),
-            pos: 0,
+            pos: AtomicU64::new(0),
         }
     }
 
@@ -495,15 +512,23 @@ impl fmt::Debug for RemoteFile {
             .field("len", &self.len())
             .field("etag", &self.etag())
             .field("block_size", &self.engine.block_size())
-            .field("position", &self.pos)
+            .field("position", &self.pos.load(Relaxed))
             .finish()
     }
 }
 
 impl Read for RemoteFile {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.read_at(self.pos, buf)?;
-        self.pos += n as u64;
+        (&*self).read(buf)
+    }
+}
+
+impl Read for &RemoteFile {
+    /// Reads at the cursor and moves it past what was read.
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let at = self.pos.load(Relaxed);
+        let n = self.read_at(at, buf)?;
+        self.pos.store(at + n as u64, Relaxed);
         Ok(n)
     }
 }
@@ -512,14 +537,25 @@ impl Seek for RemoteFile {
     /// Moves the cursor; seeking past the end is allowed (reads there return
     /// 0), seeking before the start is an `InvalidInput` error.
     fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
+        (&*self).seek(to)
+    }
+
+    fn stream_position(&mut self) -> io::Result<u64> {
+        Ok(self.pos.load(Relaxed))
+    }
+}
+
+impl Seek for &RemoteFile {
+    /// As [`RemoteFile`]'s.
+    fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
         let target = match to {
             SeekFrom::Start(n) => Some(n),
             SeekFrom::End(delta) => self.len().checked_add_signed(delta),
-            SeekFrom::Current(delta) => self.pos.checked_add_signed(delta),
+            SeekFrom::Current(delta) => self.pos.load(Relaxed).checked_add_signed(delta),
         };
         match target {
             Some(n) => {
-                self.pos = n;
+                self.pos.store(n, Relaxed);
                 Ok(n)
             }
             None => Err(io::Error::new(
@@ -530,7 +566,7 @@ impl Seek for RemoteFile {
     }
 
     fn stream_position(&mut self) -> io::Result<u64> {
-        Ok(self.pos)
+        Ok(self.pos.load(Relaxed))
     }
 }
 

@@ -258,6 +258,53 @@ fn clones_share_cache_and_stats_but_not_the_cursor() {
 }
 
 #[test]
+fn a_cache_s_size_counts_what_was_just_read() {
+    let data = test_data(4 * MIB as usize, 14);
+    let server = RangeServer::new(data);
+    let cache = remfile::BlockCache::new(64 * MIB);
+    let file = builder()
+        .block_size(MIB)
+        .read_ahead_max(0)
+        .cache(cache.clone())
+        .open(server.url("/f"))
+        .unwrap();
+    let mut buf = vec![0; 3 * MIB as usize];
+    file.read_exact_at(MIB, &mut buf).unwrap();
+    // Without waiting for the cache's own upkeep.
+    assert!(
+        cache.weighted_size() >= 3 * MIB,
+        "{}",
+        cache.weighted_size()
+    );
+    assert!(cache.block_count() >= 3, "{}", cache.block_count());
+}
+
+#[test]
+fn a_shared_reference_reads_and_seeks_on_the_file_s_cursor() {
+    let data = test_data(MIB as usize, 13);
+    let server = RangeServer::new(data.clone());
+    let file = builder().open(server.url("/f")).unwrap();
+    let mut by_ref = &file;
+    by_ref.seek(SeekFrom::End(-20)).unwrap();
+    let mut tail = Vec::new();
+    by_ref.read_to_end(&mut tail).unwrap();
+    assert_eq!(tail, data[data.len() - 20..]);
+    // The same cursor as the file's own.
+    let mut file = file;
+    assert_eq!(file.stream_position().unwrap(), data.len() as u64);
+    file.seek(SeekFrom::Start(7)).unwrap();
+    let mut x = [0u8; 5];
+    (&file).read_exact(&mut x).unwrap();
+    assert_eq!(x, data[7..12]);
+    assert!((&file).seek(SeekFrom::Current(-100)).is_err());
+    // std::io::copy takes `&RemoteFile` as a reader.
+    (&file).seek(SeekFrom::Start(0)).unwrap();
+    let mut all = Vec::new();
+    std::io::copy(&mut &file, &mut all).unwrap();
+    assert_eq!(all, data);
+}
+
+#[test]
 fn eight_threads_fetch_each_block_once() {
     let data = Arc::new(test_data(24 * MIB as usize, 12));
     let server = RangeServer::new(data.to_vec());

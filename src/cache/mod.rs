@@ -146,17 +146,19 @@ impl BlockCache {
         self.inner.capacity
     }
 
-    /// The bytes of blocks currently held. Eviction runs lazily, so this can
-    /// briefly exceed the capacity; call
-    /// [`run_pending_tasks`](BlockCache::run_pending_tasks) first for an exact
-    /// figure.
+    /// The bytes of blocks held now. The cache counts inserts and evictions
+    /// in batches; this runs the pending ones first
+    /// ([`run_pending_tasks`](BlockCache::run_pending_tasks)), so the figure
+    /// is exact when it is returned.
     pub fn weighted_size(&self) -> u64 {
+        self.inner.blocks.run_pending_tasks();
         self.inner.blocks.weighted_size()
     }
 
-    /// The number of blocks currently held (see
-    /// [`weighted_size`](BlockCache::weighted_size) on laziness).
+    /// The number of blocks held now (exact, as
+    /// [`weighted_size`](BlockCache::weighted_size)).
     pub fn block_count(&self) -> u64 {
+        self.inner.blocks.run_pending_tasks();
         self.inner.blocks.entry_count()
     }
 
