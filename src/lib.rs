@@ -110,6 +110,31 @@
 //! sequential streams, so threads scanning different regions do not disturb
 //! each other.
 //!
+//! # From async code
+//!
+//! Every read that misses the cache blocks its thread until the network
+//! answers (within the read timeout). In an async runtime, call it where
+//! blocking is allowed — tokio's `spawn_blocking`, say — never on a worker
+//! thread of the runtime, whose other tasks would stall meanwhile:
+//!
+//! ```ignore
+//! let file = remfile::RemoteFile::open(url)?; // blocks too: inside spawn_blocking as well
+//! let bytes = tokio::task::spawn_blocking(move || {
+//!     let mut buf = vec![0; 4096];
+//!     file.read_exact_at(1 << 20, &mut buf).map(|()| buf)
+//! })
+//! .await??;
+//! ```
+//!
+//! # Platforms
+//!
+//! The tests run on Linux (x86-64, glibc). Other Unix systems are expected
+//! to work but are not tested. The disk cache's guarantees between
+//! processes (private files, advisory locks, never following a planted
+//! link) are written for Unix; other systems are not supported. The HDF5
+//! feature needs a libhdf5 (1.10 or later) on the system, or the
+//! `hdf5-static` feature to build one.
+//!
 //! # Correctness
 //!
 //! Every answer is checked: status `206`, a `Content-Range` for exactly the
