@@ -79,6 +79,7 @@ fn make(kind: &AgentKind) -> Result<Agent, Error> {
         Some(_) => ureq::Proxy::try_from_env(),
         None => None,
     };
+    refuse_socks(proxy.as_ref())?;
     let mut config = Agent::config_builder()
         .proxy(proxy)
         .max_idle_connections_per_host(process::CONNECTIONS_PER_ORIGIN)
@@ -87,6 +88,29 @@ fn make(kind: &AgentKind) -> Result<Agent, Error> {
         config = config.tls_config(TlsConfig::builder().root_certs(roots).build());
     }
     Ok(config.build().new_agent())
+}
+
+/// A SOCKS proxy is an error: without a SOCKS connector ureq would send
+/// the requests straight to the server, past a proxy the user may rely on.
+fn refuse_socks(proxy: Option<&ureq::Proxy>) -> Result<(), Error> {
+    use ureq::ProxyProtocol as P;
+    match proxy {
+        Some(p)
+            if matches!(
+                p.protocol(),
+                P::Socks4 | P::Socks4A | P::Socks5 | P::Socks5h
+            ) =>
+        {
+            Err(invalid(&format!(
+                "the proxy in the environment (ALL_PROXY, HTTPS_PROXY or HTTP_PROXY) is a \
+                 {:?} proxy at {}, which remfile does not speak: use an HTTP(S) proxy, or \
+                 turn proxy_from_env off",
+                p.protocol(),
+                p.host()
+            )))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// The Mozilla roots plus the certificates in `extra` (PEM), if any: ureq
@@ -135,6 +159,23 @@ mod tests {
             extra_roots,
             proxy_from_env: false,
         }
+    }
+
+    #[test]
+    fn a_socks_proxy_is_refused_not_bypassed() {
+        for url in [
+            "socks5://127.0.0.1:1080",
+            "socks4://proxy:1080",
+            "socks5h://p:9",
+        ] {
+            let proxy = ureq::Proxy::new(url).unwrap();
+            let e = refuse_socks(Some(&proxy)).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{e}");
+            assert!(e.to_string().contains("HTTP(S) proxy"), "{e}");
+        }
+        let http = ureq::Proxy::new("http://user:secret@proxy:3128").unwrap();
+        assert!(refuse_socks(Some(&http)).is_ok());
+        assert!(refuse_socks(None).is_ok());
     }
 
     #[test]
