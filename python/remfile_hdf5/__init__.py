@@ -420,8 +420,8 @@ def _selected(selection: Any, shape: Sequence[int]) -> list:
     items = selection if isinstance(selection, tuple) else (selection,)
     if sum(1 for s in items if s is Ellipsis) > 1:
         raise IndexError("a selection has at most one ...")
-    if Ellipsis in items:
-        at = items.index(Ellipsis)
+    if any(s is Ellipsis for s in items):
+        at = next(n for n, s in enumerate(items) if s is Ellipsis)
         fill = len(shape) - (len(items) - 1)
         items = items[:at] + (slice(None),) * max(fill, 0) + items[at + 1:]
     if len(items) > len(shape):
@@ -471,7 +471,8 @@ def prefetch(dataset, selection: Any = Ellipsis) -> int:
     where the selection ends, so its last step may fetch a few chunks past
     it. Here the selection is known: HDF5's chunk index gives the chunks'
     places (one round for its nodes, if not cached yet), then every chunk
-    comes at once. The chunks must fit in the cache (``cache=``).
+    comes at once. The chunks must fit in the cache (``cache=``). A
+    contiguous dataset's span is fetched only if the selection is most of it.
 
     ``selection`` is an index, a slice or a tuple of them (with at most one
     ``...``), as for ``dataset[...]``; a step skips no chunk it lands in.
@@ -494,17 +495,24 @@ def prefetch(dataset, selection: Any = Ellipsis) -> int:
         offset = dsid.get_offset()
         if offset is None:
             return 0
-        # The span from the first element selected to the last (C order).
+        # The span from the first element selected to the last (C order),
+        # unless the selection is a small part of it (a column, a stride):
+        # HDF5 then reads its own pieces.
         first = last = 0
+        selected = 1
         for t, n in zip(taken, shape):
             first, last = first * n + t[0], last * n + t[-1]
-        size = dataset.dtype.itemsize
-        ranges.append((offset + first * size, (last - first + 1) * size))
+            selected *= len(t)
+        size = dsid.get_type().get_size()
+        span = (last - first + 1) * size
+        if span > 2 * selected * size + (1 << 20):
+            return 0
+        ranges.append((offset + first * size, span))
     else:
         per_dim = [_chunk_indices(t, c) for t, c in zip(taken, dataset.chunks)]
         count = 1
         for t, c in zip(taken, dataset.chunks):
-            count *= t[-1] // c - t[0] // c + 1
+            count *= len(t) if t.step >= c else t[-1] // c - t[0] // c + 1
         if count > MAX_PREFETCH_CHUNKS:
             raise ValueError(
                 f"the selection touches up to {count} chunks; prefetch looks up "
@@ -526,14 +534,21 @@ def prefetch(dataset, selection: Any = Ellipsis) -> int:
 
 def read(dataset, selection: Any = Ellipsis):
     """``dataset[selection]``, its chunks fetched together first
-    (:func:`prefetch`): for a slice of a chunked dataset, two rounds of
-    requests at most, and only the chunks it needs.
+    (:func:`prefetch`): for a slice of a chunked dataset, the chunk index's
+    look-ups (none once cached) and one round for the chunks, and only the
+    chunks it needs. A selection :func:`prefetch` does not take (a list, a
+    boolean mask, a field name) is read by h5py alone.
 
     >>> with h5py.File(url, "r", driver="remfile") as f:  # doctest: +SKIP
     ...     block = remfile_hdf5.read(f["acquisition/ElectricalSeries/data"],
     ...                               (slice(1_000_000, 1_180_000), 5))
     """
-    prefetch(dataset, selection)
+    try:
+        prefetch(dataset, selection)
+    except (TypeError, IndexError):
+        # A selection prefetch does not take (a list, a mask, a field name):
+        # h5py reads it, or says what is wrong with it.
+        pass
     return dataset[selection]
 
 

@@ -390,3 +390,15 @@ def test_prefetch_brings_a_selection_so_that_its_read_waits_on_no_request(server
     with h5py.File(local, "r") as f:
         with pytest.raises(ValueError, match="remfile"):
             remfile_hdf5.prefetch(f["big"], slice(0, 100))
+
+
+def test_read_takes_what_h5py_takes_and_fetches_no_span_for_a_column(server, files):
+    local = os.path.join(files, "data.h5")
+    with h5py.File(local, "r") as f:
+        rows = f["big"][[3, 700, 1500]]
+        tail = f["contiguous"][::1000]
+    with h5py.File(server.url("data.h5"), "r", driver="remfile", cache="95MiB") as f:
+        np.testing.assert_array_equal(remfile_hdf5.read(f["big"], [3, 700, 1500]), rows)
+        # A stride over a contiguous dataset: no span of all of it.
+        assert remfile_hdf5.prefetch(f["contiguous"], slice(None, None, 1000)) == 0
+        np.testing.assert_array_equal(remfile_hdf5.read(f["contiguous"], slice(None, None, 1000)), tail)

@@ -175,6 +175,17 @@ impl Writer {
         let mut guard = self.queue.lock();
         let queue = guard.own();
         let len = bytes.len() as u64;
+        // A file already waiting (the pieces file, kept anew) takes the new
+        // bytes in its place: written now, the older ones would follow it.
+        // Queued once more, in case the older ones are being written now
+        // (a job that finds nothing waiting writes nothing).
+        if let Some(old) = queue.waiting.get_mut(&path) {
+            queue.bytes = queue.bytes - old.len() as u64 + len;
+            *old = Arc::new(bytes);
+            queue.push(Job::Write(path));
+            self.start(queue, to);
+            return;
+        }
         if !has_room(queue.bytes, len, &queue.pace) {
             drop(guard);
             let started = Instant::now();
