@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::cache::{Block, BlockCache, Claim, FileKey, Pieces, Served};
+use crate::cache::{Block, BlockCache, Claim, FileKey, Here, Pieces, Served};
 use crate::disk::{self, Claimed, DiskFile};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fanout::{Done, Next, fan_out};
@@ -130,9 +130,9 @@ impl Engine {
         if let Some(disk) = &self.disk {
             self.pieces.put(disk.read_pieces(self.identity.size));
             let (arrivals, here) = self.pieces.here();
-            let bytes = here.iter().map(|(_, bytes)| bytes.len() as u64).sum();
-            *self.pieces_kept.get_mut() = Kept { arrivals, bytes };
-            self.pieces_from_disk = bytes;
+            let kept = Kept::of(arrivals, &here);
+            *self.pieces_kept.get_mut() = kept;
+            self.pieces_from_disk = kept.bytes;
         }
         self
     }
@@ -155,10 +155,7 @@ impl Engine {
         };
         let mut kept = self.pieces_kept.lock();
         let (arrivals, here) = self.pieces.here();
-        let now = Kept {
-            arrivals,
-            bytes: here.iter().map(|(_, bytes)| bytes.len() as u64).sum(),
-        };
+        let now = Kept::of(arrivals, &here);
         if worth_keeping(*kept, now, when) {
             disk.write_pieces(here.iter().map(|(start, bytes)| (*start, &bytes[..])));
             *kept = now;
@@ -960,11 +957,19 @@ pub(crate) struct Kept {
     bytes: u64,
 }
 
+impl Kept {
+    /// The count of what [`Pieces::here`] gives.
+    fn of(arrivals: u64, here: &[Here]) -> Kept {
+        let bytes = here.iter().map(|(_, b)| b.len() as u64).sum();
+        Kept { arrivals, bytes }
+    }
+}
+
 /// Whether pieces `now` are worth writing over those `kept`: any change
 /// at close; while open, only once they have grown by half (or were never
 /// kept), so that a crawl going idle again and again rewrites at most
-/// about twice the bytes it ends with, and a run that is killed loses at
-/// most a third of them.
+/// about three times the bytes it ends with, and a run that is killed loses
+/// at most a third of them.
 fn worth_keeping(kept: Kept, now: Kept, when: Keep) -> bool {
     if now.arrivals == kept.arrivals {
         return false;

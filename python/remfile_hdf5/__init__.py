@@ -447,16 +447,16 @@ def _selected(selection: Any, shape: Sequence[int]) -> list:
     return out
 
 
-def _chunk_indices(taken: range, chunk: int) -> Iterable[int]:
-    """The chunk indices (of chunks ``chunk`` long) that the indices
-    ``taken`` (ascending) fall in."""
-    if len(taken) == 0:
-        return range(0)
+def _chunk_indices(taken: range, chunk: int) -> tuple:
+    """How many chunk indices (of chunks ``chunk`` long) the indices ``taken``
+    (ascending, not empty) fall in, and those indices, in order."""
     if taken.step < chunk:
         # Steps shorter than a chunk leave no chunk between the first and the
         # last out.
-        return range(taken[0] // chunk, taken[-1] // chunk + 1)
-    return (i // chunk for i in taken)
+        indices = range(taken[0] // chunk, taken[-1] // chunk + 1)
+        return len(indices), indices
+    # Steps of a chunk or more land in a chunk each.
+    return len(taken), (i // chunk for i in taken)
 
 
 def prefetch(dataset, selection: Any = Ellipsis) -> int:
@@ -510,15 +510,13 @@ def prefetch(dataset, selection: Any = Ellipsis) -> int:
         ranges.append((offset + first * size, span))
     else:
         per_dim = [_chunk_indices(t, c) for t, c in zip(taken, dataset.chunks)]
-        count = 1
-        for t, c in zip(taken, dataset.chunks):
-            count *= len(t) if t.step >= c else t[-1] // c - t[0] // c + 1
+        count = math.prod(n for n, _ in per_dim)
         if count > MAX_PREFETCH_CHUNKS:
             raise ValueError(
                 f"the selection touches up to {count} chunks; prefetch looks up "
                 f"at most {MAX_PREFETCH_CHUNKS}: prefetch parts of it"
             )
-        for index in itertools.product(*(list(p) for p in per_dim)):
+        for index in itertools.product(*(list(indices) for _, indices in per_dim)):
             coord = tuple(i * c for i, c in zip(index, dataset.chunks))
             info = dsid.get_chunk_info_by_coord(coord)
             if info.byte_offset is not None and info.size:

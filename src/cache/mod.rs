@@ -16,7 +16,7 @@ use moka::policy::EvictionPolicy;
 use parking_lot::Mutex;
 
 pub(crate) use self::flight::{Claim, Pending};
-pub(crate) use self::pieces::{Pieces, PiecesBudget, Served};
+pub(crate) use self::pieces::{Here, Pieces, PiecesBudget, Served};
 pub(crate) use self::pool::BufferPool;
 
 /// The most bytes of evicted blocks' buffers kept for reuse (and at most a
