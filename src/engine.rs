@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use crate::cache::{Block, BlockCache, Claim, FileKey, Here, Pieces, Served};
-use crate::disk::{self, Claimed, DiskFile};
+use crate::disk::{Claimed, DiskFile};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fanout::{Done, Next, fan_out};
 use crate::http::{Identity, Sink, Transport};
@@ -553,14 +553,11 @@ impl Engine {
             return (rounds, failure);
         }
         let mut waited = false;
-        // One bound for all of them, which leaves time to fetch them here.
-        let until = disk::wait_bound(round.deadline);
-        for index in theirs {
-            if let Some(bytes) = disk.wait_for(index, self.block_len(index), until) {
-                waited = true;
-                self.hand_over(round, index, bytes);
-            }
-        }
+        let theirs: Vec<(u64, u64)> = theirs.iter().map(|&i| (i, self.block_len(i))).collect();
+        disk.wait_for_all(&theirs, round.deadline, |index, bytes| {
+            waited = true;
+            self.hand_over(round, index, bytes);
+        });
         rounds = rounds.max(waited.into());
         // What the other processes did not bring, this one fetches.
         let (more, failure) = self.fetch_network(round, &[]);

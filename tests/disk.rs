@@ -390,8 +390,12 @@ fn within_revalidate_after_a_warm_open_asks_nothing() {
 fn sharing_reader(spec: &str) {
     let (url, rest) = spec.split_once('|').unwrap();
     let (dir, seed) = rest.split_once('|').unwrap();
+    // The default deadline, near enough: with the test builder's 20 s a
+    // process waits 10 s at most for another's 64 MiB fetch, which eight
+    // processes of a debug build on two busy cores took longer than.
     let file = builder()
         .block_size(BLOCK)
+        .read_timeout(std::time::Duration::from_secs(120))
         .disk_cache(DiskCache::open(dir, 256 << 20).unwrap())
         .open(url)
         .unwrap();
@@ -621,4 +625,80 @@ fn a_prefetch_of_what_the_disk_holds_reads_only_what_memory_keeps() {
         requests + 1,
         "the warm open's one request"
     );
+}
+
+/// A read waits for another reader's fetch for as long as that fetch keeps
+/// bringing blocks, even past the bound a fetch that brings nothing gets:
+/// a long transfer is never done twice.
+#[test]
+fn a_fetch_that_keeps_bringing_blocks_is_waited_for_past_the_wait_bound() {
+    use std::io::Write;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+    use support::{After, RawServer, Reply};
+
+    const BLOCKS: u64 = 33;
+    const STEP: Duration = Duration::from_millis(1500);
+    let data = Arc::new(test_data((BLOCKS * BLOCK) as usize, 79));
+    // While set, the n-th request of the next four is answered after n
+    // steps: a fetch in four parts whose blocks come at 1.5, 3, 4.5, 6 s.
+    let slow = Arc::new(AtomicU64::new(0));
+    let served = Arc::new(Mutex::new(Vec::new()));
+    let server = {
+        let (data, slow, served) = (data.clone(), slow.clone(), served.clone());
+        RawServer::new(move |req, out| {
+            let (first, last) = req.range().expect("a range request");
+            let last = last.min(data.len() as u64 - 1);
+            served.lock().unwrap().push((first, last));
+            let turn = slow
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .map_or(0, |n| 5 - n);
+            std::thread::sleep(STEP * turn as u32);
+            let reply = Reply::new(206)
+                .header(
+                    "Content-Range",
+                    format!("bytes {first}-{last}/{}", data.len()),
+                )
+                .header("ETag", "\"v1\"")
+                .body(&data[first as usize..=last as usize]);
+            let _ = out.write_all(&reply.to_bytes());
+            After::KeepAlive
+        })
+    };
+    let dir = temp_dir("progress");
+    // Both opened first, each with a memory cache of its own (as another
+    // process has). The waiter's reads time out after 10 s: it waits 5 s
+    // at most for a fetch that brings nothing.
+    let open = |timeout: u64| {
+        builder()
+            .block_size(BLOCK)
+            .cache(remfile::BlockCache::new(64 << 20))
+            .max_concurrent_requests(4)
+            .split_size(8 * BLOCK)
+            .read_timeout(Duration::from_secs(timeout))
+            .idle_timeout(Duration::from_secs(20))
+            .disk_cache(DiskCache::open(&dir, 64 << 20).unwrap())
+            .open(server.url("/f"))
+            .unwrap()
+    };
+    let (fetching, waiting) = (open(60), open(10));
+    let opened = served.lock().unwrap().len();
+    slow.store(4, Ordering::SeqCst);
+    let rest = (BLOCK as usize)..data.len();
+    std::thread::scope(|s| {
+        let fetched = s.spawn(|| read(&fetching, BLOCK, rest.len()));
+        // The waiter comes once the fetch is under way.
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        while slow.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(slow.load(Ordering::SeqCst), 0, "a fetch in four parts");
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(read(&waiting, BLOCK, rest.len()) == data[rest.clone()]);
+        assert!(fetched.join().unwrap() == data[rest.clone()]);
+    });
+    let asked: Vec<_> = served.lock().unwrap()[opened..].to_vec();
+    let bytes: u64 = asked.iter().map(|(first, last)| last - first + 1).sum();
+    assert_eq!(bytes, rest.len() as u64, "fetched once: {asked:?}");
 }

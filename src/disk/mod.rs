@@ -27,6 +27,7 @@ mod writer;
 
 pub(crate) use record::{FirstOpen, encode, name};
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::fs;
 use std::io;
@@ -537,10 +538,16 @@ impl WriteFile for DiskCache {
     }
 }
 
+/// How many of the blocks another process is fetching a waiter looks for
+/// at a time (one look is a file opened, or not found).
+const PROBES_PER_LOOK: usize = 16;
+
 /// Until when a read whose deadline is `deadline` waits for other
-/// processes' fetches: [`lock::WAIT_AT_MOST`] at most, and half the time it
-/// has left, so that it can still fetch what they did not bring.
-pub(crate) fn wait_bound(deadline: Instant) -> Instant {
+/// processes' fetches, from now: [`lock::WAIT_AT_MOST`] at most, and half
+/// the time it has left, so that it can still fetch what they did not
+/// bring. Asked again each time a block arrives: what bounds the wait is a
+/// fetch that stops bringing blocks, not one that is long.
+fn wait_bound(deadline: Instant) -> Instant {
     let now = Instant::now();
     let half_left = deadline.saturating_duration_since(now) / 2;
     now + half_left.min(lock::WAIT_AT_MOST)
@@ -624,11 +631,60 @@ impl DiskFile {
         }
     }
 
-    /// Waits for another process to write block `index` (`len` bytes): the
-    /// block once it is on disk; `None` once no one holds its lock without
-    /// having written it, or at `deadline` (see [`wait_bound`]).
-    pub(crate) fn wait_for(&self, index: u64, len: u64, deadline: Instant) -> Option<Vec<u8>> {
-        lock::look_while_held(&self.lock_path(index), deadline, || self.read(index, len))
+    /// Waits for other processes to write `blocks` (index and length each),
+    /// handing each to `take` as it lands on disk, in whatever order they
+    /// come. A block is given up once no one holds its lock without having
+    /// written it, and all that are left once no block came for the
+    /// [`wait_bound`] of `deadline` (asked again at each arrival: a long
+    /// fetch that keeps bringing blocks is waited for, not done twice).
+    pub(crate) fn wait_for_all(
+        &self,
+        blocks: &[(u64, u64)],
+        deadline: Instant,
+        mut take: impl FnMut(u64, Vec<u8>),
+    ) {
+        let mut pending: VecDeque<(u64, u64)> = blocks.iter().copied().collect();
+        let mut until = wait_bound(deadline);
+        let mut pause = Duration::from_millis(1);
+        while !pending.is_empty() {
+            // A few looked at in turn: an arrival anywhere renews the wait.
+            let mut arrived = false;
+            for _ in 0..PROBES_PER_LOOK.min(pending.len()) {
+                let (index, len) = pending.pop_front().expect("not empty");
+                match self.read(index, len) {
+                    Some(bytes) => {
+                        take(index, bytes);
+                        arrived = true;
+                    }
+                    None => pending.push_back((index, len)),
+                }
+            }
+            if !arrived {
+                let Some(&(index, len)) = pending.front() else {
+                    break;
+                };
+                if !lock::is_held(&self.lock_path(index)) {
+                    // Once more: it may have come just before the lock went.
+                    pending.pop_front();
+                    if let Some(bytes) = self.read(index, len) {
+                        take(index, bytes);
+                        arrived = true;
+                    } else {
+                        continue;
+                    }
+                }
+            }
+            if arrived {
+                until = wait_bound(deadline);
+                pause = Duration::from_millis(1);
+                continue;
+            }
+            if Instant::now() >= until {
+                return;
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(20));
+        }
     }
 }
 
