@@ -243,7 +243,7 @@ pub use error::{Error, ErrorKind, Result};
 pub use file::RemoteFile;
 pub use http::RetryPolicy;
 pub use link::{Link, LinkEstimate};
-pub use options::{Builder, MAX_BLOCK_SIZE};
+pub use options::{Builder, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
 pub use s3::S3Options;
 pub use stats::Stats;
 

@@ -18,6 +18,11 @@ use crate::s3::S3Options;
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
 
+/// The smallest block size accepted: one page. Below it a block costs more
+/// in bookkeeping (a cache entry, a part of a request, a file on disk) than
+/// it holds; 1-byte blocks made a 1 MB read take a minute.
+pub const MIN_BLOCK_SIZE: u64 = 4 * KIB;
+
 /// The largest block size accepted.
 pub const MAX_BLOCK_SIZE: u64 = 256 * MIB;
 
@@ -172,7 +177,8 @@ impl fmt::Debug for Builder {
 }
 
 impl Builder {
-    /// The unit of fetching and caching, in bytes (1 to 256 MiB).
+    /// The unit of fetching and caching, in bytes ([`MIN_BLOCK_SIZE`], 4 KiB,
+    /// to [`MAX_BLOCK_SIZE`], 256 MiB).
     ///
     /// Small blocks waste fewer bytes on scattered small reads (HDF5 metadata);
     /// large blocks cost fewer round trips. Large reads are not affected much
@@ -534,9 +540,9 @@ impl Builder {
         // cannot hold it.
         const MAX_TIMEOUT: Duration = Duration::from_secs(30 * 86_400);
         let bad = |what: String| Err(Error::new(ErrorKind::InvalidConfig, what));
-        if self.block_size == 0 || self.block_size > MAX_BLOCK_SIZE {
+        if !(MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&self.block_size) {
             return bad(format!(
-                "block_size must be 1 to {MAX_BLOCK_SIZE} bytes, not {}",
+                "block_size must be {MIN_BLOCK_SIZE} to {MAX_BLOCK_SIZE} bytes, not {}",
                 self.block_size
             ));
         }
@@ -604,6 +610,7 @@ mod tests {
         let unreachable = "http://127.0.0.1:9/x";
         let cases = [
             Builder::default().block_size(0),
+            Builder::default().block_size(MIN_BLOCK_SIZE - 1),
             Builder::default().block_size(MAX_BLOCK_SIZE + 1),
             Builder::default().max_concurrent_requests(0),
             Builder::default().idle_timeout(Duration::ZERO),

@@ -85,7 +85,7 @@ proptest! {
 
     #[test]
     fn remote_reads_equal_local_reads(
-        block_size in prop_oneof![1u64..64, 64u64..5000, Just(65_536u64), Just(200_000u64)],
+        block_size in prop_oneof![Just(remfile::MIN_BLOCK_SIZE), 4096u64..9000, Just(65_536u64), Just(200_000u64)],
         cache_blocks in 1u64..8,
         ops in proptest::collection::vec(op(), 1..40),
     ) {

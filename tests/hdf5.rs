@@ -242,12 +242,14 @@ fn opening_a_file_that_is_not_hdf5_fails_cleanly() {
 #[test]
 fn a_network_failure_at_open_keeps_the_typed_error() {
     let server = serve(rich_file());
+    let cache = remfile::BlockCache::new(64 << 20);
     let remote = builder()
-        // Smaller than the superblock, which every HDF5 version reads at open.
-        .block_size(8)
+        .cache(cache.clone())
         .retry_policy(remfile::RetryPolicy::never())
         .open(server.url("/rich.h5"))
         .unwrap();
+    // Nothing cached: HDF5's first read at open asks the server.
+    cache.clear();
     server.set_hook(|_, _| Reply::new(404));
     let err = h5::open(remote).unwrap_err();
     let typed = err.remote().expect("the remote error");
