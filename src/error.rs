@@ -104,6 +104,10 @@ struct Inner {
     /// For a network failure, the system's kind of it (a refused or reset
     /// connection), where the system said.
     cause: Option<io::ErrorKind>,
+    /// The system's error behind a network failure, rebuilt from its code
+    /// or its text (which the message already shows): never one of the
+    /// HTTP client's, some of which carry the whole URL.
+    source: Option<Arc<io::Error>>,
 }
 
 /// How many bytes of an error body are kept for [`Error::body_excerpt`].
@@ -122,6 +126,7 @@ impl Error {
                 attempts: 0,
                 retryable: None,
                 cause: None,
+                source: None,
             }),
         }
     }
@@ -170,6 +175,17 @@ impl Error {
     /// Records the system's kind of a network failure.
     pub(crate) fn with_cause(self, cause: io::ErrorKind) -> Error {
         self.edit(|i| i.cause = Some(cause))
+    }
+
+    /// Records the system's error behind a failure (see [`Error::source`]
+    /// of [`std::error::Error`]): its code where it has one, else its kind
+    /// and text.
+    pub(crate) fn with_source(self, system: &io::Error) -> Error {
+        let copy = match system.raw_os_error() {
+            Some(code) => io::Error::from_raw_os_error(code),
+            None => io::Error::new(system.kind(), system.to_string()),
+        };
+        self.edit(|i| i.source = Some(Arc::new(copy)))
     }
 
     pub(crate) fn with_attempts(self, attempts: u32) -> Error {
@@ -286,11 +302,13 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let i = &*self.inner;
         f.write_str(&i.message)?;
+        // A request is named only if one was made.
+        let get = if i.attempts > 0 { "GET " } else { "" };
         match (&i.url, &i.range) {
             (Some(url), Some(r)) if r.end > r.start => {
-                write!(f, " (GET {url}, bytes {}-{})", r.start, r.end - 1)?
+                write!(f, " ({get}{url}, bytes {}-{})", r.start, r.end - 1)?
             }
-            (Some(url), _) => write!(f, " (GET {url})")?,
+            (Some(url), _) => write!(f, " ({get}{url})")?,
             (None, Some(r)) if r.end > r.start => write!(f, " (bytes {}-{})", r.start, r.end - 1)?,
             _ => {}
         }
@@ -354,11 +372,34 @@ impl fmt::Debug for Error {
         if let Some(cause) = i.cause {
             d.field("cause", &cause);
         }
+        if let Some(source) = &i.source {
+            d.field("source", source);
+        }
         d.finish()
     }
 }
 
-impl std::error::Error for Error {}
+/// The source of an error is the system's error behind it, where there is
+/// one (a refused connection, a failed TLS handshake): an [`io::Error`]
+/// with the system's code (`raw_os_error`) where it had one. Its text is
+/// already part of this error's message, so a report that prints the chain
+/// shows it twice; a program that asks for the code finds it there.
+///
+/// ```no_run
+/// use std::error::Error as _;
+///
+/// let e = remfile::RemoteFile::open("http://127.0.0.1:9/f").unwrap_err();
+/// let system = e.source().and_then(|s| s.downcast_ref::<std::io::Error>());
+/// println!("{:?}", system.and_then(|s| s.raw_os_error()));
+/// ```
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.inner
+            .source
+            .as_deref()
+            .map(|s| s as &(dyn std::error::Error + 'static))
+    }
+}
 
 impl From<Error> for io::Error {
     fn from(e: Error) -> io::Error {
@@ -408,6 +449,14 @@ mod tests {
         );
         assert_eq!(e.status(), Some(403));
         assert!(!e.is_retryable());
+        // No request was made: none is named.
+        let past_end = Error::new(ErrorKind::UnexpectedEof, "cannot read 4 bytes at 9")
+            .with_url("https://h/p")
+            .with_range(9..13);
+        assert_eq!(
+            past_end.to_string(),
+            "cannot read 4 bytes at 9 (https://h/p, bytes 9-12)"
+        );
     }
 
     #[test]

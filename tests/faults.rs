@@ -424,6 +424,13 @@ fn a_connection_refused_is_a_network_error_after_retries() {
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Network, "{e}");
     assert_eq!(e.attempts(), 3);
+    assert_eq!(e.io_kind(), std::io::ErrorKind::ConnectionRefused);
+    // The system's error, with its code, for a chain of causes.
+    let system = std::error::Error::source(&e)
+        .and_then(|s| s.downcast_ref::<std::io::Error>())
+        .expect("the system's error as the source");
+    assert_eq!(system.kind(), std::io::ErrorKind::ConnectionRefused);
+    assert!(system.raw_os_error().is_some(), "{system:?}");
 }
 
 #[test]

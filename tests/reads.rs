@@ -842,3 +842,23 @@ fn a_background_prefetch_stays_within_its_bytes() {
         0
     );
 }
+
+#[test]
+fn an_exact_read_past_the_end_is_refused_without_a_request() {
+    let data = test_data(100_000, 91);
+    let server = RangeServer::new(data);
+    let file = builder().open(server.url("/f?sig=secret")).unwrap();
+    let before = server.requests();
+    let mut buf = vec![0; 10];
+    let e = file.read_exact_at(99_995, &mut buf).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::UnexpectedEof);
+    assert_eq!(e.io_kind(), std::io::ErrorKind::UnexpectedEof);
+    assert_eq!(server.requests(), before, "no request");
+    // Says so: it names the file, no request, and no signature.
+    let shown = e.to_string();
+    assert!(shown.contains("100000 bytes"), "{shown}");
+    assert!(
+        !shown.contains("GET") && !shown.contains("secret"),
+        "{shown}"
+    );
+}

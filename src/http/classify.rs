@@ -83,6 +83,9 @@ pub(super) fn classify_ureq(e: ureq::Error, doing: &str) -> Failure {
     if let Some(cause) = cause {
         error = error.with_cause(cause);
     }
+    if let U::Io(system) = &e {
+        error = error.with_source(system);
+    }
     if retry {
         Failure::transient(error)
     } else {
@@ -138,5 +141,35 @@ mod tests {
             "making the request",
         );
         assert_eq!(refused.error.io_kind(), io::ErrorKind::ConnectionRefused);
+    }
+
+    #[test]
+    fn the_system_s_error_is_the_source_with_its_code() {
+        use std::error::Error as _;
+        let source = |e: &Error| {
+            let s = e.source().expect("a source");
+            let io = s.downcast_ref::<io::Error>().expect("an io::Error");
+            (io.kind(), io.raw_os_error(), io.to_string())
+        };
+        let reset = io::Error::from_raw_os_error(104);
+        let failure = classify_io(reset, "reading the response body").error;
+        assert_eq!(source(&failure).1, Some(104));
+        let tls = io::Error::new(io::ErrorKind::InvalidData, "invalid peer certificate");
+        let failure = classify_io(tls, "making the request").error;
+        assert_eq!(
+            source(&failure),
+            (
+                io::ErrorKind::InvalidData,
+                None,
+                "invalid peer certificate".to_owned()
+            )
+        );
+        // None where the system said nothing more than the message does.
+        assert!(
+            classify_ureq(ureq::Error::HostNotFound, "x")
+                .error
+                .source()
+                .is_none()
+        );
     }
 }
