@@ -486,7 +486,7 @@ impl RemoteFile {
     /// # Ok::<(), remfile::Error>(())
     /// ```
     pub fn wait_for_background_fetches(&self, timeout: std::time::Duration) -> bool {
-        let deadline = crate::deadline_after(timeout);
+        let deadline = crate::deadline::after(timeout);
         wait::outside(|| self.engine.wait_for_background(deadline))
     }
 

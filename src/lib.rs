@@ -206,6 +206,7 @@ mod test_h5files;
 mod test_support;
 
 mod cache;
+mod deadline;
 mod disk;
 mod engine;
 mod error;
@@ -223,6 +224,7 @@ mod h5meta;
 #[allow(unsafe_code)]
 pub mod hdf5;
 mod http;
+mod identity;
 mod link;
 mod open;
 mod options;
@@ -251,11 +253,3 @@ pub use stats::Stats;
 #[cfg(all(doctest, feature = "hdf5"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
-
-/// The moment `timeout` from now; a timeout past what the clock can hold is
-/// as good as a year (a caller's "forever" is never a panic).
-pub(crate) fn deadline_after(timeout: std::time::Duration) -> std::time::Instant {
-    let now = std::time::Instant::now();
-    now.checked_add(timeout)
-        .unwrap_or_else(|| now + std::time::Duration::from_secs(365 * 86_400))
-}

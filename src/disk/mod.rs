@@ -217,7 +217,7 @@ impl DiskCache {
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn flush(&self, timeout: Duration) -> bool {
-        self.inner.writer.flush(crate::deadline_after(timeout))
+        self.inner.writer.flush(crate::deadline::after(timeout))
     }
 
     /// The directory, as its path resolved when it was opened.

@@ -9,7 +9,7 @@ use std::time::{Instant, SystemTime};
 
 use super::lock::{FetchLock, WAIT_AT_MOST, look_while_held};
 use super::{DiskCache, fnv1a, private};
-use crate::http::Identity;
+use crate::identity::Identity;
 
 /// How the first open of a file the disk knows nothing of went.
 pub(crate) enum FirstOpen {

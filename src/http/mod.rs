@@ -39,13 +39,14 @@ use self::redact::redact;
 use self::request::{Precondition, Want};
 use self::retry::Try;
 use crate::error::{Error, ErrorKind};
+use crate::identity::Identity;
 use crate::link::LinkMeter;
 use crate::process::budget::{self, Permit, Permits};
 use crate::process::workers;
 use crate::stats::Counters;
 
 pub(crate) use self::agent::{AgentSettings, FileAgent, agent};
-pub(crate) use self::response::{Identity, Opened, Tail};
+pub(crate) use self::response::{Opened, Tail};
 pub use self::retry::RetryPolicy;
 pub(crate) use self::sink::Sink;
 

@@ -19,43 +19,31 @@ use super::retry::{Failure, Retry};
 use super::sink::Sink;
 use super::{Reaction, Transport, header};
 use crate::error::{BODY_EXCERPT_LEN, Error, ErrorKind};
+use crate::identity::Identity;
 use crate::stats::Counters;
 
-/// What identifies the version of the file that was opened.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) struct Identity {
-    pub size: u64,
-    pub etag: Option<String>,
-    pub last_modified: Option<String>,
+/// Checks a response's validators against the version opened (see
+/// [`Identity::differs_from`]).
+fn check_version(identity: &Identity, headers: &HeaderMap) -> Result<(), Error> {
+    let (etag, last_modified) = (
+        header::get(headers, ETAG),
+        header::get(headers, LAST_MODIFIED),
+    );
+    if identity.differs_from(etag, last_modified) {
+        return Err(Error::new(
+            ErrorKind::RemoteChanged,
+            "the remote file changed since it was opened (its ETag or Last-Modified differs)",
+        ));
+    }
+    Ok(())
 }
 
-impl Identity {
-    pub(crate) fn strong_etag(&self) -> Option<&str> {
-        self.etag.as_deref().filter(|e| !e.starts_with("W/"))
-    }
-
-    /// Checks a response's validators against the pinned ones. A header the
-    /// server leaves out is not a change; a different one is.
-    fn check(&self, headers: &HeaderMap) -> Result<(), Error> {
-        let differs = |pinned: &Option<String>, name| match (pinned, header::get(headers, name)) {
-            (Some(p), Some(now)) => p != now,
-            _ => false,
-        };
-        if differs(&self.etag, ETAG) || differs(&self.last_modified, LAST_MODIFIED) {
-            return Err(Error::new(
-                ErrorKind::RemoteChanged,
-                "the remote file changed since it was opened (its ETag or Last-Modified differs)",
-            ));
-        }
-        Ok(())
-    }
-
-    fn from_headers(size: u64, headers: &HeaderMap) -> Identity {
-        Identity {
-            size,
-            etag: header::get(headers, ETAG).map(str::to_owned),
-            last_modified: header::get(headers, LAST_MODIFIED).map(str::to_owned),
-        }
+/// The version a response of a file of `size` bytes describes.
+fn identity_from(size: u64, headers: &HeaderMap) -> Identity {
+    Identity {
+        size,
+        etag: header::get(headers, ETAG).map(str::to_owned),
+        last_modified: header::get(headers, LAST_MODIFIED).map(str::to_owned),
     }
 }
 
@@ -108,7 +96,7 @@ impl Transport {
                 let mut first = vec![0; (last + 1) as usize];
                 self.read_body(&mut resp, &mut Sink::over(&mut first))?;
                 return Ok(Some(Opened {
-                    identity: Identity::from_headers(total, &headers),
+                    identity: identity_from(total, &headers),
                     first,
                 }));
             }
@@ -118,7 +106,7 @@ impl Transport {
                 ContentRange::Unsatisfied { total: 0 } => {
                     drain(&mut resp);
                     Opened {
-                        identity: Identity::from_headers(0, &headers),
+                        identity: identity_from(0, &headers),
                         first: Vec::new(),
                     }
                 }
@@ -155,7 +143,7 @@ impl Transport {
             return Err(Failure::transient(short_body(body.len() as u64, announced)));
         }
         Ok(Opened {
-            identity: Identity::from_headers(body.len() as u64, resp.headers()),
+            identity: identity_from(body.len() as u64, resp.headers()),
             first: body,
         })
     }
@@ -187,7 +175,7 @@ impl Transport {
         let mut bytes = vec![0; (total - first) as usize];
         self.read_body(&mut resp, &mut Sink::over(&mut bytes))?;
         Ok(Tail {
-            identity: Identity::from_headers(total, &headers),
+            identity: identity_from(total, &headers),
             start: first,
             bytes,
         })
@@ -209,7 +197,7 @@ impl Transport {
             200 if range.start == 0 && range.end == identity.size => {
                 // A small file is answered whole; accept exactly that.
                 reject_encoded(headers)?;
-                identity.check(headers)?;
+                check_version(identity, headers)?;
                 let length = header::content_length(headers).map_err(|()| bad_length())?;
                 if let Some(now) = length.filter(|&n| n != identity.size) {
                     return Err(Failure::fatal(changed_size(identity.size, now)));
@@ -319,7 +307,7 @@ fn check_partial(
     identity: &Identity,
 ) -> Result<(), Failure> {
     reject_encoded(headers)?;
-    identity.check(headers)?;
+    check_version(identity, headers)?;
     let (first, last, total) = match parse_content_range(headers)? {
         ContentRange::Bytes { first, last, total } => (first, last, total),
         ContentRange::Unsatisfied { .. } => {
@@ -449,15 +437,18 @@ mod tests {
             last_modified: None,
         };
         let mut h = HeaderMap::new();
-        assert!(id.check(&h).is_ok());
+        assert!(check_version(&id, &h).is_ok());
         h.insert(ETAG, "\"a\"".parse().unwrap());
         h.insert(
             LAST_MODIFIED,
             "Mon, 01 Jan 2024 00:00:00 GMT".parse().unwrap(),
         );
-        assert!(id.check(&h).is_ok());
+        assert!(check_version(&id, &h).is_ok());
         h.insert(ETAG, "\"b\"".parse().unwrap());
-        assert_eq!(id.check(&h).unwrap_err().kind(), ErrorKind::RemoteChanged);
+        assert_eq!(
+            check_version(&id, &h).unwrap_err().kind(),
+            ErrorKind::RemoteChanged
+        );
         assert_eq!(id.strong_etag(), Some("\"a\""));
         let weak = Identity {
             etag: Some("W/\"a\"".into()),
