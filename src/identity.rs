@@ -31,26 +31,3 @@ impl Identity {
         differs(&self.etag, etag) || differs(&self.last_modified, last_modified)
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_version_differs_only_by_a_validator_given_and_different() {
-        let id = Identity {
-            size: 10,
-            etag: Some("\"a\"".into()),
-            last_modified: None,
-        };
-        assert!(!id.differs_from(None, None));
-        assert!(!id.differs_from(Some("\"a\""), Some("Mon, 30 Nov 2026 12:00:00 GMT")));
-        assert!(id.differs_from(Some("\"b\""), None));
-        assert_eq!(id.strong_etag(), Some("\"a\""));
-        let weak = Identity {
-            etag: Some("W/\"a\"".into()),
-            ..id
-        };
-        assert_eq!(weak.strong_etag(), None);
-    }
-}

@@ -430,7 +430,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn identity_checks_only_validators_present_on_both_sides() {
+    fn a_version_is_checked_only_on_validators_present_on_both_sides() {
         let id = Identity {
             size: 5,
             etag: Some("\"a\"".into()),
