@@ -495,10 +495,9 @@ fn _file_stats<'py>(py: Python<'py>, file: hid_t) -> PyResult<Option<Bound<'py, 
     let Some(handle) = driver_handle(file)? else {
         return Ok(None);
     };
-    // SAFETY: an open file of this driver's handle; it stays valid while
-    // the file is open, as it is during this call (the caller holds h5py's
-    // lock).
-    let counters = unsafe { vfd::counters_of_handle(handle) };
+    let Some(counters) = vfd::counters_of_handle(handle) else {
+        return Ok(None);
+    };
     let d = stats_dict(py, &counters.remote.stats())?;
     d.set_item("hdf5_reads", counters.read_calls + counters.vector_calls)?;
     let p = counters.prefetch;
@@ -526,8 +525,9 @@ fn _prefetch(py: Python<'_>, file: hid_t, ranges: Vec<(u64, u64)>) -> PyResult<b
         })?;
         wanted.push(offset..end);
     }
-    // SAFETY: as in `_file_stats`.
-    let remote = unsafe { vfd::remote_of_handle(handle) };
+    let Some(remote) = vfd::remote_of_handle(handle) else {
+        return Ok(false);
+    };
     py.detach(|| remote.prefetch(wanted)).map_err(to_py)?;
     Ok(true)
 }

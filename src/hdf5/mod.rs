@@ -421,21 +421,11 @@ fn source_of(file: &File) -> Option<Arc<Source>> {
             return None;
         }
         let mut handle: *mut c_void = std::ptr::null_mut();
-        // SAFETY: the file uses this driver, whose get_handle gives the
-        // `Arc::as_ptr` of its Source, alive while the file is open (it is,
-        // for the duration of this call); the count taken here belongs to
-        // the Arc returned.
-        unsafe {
-            if hdf5_sys::h5f::H5Fget_vfd_handle(file.id(), hdf5_sys::h5p::H5P_DEFAULT, &mut handle)
-                < 0
-                || handle.is_null()
-            {
-                return None;
-            }
-            let source = handle as *const Source;
-            Arc::increment_strong_count(source);
-            Some(Arc::from_raw(source))
-        }
+        // SAFETY: a valid file id and out-parameter.
+        let found = unsafe {
+            hdf5_sys::h5f::H5Fget_vfd_handle(file.id(), hdf5_sys::h5p::H5P_DEFAULT, &mut handle)
+        };
+        (found >= 0).then(|| crate::vfd::source::source_of_handle(handle))?
     })
 }
 

@@ -397,9 +397,8 @@ unsafe extern "C" fn get_handle(
     if handle.is_null() {
         return -1;
     }
-    // SAFETY: an open file of this driver and a non-null out-parameter; the
-    // handle stays valid while the file is open.
-    unsafe { *handle = Arc::as_ptr(&driver_file(file).reader) as *mut c_void };
+    // SAFETY: an open file of this driver and a non-null out-parameter.
+    unsafe { *handle = super::source::handle_of(&driver_file(file).reader) };
     0
 }
 
@@ -763,6 +762,23 @@ mod tests {
             reader: Source::new(remote, false, false),
         });
         (file, server)
+    }
+
+    #[test]
+    fn a_handle_finds_its_file_only_while_the_file_is_open() {
+        use super::super::source::{counters_of_handle, remote_of_handle};
+        let (mut file, _server) = driver_file(b"0123456789", 10);
+        let ptr = &mut *file as *mut DriverFile as *mut H5FD_t;
+        let mut handle = std::ptr::null_mut();
+        // SAFETY: a driver file of this module and an out-parameter.
+        assert_eq!(unsafe { get_handle(ptr, 0, &mut handle) }, 0);
+        assert_eq!(remote_of_handle(handle).map(|r| r.len()), Some(10));
+        assert!(counters_of_handle(handle).is_some());
+        // A forged handle, or one whose file is gone, finds nothing.
+        assert!(remote_of_handle(8usize as *const c_void).is_none());
+        drop(file);
+        assert!(remote_of_handle(handle).is_none());
+        assert!(counters_of_handle(handle).is_none());
     }
 
     #[test]

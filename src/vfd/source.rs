@@ -4,8 +4,8 @@
 //! disk cache opened, a CA file read, the environment, the network).
 
 use std::ffi::c_void;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 
@@ -94,6 +94,11 @@ impl Source {
 impl Drop for Source {
     fn drop(&mut self) {
         LIVE_READERS.fetch_sub(1, Relaxed);
+        let me = self as *const Source as usize;
+        HANDED_OUT
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(h, _)| *h != me);
         if self.report.load(Relaxed) {
             let s = self.file.stats();
             let p = self
@@ -149,26 +154,48 @@ impl Source {
     }
 }
 
+/// The files whose driver handles were given out (`H5Fget_vfd_handle`), by
+/// handle: a handle is looked up here, never dereferenced, so that one
+/// that is stale, forged or of a file closed meanwhile finds nothing.
+static HANDED_OUT: std::sync::Mutex<Vec<(usize, Weak<Source>)>> = std::sync::Mutex::new(Vec::new());
+
+/// The driver handle of `source`, which [`source_of_handle`] finds while
+/// it lives.
+pub(crate) fn handle_of(source: &Arc<Source>) -> *mut c_void {
+    let handle = Arc::as_ptr(source) as usize;
+    let mut handed = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+    if !handed
+        .iter()
+        .any(|(h, s)| *h == handle && s.strong_count() > 0)
+    {
+        handed.retain(|(h, _)| *h != handle);
+        handed.push((handle, Arc::downgrade(source)));
+    }
+    handle as *mut c_void
+}
+
+/// The file whose driver handle is `handle`, if it is open.
+pub(crate) fn source_of_handle(handle: *const c_void) -> Option<Arc<Source>> {
+    let handed = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+    handed
+        .iter()
+        .find(|(h, _)| *h == handle as usize)
+        .and_then(|(_, s)| s.upgrade())
+}
+
 /// The counters of the open file whose driver handle (from
-/// `H5Fget_vfd_handle`) is `handle`.
-///
-/// # Safety
-/// `handle` is the handle of a file of this driver, still open.
-pub unsafe fn counters_of_handle(handle: *const c_void) -> Counters {
-    // SAFETY: per the caller, the `Arc::as_ptr` of a live Source
-    // (the driver's `get_handle`), borrowed for this call.
-    unsafe { &*(handle as *const Source) }.counters()
+/// `H5Fget_vfd_handle`) is `handle`; `None` if it is not the handle of an
+/// open file of this driver.
+pub fn counters_of_handle(handle: *const c_void) -> Option<Counters> {
+    source_of_handle(handle).map(|s| s.counters())
 }
 
 /// The remote file behind the open file whose driver handle (from
-/// `H5Fget_vfd_handle`) is `handle`: for a caller that fetches what HDF5
-/// will read (the chunks of a selection) before HDF5 asks for it.
-///
-/// # Safety
-/// `handle` is the handle of a file of this driver, still open.
-pub unsafe fn remote_of_handle(handle: *const c_void) -> RemoteFile {
-    // SAFETY: as in `counters_of_handle`.
-    unsafe { &*(handle as *const Source) }.file.clone()
+/// `H5Fget_vfd_handle`) is `handle`, for a caller that fetches what HDF5
+/// will read (the chunks of a selection) before HDF5 asks for it; `None`
+/// if it is not the handle of an open file of this driver.
+pub fn remote_of_handle(handle: *const c_void) -> Option<RemoteFile> {
+    source_of_handle(handle).map(|s| s.file.clone())
 }
 
 /// How many remote files the driver holds now.
