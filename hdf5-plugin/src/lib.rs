@@ -25,17 +25,15 @@
 //! caller cannot be told and more than one HDF5 is loaded, the plugin
 //! refuses to load rather than guess.
 
-use std::ffi::{CStr, CString, c_int, c_void};
+use std::ffi::{c_int, c_void};
 use std::panic::catch_unwind;
 use std::sync::OnceLock;
 
+use remfile::vfd::loader::{self, FIRST_VERSION, Found, object_of};
 use remfile::vfd::{self, HostApi};
 
 /// `H5PL_TYPE_VFD`.
 const H5PL_TYPE_VFD: c_int = 2;
-
-/// The first HDF5 version that loads driver plugins.
-const FIRST_VERSION: (u32, u32, u32) = (1, 14, 0);
 
 /// What kind of plugin this is: a virtual file driver.
 #[unsafe(no_mangle)]
@@ -53,11 +51,11 @@ pub extern "C" fn H5PLget_plugin_info() -> *const c_void {
         match host(caller) {
             Some((home, api))
                 if caller.map_or_else(
-                    || matches!(find_hdf5(None), Found::One(only, _) if only == home),
+                    || matches!(loader::find(None), Found::One(only) if only.base == home),
                     |c| c == home,
                 ) =>
             {
-                vfd::class_for(api.version)
+                vfd::class_for(api.version())
             }
             Some(_) => {
                 static SAID: std::sync::Once = std::sync::Once::new();
@@ -82,8 +80,8 @@ pub extern "C" fn H5PLget_plugin_info() -> *const c_void {
 fn host(caller: Option<usize>) -> Option<(usize, &'static HostApi)> {
     static HOST: OnceLock<Option<(usize, &'static HostApi)>> = OnceLock::new();
     *HOST.get_or_init(|| {
-        let (home, api) = match find_hdf5(caller) {
-            Found::One(home, api) => (home, api),
+        let (home, api) = match loader::find(caller) {
+            Found::One(found) => (found.base, found.api),
             Found::None => {
                 eprintln!(
                     "remfile: no HDF5 library that exports its functions was found in this \
@@ -100,109 +98,16 @@ fn host(caller: Option<usize>) -> Option<(usize, &'static HostApi)> {
                 return None;
             }
         };
-        if api.version < FIRST_VERSION {
-            let (a, b, c) = api.version;
+        if api.version() < FIRST_VERSION {
+            let (a, b, c) = api.version();
             eprintln!("remfile: HDF5 {a}.{b}.{c} cannot use driver plugins (1.14 or later can)");
             return None;
         }
+        // An HDF5 program has no tracing subscriber: what the driver
+        // reports (REMFILE_STATS, a disk cache it cannot use) goes to stderr.
+        vfd::print_reports_with(|line| eprintln!("{line}"));
         Some((home, vfd::install(api)))
     })
-}
-
-/// The loaded libraries' paths (the program's own first, as an empty name).
-fn loaded_objects() -> Vec<CString> {
-    unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, _: usize, out: *mut c_void) -> c_int {
-        // SAFETY: the loader passes a valid info, and `out` is the vector
-        // below, borrowed for the call.
-        let (info, out) = unsafe { (&*info, &mut *(out as *mut Vec<CString>)) };
-        if !info.dlpi_name.is_null() {
-            // SAFETY: a C string the loader owns, valid during the call.
-            out.push(unsafe { CStr::from_ptr(info.dlpi_name) }.to_owned());
-        }
-        0
-    }
-    let mut out: Vec<CString> = Vec::new();
-    // SAFETY: the callback only reads its info and pushes to `out`.
-    unsafe { libc::dl_iterate_phdr(Some(each), &mut out as *mut Vec<CString> as *mut c_void) };
-    out
-}
-
-/// A symbol of an already loaded object, or null.
-///
-/// # Safety
-/// `handle` is a handle from `dlopen`.
-unsafe fn symbol(handle: *mut c_void, name: &CStr) -> *mut c_void {
-    // SAFETY: per the caller, and `name` is a C string.
-    unsafe { libc::dlsym(handle, name.as_ptr()) }
-}
-
-/// What [`find_hdf5`] found.
-enum Found {
-    /// The library (by its base address) and its functions.
-    One(usize, HostApi),
-    None,
-    /// This many, with no caller to choose by.
-    Several(usize),
-}
-
-/// Finds the HDF5 library at `caller` (the object's base address) among the
-/// loaded objects, or the only one loaded if the caller is not known, and
-/// takes the functions and error codes the driver needs from it.
-fn find_hdf5(caller: Option<usize>) -> Found {
-    let mut found: Vec<(usize, HostApi)> = Vec::new();
-    for path in loaded_objects() {
-        // SAFETY: RTLD_NOLOAD only looks up an object already loaded; an
-        // empty name is the program itself.
-        let handle = unsafe {
-            let name = if path.as_bytes().is_empty() {
-                std::ptr::null()
-            } else {
-                path.as_ptr()
-            };
-            libc::dlopen(name, libc::RTLD_NOLOAD | libc::RTLD_LAZY)
-        };
-        if handle.is_null() {
-            continue;
-        }
-        // SAFETY: a handle just returned by dlopen.
-        let home = object_of(unsafe { symbol(handle, c"H5open") });
-        let api = home
-            .filter(|&h| caller.is_none_or(|c| c == h) && found.iter().all(|(b, _)| *b != h))
-            // SAFETY: a handle just returned by dlopen; each symbol, if
-            // found, is the library's function or global of the type HDF5
-            // declares, and only those of the object that defines `H5open`
-            // are taken.
-            .and_then(|h| unsafe { api_of(handle, h) }.map(|api| (h, api)));
-        // The objects stay loaded by whoever loaded them: the handle only
-        // counted one more use.
-        // SAFETY: a handle from dlopen, closed once, no symbol of it held
-        // past its object's own lifetime.
-        unsafe { libc::dlclose(handle) };
-        if let Some((home, api)) = api {
-            if caller.is_some() {
-                return Found::One(home, api);
-            }
-            found.push((home, api));
-        }
-    }
-    match found.len() {
-        0 => Found::None,
-        1 => found
-            .pop()
-            .map_or(Found::None, |(home, api)| Found::One(home, api)),
-        n => Found::Several(n),
-    }
-}
-
-/// The base address of the loaded object that holds `addr`, if any.
-fn object_of(addr: *const c_void) -> Option<usize> {
-    if addr.is_null() {
-        return None;
-    }
-    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    // SAFETY: dladdr only reads the loader's tables and fills `info`.
-    let known = unsafe { libc::dladdr(addr, &mut info) } != 0;
-    (known && !info.dli_fbase.is_null()).then_some(info.dli_fbase as usize)
 }
 
 /// The object (by base address) of the first frame on this thread's stack
@@ -232,7 +137,7 @@ fn caller_object() -> Option<usize> {
             return END_OF_STACK;
         }
         // The return address may be one past the call's last byte.
-        match object_of((ip - 1) as *const c_void) {
+        match object_of(ip - 1) {
             Some(base) if base == walk.own => NO_REASON,
             other => {
                 walk.caller = other;
@@ -241,32 +146,11 @@ fn caller_object() -> Option<usize> {
         }
     }
     let mut walk = Walk {
-        own: object_of(H5PLget_plugin_info as *const c_void)?,
+        own: object_of(H5PLget_plugin_info as *const () as usize)?,
         frames: 0,
         caller: None,
     };
     // SAFETY: the callback only reads its context and writes the walk.
     unsafe { _Unwind_Backtrace(each, &mut walk as *mut Walk as *mut c_void) };
     walk.caller
-}
-
-/// The driver's table from the library behind `handle`, if it is HDF5,
-/// every symbol taken from the object at `home` (a library's handle also
-/// finds its dependencies' symbols).
-///
-/// # Safety
-/// `handle` is a handle from `dlopen`.
-unsafe fn api_of(handle: *mut c_void, home: usize) -> Option<HostApi> {
-    // SAFETY: per the caller; a symbol found by name is the library's
-    // function or global of that name.
-    unsafe {
-        HostApi::from_symbols(|name| {
-            let found = symbol(handle, name);
-            if object_of(found) == Some(home) {
-                found
-            } else {
-                std::ptr::null_mut()
-            }
-        })
-    }
 }

@@ -6,19 +6,16 @@
 //! The Python package is the interface; this module is not (its names start
 //! with an underscore where the package wraps them).
 
-use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::ffi::{CString, c_int, c_void};
 use std::sync::OnceLock;
 
 use parking_lot::Mutex;
 use pyo3::exceptions::{PyInterruptedError, PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
-use remfile::vfd::{self, HostApi, config, herr_t, hid_t, source};
+use remfile::vfd::loader::{self, Control, FIRST_VERSION};
+use remfile::vfd::{self, HostApi, config, hid_t};
 use remfile::{Error, ErrorKind, RemoteFile, Stats, wait};
-
-/// The first HDF5 version whose file access property lists carry a driver's
-/// configuration string.
-const FIRST_VERSION: (u32, u32, u32) = (1, 14, 0);
 
 /// A remote error as the Python exception of its kind, with `errno`,
 /// `strerror` and `filename` (the URL without its query string) set: a
@@ -152,7 +149,7 @@ fn config_error(e: config::ConfigError) -> PyErr {
 /// what is wrong with it (the key first).
 fn parse(options: &str) -> PyResult<config::Config> {
     let parsed = config::parse(options).map_err(config_error)?;
-    source::check(&parsed).map_err(config_error)?;
+    vfd::check(&parsed).map_err(config_error)?;
     Ok(parsed)
 }
 
@@ -217,7 +214,7 @@ impl Remote {
             )));
         }
         // The driver's defaults, so that one table of defaults holds for both.
-        let builder = source::builder(&parsed).map_err(config_error)?;
+        let builder = vfd::builder(&parsed).map_err(config_error)?;
         let file = py.detach(|| builder.open(url)).map_err(to_py)?;
         Ok(Remote {
             url: file.url().to_owned(),
@@ -322,39 +319,19 @@ fn stats_dict<'py>(py: Python<'py>, s: &Stats) -> PyResult<Bound<'py, PyDict>> {
     Ok(d)
 }
 
-/// The functions of h5py's HDF5 the package calls itself (the driver's own
+/// h5py's HDF5, once the driver is bound to it: its version, the driver's
+/// id there, and the functions the package calls itself (the driver's own
 /// are in [`HostApi`]).
 struct Library {
     version: (u32, u32, u32),
-    /// The driver's id in that library.
     driver: hid_t,
-    set_driver_by_name: SetDriverByName,
-    get_access_plist: IdOf,
-    get_driver: IdOf,
-    close_plist: Close,
-    get_vfd_handle: VfdHandle,
+    calls: Control,
 }
-
-/// `H5Pset_driver_by_name`.
-type SetDriverByName = unsafe extern "C" fn(hid_t, *const c_char, *const c_char) -> herr_t;
-/// `H5Fget_access_plist`, `H5Pget_driver`.
-type IdOf = unsafe extern "C" fn(hid_t) -> hid_t;
-/// `H5Pclose`.
-type Close = unsafe extern "C" fn(hid_t) -> herr_t;
-/// `H5Fget_vfd_handle`.
-type VfdHandle = unsafe extern "C" fn(hid_t, hid_t, *mut *mut c_void) -> herr_t;
 
 /// The library the driver is bound to, once bound.
 static LIBRARY: OnceLock<Library> = OnceLock::new();
 /// Binding happens once; this keeps two threads from both trying.
 static BINDING: Mutex<()> = Mutex::new(());
-
-/// A symbol of the object behind `handle` or of its dependencies, if found.
-fn symbol(handle: *mut c_void, name: &CStr) -> *mut c_void {
-    // SAFETY: a handle from dlopen, which stays loaded (never closed), and a
-    // C string.
-    unsafe { libc::dlsym(handle, name.as_ptr()) }
-}
 
 /// Binds the driver to the HDF5 library that the already loaded shared
 /// object at `path` (an h5py extension module) links, registers it there,
@@ -366,52 +343,43 @@ fn _bind_hdf5(path: &str) -> PyResult<(u32, u32, u32)> {
         return Ok(bound.version);
     }
     let c_path = CString::new(path).map_err(|_| PyValueError::new_err("a path with a NUL"))?;
-    // SAFETY: RTLD_NOLOAD only looks up an object already loaded.
-    let handle = unsafe { libc::dlopen(c_path.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
-    if handle.is_null() {
-        return Err(PyRuntimeError::new_err(format!(
-            "{path} is not loaded: import h5py first"
-        )));
-    }
-    // SAFETY: symbols found by name in HDF5 are its functions and globals.
-    let api: HostApi = unsafe { HostApi::from_symbols(|name| symbol(handle, name)) }
-        .ok_or_else(|| PyRuntimeError::new_err(format!("no HDF5 library behind {path}")))?;
-    let (a, b, c) = api.version;
-    if api.version < FIRST_VERSION {
+    let found = loader::behind(&c_path).ok_or_else(|| {
+        PyRuntimeError::new_err(format!(
+            "no HDF5 library behind {path} (is it loaded? import h5py first)"
+        ))
+    })?;
+    let api: HostApi = found.api;
+    let (a, b, c) = api.version();
+    if api.version() < FIRST_VERSION {
         return Err(PyRuntimeError::new_err(format!(
             "h5py's HDF5 is {a}.{b}.{c}; the remfile driver needs HDF5 1.14 or later \
              (earlier versions cannot pass a driver its options): install an h5py built \
              with HDF5 1.14+ (any h5py wheel from PyPI since 3.11)"
         )));
     }
+    let calls = found.control.ok_or_else(|| {
+        PyRuntimeError::new_err(format!(
+            "HDF5 {a}.{b}.{c} lacks a function the package calls to register the driver"
+        ))
+    })?;
     let installed = vfd::install(api);
-    if !std::ptr::eq(installed.error_ids.class, api.error_ids.class) {
-        let (x, y, z) = installed.version;
+    if !installed.is_same_library(&api) {
+        let (x, y, z) = installed.version();
         return Err(PyRuntimeError::new_err(format!(
             "the remfile driver already serves another HDF5 library ({x}.{y}.{z}) in this \
              process (loaded as a plugin before h5py); it cannot serve h5py's ({a}.{b}.{c}) too"
         )));
     }
-    let function = |name: &CStr| {
-        let p = symbol(handle, name);
-        if p.is_null() {
-            Err(PyRuntimeError::new_err(format!(
-                "HDF5 {a}.{b}.{c} has no {}",
-                name.to_string_lossy()
-            )))
+    // SAFETY: h5py's HDF5 functions (the caller holds h5py's lock), with a
+    // C string and the driver's class in that library's layout.
+    let (registered, driver) = unsafe {
+        let registered = (calls.is_registered)(c"remfile".as_ptr());
+        let driver = if registered > 0 {
+            -1
         } else {
-            Ok(p)
-        }
-    };
-    type Register = unsafe extern "C" fn(*const c_void) -> hid_t;
-    type IsRegistered = unsafe extern "C" fn(*const c_char) -> c_int;
-    // SAFETY: the HDF5 function of that name (1.14 and later), with a C
-    // string.
-    let registered = unsafe {
-        let is_registered = std::mem::transmute::<*mut c_void, IsRegistered>(function(
-            c"H5FDis_driver_registered_by_name",
-        )?);
-        is_registered(c"remfile".as_ptr())
+            (calls.register)(vfd::class_for(api.version()))
+        };
+        (registered, driver)
     };
     if registered > 0 {
         return Err(PyRuntimeError::new_err(
@@ -420,31 +388,15 @@ fn _bind_hdf5(path: &str) -> PyResult<(u32, u32, u32)> {
              other: unset HDF5_DRIVER and HDF5_PLUGIN_PATH to use this package's driver",
         ));
     }
-    // SAFETY: each pointer is the HDF5 function of that name, whose C
-    // signature the type spells.
-    let library = unsafe {
-        let register = std::mem::transmute::<*mut c_void, Register>(function(c"H5FDregister")?);
-        let driver = register(vfd::class_for(api.version));
-        if driver < 0 {
-            return Err(PyRuntimeError::new_err(format!(
-                "HDF5 {a}.{b}.{c} refused to register the remfile driver"
-            )));
-        }
-        Library {
-            version: api.version,
-            driver,
-            set_driver_by_name: std::mem::transmute::<*mut c_void, SetDriverByName>(function(
-                c"H5Pset_driver_by_name",
-            )?),
-            get_access_plist: std::mem::transmute::<*mut c_void, IdOf>(function(
-                c"H5Fget_access_plist",
-            )?),
-            get_driver: std::mem::transmute::<*mut c_void, IdOf>(function(c"H5Pget_driver")?),
-            close_plist: std::mem::transmute::<*mut c_void, Close>(function(c"H5Pclose")?),
-            get_vfd_handle: std::mem::transmute::<*mut c_void, VfdHandle>(function(
-                c"H5Fget_vfd_handle",
-            )?),
-        }
+    if driver < 0 {
+        return Err(PyRuntimeError::new_err(format!(
+            "HDF5 {a}.{b}.{c} refused to register the remfile driver"
+        )));
+    }
+    let library = Library {
+        version: api.version(),
+        driver,
+        calls,
     };
     Ok(LIBRARY.get_or_init(|| library).version)
 }
@@ -478,7 +430,7 @@ fn _set_driver(fapl: hid_t, options: &str) -> PyResult<()> {
     let options = CString::new(options).map_err(|_| PyValueError::new_err("options with a NUL"))?;
     // SAFETY: the library's function, with C strings; HDF5 checks the id.
     let status =
-        unsafe { (library.set_driver_by_name)(fapl, c"remfile".as_ptr(), options.as_ptr()) };
+        unsafe { (library.calls.set_driver_by_name)(fapl, c"remfile".as_ptr(), options.as_ptr()) };
     if status < 0 {
         return Err(PyRuntimeError::new_err(
             "HDF5 could not set the remfile driver on the file access property list",
@@ -539,12 +491,12 @@ fn driver_handle(file: hid_t) -> PyResult<Option<*mut c_void>> {
     // SAFETY: the library's functions; HDF5 checks the ids, and the plist
     // taken is closed again.
     let ours = unsafe {
-        let fapl = (library.get_access_plist)(file);
+        let fapl = (library.calls.get_access_plist)(file);
         if fapl < 0 {
             return Ok(None);
         }
-        let driver = (library.get_driver)(fapl);
-        (library.close_plist)(fapl);
+        let driver = (library.calls.get_driver)(fapl);
+        (library.calls.close_plist)(fapl);
         driver == library.driver
     };
     if !ours {
@@ -553,7 +505,7 @@ fn driver_handle(file: hid_t) -> PyResult<Option<*mut c_void>> {
     let mut handle: *mut c_void = std::ptr::null_mut();
     // SAFETY: an open file of this driver (checked above), whose handle the
     // driver gives.
-    let found = unsafe { (library.get_vfd_handle)(file, 0, &mut handle) };
+    let found = unsafe { (library.calls.get_vfd_handle)(file, 0, &mut handle) };
     Ok((found >= 0 && !handle.is_null()).then_some(handle))
 }
 
@@ -565,6 +517,9 @@ fn _hdf5_version() -> Option<(u32, u32, u32)> {
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // What the driver reports (stats=on, a disk cache it cannot use) goes to
+    // the process's standard error, as the plugin's does.
+    vfd::print_reports_with(|line| eprintln!("{line}"));
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     let main = m
         .py()

@@ -2,13 +2,13 @@
 //! it from the library it links; a plugin, from the library that loaded it
 //! (a program may hold HDF5 privately, so a plugin cannot link its own).
 
-use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
+use std::ffi::{c_char, c_uint, c_void};
 use std::sync::OnceLock;
 
 use super::ffi::{herr_t, hid_t};
 
 /// `H5Epush2`.
-pub type PushError = unsafe extern "C" fn(
+pub(crate) type PushError = unsafe extern "C" fn(
     stack: hid_t,
     file: *const c_char,
     func: *const c_char,
@@ -21,26 +21,27 @@ pub type PushError = unsafe extern "C" fn(
 ) -> herr_t;
 
 /// `H5Pget_driver_info`.
-pub type DriverInfo = unsafe extern "C" fn(fapl: hid_t) -> *mut c_void;
+pub(crate) type DriverInfo = unsafe extern "C" fn(fapl: hid_t) -> *mut c_void;
 
 /// `H5Pget_driver_config_str` (HDF5 1.14 and later).
-pub type DriverConfig = unsafe extern "C" fn(fapl: hid_t, buf: *mut c_char, size: usize) -> isize;
+pub(crate) type DriverConfig =
+    unsafe extern "C" fn(fapl: hid_t, buf: *mut c_char, size: usize) -> isize;
 
 /// Where the library keeps the error class and codes the driver reports
 /// with (`H5E_ERR_CLS_g` and others): addresses, read when an error is
 /// pushed (the library sets them when it starts).
 #[derive(Debug, Clone, Copy)]
-pub struct ErrorIds {
+pub(crate) struct ErrorIds {
     /// `H5E_ERR_CLS_g`.
-    pub class: *const hid_t,
+    pub(crate) class: *const hid_t,
     /// `H5E_VFL_g`, the major code.
-    pub vfl: *const hid_t,
+    pub(crate) vfl: *const hid_t,
     /// `H5E_READERROR_g`.
-    pub read: *const hid_t,
+    pub(crate) read: *const hid_t,
     /// `H5E_CANTOPENFILE_g`.
-    pub cant_open: *const hid_t,
+    pub(crate) cant_open: *const hid_t,
     /// `H5E_UNSUPPORTED_g`.
-    pub unsupported: *const hid_t,
+    pub(crate) unsupported: *const hid_t,
 }
 
 /// The HDF5 library the driver serves: its version and the functions the
@@ -49,53 +50,28 @@ pub struct ErrorIds {
 pub struct HostApi {
     /// `(major, minor, release)`, which decides the layout of the driver's
     /// class.
-    pub version: (u32, u32, u32),
+    pub(crate) version: (u32, u32, u32),
     /// `H5Epush2`.
-    pub push_error: PushError,
+    pub(crate) push_error: PushError,
     /// The error class and codes.
-    pub error_ids: ErrorIds,
+    pub(crate) error_ids: ErrorIds,
     /// `H5Pget_driver_info`, where the driver's reader comes in the fapl
     /// (the `hdf5` module's way; a plugin's is the configuration string).
-    pub driver_info: Option<DriverInfo>,
+    pub(crate) driver_info: Option<DriverInfo>,
     /// `H5Pget_driver_config_str`; absent before HDF5 1.14.
-    pub driver_config: Option<DriverConfig>,
+    pub(crate) driver_config: Option<DriverConfig>,
 }
 
 impl HostApi {
-    /// The table of the HDF5 library whose symbols `lookup` finds (null for
-    /// a name it does not export), or `None` if it is not HDF5. A plugin's
-    /// fapl carries a configuration string, never a reader, so
-    /// [`driver_info`](HostApi::driver_info) is left out.
-    ///
-    /// # Safety
-    /// Each non-null pointer `lookup` returns is the library's symbol of
-    /// that name: the function or global of the type HDF5 declares.
-    pub unsafe fn from_symbols(lookup: impl Fn(&CStr) -> *mut c_void) -> Option<HostApi> {
-        type Version = unsafe extern "C" fn(*mut u32, *mut u32, *mut u32) -> c_int;
-        let get = |name: &CStr| Some(lookup(name)).filter(|p| !p.is_null());
-        let id = |name: &CStr| get(name).map(|p| p as *const hid_t);
-        let error_ids = ErrorIds {
-            class: id(c"H5E_ERR_CLS_g")?,
-            vfl: id(c"H5E_VFL_g")?,
-            read: id(c"H5E_READERROR_g")?,
-            cant_open: id(c"H5E_CANTOPENFILE_g")?,
-            unsupported: id(c"H5E_UNSUPPORTED_g")?,
-        };
-        // SAFETY: per the caller, each pointer is the HDF5 function of that
-        // name, whose C signature the pointer type spells.
-        unsafe {
-            let version: Version = std::mem::transmute(get(c"H5get_libversion")?);
-            let (mut major, mut minor, mut release) = (0, 0, 0);
-            version(&mut major, &mut minor, &mut release);
-            Some(HostApi {
-                version: (major, minor, release),
-                push_error: std::mem::transmute::<*mut c_void, PushError>(get(c"H5Epush2")?),
-                error_ids,
-                driver_info: None,
-                driver_config: get(c"H5Pget_driver_config_str")
-                    .map(|p| std::mem::transmute::<*mut c_void, DriverConfig>(p)),
-            })
-        }
+    /// The library's version, `(major, minor, release)`.
+    pub fn version(&self) -> (u32, u32, u32) {
+        self.version
+    }
+
+    /// Whether `other` is the table of the same library (the same error
+    /// class, which each library of a process keeps at its own address).
+    pub fn is_same_library(&self, other: &HostApi) -> bool {
+        std::ptr::eq(self.error_ids.class, other.error_ids.class)
     }
 }
 

@@ -21,10 +21,10 @@ use crate::{Builder, RemoteFile};
 
 /// How much of the end of the file an HDF5 open fetches beside the
 /// superblock.
-pub const OPEN_TAIL: u64 = 1 << 20;
+pub(crate) const OPEN_TAIL: u64 = 1 << 20;
 
 /// The block size of remote HDF5 files.
-pub const BLOCK_SIZE: u64 = 128 << 10;
+pub(crate) const BLOCK_SIZE: u64 = 128 << 10;
 
 /// The most connections a remote HDF5 file keeps. The metadata crawl
 /// fetches metadata spread among the data as small pieces, one request
@@ -33,12 +33,12 @@ pub const BLOCK_SIZE: u64 = 128 << 10;
 /// 99 rounds with 16, 52 with 32 and 27 with 64. Files whose metadata lies
 /// together use a few; a server that limits its clients may need fewer
 /// (`connections=` in the plugin's configuration).
-pub const CONNECTIONS: u64 = 64;
+pub(crate) const CONNECTIONS: u64 = 64;
 
 /// The builder remote HDF5 files open with: the crate's defaults, with an
 /// [`OPEN_TAIL`], blocks of [`BLOCK_SIZE`] and up to [`CONNECTIONS`]
 /// connections.
-pub fn hdf5_builder() -> Builder {
+pub(crate) fn hdf5_builder() -> Builder {
     RemoteFile::builder()
         .open_tail(OPEN_TAIL)
         .block_size(BLOCK_SIZE)
@@ -249,14 +249,14 @@ pub const KEYS: &[Key] = &[
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Config {
     /// The settings, in the order given.
-    pub settings: Vec<Setting>,
+    pub(crate) settings: Vec<Setting>,
     /// The key each setting was given by.
     keys: Vec<&'static str>,
 }
 
 impl Config {
     /// Each setting with the key it was given by.
-    pub fn keyed(&self) -> impl Iterator<Item = (&'static str, &Setting)> {
+    pub(crate) fn keyed(&self) -> impl Iterator<Item = (&'static str, &Setting)> {
         self.keys.iter().copied().zip(&self.settings)
     }
 
@@ -293,7 +293,7 @@ impl Config {
     }
 
     /// `disk_capacity` (default [`DISK_CAPACITY`]).
-    pub fn disk_capacity(&self) -> u64 {
+    pub(crate) fn disk_capacity(&self) -> u64 {
         self.last(|s| match s {
             Setting::DiskCapacity(n) => Some(*n),
             _ => None,
@@ -304,7 +304,7 @@ impl Config {
 
 /// One setting.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Setting {
+pub(crate) enum Setting {
     /// `block_size`.
     BlockSize(u64),
     /// `cache`.
@@ -368,7 +368,7 @@ pub enum Setting {
 /// A value that is never shown: `Debug` hides it, and a configuration error
 /// does not quote it.
 #[derive(Clone, PartialEq, Eq)]
-pub struct Secret(pub String);
+pub(crate) struct Secret(pub(crate) String);
 
 impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -385,7 +385,7 @@ const SECRET_KEYS: [&str; 4] = [
 ];
 
 /// The disk cache's capacity when the configuration names none.
-pub const DISK_CAPACITY: u64 = 10 << 30;
+pub(crate) const DISK_CAPACITY: u64 = 10 << 30;
 
 /// What is wrong with a configuration string.
 #[derive(Debug, Clone, PartialEq, Eq)]

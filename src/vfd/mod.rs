@@ -14,12 +14,18 @@ pub mod config;
 mod crawl;
 pub(crate) mod driver;
 pub(crate) mod ffi;
+#[cfg(feature = "vfd")]
+pub mod loader;
 pub(crate) mod prefetch;
-pub mod source;
+mod report;
+pub(crate) mod source;
 mod spans;
 
-pub use api::{DriverConfig, DriverInfo, ErrorIds, HostApi, PushError, install};
+#[cfg(feature = "hdf5")]
+pub(crate) use api::ErrorIds;
+pub use api::{HostApi, install};
 pub use driver::{class_for, errno_of};
 pub use ffi::{herr_t, hid_t};
 pub use prefetch::PrefetchStats;
-pub use source::{Counters, counters_of_handle, remote_of_handle};
+pub use report::print_reports_with;
+pub use source::{Counters, builder, check, counters_of_handle, remote_of_handle};

@@ -106,7 +106,7 @@ impl Drop for Source {
                 .as_ref()
                 .map(|p| p.lock().stats())
                 .unwrap_or_default();
-            eprintln!(
+            let line = format!(
                 "remfile: {}: {} requests in {} round trips, {} bytes fetched, {} bytes read; \
                  {} HDF5 reads, {} of {} metadata reads foreseen, {} chunk reads",
                 self.file.url(),
@@ -119,6 +119,7 @@ impl Drop for Source {
                 p.predicted_reads + p.unpredicted_reads,
                 p.chunk_reads,
             );
+            super::report::report(tracing::Level::INFO, &line);
         }
     }
 }
@@ -328,9 +329,11 @@ fn with_s3(b: Builder, change: impl FnOnce(S3Options) -> S3Options) -> Builder {
 /// Says, once per process, that the disk cache `dir` is not used and why.
 fn without_disk_cache(dir: &str, error: &std::io::Error) {
     static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    tracing::warn!(dir, %error, "disk cache not used");
+    let line = format!("remfile: disk cache {dir} not used ({error}); files are read without it");
     if !SAID.swap(true, Relaxed) {
-        eprintln!("remfile: disk cache {dir} not used ({error}); files are read without it");
+        super::report::report(tracing::Level::WARN, &line);
+    } else {
+        tracing::warn!("{line}");
     }
 }
 
