@@ -18,11 +18,12 @@ use crate::cache::{Block, BlockCache, Claim, FileKey, Here, Pieces, Served};
 use crate::disk::{Claimed, DiskFile};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fanout::{Done, Next, fan_out};
-use crate::http::{Sink, Transport};
+use crate::http::Sink;
 use crate::identity::Identity;
 use crate::link::{LinkEstimate, LinkMeter};
 use crate::plan::{self, ReadAhead};
 use crate::process::workers::{self, Priority};
+use crate::range_source::RangeSource;
 use crate::stats::{Counters, Stats};
 use crate::sync;
 
@@ -52,7 +53,7 @@ const DISK_FLUSH_AT_DROP: Duration = Duration::from_secs(10);
 
 /// The state all clones of a file share, and how reads are served from it.
 pub(crate) struct Engine {
-    transport: Transport,
+    transport: Box<dyn RangeSource>,
     identity: Identity,
     cache: BlockCache,
     key: FileKey,
@@ -95,7 +96,7 @@ impl Drop for Engine {
 
 impl Engine {
     pub(crate) fn new(
-        transport: Transport,
+        transport: impl RangeSource,
         identity: Identity,
         (cache, key, disk): (BlockCache, FileKey, Option<DiskFile>),
         options: ReadOptions,
@@ -103,7 +104,7 @@ impl Engine {
         counters: Arc<Counters>,
     ) -> Engine {
         Engine {
-            transport,
+            transport: Box::new(transport),
             identity,
             key,
             disk,

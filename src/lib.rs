@@ -201,14 +201,13 @@ extern crate self as remfile;
 #[cfg(all(test, feature = "hdf5"))]
 #[path = "../tests/support/h5files.rs"]
 mod test_h5files;
-#[cfg(test)]
-#[path = "../tests/support/mod.rs"]
-mod test_support;
 
 mod cache;
 mod deadline;
 mod disk;
 mod engine;
+#[cfg(test)]
+mod engine_tests;
 mod error;
 mod fanout;
 mod file;
@@ -226,10 +225,13 @@ pub mod hdf5;
 mod http;
 mod identity;
 mod link;
+#[cfg(test)]
+mod memory_source;
 mod open;
 mod options;
 mod plan;
 pub mod process;
+mod range_source;
 mod s3;
 mod stats;
 mod sync;

@@ -101,6 +101,35 @@ pub(crate) fn open(builder: &Builder, text: &str) -> Result<RemoteFile> {
     Ok(RemoteFile::new(engine))
 }
 
+/// A file over `source` (an in-memory one, in unit tests), opened as
+/// `builder` says but without an opening request: the engine and its
+/// caches as [`open`] wires them.
+#[cfg(test)]
+pub(crate) fn open_over(
+    builder: &Builder,
+    source: std::sync::Arc<crate::memory_source::MemorySource>,
+) -> RemoteFile {
+    let url = Url::parse("http://memory.test/file").expect("a URL");
+    let identity = source.identity();
+    let counters = source.counters();
+    let cache = builder
+        .cache
+        .clone()
+        .unwrap_or_else(|| BlockCache::new(builder.cache_capacity));
+    let key = file_key(&cache, &url, &identity, builder.block_size);
+    let disk = disk_file(builder, &url, &identity, true);
+    let options = read_options(builder, &cache);
+    let link = Arc::new(LinkMeter::new(builder.link));
+    RemoteFile::new(Engine::new(
+        source,
+        identity,
+        (cache, key, disk),
+        options,
+        link,
+        counters,
+    ))
+}
+
 /// Where the file's blocks go on disk, if the builder has a disk cache and
 /// the file a validator to tell its versions apart; notes the version as
 /// the file's latest, confirmed now if the server was `asked`.

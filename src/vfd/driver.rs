@@ -747,27 +747,34 @@ unsafe extern "C" fn write(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_support as support;
+    use crate::memory_source::MemorySource;
+    use crate::open::open_over;
 
-    fn driver_file(data: &[u8], eoa: u64) -> (Box<DriverFile>, support::RangeServer) {
-        let server = support::RangeServer::new(data.to_vec());
-        let remote = support::builder()
-            .block_size(4096)
-            .open(server.url("/v.h5"))
-            .unwrap();
+    fn test_data(len: usize, seed: u64) -> Vec<u8> {
+        (0..len as u64)
+            .map(|i| (i.wrapping_mul(31).wrapping_add(seed * 7) % 251) as u8)
+            .collect()
+    }
+
+    fn driver_file(data: &[u8], eoa: u64) -> (Box<DriverFile>, Arc<MemorySource>) {
+        let source = MemorySource::new(data.to_vec());
+        let remote = open_over(
+            &crate::RemoteFile::builder().block_size(4096),
+            Arc::clone(&source),
+        );
         let file = Box::new(DriverFile {
             // SAFETY: all-zero is a valid H5FD_t.
             base: unsafe { std::mem::zeroed() },
             eoa,
             reader: Source::new(remote, false, false),
         });
-        (file, server)
+        (file, source)
     }
 
     #[test]
     fn a_handle_finds_its_file_only_while_the_file_is_open() {
         use super::super::source::{counters_of_handle, remote_of_handle};
-        let (mut file, _server) = driver_file(b"0123456789", 10);
+        let (mut file, _source) = driver_file(b"0123456789", 10);
         let ptr = &mut *file as *mut DriverFile as *mut H5FD_t;
         let mut handle = std::ptr::null_mut();
         // SAFETY: a driver file of this module and an out-parameter.
@@ -783,8 +790,8 @@ mod tests {
 
     #[test]
     fn a_vector_read_fetches_all_ranges_in_one_round() {
-        let data = support::test_data(100_000, 3);
-        let (mut file, server) = driver_file(&data, 120_000);
+        let data = test_data(100_000, 3);
+        let (mut file, source) = driver_file(&data, 120_000);
         let ptr = &mut *file as *mut DriverFile as *mut H5FD_t;
         let before = file.reader.file.stats();
         let mut addrs: Vec<haddr_t> = vec![10_000, 50_000, 99_990, 70_000];
@@ -818,7 +825,7 @@ mod tests {
         assert_eq!(out[3], data[70_000..75_000]);
         let cost = file.reader.file.stats().since(&before);
         assert_eq!(cost.round_trips, 1, "{cost:?}");
-        assert_eq!(server.requests() as u64, 1 + cost.requests);
+        assert_eq!(source.asked().len() as u64, cost.requests);
         assert_eq!(file.reader.vector_calls.load(Relaxed), 1);
         // Nothing new to fetch the second time.
         assert_eq!(vector_read(1), 0);
@@ -830,31 +837,27 @@ mod tests {
 
     #[test]
     fn guessed_pieces_cost_their_own_bytes_and_serve_reads_inside_them() {
-        let data = support::test_data(1 << 20, 5);
-        let server = support::RangeServer::new(data.clone());
-        let remote = support::builder()
-            .block_size(128 << 10)
-            .open(server.url("/p.h5"))
-            .unwrap();
-        let opened = server.requests();
-        // Two headers alone among raw data, and one the server fails.
-        server.set_hook(|req, reply| match req.range() {
-            Some((500_000, _)) => support::Reply::new(500),
-            _ => reply,
-        });
+        let data = test_data(1 << 20, 5);
+        let source = MemorySource::new(data.clone());
+        let remote = open_over(
+            &crate::RemoteFile::builder().block_size(128 << 10),
+            Arc::clone(&source),
+        );
+        // Two headers alone among raw data, and one the source fails.
+        source.fail_at(500_000, ErrorKind::HttpStatus(500));
         let wanted = vec![300_000..300_512, 500_000..500_100, 700_000..700_600];
         let fetched = remote.guess_pieces(wanted.clone(), u64::MAX);
         assert_eq!(fetched, 1212);
-        let mut asked = server.ranges()[opened..].to_vec();
-        asked.sort_unstable();
+        let mut asked = source.asked();
+        asked.sort_unstable_by_key(|r| r.start);
         asked.dedup();
         assert_eq!(
             asked,
-            [(300_000, 300_511), (500_000, 500_099), (700_000, 700_599)],
+            [300_000..300_512, 500_000..500_100, 700_000..700_600],
             "each its own bytes, no block"
         );
-        server.set_hook(|_, reply| reply);
-        let guessed = server.requests();
+        source.heal();
+        let guessed = source.asked().len();
         assert!(remote.is_cached(300_000..300_512) && remote.is_cached(700_100..700_600));
         assert!(!remote.is_cached(500_000..500_100), "the failed one");
         let held = vec![wanted[0].clone(), wanted[2].clone()];
@@ -862,14 +865,14 @@ mod tests {
         let mut header = vec![0; 400];
         remote.read_exact_at(700_150, &mut header).unwrap();
         assert_eq!(header, data[700_150..700_550]);
-        assert_eq!(server.requests(), guessed, "served by the piece");
+        assert_eq!(source.asked().len(), guessed, "served by the piece");
         // A read past a piece's end, or where a piece failed, reads blocks.
         let mut past = vec![0; 600];
         remote.read_exact_at(300_000, &mut past).unwrap();
         assert_eq!(past, data[300_000..300_600]);
         remote.read_exact_at(500_000, &mut header).unwrap();
         assert_eq!(header, data[500_000..500_400]);
-        assert!(server.requests() > guessed);
+        assert!(source.asked().len() > guessed);
         // The allowance bounds what is fetched.
         let one_header = std::iter::once(900_000..900_512).collect();
         assert_eq!(remote.guess_pieces(one_header, 511), 0);
@@ -877,8 +880,8 @@ mod tests {
 
     #[test]
     fn reads_zero_fill_past_eof_and_refuse_past_eoa() {
-        let data = support::test_data(10_000, 4);
-        let (file, _server) = driver_file(&data, 12_000);
+        let data = test_data(10_000, 4);
+        let (file, _source) = driver_file(&data, 12_000);
         let mut buf = vec![7u8; 3000];
         read_into(&file, 8_000, &mut buf).unwrap();
         assert_eq!(buf[..2000], data[8000..]);

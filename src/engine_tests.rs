@@ -1,0 +1,123 @@
+//! The engine over an in-memory source: what readers that meet one
+//! another's fetches get, and what they ask for, with no socket and no
+//! server thread between them (a fetch is held until the test lets it go).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::memory_source::MemorySource;
+use crate::open::open_over;
+use crate::{BlockCache, Builder, DiskCache, ErrorKind, RemoteFile};
+
+const BLOCK: u64 = 64 << 10;
+
+fn data(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i * 7 % 251) as u8).collect()
+}
+
+fn builder() -> Builder {
+    RemoteFile::builder().block_size(BLOCK)
+}
+
+fn read(file: &RemoteFile, pos: u64, len: usize) -> crate::Result<Vec<u8>> {
+    let mut buf = vec![0; len];
+    file.read_exact_at(pos, &mut buf).map(|()| buf)
+}
+
+/// Runs `first` while `source` holds its fetches, then `second` once
+/// `first`'s fetch is held, then lets the fetches go: what each returned.
+/// `second` is given time to reach its wait (if it did not, the test still
+/// passes, but then it tested nothing that could fail).
+fn meet<A: Send, B: Send>(
+    source: &MemorySource,
+    first: impl FnOnce() -> A + Send,
+    second: impl FnOnce() -> B + Send,
+) -> (A, B) {
+    source.shut();
+    std::thread::scope(|s| {
+        let first = s.spawn(first);
+        source.wait_until_holding(1);
+        let second = s.spawn(second);
+        std::thread::sleep(Duration::from_millis(100));
+        source.open();
+        (first.join().unwrap(), second.join().unwrap())
+    })
+}
+
+#[test]
+fn readers_of_a_block_in_flight_share_its_one_fetch() {
+    let bytes = data(4 * BLOCK as usize);
+    let source = MemorySource::new(bytes.clone());
+    let file = open_over(&builder().read_ahead_max(0), Arc::clone(&source));
+    let (first, second) = meet(&source, || read(&file, 100, 1000), || read(&file, 5000, 10));
+    assert_eq!(first.unwrap(), &bytes[100..1100]);
+    assert_eq!(second.unwrap(), &bytes[5000..5010]);
+    assert_eq!(source.asked().len(), 1, "one fetch for both");
+    assert_eq!(source.asked()[0], 0..BLOCK);
+}
+
+#[test]
+fn a_failed_fetch_reaches_every_reader_waiting_for_it_and_the_next_read_fetches_again() {
+    let bytes = data(2 * BLOCK as usize);
+    let source = MemorySource::new(bytes.clone());
+    let file = open_over(&builder().read_ahead_max(0), Arc::clone(&source));
+    source.fail_next(ErrorKind::HttpStatus(503));
+    let (first, second) = meet(&source, || read(&file, 0, 10), || read(&file, 20, 10));
+    for read in [first, second] {
+        assert_eq!(read.unwrap_err().kind(), ErrorKind::HttpStatus(503));
+    }
+    assert_eq!(read(&file, 0, 10).unwrap(), &bytes[..10]);
+    assert_eq!(source.asked(), [0..BLOCK, 0..BLOCK]);
+}
+
+#[test]
+fn a_read_of_blocks_a_background_fetch_brings_waits_for_it_and_costs_one_round() {
+    let bytes = data(8 * BLOCK as usize);
+    let source = MemorySource::new(bytes.clone());
+    let file = open_over(&builder().read_ahead_max(0), Arc::clone(&source));
+    let (queued, read) = meet(
+        &source,
+        || file.prefetch_in_background(std::iter::once(0..4 * BLOCK), u64::MAX),
+        || read(&file, 3 * BLOCK + 5, 100),
+    );
+    assert_eq!(queued, 4 * BLOCK);
+    assert_eq!(read.unwrap(), &bytes[3 * BLOCK as usize + 5..][..100]);
+    assert!(file.wait_for_background_fetches(Duration::from_secs(10)));
+    assert_eq!(source.asked().len(), 1, "the background fetch only");
+    assert_eq!(source.asked()[0], 0..4 * BLOCK);
+    let stats = file.stats();
+    assert_eq!((stats.requests, stats.round_trips), (1, 1));
+}
+
+#[test]
+fn a_file_sharing_a_disk_cache_waits_for_the_other_s_fetch_and_asks_nothing() {
+    let dir = std::env::temp_dir().join(format!("remfile-engine-disk-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let bytes = data(16 * BLOCK as usize);
+    let (a, b) = (
+        MemorySource::new(bytes.clone()),
+        MemorySource::new(bytes.clone()),
+    );
+    // Each its own memory cache, as two processes have; one directory.
+    let open = |source: &Arc<MemorySource>| {
+        let b = builder()
+            .read_ahead_max(0)
+            .cache(BlockCache::new(64 << 20))
+            .disk_cache(DiskCache::open(&dir, 64 << 20).unwrap());
+        open_over(&b, Arc::clone(source))
+    };
+    let (fetching, waiting) = (open(&a), open(&b));
+    let range = BLOCK as usize..bytes.len();
+    let (fetched, waited) = meet(
+        &a,
+        || read(&fetching, BLOCK, range.len()),
+        || read(&waiting, BLOCK, range.len()),
+    );
+    assert!(fetched.unwrap() == bytes[range.clone()]);
+    assert!(waited.unwrap() == bytes[range]);
+    assert_eq!(a.asked().len(), 1);
+    assert_eq!(b.asked(), [], "every block from the other's fetch, on disk");
+    assert_eq!(waiting.stats().disk_hits, 15);
+    drop((fetching, waiting));
+    let _ = std::fs::remove_dir_all(&dir);
+}

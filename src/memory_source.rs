@@ -1,0 +1,151 @@
+//! An in-memory [`RangeSource`] for unit tests: a file's bytes, the ranges
+//! asked for, scripted failures, and a gate that holds fetches until it is
+//! opened, so that a test can make readers meet a fetch in flight without a
+//! socket or a timing.
+
+use std::collections::VecDeque;
+use std::ops::Range;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Instant;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::http::Sink;
+use crate::identity::Identity;
+use crate::range_source::RangeSource;
+use crate::stats::Counters;
+
+/// A file in memory, served range by range.
+pub(crate) struct MemorySource {
+    data: Vec<u8>,
+    counters: Arc<Counters>,
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct State {
+    asked: Vec<Range<u64>>,
+    /// The kinds of error the next fetches fail with, in order.
+    faults: VecDeque<ErrorKind>,
+    /// Fetches of ranges starting at these offsets fail so, each time.
+    failing_at: Vec<(u64, ErrorKind)>,
+    /// Fetches wait while it is shut.
+    shut: bool,
+    waiting: usize,
+}
+
+impl MemorySource {
+    pub(crate) fn new(data: Vec<u8>) -> Arc<MemorySource> {
+        Arc::new(MemorySource {
+            data,
+            counters: Arc::default(),
+            state: Mutex::default(),
+            changed: Condvar::new(),
+        })
+    }
+
+    /// The version it serves: its size, and an ETag.
+    pub(crate) fn identity(&self) -> Identity {
+        Identity {
+            size: self.data.len() as u64,
+            etag: Some("\"memory\"".into()),
+            last_modified: None,
+        }
+    }
+
+    /// The counters a file over it counts in (its requests and bytes).
+    pub(crate) fn counters(&self) -> Arc<Counters> {
+        Arc::clone(&self.counters)
+    }
+
+    /// The ranges asked for so far, in order.
+    pub(crate) fn asked(&self) -> Vec<Range<u64>> {
+        self.lock().asked.clone()
+    }
+
+    /// Makes the next fetch fail with an error of `kind`.
+    pub(crate) fn fail_next(&self, kind: ErrorKind) {
+        self.lock().faults.push_back(kind);
+    }
+
+    #[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
+    /// Makes every fetch of a range starting at `start` fail with an error
+    /// of `kind` (until [`heal`](Self::heal)).
+    pub(crate) fn fail_at(&self, start: u64, kind: ErrorKind) {
+        self.lock().failing_at.push((start, kind));
+    }
+
+    #[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
+    /// Ends every [`fail_at`](Self::fail_at).
+    pub(crate) fn heal(&self) {
+        self.lock().failing_at.clear();
+    }
+
+    /// Holds every fetch from now on until [`open`](Self::open).
+    pub(crate) fn shut(&self) {
+        self.lock().shut = true;
+    }
+
+    /// Lets the held fetches, and all later ones, go.
+    pub(crate) fn open(&self) {
+        self.lock().shut = false;
+        self.changed.notify_all();
+    }
+
+    /// Waits until `n` fetches are held.
+    pub(crate) fn wait_until_holding(&self, n: usize) {
+        let mut state = self.lock();
+        while state.waiting < n {
+            state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl RangeSource for Arc<MemorySource> {
+    fn fetch(
+        &self,
+        range: Range<u64>,
+        sink: &mut Sink<'_>,
+        _identity: &Identity,
+        _deadline: Instant,
+    ) -> Result<u32> {
+        let mut state = self.lock();
+        state.asked.push(range.clone());
+        Counters::add(&self.counters.requests, 1);
+        state.waiting += 1;
+        self.changed.notify_all();
+        while state.shut {
+            state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+        state.waiting -= 1;
+        let at = state
+            .failing_at
+            .iter()
+            .find(|(start, _)| *start == range.start);
+        if let Some(kind) = at
+            .map(|(_, kind)| *kind)
+            .or_else(|| state.faults.pop_front())
+        {
+            return Err(Error::new(kind, "a scripted failure"));
+        }
+        drop(state);
+        let mut bytes = &self.data[range.start as usize..range.end as usize];
+        while !sink.is_full() {
+            let spare = sink.spare();
+            let n = spare.len().min(bytes.len());
+            spare[..n].copy_from_slice(&bytes[..n]);
+            bytes = &bytes[n..];
+            sink.advance(n);
+        }
+        Counters::add(&self.counters.bytes_fetched, range.end - range.start);
+        Ok(1)
+    }
+
+    fn redacted_url(&self) -> &str {
+        "memory://file"
+    }
+}
