@@ -254,88 +254,11 @@ impl RemoteFile {
         Ok(())
     }
 
-    /// Whether every block covering `range` is cached.
+    /// What the HDF5 driver may ask of the file beyond reads (see
+    /// [`Extension`](crate::extension::Extension)).
     #[cfg(any(feature = "hdf5", feature = "vfd"))]
-    pub(crate) fn is_cached(&self, range: std::ops::Range<u64>) -> bool {
-        self.engine.is_cached(range)
-    }
-
-    /// See [`Engine::cached_from`](crate::engine::Engine::cached_from).
-    #[cfg(any(feature = "hdf5", feature = "vfd"))]
-    pub(crate) fn cached_from(&self, pos: u64, max: usize) -> Vec<u8> {
-        self.engine.cached_from(pos, max)
-    }
-
-    /// See [`Engine::guess_link_estimate`](crate::engine::Engine::guess_link_estimate).
-    #[cfg(any(feature = "hdf5", feature = "vfd"))]
-    pub(crate) fn guess_link_estimate(&self) -> Option<crate::LinkEstimate> {
-        self.engine.guess_link_estimate()
-    }
-
-    /// See [`Engine::guess_concurrency`](crate::engine::Engine::guess_concurrency).
-    #[cfg(any(feature = "hdf5", feature = "vfd"))]
-    pub(crate) fn guess_concurrency(&self) -> u64 {
-        self.engine.guess_concurrency()
-    }
-
-    /// See [`Engine::prefetch_here`](crate::engine::Engine::prefetch_here).
-    #[cfg(any(feature = "hdf5", feature = "vfd"))]
-    pub(crate) fn prefetch_here(
-        &self,
-        ranges: impl IntoIterator<Item = std::ops::Range<u64>>,
-        max_bytes: u64,
-    ) -> u64 {
-        self.engine.prefetch_here(ranges, max_bytes)
-    }
-
-    /// See [`Engine::background_work`](crate::engine::Engine::background_work).
-    #[cfg(any(feature = "hdf5", feature = "vfd"))]
-    pub(crate) fn background_work(&self) -> crate::engine::BackgroundWork {
-        self.engine.background_work()
-    }
-
-    /// As [`prefetch_in_background`](Self::prefetch_in_background), as
-    /// background work that `closing` stops.
-    #[cfg(any(feature = "hdf5", feature = "vfd"))]
-    pub(crate) fn prefetch_in_background_until_closed(
-        &self,
-        ranges: impl IntoIterator<Item = std::ops::Range<u64>>,
-        max_bytes: u64,
-        closing: &crate::process::workers::Closing,
-    ) -> u64 {
-        self.engine
-            .prefetch_in_background(ranges, max_bytes, Some(closing))
-    }
-
-    /// See [`Engine::has_disk_cache`](crate::engine::Engine::has_disk_cache).
-    #[cfg(any(feature = "hdf5", feature = "vfd"))]
-    pub(crate) fn has_disk_cache(&self) -> bool {
-        self.engine.has_disk_cache()
-    }
-
-    /// See [`Engine::pieces_from_disk`](crate::engine::Engine::pieces_from_disk).
-    #[cfg(any(feature = "hdf5", feature = "vfd"))]
-    pub(crate) fn pieces_from_disk(&self) -> u64 {
-        self.engine.pieces_from_disk()
-    }
-
-    /// See [`Engine::keep_pieces`](crate::engine::Engine::keep_pieces).
-    #[cfg(any(feature = "hdf5", feature = "vfd"))]
-    pub(crate) fn keep_pieces(&self) {
-        self.engine.keep_pieces(crate::engine::Keep::WhileOpen);
-    }
-
-    /// See [`Engine::guess_pieces`](crate::engine::Engine::guess_pieces).
-    #[cfg(any(feature = "hdf5", feature = "vfd"))]
-    pub(crate) fn guess_pieces(&self, ranges: Vec<std::ops::Range<u64>>, max_bytes: u64) -> u64 {
-        self.engine.guess_pieces(ranges, max_bytes)
-    }
-
-    /// The least and the most bytes a sequential stream reads ahead now
-    /// (the least follows the link).
-    #[cfg(any(feature = "hdf5", feature = "vfd"))]
-    pub(crate) fn read_ahead_bounds(&self) -> (u64, u64) {
-        self.engine.read_ahead_bounds()
+    pub(crate) fn extension(&self) -> crate::extension::Extension<'_> {
+        crate::extension::Extension::of(&self.engine)
     }
 
     /// Reads several ranges at once: each `(pos, buf)` is filled exactly, as

@@ -209,6 +209,8 @@ mod engine;
 #[cfg(test)]
 mod engine_tests;
 mod error;
+#[cfg(any(feature = "hdf5", feature = "vfd"))]
+mod extension;
 mod fanout;
 mod file;
 #[cfg(any(test, feature = "fuzzing"))]

@@ -18,7 +18,9 @@
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicBool, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
+};
 use std::time::Instant;
 
 use crate::sync::{Condvar, Mutex};
@@ -31,6 +33,9 @@ pub(crate) struct Pieces {
     state: Mutex<State>,
     arrived: Condvar,
     budget: Arc<PiecesBudget>,
+    /// Whether a piece was ever claimed or put: until then a read looks no
+    /// further, without the lock (a file no driver reads never has one).
+    used: AtomicBool,
 }
 
 /// The bytes of pieces the files sharing one block cache may hold (here or
@@ -122,6 +127,7 @@ impl Pieces {
             state: Mutex::new(State::default()),
             arrived: Condvar::new(),
             budget,
+            used: AtomicBool::new(false),
         }
     }
 
@@ -135,6 +141,7 @@ impl Pieces {
     /// counted `rounds` round trips so far. Returns the ranges taken, which
     /// the caller must [`deliver`](Self::deliver) (or fail) each.
     pub(crate) fn claim(&self, ranges: &[Range<u64>], rounds: u64) -> Vec<Range<u64>> {
+        self.used.store(true, Release);
         let mut state = self.state.lock();
         let mut taken = Vec::new();
         for range in ranges {
@@ -185,6 +192,9 @@ impl Pieces {
     /// waiting until `deadline` for pieces still coming; `rounds` is the
     /// round trips the file's readers have counted now.
     pub(crate) fn read(&self, pos: u64, buf: &mut [u8], deadline: Instant, rounds: u64) -> Served {
+        if !self.used.load(Acquire) {
+            return Served::No;
+        }
         let end = pos.saturating_add(buf.len() as u64);
         let mut state = self.state.lock();
         let mut cost_a_round = false;
@@ -231,6 +241,7 @@ impl Pieces {
     /// and none overlaps another), as far as there is room and no piece
     /// here or coming overlaps them.
     pub(crate) fn put(&self, pieces: Vec<(u64, Vec<u8>)>) {
+        self.used.store(true, Release);
         let mut state = self.state.lock();
         for (start, bytes) in pieces {
             let range = start..start.saturating_add(bytes.len() as u64);

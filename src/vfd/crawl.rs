@@ -90,7 +90,7 @@ impl Crawler {
             return;
         }
         if signal.work.is_none() {
-            signal.work = Some(self.shared.file.background_work());
+            signal.work = Some(self.shared.file.extension().background_work());
         }
         if !signal.scheduled {
             signal.scheduled = true;
@@ -157,7 +157,7 @@ impl Shared {
             // The crawl is idle: what it fetched as pieces goes to the disk
             // cache (if any) while its work still counts as under way, so a
             // program that ends now (even by `exit`) leaves it there.
-            self.file.keep_pieces();
+            self.file.extension().keep_pieces();
             drop(working);
             return;
         }
@@ -190,8 +190,8 @@ impl Shared {
         // A fast link whose bodies all come at once has no ordinary
         // estimate, but it carries guesses at least as fast as they came.
         let budget = spans::guess_budget(
-            self.file.guess_link_estimate(),
-            self.file.guess_concurrency(),
+            self.file.extension().guess_link_estimate(),
+            self.file.extension().guess_concurrency(),
             self.file.cache().capacity(),
         );
         let allowed = self.prefetch.lock().allowance(budget);
@@ -206,7 +206,12 @@ impl Shared {
         // More spans than lanes take more than one round: merge the closest
         // while the gaps cost less than the round they save.
         let room = (allowed / 2).saturating_sub(spans::cost(&wanted, block_size));
-        let fitted = spans::fit_lanes(wanted.clone(), self.file.guess_concurrency(), gap, room);
+        let fitted = spans::fit_lanes(
+            wanted.clone(),
+            self.file.extension().guess_concurrency(),
+            gap,
+            room,
+        );
         // Merging the sparse spans may turn the wave from pieces into whole
         // blocks, priced differently: kept only if it still fits.
         let wanted = if spans::cost(&fitted, block_size) <= allowed / 2 {
@@ -218,9 +223,9 @@ impl Shared {
             return false;
         }
         let fetched = if spans::as_pieces(&wanted, self.file.block_size()) {
-            self.file.guess_pieces(wanted, allowed)
+            self.file.extension().guess_pieces(wanted, allowed)
         } else {
-            self.file.prefetch_here(wanted, allowed)
+            self.file.extension().prefetch_here(wanted, allowed)
         };
         self.prefetch.lock().fetched(fetched);
         for target in &missing {
@@ -233,12 +238,12 @@ impl Shared {
     /// counts as parsed once they are); false if they are not.
     fn parse(&self, target: &Target) -> bool {
         if !target.what.is_parsed() {
-            return self.file.is_cached(target.bytes.clone());
+            return self.file.extension().is_cached(target.bytes.clone());
         }
         let start = target.bytes.start;
         // Bounded whatever the bytes that pointed here said.
         let guessed = ((target.bytes.end - start) as usize).min(MAX_PIECE);
-        let mut bytes = self.file.cached_from(start, guessed);
+        let mut bytes = self.file.extension().cached_from(start, guessed);
         if bytes.is_empty() {
             return false;
         }
@@ -246,7 +251,10 @@ impl Shared {
         // at hand (else the prefetch fetches it).
         let whole = self.prefetch.lock().declared_len(target, &bytes);
         if let Some(whole) = whole.filter(|&w| w > bytes.len()) {
-            bytes = self.file.cached_from(start, whole.min(MAX_PIECE));
+            bytes = self
+                .file
+                .extension()
+                .cached_from(start, whole.min(MAX_PIECE));
         }
         self.prefetch
             .lock()

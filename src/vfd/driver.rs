@@ -342,7 +342,7 @@ unsafe extern "C" fn close(file: *mut H5FD_t) -> herr_t {
             // the close waits for them only if what they bring goes to a
             // disk cache, for the next run.
             file.reader.closing.close();
-            if file.reader.file.has_disk_cache() {
+            if file.reader.file.extension().has_disk_cache() {
                 file.reader.file.wait_for_background_fetches(CLOSE_WAIT);
             }
             drop(file);
@@ -496,18 +496,22 @@ fn read_raw(f: &DriverFile, addr: haddr_t, buf: &mut [u8]) -> Result<(), ReadErr
     let read = ChunkRead {
         addr,
         len,
-        missed: !source.file.is_cached(addr..addr.saturating_add(len)),
+        missed: !source
+            .file
+            .extension()
+            .is_cached(addr..addr.saturating_add(len)),
     };
-    let bounds = source.file.read_ahead_bounds();
+    let bounds = source.file.extension().read_ahead_bounds();
     let Some(ahead) = prefetch.lock().on_chunk_read(read, bounds) else {
         return read_into(f, addr, buf);
     };
     if !ahead.is_empty() {
         // Bounded here too: the step is whatever the index said.
-        let fetched =
-            source
-                .file
-                .prefetch_in_background_until_closed(ahead, bounds.1, &source.closing);
+        let fetched = source.file.extension().prefetch_in_background_until_closed(
+            ahead,
+            bounds.1,
+            &source.closing,
+        );
         prefetch.lock().fetched_chunks(fetched);
     }
     let inside = inside_file(f, addr, buf)?;
@@ -567,7 +571,8 @@ unsafe extern "C" fn read(
             MemType::RawData => (read_raw(f, addr, buf), false),
             _ => {
                 let end = addr.saturating_add(size as u64);
-                let missed = f.reader.prefetch.is_some() && !f.reader.file.is_cached(addr..end);
+                let missed =
+                    f.reader.prefetch.is_some() && !f.reader.file.extension().is_cached(addr..end);
                 (read_into(f, addr, buf), missed)
             }
         };
@@ -601,7 +606,7 @@ fn note_a_missing_signature(source: &Source, first: &[u8]) {
         return;
     }
     // The open fetched the first block: more than the 8 bytes HDF5 reads.
-    let mut start = source.file.cached_from(0, 48);
+    let mut start = source.file.extension().cached_from(0, 48);
     if start.len() < first.len() {
         start = first[..first.len().min(48)].to_vec();
     }
@@ -846,7 +851,7 @@ mod tests {
         // Two headers alone among raw data, and one the source fails.
         source.fail_at(500_000, ErrorKind::HttpStatus(500));
         let wanted = vec![300_000..300_512, 500_000..500_100, 700_000..700_600];
-        let fetched = remote.guess_pieces(wanted.clone(), u64::MAX);
+        let fetched = remote.extension().guess_pieces(wanted.clone(), u64::MAX);
         assert_eq!(fetched, 1212);
         let mut asked = source.asked();
         asked.sort_unstable_by_key(|r| r.start);
@@ -858,10 +863,20 @@ mod tests {
         );
         source.heal();
         let guessed = source.asked().len();
-        assert!(remote.is_cached(300_000..300_512) && remote.is_cached(700_100..700_600));
-        assert!(!remote.is_cached(500_000..500_100), "the failed one");
+        assert!(
+            remote.extension().is_cached(300_000..300_512)
+                && remote.extension().is_cached(700_100..700_600)
+        );
+        assert!(
+            !remote.extension().is_cached(500_000..500_100),
+            "the failed one"
+        );
         let held = vec![wanted[0].clone(), wanted[2].clone()];
-        assert_eq!(remote.guess_pieces(held, u64::MAX), 0, "nothing twice");
+        assert_eq!(
+            remote.extension().guess_pieces(held, u64::MAX),
+            0,
+            "nothing twice"
+        );
         let mut header = vec![0; 400];
         remote.read_exact_at(700_150, &mut header).unwrap();
         assert_eq!(header, data[700_150..700_550]);
@@ -875,7 +890,7 @@ mod tests {
         assert!(source.asked().len() > guessed);
         // The allowance bounds what is fetched.
         let one_header = std::iter::once(900_000..900_512).collect();
-        assert_eq!(remote.guess_pieces(one_header, 511), 0);
+        assert_eq!(remote.extension().guess_pieces(one_header, 511), 0);
     }
 
     #[test]

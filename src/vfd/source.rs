@@ -50,7 +50,7 @@ impl Source {
             // What an earlier run's crawl guessed, kept on disk, counts as
             // guessed by this one: a warm run guesses no further than the
             // cold one did.
-            prefetch.fetched(file.pieces_from_disk());
+            prefetch.fetched(file.extension().pieces_from_disk());
             Arc::new(Mutex::new(prefetch))
         });
         let crawler = match &prefetch {

@@ -1,0 +1,107 @@
+//! What the HDF5 driver (`vfd/`, `hdf5/`) may ask of a remote file beyond
+//! reading it: the engine's extension API, and all of it. Reads, vectored
+//! reads and prefetches are the file's public methods; this adds what only
+//! a reader that knows the file's layout can use:
+//!
+//! - **cache probes**: whether bytes are cached, the cached bytes from a
+//!   position, with no request;
+//! - **background fetches of spans**, stopped when the driver's handle
+//!   closes, and a count of background work that readers can wait for;
+//! - **a side store of pieces** the driver owns: exact small ranges (object
+//!   headers among raw data) fetched without their blocks, kept on disk
+//!   across runs;
+//! - **facts that size the driver's own plans**: the link's estimate, the
+//!   concurrency a guess may use, the read-ahead's bounds, whether a disk
+//!   cache holds the file.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use crate::LinkEstimate;
+use crate::engine::{BackgroundWork, Engine, Keep};
+use crate::process::workers::Closing;
+
+/// A file as the driver sees it (from
+/// [`RemoteFile::extension`](crate::RemoteFile)).
+#[derive(Clone, Copy)]
+pub(crate) struct Extension<'f> {
+    engine: &'f Arc<Engine>,
+}
+
+impl<'f> Extension<'f> {
+    pub(crate) fn of(engine: &'f Arc<Engine>) -> Extension<'f> {
+        Extension { engine }
+    }
+
+    /// Whether every block covering `range` is cached.
+    pub(crate) fn is_cached(self, range: Range<u64>) -> bool {
+        self.engine.is_cached(range)
+    }
+
+    /// See [`Engine::cached_from`].
+    pub(crate) fn cached_from(self, pos: u64, max: usize) -> Vec<u8> {
+        self.engine.cached_from(pos, max)
+    }
+
+    /// See [`Engine::guess_link_estimate`].
+    pub(crate) fn guess_link_estimate(self) -> Option<LinkEstimate> {
+        self.engine.guess_link_estimate()
+    }
+
+    /// See [`Engine::guess_concurrency`].
+    pub(crate) fn guess_concurrency(self) -> u64 {
+        self.engine.guess_concurrency()
+    }
+
+    /// The least and the most bytes a sequential stream reads ahead now
+    /// (the least follows the link).
+    pub(crate) fn read_ahead_bounds(self) -> (u64, u64) {
+        self.engine.read_ahead_bounds()
+    }
+
+    /// See [`Engine::has_disk_cache`].
+    pub(crate) fn has_disk_cache(self) -> bool {
+        self.engine.has_disk_cache()
+    }
+
+    /// See [`Engine::prefetch_here`].
+    pub(crate) fn prefetch_here(
+        self,
+        ranges: impl IntoIterator<Item = Range<u64>>,
+        max_bytes: u64,
+    ) -> u64 {
+        self.engine.prefetch_here(ranges, max_bytes)
+    }
+
+    /// As [`RemoteFile::prefetch_in_background`](crate::RemoteFile::prefetch_in_background),
+    /// as background work that `closing` stops.
+    pub(crate) fn prefetch_in_background_until_closed(
+        self,
+        ranges: impl IntoIterator<Item = Range<u64>>,
+        max_bytes: u64,
+        closing: &Closing,
+    ) -> u64 {
+        self.engine
+            .prefetch_in_background(ranges, max_bytes, Some(closing))
+    }
+
+    /// See [`Engine::background_work`].
+    pub(crate) fn background_work(self) -> BackgroundWork {
+        self.engine.background_work()
+    }
+
+    /// See [`Engine::guess_pieces`].
+    pub(crate) fn guess_pieces(self, ranges: Vec<Range<u64>>, max_bytes: u64) -> u64 {
+        self.engine.guess_pieces(ranges, max_bytes)
+    }
+
+    /// See [`Engine::keep_pieces`]: while the file is open.
+    pub(crate) fn keep_pieces(self) {
+        self.engine.keep_pieces(Keep::WhileOpen);
+    }
+
+    /// See [`Engine::pieces_from_disk`].
+    pub(crate) fn pieces_from_disk(self) -> u64 {
+        self.engine.pieces_from_disk()
+    }
+}
