@@ -90,13 +90,13 @@ class Options(TypedDict, total=False):
     what each sets: :func:`option_keys`."""
 
     block_size: Size
-    cache: Size
-    tail: Size
+    cache_capacity: Size
+    open_tail: Size
     read_ahead_max: Size
-    concurrency: int
-    connections: int
+    max_concurrent_requests: int
+    max_connections: int
     retries: int
-    timeout: Duration
+    read_timeout: Duration
     connect_timeout: Duration
     metadata_prefetch: bool
     chunk_read_ahead: bool
@@ -118,32 +118,39 @@ class Options(TypedDict, total=False):
     s3_access_key_id: str
     s3_secret_access_key: str
     s3_session_token: str
+    # Earlier names of cache_capacity, open_tail, max_concurrent_requests,
+    # max_connections and read_timeout, still taken.
+    cache: Size
+    tail: Size
+    concurrency: int
+    connections: int
+    timeout: Duration
 
 
-# The driver's keys, but its `header` (one `Name: value` each, repeated) is
-# `headers` here: a mapping of names to values.
+# The driver's keys (name, kind of value, default, what it sets, other
+# names), but its `header` (one `Name: value` each, repeated) is `headers`
+# here: a mapping of names to values.
+_TABLE = [
+    ("headers", "headers", None, "headers for every request to the file's own server, "
+     "a mapping such as {'Authorization': 'Bearer …'}; never logged", [])
+    if key == "header"
+    else (key, kind, default, text, aliases)
+    for key, kind, default, text, aliases in _native.option_keys()
+]
+# Each key's description: what it sets, the kind of its value and its default.
 _KEYS = {
-    ("headers" if key == "header" else key): (
-        "headers for every request to the file's own server, a mapping such as "
-        "{'Authorization': 'Bearer …'}; never logged (headers)"
-        if key == "header"
-        else text
-    )
-    for key, text in _native.option_keys()
+    key: f"{text} ({kind}" + (f"; default {default})" if default else ")")
+    for key, kind, default, text, _ in _TABLE
 }
+# Earlier names, still taken: each with the key it names.
+_ALIASES = {alias: key for key, _, _, _, aliases in _TABLE for alias in aliases}
 # Keys whose values are secrets: no error quotes them.
 _SECRET = {"headers", "s3_access_key_id", "s3_secret_access_key", "s3_session_token"}
-# The kind of each key's value, from the first word its description puts in
-# parentheses: "size", "duration", "switch", "count" or "path"; its default
-# after "default ", if it names one.
-_KINDS = {
-    key: (text.split("(", 1)[1].split(";")[0].split(")")[0].split()[0] if "(" in text else "text")
-    for key, text in _KEYS.items()
-}
-_DEFAULTS = {
-    key: text.split("default ", 1)[1].rstrip(")") if "default " in text else None
-    for key, text in _KEYS.items()
-}
+# The kind of each key's value ("size", "duration", "switch", "count",
+# "path", "text", "headers"), also by its earlier names.
+_KINDS = {key: kind for key, kind, _, _, _ in _TABLE}
+_KINDS.update({alias: _KINDS[key] for alias, key in _ALIASES.items()})
+_DEFAULTS = {key: default for key, _, default, _, _ in _TABLE}
 
 
 def _default_value(key: str) -> Any:
@@ -167,7 +174,7 @@ def _wrong(key: str, why: str) -> ValueError:
 
 
 def _unknown(key: str, where: str) -> TypeError:
-    close = difflib.get_close_matches(key, _KEYS, n=1)
+    close = difflib.get_close_matches(key, [*_KEYS, *_ALIASES], n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     return TypeError(
         f"{where}() got an unexpected keyword argument {key!r}{hint}; "
@@ -259,7 +266,7 @@ def _parse_environment() -> dict:
             name, _, header_value = value.partition(":")
             found.setdefault("headers", {})[name.strip()] = header_value.strip()
         else:
-            found[key.strip()] = value.strip()
+            found[_ALIASES.get(key.strip(), key.strip())] = value.strip()
     return found
 
 
@@ -284,6 +291,7 @@ def set_defaults(**options: Unpack[Options]) -> None:
     given = {key: value for key, value in options.items() if value is not None}
     _text(given, "set_defaults")
     for key, value in options.items():
+        key = _ALIASES.get(key, key)
         if value is None:
             _process_defaults.pop(key, None)
         else:
@@ -306,7 +314,7 @@ def _with_defaults(options: Mapping[str, Any], where: str) -> str:
     if _environment_error is not None:
         raise _environment_error
     for key in options:
-        if key not in _KEYS:
+        if key not in _KINDS:
             raise _unknown(key, where)
     # None, as the signatures show for keys without a default, is the default.
     given = {key: value for key, value in options.items() if value is not None}

@@ -414,10 +414,22 @@ fn check_options(options: &str) -> PyResult<()> {
     parse(options).map(drop)
 }
 
-/// The keys a configuration string may hold, with what each sets.
+/// The keys a configuration string may hold: each one's name, the kind of
+/// its value, its default (as the string writes it), what it sets, and the
+/// other names it answers to.
 #[pyfunction]
-fn option_keys() -> Vec<(&'static str, &'static str)> {
-    config::KEYS.iter().map(|k| (k.name, k.help)).collect()
+#[allow(clippy::type_complexity)]
+fn option_keys() -> Vec<(
+    &'static str,
+    &'static str,
+    Option<&'static str>,
+    &'static str,
+    Vec<&'static str>,
+)> {
+    config::KEYS
+        .iter()
+        .map(|k| (k.name, k.kind.name(), k.default, k.help, k.aliases.to_vec()))
+        .collect()
 }
 
 /// Sets the driver, with the configuration string `options`, on the file

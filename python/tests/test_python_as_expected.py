@@ -212,7 +212,7 @@ def test_a_file_that_is_not_hdf5_says_what_it_is(server, files):
 
 def test_every_option_is_in_the_signatures_with_its_default():
     keys = remfile_hdf5.option_keys()
-    assert set(remfile_hdf5.Options.__annotations__) == set(keys)
+    assert set(remfile_hdf5.Options.__annotations__) == set(keys) | set(remfile_hdf5._ALIASES)
     defaults = remfile_hdf5.defaults()
     for function in (remfile_hdf5.RemoteFile, remfile_hdf5.open, remfile_hdf5.set_defaults):
         parameters = inspect.signature(function).parameters
@@ -220,9 +220,21 @@ def test_every_option_is_in_the_signatures_with_its_default():
             p = parameters[key]
             assert p.kind == p.KEYWORD_ONLY, (function, key)
             assert p.default == defaults[key], (function, key)
-    assert defaults["timeout"] == "5min" and defaults["cache"] == "256MiB"
+    assert defaults["read_timeout"] == "5min" and defaults["cache_capacity"] == "256MiB"
     assert defaults["retries"] == 5 and defaults["metadata_prefetch"] is True
     assert "**options" in str(inspect.signature(remfile_hdf5.open)), "h5py's own go on"
+
+
+def test_options_take_the_builders_names_and_the_earlier_ones():
+    new = remfile_hdf5.options_string(cache_capacity="1GiB", read_timeout=30)
+    old = remfile_hdf5.options_string(cache="1GiB", timeout=30)
+    assert new == "cache_capacity=1GiB;read_timeout=30000ms"
+    assert old == "cache=1GiB;timeout=30000ms"
+    # The signatures show the builder's names only.
+    shown = inspect.signature(remfile_hdf5.RemoteFile).parameters
+    assert "cache_capacity" in shown and "cache" not in shown
+    with pytest.raises(ValueError, match="`cache`"):
+        remfile_hdf5.options_string(cache="lots")
 
 
 def test_a_misspelt_option_is_a_type_error_that_suggests_the_key(server):

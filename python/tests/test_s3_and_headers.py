@@ -171,7 +171,8 @@ def test_headers_and_s3_options_are_in_the_signatures():
     for key in ("headers", "s3_region", "s3_endpoint", "s3_anonymous", "s3_requester_pays", "s3_access_key_id"):
         assert key in params, key
     assert "header" not in params
-    assert set(remfile_hdf5.Options.__annotations__) == set(remfile_hdf5.option_keys())
+    taken = set(remfile_hdf5.option_keys()) | set(remfile_hdf5._ALIASES)
+    assert set(remfile_hdf5.Options.__annotations__) == taken
 
 
 def test_headers_in_remfile_options_reach_the_server(server):

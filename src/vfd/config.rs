@@ -47,13 +47,57 @@ pub(crate) fn hdf5_builder() -> Builder {
 
 /// One key of the configuration string.
 pub struct Key {
-    /// Its name.
+    /// Its name: the builder method's that it sets, where there is one.
     pub name: &'static str,
-    /// What it sets, and the kind of its value (size, duration, switch,
-    /// count, path) first in parentheses.
+    /// Other names it answers to (those of earlier versions).
+    pub aliases: &'static [&'static str],
+    /// The kind of its value.
+    pub kind: Kind,
+    /// Its value when the string does not set it, as the string would
+    /// write it (`None`: unset, or learnt).
+    pub default: Option<&'static str>,
+    /// What it sets.
     pub help: &'static str,
     /// Its value, read; else why not.
     read: fn(&str) -> Result<Setting, &'static str>,
+}
+
+/// The kind of a key's value, as the string writes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Bytes, with a unit or none: `1MiB`, `512k`, `100`.
+    Size,
+    /// A whole number.
+    Count,
+    /// With a unit: `30s`, `250ms`, `5min`.
+    Duration,
+    /// `on` or `off`.
+    Switch,
+    /// A filesystem path.
+    Path,
+    /// Anything without a `;`.
+    Text,
+}
+
+impl Kind {
+    /// Its name: `size`, `count`, `duration`, `switch`, `path`, `text`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Size => "size",
+            Kind::Count => "count",
+            Kind::Duration => "duration",
+            Kind::Switch => "switch",
+            Kind::Path => "path",
+            Kind::Text => "text",
+        }
+    }
+}
+
+impl Key {
+    /// Whether `name` names this key (its name or an alias).
+    pub fn is_named(&self, name: &str) -> bool {
+        self.name == name || self.aliases.contains(&name)
+    }
 }
 
 const SIZE: &str = "expected a size such as 1MiB";
@@ -89,100 +133,157 @@ fn path(value: &str) -> Result<String, &'static str> {
 pub const KEYS: &[Key] = &[
     Key {
         name: "block_size",
-        help: "the block size (size; default 128KiB)",
+        aliases: &[],
+        kind: Kind::Size,
+        default: Some("128KiB"),
+        help: "the block size",
         read: |v| size(v).map(Setting::BlockSize),
     },
     Key {
-        name: "cache",
-        help: "the capacity of the block cache, which the process's files of one capacity share (size; default 256MiB)",
+        name: "cache_capacity",
+        aliases: &["cache"],
+        kind: Kind::Size,
+        default: Some("256MiB"),
+        help: "the capacity of the block cache, which the process's files of one capacity share",
         read: |v| size(v).map(Setting::Cache),
     },
     Key {
-        name: "tail",
-        help: "bytes of the file's end fetched at open (size; default 1MiB)",
+        name: "open_tail",
+        aliases: &["tail"],
+        kind: Kind::Size,
+        default: Some("1MiB"),
+        help: "bytes of the file's end fetched at open",
         read: |v| size(v).map(Setting::Tail),
     },
     Key {
         name: "read_ahead_max",
-        help: "the most a sequential stream reads ahead, at most a quarter of the cache (size; default 64MiB)",
+        aliases: &[],
+        kind: Kind::Size,
+        default: Some("64MiB"),
+        help: "the most a sequential stream reads ahead, at most a quarter of the cache",
         read: |v| size(v).map(Setting::ReadAheadMax),
     },
     Key {
-        name: "concurrency",
-        help: "parallel requests for one read (count; default 4)",
+        name: "max_concurrent_requests",
+        aliases: &["concurrency"],
+        kind: Kind::Count,
+        default: Some("4"),
+        help: "parallel requests for one read",
         read: |v| count(v).map(Setting::Concurrency),
     },
     Key {
-        name: "connections",
-        help: "the most connections kept (count; default 64)",
+        name: "max_connections",
+        aliases: &["connections"],
+        kind: Kind::Count,
+        default: Some("64"),
+        help: "the most connections kept",
         read: |v| count(v).map(Setting::Connections),
     },
     Key {
         name: "retries",
-        help: "retries of a failed request (count; default 5)",
+        aliases: &[],
+        kind: Kind::Count,
+        default: Some("5"),
+        help: "retries of a failed request",
         read: |v| {
             let n = u32::try_from(count(v)?).map_err(|_| COUNT)?;
             Ok(Setting::Retries(n))
         },
     },
     Key {
-        name: "timeout",
-        help: "the longest wait for one read, retries included (duration; default 5min)",
+        name: "read_timeout",
+        aliases: &["timeout"],
+        kind: Kind::Duration,
+        default: Some("5min"),
+        help: "the longest wait for one read, retries included",
         read: |v| duration(v).map(Setting::Timeout),
     },
     Key {
         name: "connect_timeout",
-        help: "the longest wait for a connection (duration; default 10s)",
+        aliases: &[],
+        kind: Kind::Duration,
+        default: Some("10s"),
+        help: "the longest wait for a connection",
         read: |v| duration(v).map(Setting::ConnectTimeout),
     },
     Key {
         name: "metadata_prefetch",
-        help: "fetch what metadata points to (switch; default on)",
+        aliases: &[],
+        kind: Kind::Switch,
+        default: Some("on"),
+        help: "fetch what metadata points to",
         read: |v| switch(v).map(Setting::MetadataPrefetch),
     },
     Key {
         name: "chunk_read_ahead",
-        help: "read chunks ahead along the chunk index (switch; default on)",
+        aliases: &[],
+        kind: Kind::Switch,
+        default: Some("on"),
+        help: "read chunks ahead along the chunk index",
         read: |v| switch(v).map(Setting::ChunkReadAhead),
     },
     Key {
         name: "ca_file",
-        help: "a PEM file of CA certificates to trust beside the built-in roots (path)",
+        aliases: &[],
+        kind: Kind::Path,
+        default: None,
+        help: "a PEM file of CA certificates to trust beside the built-in roots",
         read: |v| path(v).map(Setting::CaFile),
     },
     Key {
         name: "https_only",
-        help: "refuse plain http (switch; default off)",
+        aliases: &[],
+        kind: Kind::Switch,
+        default: Some("off"),
+        help: "refuse plain http",
         read: |v| switch(v).map(Setting::HttpsOnly),
     },
     Key {
         name: "allow_redirect_to_http",
-        help: "follow a redirect from https to plain http (switch; default off)",
+        aliases: &[],
+        kind: Kind::Switch,
+        default: Some("off"),
+        help: "follow a redirect from https to plain http",
         read: |v| switch(v).map(Setting::AllowRedirectToHttp),
     },
     Key {
         name: "disk_cache",
-        help: "a directory for a disk cache shared by runs and processes (path)",
+        aliases: &[],
+        kind: Kind::Path,
+        default: None,
+        help: "a directory for a disk cache shared by runs and processes",
         read: |v| path(v).map(Setting::DiskCache),
     },
     Key {
         name: "disk_capacity",
-        help: "the disk cache's capacity (size; default 10GiB)",
+        aliases: &[],
+        kind: Kind::Size,
+        default: Some("10GiB"),
+        help: "the disk cache's capacity",
         read: |v| size(v).map(Setting::DiskCapacity),
     },
     Key {
         name: "cache_key",
-        help: "the name the file goes by in the disk cache, instead of its URL (text)",
+        aliases: &[],
+        kind: Kind::Text,
+        default: None,
+        help: "the name the file goes by in the disk cache, instead of its URL",
         read: |v| Ok(Setting::CacheKey(v.to_owned())),
     },
     Key {
         name: "revalidate_after",
-        help: "how long a version on disk is trusted without asking (duration; default 0s)",
+        aliases: &[],
+        kind: Kind::Duration,
+        default: Some("0s"),
+        help: "how long a version on disk is trusted without asking",
         read: |v| duration(v).map(Setting::RevalidateAfter),
     },
     Key {
         name: "header",
-        help: "a header for every request to the file's own server, `Name: value` such as `Authorization: Bearer …`; repeat the key for more; never logged (text)",
+        aliases: &[],
+        kind: Kind::Text,
+        default: None,
+        help: "a header for every request to the file's own server, `Name: value` such as `Authorization: Bearer …`; repeat the key for more; never logged",
         read: |v| {
             let (name, value) = v.split_once(':').ok_or(HEADER)?;
             let (name, value) = (name.trim(), value.trim());
@@ -194,52 +295,82 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "s3_region",
-        help: "the region of an s3:// URL's bucket, else AWS_REGION, the profile's, or the one the bucket names (text)",
+        aliases: &[],
+        kind: Kind::Text,
+        default: None,
+        help: "the region of an s3:// URL's bucket, else AWS_REGION, the profile's, or the one the bucket names",
         read: |v| Ok(Setting::S3Region(v.to_owned())),
     },
     Key {
         name: "s3_endpoint",
-        help: "an S3-compatible service's URL for s3:// URLs, such as MinIO, Ceph or R2, else AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL or AWS (text)",
+        aliases: &[],
+        kind: Kind::Text,
+        default: None,
+        help: "an S3-compatible service's URL for s3:// URLs, such as MinIO, Ceph or R2, else AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL or AWS",
         read: |v| Ok(Setting::S3Endpoint(v.to_owned())),
     },
     Key {
         name: "s3_profile",
-        help: "the AWS profile s3:// URLs take keys and region from, in place of AWS_PROFILE (text)",
+        aliases: &[],
+        kind: Kind::Text,
+        default: None,
+        help: "the AWS profile s3:// URLs take keys and region from, in place of AWS_PROFILE",
         read: |v| Ok(Setting::S3Profile(v.to_owned())),
     },
     Key {
         name: "s3_path_style",
-        help: "path-style S3 requests, host/bucket/key; without it, for custom endpoints and dotted bucket names only (switch)",
+        aliases: &[],
+        kind: Kind::Switch,
+        default: None,
+        help: "path-style S3 requests, host/bucket/key; without it, for custom endpoints and dotted bucket names only",
         read: |v| switch(v).map(Setting::S3PathStyle),
     },
     Key {
         name: "s3_anonymous",
-        help: "unsigned S3 requests, without looking for credentials, for public buckets (switch; default off)",
+        aliases: &[],
+        kind: Kind::Switch,
+        default: Some("off"),
+        help: "unsigned S3 requests, without looking for credentials, for public buckets",
         read: |v| switch(v).map(Setting::S3Anonymous),
     },
     Key {
         name: "s3_requester_pays",
-        help: "pay for the requests to a requester-pays bucket (switch; default off)",
+        aliases: &[],
+        kind: Kind::Switch,
+        default: Some("off"),
+        help: "pay for the requests to a requester-pays bucket",
         read: |v| switch(v).map(Setting::S3RequesterPays),
     },
     Key {
         name: "s3_access_key_id",
-        help: "an AWS access key id for s3:// URLs, with s3_secret_access_key, in place of the credential chain (text)",
+        aliases: &[],
+        kind: Kind::Text,
+        default: None,
+        help: "an AWS access key id for s3:// URLs, with s3_secret_access_key, in place of the credential chain",
         read: |v| Ok(Setting::S3AccessKeyId(Secret(v.to_owned()))),
     },
     Key {
         name: "s3_secret_access_key",
-        help: "the secret of s3_access_key_id (text)",
+        aliases: &[],
+        kind: Kind::Text,
+        default: None,
+        help: "the secret of s3_access_key_id",
         read: |v| Ok(Setting::S3SecretAccessKey(Secret(v.to_owned()))),
     },
     Key {
         name: "s3_session_token",
-        help: "the session token of temporary keys given by s3_access_key_id (text)",
+        aliases: &[],
+        kind: Kind::Text,
+        default: None,
+        help: "the session token of temporary keys given by s3_access_key_id",
         read: |v| Ok(Setting::S3SessionToken(Secret(v.to_owned()))),
     },
     Key {
         name: "stats",
-        help: "print requests, round trips and bytes to standard error at close, as REMFILE_STATS=1 does (switch; default off)",
+        aliases: &[],
+        kind: Kind::Switch,
+        default: Some("off"),
+        help: "print requests, round trips and bytes to standard error at close, as REMFILE_STATS=1 does",
         read: |v| switch(v).map(Setting::Stats),
     },
 ];
@@ -250,7 +381,7 @@ pub const KEYS: &[Key] = &[
 pub struct Config {
     /// The settings, in the order given.
     pub(crate) settings: Vec<Setting>,
-    /// The key each setting was given by.
+    /// The key each setting was given by, as written (a name or an alias).
     keys: Vec<&'static str>,
 }
 
@@ -415,7 +546,7 @@ pub fn parse(config: &str) -> Result<Config, ConfigError> {
         // What is not a key is not quoted: it may be the rest of a header
         // value cut at a `;`.
         let (key, value) = pair.split_once('=').ok_or_else(|| ConfigError {
-            key: if KEYS.iter().any(|k| k.name == pair) {
+            key: if KEYS.iter().any(|k| k.is_named(pair)) {
                 pair.to_owned()
             } else {
                 "(text that is no key)".to_owned()
@@ -423,7 +554,7 @@ pub fn parse(config: &str) -> Result<Config, ConfigError> {
             reason: "expected key=value".into(),
         })?;
         let (key, value) = (key.trim(), value.trim());
-        let Some(row) = KEYS.iter().find(|k| k.name == key) else {
+        let Some(row) = KEYS.iter().find(|k| k.is_named(key)) else {
             let known: Vec<&str> = KEYS.iter().map(|k| k.name).collect();
             return Err(ConfigError {
                 key: shown_key(key),
@@ -439,7 +570,12 @@ pub fn parse(config: &str) -> Result<Config, ConfigError> {
             },
         })?;
         out.settings.push(setting);
-        out.keys.push(row.name);
+        // As written: an error about it names the key the string used.
+        let given = std::iter::once(row.name)
+            .chain(row.aliases.iter().copied())
+            .find(|name| *name == key)
+            .unwrap_or(row.name);
+        out.keys.push(given);
     }
     Ok(out)
 }
@@ -582,21 +718,26 @@ mod tests {
     }
 
     #[test]
-    fn every_key_is_documented_with_its_kind() {
-        // The Python package reads a value's kind from the help: the first
-        // word in its one pair of parentheses, at its end.
-        for key in KEYS {
-            let (_, tail) = key.help.split_once('(').unwrap();
-            let kind = tail.split([';', ')']).next().unwrap();
-            assert!(
-                ["size", "count", "duration", "switch", "path", "text"].contains(&kind)
-                    && key.help.ends_with(')')
-                    && !tail.contains('('),
-                "{}: {}",
-                key.name,
-                key.help
-            );
-        }
+    fn every_key_and_alias_names_one_key_and_an_alias_reads_as_its_key() {
+        let names: Vec<&str> = KEYS
+            .iter()
+            .flat_map(|k| std::iter::once(k.name).chain(k.aliases.iter().copied()))
+            .collect();
+        let mut distinct = names.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), names.len(), "a name used twice");
+        assert_eq!(
+            parse("cache=1GiB;timeout=30s").unwrap().settings,
+            parse("cache_capacity=1GiB;read_timeout=30s")
+                .unwrap()
+                .settings
+        );
+        // Named in errors as written.
+        assert_eq!(
+            parse("cache=1GiB").unwrap().keyed().next().unwrap().0,
+            "cache"
+        );
     }
 
     #[test]
@@ -642,10 +783,9 @@ mod tests {
             super::super::source::builder(&parse("").unwrap()).unwrap()
         );
         for key in KEYS {
-            let Some((_, default)) = key.help.split_once("default ") else {
+            let Some(default) = key.default else {
                 continue;
             };
-            let default = default.trim_end_matches(')');
             let config = parse(&format!("{}={default}", key.name))
                 .unwrap_or_else(|e| panic!("{}: {e}", key.name));
             let Ok(applied) = super::super::source::builder(&config) else {
