@@ -9,7 +9,6 @@
 
 use std::ops::Range;
 use std::sync::Arc;
-use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -313,8 +312,8 @@ impl Engine {
     /// it if it is still coming). False if none holds it.
     fn read_from_piece(&self, pos: u64, buf: &mut [u8]) -> bool {
         let deadline = Instant::now() + self.options.read_timeout;
-        let rounds = self.counters.round_trips.load(Relaxed);
-        let Served::Yes { cost_a_round } = self.pieces.read(pos, buf, deadline, rounds) else {
+        let now = self.counters.round_mark();
+        let Served::Yes { cost_a_round } = self.pieces.read(pos, buf, deadline, now) else {
             return false;
         };
         let c = &self.counters;
@@ -644,7 +643,7 @@ impl Engine {
         let mut waited_on_guess = false;
         for (i, pending) in round.claim.take_waiting() {
             let guess = pending.is_speculative();
-            waited_on_guess |= pending.costs_a_round(self.counters.round_trips.load(Relaxed));
+            waited_on_guess |= pending.costs_a_round(self.counters.round_mark());
             match pending.wait(round.deadline) {
                 Ok(block) => round.got.push((i, block)),
                 // A guess that failed, or a read another caller stopped,
@@ -764,8 +763,8 @@ impl Engine {
         if missing.is_empty() {
             return (None, 0);
         }
-        let rounds = self.counters.round_trips.load(Relaxed);
-        let claim = self.cache.claim_speculative(&self.key, &missing, rounds);
+        let started = self.counters.round_mark();
+        let claim = self.cache.claim_speculative(&self.key, &missing, started);
         let claimed: u64 = claim.owned().iter().map(|&i| self.block_len(i)).sum();
         let deadline = Instant::now() + self.options.read_timeout;
         let mut guess = Round::new(claim, nobody_needs as fn(u64) -> bool, deadline);
@@ -842,8 +841,8 @@ impl Engine {
         if !self.pieces.budget().has_room(bytes) {
             return self.prefetch_here(wanted, max_bytes);
         }
-        let rounds = self.counters.round_trips.load(Relaxed);
-        let taken = self.pieces.claim(&wanted, rounds);
+        let started = self.counters.round_mark();
+        let taken = self.pieces.claim(&wanted, started);
         if taken.is_empty() {
             return 0;
         }

@@ -73,6 +73,12 @@ impl Stats {
     }
 }
 
+/// Where a file's count of round trips stood when a speculative fetch
+/// started: waiting for that fetch costs a reader a round of its own only
+/// if no round was counted since (one was under way while it ran).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RoundMark(pub(crate) u64);
+
 /// The live counters behind [`Stats`].
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
@@ -88,6 +94,11 @@ pub(crate) struct Counters {
 }
 
 impl Counters {
+    /// Where the count of round trips stands now.
+    pub(crate) fn round_mark(&self) -> RoundMark {
+        RoundMark(self.round_trips.load(Relaxed))
+    }
+
     pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Relaxed);
     }

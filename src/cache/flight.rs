@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
+use crate::stats::RoundMark;
 use crate::sync::{Condvar, Mutex};
 
 use super::{Block, BlockCache, FileKey};
@@ -25,10 +26,15 @@ impl BlockCache {
     /// speculative fetch that no reader waits for yet. A reader that comes
     /// to need one of them waits for it and, should the speculation fail,
     /// fetches it itself: a failed guess never fails a read.
-    /// `rounds` is the number of round trips the file's readers have
-    /// counted so far (see [`Pending::costs_a_round`]).
-    pub(crate) fn claim_speculative(&self, file: &FileKey, blocks: &[u64], rounds: u64) -> Claim {
-        self.claim_as(file, &[], blocks, Some(rounds))
+    /// `started` is where the file's round trips stand (see
+    /// [`Pending::costs_a_round`]).
+    pub(crate) fn claim_speculative(
+        &self,
+        file: &FileKey,
+        blocks: &[u64],
+        started: RoundMark,
+    ) -> Claim {
+        self.claim_as(file, &[], blocks, Some(started))
     }
 
     fn claim_as(
@@ -36,13 +42,13 @@ impl BlockCache {
         file: &FileKey,
         needed: &[u64],
         optional: &[u64],
-        speculative: Option<u64>,
+        speculative: Option<RoundMark>,
     ) -> Claim {
         // The blocks of one speculative fetch arrive in one round trip.
-        let wave = speculative.map(|rounds| {
+        let wave = speculative.map(|started| {
             Arc::new(Wave {
                 waited: AtomicBool::new(false),
-                rounds_at_start: rounds,
+                started,
             })
         });
         let pending = || {
@@ -111,8 +117,8 @@ pub(crate) struct Pending {
 struct Wave {
     /// Whether a reader has waited for one of its blocks yet.
     waited: AtomicBool,
-    /// The round trips the file's readers had counted when it started.
-    rounds_at_start: u64,
+    /// Where the file's round trips stood when it started.
+    started: RoundMark,
 }
 
 impl Pending {
@@ -122,18 +128,16 @@ impl Pending {
     }
 
     /// Whether waiting for this block now costs the waiter a round trip of
-    /// its own, the file's readers having counted `rounds` so far: the
+    /// its own, the file's round trips standing at `now`: the
     /// block is a speculative fetch's, still under way, no reader has
     /// waited for any block of that fetch yet (once one has, waiting for
     /// the rest is waiting for the same round's bytes), and no round was
     /// counted since it started (it was under way during that round, so
     /// what is left of it is less than one).
-    pub(crate) fn costs_a_round(&self, rounds: u64) -> bool {
+    pub(crate) fn costs_a_round(&self, now: RoundMark) -> bool {
         let unsettled = self.slot.lock().is_none();
         self.wave.as_ref().is_some_and(|wave| {
-            unsettled
-                && wave.rounds_at_start == rounds
-                && !wave.waited.swap(true, Ordering::Relaxed)
+            unsettled && wave.started == now && !wave.waited.swap(true, Ordering::Relaxed)
         })
     }
 
@@ -263,7 +267,7 @@ mod tests {
         let f = cache.file_key("f");
         cache.insert(&f, 1, Arc::new(vec![0; 8]));
         let _held = cache.claim(&f, &[2], &[]);
-        let guess = cache.claim_speculative(&f, &[1, 2, 3], 0);
+        let guess = cache.claim_speculative(&f, &[1, 2, 3], RoundMark(0));
         assert_eq!(guess.owned, [3]);
         let reader = cache.claim(&f, &[2, 3], &[]);
         let speculative: Vec<bool> = reader
@@ -281,31 +285,31 @@ mod tests {
     fn waiting_for_a_speculative_fetch_costs_one_round_per_fetch() {
         let cache = BlockCache::new(1 << 20);
         let f = cache.file_key("f");
-        let guess = cache.claim_speculative(&f, &[1, 2, 3], 0);
-        let other = cache.claim_speculative(&f, &[4], 0);
+        let guess = cache.claim_speculative(&f, &[1, 2, 3], RoundMark(0));
+        let other = cache.claim_speculative(&f, &[4], RoundMark(0));
         let first = cache.claim(&f, &[1], &[]);
-        assert!(first.waiting[0].1.costs_a_round(0));
+        assert!(first.waiting[0].1.costs_a_round(RoundMark(0)));
         // The same fetch's other blocks come in the same round.
         let second = cache.claim(&f, &[2], &[]);
-        assert!(!second.waiting[0].1.costs_a_round(0));
+        assert!(!second.waiting[0].1.costs_a_round(RoundMark(0)));
         // Another fetch's is a round of its own; a settled one costs none.
         let fourth = cache.claim(&f, &[4], &[]);
-        assert!(fourth.waiting[0].1.costs_a_round(0));
+        assert!(fourth.waiting[0].1.costs_a_round(RoundMark(0)));
         drop((guess, other));
-        let mut done = cache.claim_speculative(&f, &[10], 0);
+        let mut done = cache.claim_speculative(&f, &[10], RoundMark(0));
         let late = cache.claim(&f, &[10], &[]);
         done.fulfil(10, Arc::new(vec![0; 8]));
-        assert!(!late.waiting[0].1.costs_a_round(0));
+        assert!(!late.waiting[0].1.costs_a_round(RoundMark(0)));
         // A fetch under way while a reader counted a round of its own
         // overlapped that round: what is left of it is no round.
-        let overlapped = cache.claim_speculative(&f, &[11], 0);
+        let overlapped = cache.claim_speculative(&f, &[11], RoundMark(0));
         let after = cache.claim(&f, &[11], &[]);
-        assert!(!after.waiting[0].1.costs_a_round(1));
+        assert!(!after.waiting[0].1.costs_a_round(RoundMark(1)));
         drop(overlapped);
         // A reader's own claim is never a guess.
         let held = cache.claim(&f, &[7], &[]);
         let waiter = cache.claim(&f, &[7], &[]);
-        assert!(!waiter.waiting[0].1.costs_a_round(0));
+        assert!(!waiter.waiting[0].1.costs_a_round(RoundMark(0)));
         drop(held);
     }
 

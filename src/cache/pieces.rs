@@ -23,6 +23,7 @@ use std::sync::atomic::{
 };
 use std::time::Instant;
 
+use crate::stats::RoundMark;
 use crate::sync::{Condvar, Mutex};
 
 /// A piece here: its first byte and its bytes.
@@ -105,7 +106,7 @@ struct Piece {
     /// While the piece is coming: the round trips the file's readers had
     /// counted when its fetch started, and whether a reader has waited for
     /// it yet (see [`Served::cost_a_round`]).
-    rounds_at_start: u64,
+    started: RoundMark,
     waited: bool,
 }
 
@@ -140,7 +141,7 @@ impl Pieces {
     /// as many as fit, marking them as coming, the file's readers having
     /// counted `rounds` round trips so far. Returns the ranges taken, which
     /// the caller must [`deliver`](Self::deliver) (or fail) each.
-    pub(crate) fn claim(&self, ranges: &[Range<u64>], rounds: u64) -> Vec<Range<u64>> {
+    pub(crate) fn claim(&self, ranges: &[Range<u64>], started: RoundMark) -> Vec<Range<u64>> {
         self.used.store(true, Release);
         let mut state = self.state.lock();
         let mut taken = Vec::new();
@@ -156,7 +157,7 @@ impl Pieces {
                     Piece {
                         end: gap.end,
                         bytes: None,
-                        rounds_at_start: rounds,
+                        started,
                         waited: false,
                     },
                 );
@@ -191,7 +192,13 @@ impl Pieces {
     /// Fills `buf` with the bytes at `pos` if the pieces hold them all,
     /// waiting until `deadline` for pieces still coming; `rounds` is the
     /// round trips the file's readers have counted now.
-    pub(crate) fn read(&self, pos: u64, buf: &mut [u8], deadline: Instant, rounds: u64) -> Served {
+    pub(crate) fn read(
+        &self,
+        pos: u64,
+        buf: &mut [u8],
+        deadline: Instant,
+        now: RoundMark,
+    ) -> Served {
         if !self.used.load(Acquire) {
             return Served::No;
         }
@@ -214,7 +221,7 @@ impl Pieces {
                 Cover::Coming(starts) => {
                     for start in starts {
                         let piece = state.by_start.get_mut(&start).expect("coming");
-                        cost_a_round |= !piece.waited && piece.rounds_at_start == rounds;
+                        cost_a_round |= !piece.waited && piece.started == now;
                         piece.waited = true;
                     }
                 }
@@ -256,7 +263,7 @@ impl Pieces {
                 Piece {
                     end: range.end,
                     bytes: None,
-                    rounds_at_start: 0,
+                    started: RoundMark::default(),
                     waited: false,
                 },
             );
@@ -394,9 +401,12 @@ mod tests {
         let budget = Arc::new(PiecesBudget::new(100));
         let a = Pieces::new(Arc::clone(&budget));
         let b = Pieces::new(Arc::clone(&budget));
-        assert_eq!(a.claim(&[0..60], 0), [0..60]);
-        assert!(b.claim(&[0..60], 0).is_empty(), "the other file took it");
-        assert_eq!(b.claim(&[0..40], 0), [0..40]);
+        assert_eq!(a.claim(&[0..60], RoundMark(0)), [0..60]);
+        assert!(
+            b.claim(&[0..60], RoundMark(0)).is_empty(),
+            "the other file took it"
+        );
+        assert_eq!(b.claim(&[0..40], RoundMark(0)), [0..40]);
         assert!(!budget.has_room(1));
         // A failed fetch gives its bytes back, and so does a closed file.
         b.deliver(0..40, None);
@@ -417,13 +427,13 @@ mod tests {
     fn a_read_inside_a_piece_is_served_from_it() {
         let pieces = store(1 << 20);
         assert_eq!(
-            pieces.claim(&[100..200, 1000..1010], 0),
+            pieces.claim(&[100..200, 1000..1010], RoundMark(0)),
             [100..200, 1000..1010]
         );
         pieces.deliver(100..200, Some((0..100).collect()));
         let mut buf = [0; 10];
         assert_eq!(
-            pieces.read(150, &mut buf, soon(), 0),
+            pieces.read(150, &mut buf, soon(), RoundMark(0)),
             Served::Yes {
                 cost_a_round: false
             }
@@ -433,7 +443,10 @@ mod tests {
         assert!(!pieces.holds(100..201), "past its end");
         assert!(!pieces.holds(1000..1010), "still coming");
         let mut past = [0; 60];
-        assert_eq!(pieces.read(150, &mut past, soon(), 0), Served::No);
+        assert_eq!(
+            pieces.read(150, &mut past, soon(), RoundMark(0)),
+            Served::No
+        );
         assert_eq!(pieces.bytes_from(190, 100), (90..100).collect::<Vec<u8>>());
         assert!(pieces.bytes_from(200, 100).is_empty());
         assert!(pieces.bytes_from(50, 100).is_empty());
@@ -443,13 +456,16 @@ mod tests {
     fn a_failed_or_short_piece_serves_nothing_and_frees_its_room() {
         let pieces = store(100);
         assert_eq!(
-            pieces.claim(&[0..60, 100..160], 0),
+            pieces.claim(&[0..60, 100..160], RoundMark(0)),
             vec![0..60],
             "room for one"
         );
         pieces.deliver(0..60, Some(vec![1; 59]));
-        assert_eq!(pieces.read(0, &mut [0; 4], soon(), 0), Served::No);
-        assert_eq!(pieces.claim(&[100..160], 0), vec![100..160]);
+        assert_eq!(
+            pieces.read(0, &mut [0; 4], soon(), RoundMark(0)),
+            Served::No
+        );
+        assert_eq!(pieces.claim(&[100..160], RoundMark(0)), vec![100..160]);
         pieces.deliver(100..160, None);
         assert!(!pieces.holds(100..101));
     }
@@ -457,11 +473,14 @@ mod tests {
     #[test]
     fn only_bytes_no_piece_holds_are_fetched_and_neighbours_join() {
         let pieces = store(1 << 20);
-        assert_eq!(pieces.claim(&[100..200], 0), vec![100..200]);
+        assert_eq!(pieces.claim(&[100..200], RoundMark(0)), vec![100..200]);
         // A longer read of a header: only its rest, while the first part
         // is still coming.
-        assert_eq!(pieces.claim(&[100..400, 150..160], 0), vec![200..400]);
-        assert_eq!(pieces.claim(&[50..450], 0), [50..100, 400..450]);
+        assert_eq!(
+            pieces.claim(&[100..400, 150..160], RoundMark(0)),
+            vec![200..400]
+        );
+        assert_eq!(pieces.claim(&[50..450], RoundMark(0)), [50..100, 400..450]);
         pieces.deliver(200..400, Some(vec![2; 200]));
         pieces.deliver(50..100, Some(vec![0; 50]));
         assert!(!pieces.holds(150..250), "a part still coming");
@@ -470,26 +489,26 @@ mod tests {
         assert!(!pieces.holds(50..401));
         let mut buf = [9; 4];
         assert!(matches!(
-            pieces.read(198, &mut buf, soon(), 0),
+            pieces.read(198, &mut buf, soon(), RoundMark(0)),
             Served::Yes { .. }
         ));
         assert_eq!(buf, [1, 1, 2, 2]);
         // The last part failed: the rest still serves what it holds.
         pieces.deliver(400..450, None);
         assert!(pieces.holds(50..400) && !pieces.holds(390..410));
-        assert_eq!(pieces.claim(&[0..500], 0), [0..50, 400..500]);
+        assert_eq!(pieces.claim(&[0..500], RoundMark(0)), [0..50, 400..500]);
     }
 
     #[test]
     fn pieces_put_back_serve_reads_and_never_overlap_others() {
         let first = store(1 << 20);
-        first.claim(&[100..200, 300..310], 0);
+        first.claim(&[100..200, 300..310], RoundMark(0));
         first.deliver(100..200, Some((0..100).collect()));
         let (arrivals, here) = first.here();
         assert_eq!(arrivals, 1);
         assert_eq!(here.len(), 1, "only the pieces that came");
         let later = store(150);
-        later.claim(&[190..195], 0);
+        later.claim(&[190..195], RoundMark(0));
         let kept: Vec<(u64, Vec<u8>)> = here.iter().map(|(s, b)| (*s, b.to_vec())).collect();
         // One overlaps a piece coming; one does not fit; one of no bytes.
         later.put(kept);
@@ -497,21 +516,25 @@ mod tests {
         assert!(!later.holds(100..101), "overlapped one coming");
         let mut buf = [0; 4];
         assert!(matches!(
-            later.read(3, &mut buf, soon(), 0),
+            later.read(3, &mut buf, soon(), RoundMark(0)),
             Served::Yes { .. }
         ));
         assert_eq!(buf, [1; 4]);
         assert!(!later.holds(1000..1001) && !later.holds(5000..5001));
-        assert_eq!(later.claim(&[0..20], 0), [10..20], "only what it lacks");
+        assert_eq!(
+            later.claim(&[0..20], RoundMark(0)),
+            [10..20],
+            "only what it lacks"
+        );
         assert_eq!(later.here().0, 1);
     }
 
     #[test]
     fn a_read_across_a_piece_still_coming_waits_for_it() {
         let pieces = Arc::new(store(1 << 20));
-        pieces.claim(&[0..10], 0);
+        pieces.claim(&[0..10], RoundMark(0));
         pieces.deliver(0..10, Some(vec![1; 10]));
-        pieces.claim(&[10..20], 0);
+        pieces.claim(&[10..20], RoundMark(0));
         let deliver = {
             let pieces = Arc::clone(&pieces);
             std::thread::spawn(move || {
@@ -520,7 +543,7 @@ mod tests {
             })
         };
         let mut buf = [0; 4];
-        let served = pieces.read(8, &mut buf, soon(), 0);
+        let served = pieces.read(8, &mut buf, soon(), RoundMark(0));
         deliver.join().unwrap();
         assert!(matches!(served, Served::Yes { .. }));
         assert_eq!(buf, [1, 1, 2, 2]);
@@ -530,7 +553,7 @@ mod tests {
     fn waiting_for_a_piece_costs_one_round_unless_a_round_overlapped_it() {
         let wait = |rounds_now: u64| {
             let pieces = Arc::new(store(1 << 20));
-            pieces.claim(&[0..10], 5);
+            pieces.claim(&[0..10], RoundMark(5));
             let deliver = {
                 let pieces = Arc::clone(&pieces);
                 std::thread::spawn(move || {
@@ -539,7 +562,7 @@ mod tests {
                 })
             };
             let mut buf = [0; 10];
-            let served = pieces.read(0, &mut buf, soon(), rounds_now);
+            let served = pieces.read(0, &mut buf, soon(), RoundMark(rounds_now));
             deliver.join().unwrap();
             assert_eq!(buf, [1; 10]);
             served
@@ -548,9 +571,9 @@ mod tests {
         assert_eq!(wait(5), cost(true));
         assert_eq!(wait(6), cost(false), "a round was counted meanwhile");
         let pieces = store(1 << 20);
-        pieces.claim(&[0..10], 5);
+        pieces.claim(&[0..10], RoundMark(5));
         assert_eq!(
-            pieces.read(0, &mut [0; 10], Instant::now(), 5),
+            pieces.read(0, &mut [0; 10], Instant::now(), RoundMark(5)),
             Served::No,
             "timed out: the reader reads blocks"
         );

@@ -223,12 +223,12 @@ impl Transport {
         condition: Option<Precondition<'_>>,
     ) -> Result<Option<Opened>, Error> {
         let deadline = Instant::now() + self.timeouts.per_read;
-        let mut rounds = 0;
-        let result = self.with_retries(0..first_len, deadline, &mut rounds, |t, at| {
+        let mut in_sequence = 0;
+        let result = self.with_retries(0..first_len, deadline, &mut in_sequence, |t, at| {
             let (resp, url) = t.send(Want::Bytes(0..first_len), condition, deadline, at)?;
             t.open_response(resp, url, first_len, condition.is_some())
         });
-        Counters::add(&self.counters.round_trips, rounds.into());
+        Counters::add(&self.counters.round_trips, in_sequence.into());
         if result.is_ok() {
             self.opened.store(true, Relaxed);
         }
@@ -241,10 +241,10 @@ impl Transport {
     pub fn tail(&self, len: u64) -> Result<Tail, Error> {
         let deadline = Instant::now() + self.timeouts.per_read;
         let permit = self.connection(deadline)?;
-        let mut rounds = 0;
+        let mut in_sequence = 0;
         let at = Try {
             number: 1,
-            rounds: &mut rounds,
+            in_sequence: &mut in_sequence,
         };
         let result = self
             .send(Want::Last(len), None, deadline, at)
@@ -264,15 +264,15 @@ impl Transport {
         deadline: Instant,
     ) -> Result<u32, Error> {
         debug_assert_eq!(sink.len(), range.end - range.start);
-        let mut rounds = 0;
-        let result = self.with_retries(range.clone(), deadline, &mut rounds, |t, at| {
+        let mut in_sequence = 0;
+        let result = self.with_retries(range.clone(), deadline, &mut in_sequence, |t, at| {
             let rest = range.start + sink.filled()..range.end;
             let if_match = identity.strong_etag().map(Precondition::Match);
             let (resp, url) = t.send(Want::Bytes(rest.clone()), if_match, deadline, at)?;
             t.fetch_response(resp, url, &rest, identity, sink)
         });
         result
-            .map(|()| rounds)
+            .map(|()| in_sequence)
             .map_err(|e| e.with_url(&self.redacted).with_range(range))
     }
 

@@ -139,7 +139,7 @@ impl Transport {
             .request(url, want, condition, remaining)
             .map_err(|e| Failure::from(e.with_url(&self.shown(url))))?;
         Counters::add(&self.counters.requests, 1);
-        *at.rounds += 1;
+        *at.in_sequence += 1;
         let attempt = at.number;
         let started = Instant::now();
         let result = req.call();

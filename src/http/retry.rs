@@ -191,7 +191,7 @@ impl From<Error> for Failure {
 /// so far, which every request sent adds to.
 pub(super) struct Try<'a> {
     pub number: u32,
-    pub rounds: &'a mut u32,
+    pub in_sequence: &'a mut u32,
 }
 
 /// What one retrying call has done so far.
@@ -214,7 +214,7 @@ impl Transport {
         &self,
         range: Range<u64>,
         deadline: Instant,
-        rounds: &mut u32,
+        in_sequence: &mut u32,
         mut attempt: impl FnMut(&Self, Try<'_>) -> Result<T, Failure>,
     ) -> Result<T, Error> {
         let mut so_far = Attempts::default();
@@ -232,7 +232,7 @@ impl Transport {
                 self,
                 Try {
                     number: so_far.made,
-                    rounds,
+                    in_sequence,
                 },
             );
             drop(permit);
