@@ -97,7 +97,7 @@ def fresh_resolve(rust_version, incompatible):
         (user / "Cargo.toml").write_text(
             '[package]\nname = "a-user"\nversion = "0.0.0"\nedition = "2021"\n'
             + declared
-            + f'\n[dependencies]\nremfile = {{ path = "{ROOT}", features = ["hdf5"] }}\n'
+            + f'\n[dependencies]\nremfile = {{ path = {json.dumps(str(ROOT))}, features = ["hdf5"] }}\n'
         )
         env = dict(os.environ, CARGO_RESOLVER_INCOMPATIBLE_RUST_VERSIONS=incompatible)
         try:

@@ -92,11 +92,18 @@ impl MemorySource {
         self.changed.notify_all();
     }
 
-    /// Waits until `n` fetches are held.
+    /// Waits until `n` fetches are held; panics after 20 s (a test that
+    /// fetches less fails, never hangs).
     pub(crate) fn wait_until_holding(&self, n: usize) {
+        let deadline = Instant::now() + std::time::Duration::from_secs(20);
         let mut state = self.lock();
         while state.waiting < n {
-            state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(!left.is_zero(), "{} fetches held, not {n}", state.waiting);
+            state = self
+                .changed
+                .wait_timeout(state, left)
+                .map_or_else(|e| e.into_inner().0, |(s, _)| s);
         }
     }
 

@@ -636,7 +636,9 @@ impl DiskFile {
     /// come. A block is given up once no one holds its lock without having
     /// written it, and all that are left once no block came for the
     /// [`wait_bound`] of `deadline` (asked again at each arrival: a long
-    /// fetch that keeps bringing blocks is waited for, not done twice).
+    /// fetch that keeps bringing blocks is waited for, not done twice), and
+    /// at the latest three quarters of the way to `deadline` (the rest is
+    /// this reader's own, to fetch what did not come).
     pub(crate) fn wait_for_all(
         &self,
         blocks: &[(u64, u64)],
@@ -644,7 +646,9 @@ impl DiskFile {
         mut take: impl FnMut(u64, Vec<u8>),
     ) {
         let mut pending: VecDeque<(u64, u64)> = blocks.iter().copied().collect();
-        let mut until = wait_bound(deadline);
+        let now = Instant::now();
+        let latest = now + deadline.saturating_duration_since(now) * 3 / 4;
+        let mut until = wait_bound(deadline).min(latest);
         let mut pause = Duration::from_millis(1);
         while !pending.is_empty() {
             // A few looked at in turn: an arrival anywhere renews the wait.
@@ -659,31 +663,40 @@ impl DiskFile {
                     None => pending.push_back((index, len)),
                 }
             }
-            if !arrived {
-                let Some(&(index, len)) = pending.front() else {
-                    break;
-                };
+            // One lock asked about each look, a different one each time: a
+            // block whose fetcher gave up is fetched here soon, whatever
+            // the others do.
+            pending.rotate_left(usize::from(pending.len() > 1));
+            if let Some(&(index, len)) = pending.front() {
                 if !lock::is_held(&self.lock_path(index)) {
                     // Once more: it may have come just before the lock went.
                     pending.pop_front();
-                    if let Some(bytes) = self.read(index, len) {
-                        take(index, bytes);
-                        arrived = true;
-                    } else {
-                        continue;
+                    match self.read(index, len) {
+                        Some(bytes) => {
+                            take(index, bytes);
+                            arrived = true;
+                        }
+                        // Given up: the next one is asked about at once.
+                        None => continue,
                     }
                 }
             }
             if arrived {
-                until = wait_bound(deadline);
+                until = wait_bound(deadline).min(latest);
                 pause = Duration::from_millis(1);
                 continue;
             }
             if Instant::now() >= until {
-                return;
+                break;
             }
             std::thread::sleep(pause);
             pause = (pause * 2).min(Duration::from_millis(20));
+        }
+        // What landed since it was last looked at is not fetched again.
+        for (index, len) in pending {
+            if let Some(bytes) = self.read(index, len) {
+                take(index, bytes);
+            }
         }
     }
 }

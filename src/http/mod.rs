@@ -250,7 +250,7 @@ impl Transport {
             .send(Want::Last(len), None, deadline, at)
             .and_then(|(resp, _)| self.tail_response(resp, len));
         drop(permit);
-        result.map_err(|f| f.error.with_url(&self.redacted))
+        result.map_err(|f| f.error.with_url(&self.redacted).with_attempts(1))
     }
 
     /// Fills `sink` with exactly `range` of the file identified by

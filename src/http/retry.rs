@@ -222,7 +222,9 @@ impl Transport {
             so_far.made += 1;
             // Background work of a closed file waits for no connection.
             workers::check_file_open().map_err(|e| e.with_attempts(so_far.made - 1))?;
-            let permit = self.connection(deadline)?;
+            let permit = self
+                .connection(deadline)
+                .map_err(|e| e.with_attempts(so_far.made - 1))?;
             // A read that was stopped makes no further request, nor a
             // file closed meanwhile.
             crate::wait::check_stopped()

@@ -778,17 +778,20 @@ mod tests {
 
     #[test]
     fn a_handle_finds_its_file_only_while_the_file_is_open() {
-        use super::super::source::{counters_of_handle, remote_of_handle};
+        use super::super::source::{counters_of_handle, handles_handed_out, remote_of_handle};
         let (mut file, _source) = driver_file(b"0123456789", 10);
+        let before = handles_handed_out();
         let ptr = &mut *file as *mut DriverFile as *mut H5FD_t;
         let mut handle = std::ptr::null_mut();
         // SAFETY: a driver file of this module and an out-parameter.
         assert_eq!(unsafe { get_handle(ptr, 0, &mut handle) }, 0);
         assert_eq!(remote_of_handle(handle).map(|r| r.len()), Some(10));
         assert!(counters_of_handle(handle).is_some());
+        assert_eq!(handles_handed_out(), before + 1);
         // A forged handle, or one whose file is gone, finds nothing.
         assert!(remote_of_handle(8usize as *const c_void).is_none());
         drop(file);
+        assert_eq!(handles_handed_out(), before, "forgotten with its file");
         assert!(remote_of_handle(handle).is_none());
         assert!(counters_of_handle(handle).is_none());
     }

@@ -60,6 +60,13 @@ pub struct Control {
 }
 
 /// What [`find`] found.
+#[cfg(any(
+    target_os = "linux",
+    target_os = "android",
+    target_os = "freebsd",
+    target_os = "netbsd",
+    target_os = "openbsd"
+))]
 #[derive(Debug)]
 pub enum Found {
     One(Loaded),
@@ -68,6 +75,13 @@ pub enum Found {
     Several(usize),
 }
 
+#[cfg(any(
+    target_os = "linux",
+    target_os = "android",
+    target_os = "freebsd",
+    target_os = "netbsd",
+    target_os = "openbsd"
+))]
 /// Finds the HDF5 library defined by the loaded object at `base` (the
 /// library that called a plugin), or the only one loaded if `base` is
 /// `None`.
@@ -229,6 +243,13 @@ unsafe fn control_of(lookup: impl Fn(&CStr) -> *mut c_void) -> Option<Control> {
     }
 }
 
+#[cfg(any(
+    target_os = "linux",
+    target_os = "android",
+    target_os = "freebsd",
+    target_os = "netbsd",
+    target_os = "openbsd"
+))]
 /// The loaded objects' paths (the program's own first, as an empty name).
 fn loaded_objects() -> Vec<CString> {
     unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, _: usize, out: *mut c_void) -> c_int {

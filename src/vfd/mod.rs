@@ -14,7 +14,7 @@ pub mod config;
 mod crawl;
 pub(crate) mod driver;
 pub(crate) mod ffi;
-#[cfg(feature = "vfd")]
+#[cfg(all(feature = "vfd", unix))]
 pub mod loader;
 pub(crate) mod prefetch;
 mod report;

@@ -175,6 +175,12 @@ pub(crate) fn handle_of(source: &Arc<Source>) -> *mut c_void {
     handle as *mut c_void
 }
 
+/// How many handles are handed out now.
+#[cfg(test)]
+pub(crate) fn handles_handed_out() -> usize {
+    HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner()).len()
+}
+
 /// The file whose driver handle is `handle`, if it is open.
 pub(crate) fn source_of_handle(handle: *const c_void) -> Option<Arc<Source>> {
     let handed = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
