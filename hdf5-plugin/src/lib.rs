@@ -29,7 +29,8 @@ use std::ffi::{c_int, c_void};
 use std::panic::catch_unwind;
 use std::sync::OnceLock;
 
-use remfile::vfd::loader::{self, FIRST_VERSION, Found, object_of};
+use remfile::vfd::loader::scan::{self, Found};
+use remfile::vfd::loader::{FIRST_VERSION, object_of};
 use remfile::vfd::{self, HostApi};
 
 /// `H5PL_TYPE_VFD`.
@@ -51,7 +52,7 @@ pub extern "C" fn H5PLget_plugin_info() -> *const c_void {
         match host(caller) {
             Some((home, api))
                 if caller.map_or_else(
-                    || matches!(loader::find(None), Found::One(only) if only.base == home),
+                    || matches!(scan::find(None), Found::One(only) if only.base == home),
                     |c| c == home,
                 ) =>
             {
@@ -80,7 +81,7 @@ pub extern "C" fn H5PLget_plugin_info() -> *const c_void {
 fn host(caller: Option<usize>) -> Option<(usize, &'static HostApi)> {
     static HOST: OnceLock<Option<(usize, &'static HostApi)>> = OnceLock::new();
     *HOST.get_or_init(|| {
-        let (home, api) = match loader::find(caller) {
+        let (home, api) = match scan::find(caller) {
             Found::One(found) => (found.base, found.api),
             Found::None => {
                 eprintln!(

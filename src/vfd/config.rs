@@ -4,15 +4,17 @@
 //! the driver opens the remote file with what it says.
 //!
 //! The string is a list of `key=value` pairs separated by `;` (spaces around
-//! them ignored), e.g. `block_size=1MiB;cache=512MiB;timeout=30s`. Sizes take
+//! them ignored), e.g. `block_size=1MiB;cache_capacity=512MiB;read_timeout=30s`. Sizes take
 //! `B`, `KiB`, `MiB`, `GiB`, `TiB` (or `K`, `M`, `G`, `T`: powers of 1024)
 //! and `KB`, `MB`, `GB`, `TB` (powers of 1000), in any case, after a whole
 //! or decimal number (`1.5GiB`, `512k`); durations `ms`, `s`, `min`, `h`,
 //! `d` (`1.5s`); switches `on`, `off`, `true`, `false`, `1`, `0`, `yes`, `no`.
 //!
-//! Each key is one row of one table: its name, its help, and how its value
-//! reads into a [`Setting`]. Opening the file those settings describe (a
-//! disk cache to open, a CA file to read) is [`super::source`]'s job.
+//! Each key is one row of one table ([`KEYS`]): its name (the builder
+//! method's it sets) and earlier names, the kind of its value, its default,
+//! its help, and how its value reads into a setting. Opening the file those
+//! settings describe (a disk cache to open, a CA file to read) is
+//! [`builder`](super::builder)'s job.
 
 use std::fmt;
 use std::time::Duration;

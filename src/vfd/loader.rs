@@ -7,7 +7,7 @@
 //! its dependencies; the functions are called with the signatures HDF5
 //! declares, as a program linking it would.
 
-use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::ffi::{CStr, c_char, c_int, c_void};
 
 use super::api::{DriverConfig, ErrorIds, HostApi, PushError};
 use super::ffi::{herr_t, hid_t};
@@ -57,53 +57,6 @@ pub struct Control {
     pub get_driver: IdOf,
     pub close_plist: Close,
     pub get_vfd_handle: VfdHandle,
-}
-
-/// What [`find`] found.
-#[cfg(any(
-    target_os = "linux",
-    target_os = "android",
-    target_os = "freebsd",
-    target_os = "netbsd",
-    target_os = "openbsd"
-))]
-#[derive(Debug)]
-pub enum Found {
-    One(Loaded),
-    None,
-    /// This many, with nothing to choose by.
-    Several(usize),
-}
-
-#[cfg(any(
-    target_os = "linux",
-    target_os = "android",
-    target_os = "freebsd",
-    target_os = "netbsd",
-    target_os = "openbsd"
-))]
-/// Finds the HDF5 library defined by the loaded object at `base` (the
-/// library that called a plugin), or the only one loaded if `base` is
-/// `None`.
-pub fn find(base: Option<usize>) -> Found {
-    let mut found: Vec<Loaded> = Vec::new();
-    for path in loaded_objects() {
-        let Some(loaded) = bound_at(&path, base) else {
-            continue;
-        };
-        if found.iter().any(|f| f.base == loaded.base) {
-            continue;
-        }
-        if base.is_some() {
-            return Found::One(loaded);
-        }
-        found.push(loaded);
-    }
-    match found.len() {
-        0 => Found::None,
-        1 => Found::One(found[0]),
-        n => Found::Several(n),
-    }
 }
 
 /// The HDF5 library that the loaded object at `path` is or links (an h5py
@@ -250,20 +203,66 @@ unsafe fn control_of(lookup: impl Fn(&CStr) -> *mut c_void) -> Option<Control> {
     target_os = "netbsd",
     target_os = "openbsd"
 ))]
-/// The loaded objects' paths (the program's own first, as an empty name).
-fn loaded_objects() -> Vec<CString> {
-    unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, _: usize, out: *mut c_void) -> c_int {
-        // SAFETY: the loader passes a valid info, and `out` is the vector
-        // below, borrowed for the call.
-        let (info, out) = unsafe { (&*info, &mut *(out as *mut Vec<CString>)) };
-        if !info.dlpi_name.is_null() {
-            // SAFETY: a C string the loader owns, valid during the call.
-            out.push(unsafe { CStr::from_ptr(info.dlpi_name) }.to_owned());
-        }
-        0
+pub mod scan {
+    //! The loaded objects, where the loader can list them
+    //! (`dl_iterate_phdr`: Linux and the BSDs).
+
+    use std::ffi::{CStr, CString, c_int, c_void};
+
+    use super::{Loaded, bound_at};
+
+    /// What [`find`] found.
+    #[derive(Debug)]
+    pub enum Found {
+        One(Loaded),
+        None,
+        /// This many, with nothing to choose by.
+        Several(usize),
     }
-    let mut out: Vec<CString> = Vec::new();
-    // SAFETY: the callback only reads its info and pushes to `out`.
-    unsafe { libc::dl_iterate_phdr(Some(each), &mut out as *mut Vec<CString> as *mut c_void) };
-    out
+
+    /// Finds the HDF5 library defined by the loaded object at `base` (the
+    /// library that called a plugin), or the only one loaded if `base` is
+    /// `None`.
+    pub fn find(base: Option<usize>) -> Found {
+        let mut found: Vec<Loaded> = Vec::new();
+        for path in loaded_objects() {
+            let Some(loaded) = bound_at(&path, base) else {
+                continue;
+            };
+            if found.iter().any(|f| f.base == loaded.base) {
+                continue;
+            }
+            if base.is_some() {
+                return Found::One(loaded);
+            }
+            found.push(loaded);
+        }
+        match found.len() {
+            0 => Found::None,
+            1 => Found::One(found[0]),
+            n => Found::Several(n),
+        }
+    }
+
+    /// The loaded objects' paths (the program's own first, as an empty name).
+    fn loaded_objects() -> Vec<CString> {
+        unsafe extern "C" fn each(
+            info: *mut libc::dl_phdr_info,
+            _: usize,
+            out: *mut c_void,
+        ) -> c_int {
+            // SAFETY: the loader passes a valid info, and `out` is the vector
+            // below, borrowed for the call.
+            let (info, out) = unsafe { (&*info, &mut *(out as *mut Vec<CString>)) };
+            if !info.dlpi_name.is_null() {
+                // SAFETY: a C string the loader owns, valid during the call.
+                out.push(unsafe { CStr::from_ptr(info.dlpi_name) }.to_owned());
+            }
+            0
+        }
+        let mut out: Vec<CString> = Vec::new();
+        // SAFETY: the callback only reads its info and pushes to `out`.
+        unsafe { libc::dl_iterate_phdr(Some(each), &mut out as *mut Vec<CString> as *mut c_void) };
+        out
+    }
 }

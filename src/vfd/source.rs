@@ -211,7 +211,8 @@ pub(crate) fn live_readers() -> usize {
     LIVE_READERS.load(Relaxed)
 }
 
-/// The builder `config` describes, from [`config::hdf5_builder`].
+/// The builder `config` describes: the HDF5 defaults (blocks of 128 KiB, a
+/// tail of 1 MiB at open, up to 64 connections), with its settings.
 pub fn builder(config: &Config) -> Result<Builder, ConfigError> {
     let b = apply(config, config::hdf5_builder())?;
     // Files of one capacity share their cache: the process's memory stays
