@@ -413,10 +413,10 @@ impl Engine {
     /// a disk cache that is one round; with one, as many blocks as the disk
     /// holds.
     pub(crate) fn prefetch(&self, ranges: impl IntoIterator<Item = Range<u64>>) -> Result<()> {
-        let round = self.blocks_the_cache_holds();
+        let fetch = self.blocks_the_cache_holds();
         let most = match &self.disk {
-            Some(disk) => (disk.capacity() / self.options.block_size).max(round),
-            None => round,
+            Some(disk) => (disk.capacity() / self.options.block_size).max(fetch),
+            None => fetch,
         };
         let mut missing = self
             .missing(ranges)
@@ -430,7 +430,7 @@ impl Engine {
             let next: Vec<u64> = missing
                 .by_ref()
                 .filter(|i| first || !on_disk(i))
-                .take(round as usize)
+                .take(fetch as usize)
                 .collect();
             if next.is_empty() {
                 return Ok(());
@@ -501,37 +501,35 @@ impl Engine {
     /// one of those (a failed read-ahead costs nothing but its bytes).
     fn complete(&self, claim: Claim, is_needed: impl Fn(u64) -> bool) -> Result<Vec<(u64, Block)>> {
         let deadline = Instant::now() + self.options.read_timeout;
-        let mut round = Round::new(claim, is_needed, deadline);
-        let (rounds, failure) = self.fetch_owned(&mut round);
-        let waited = match failure {
+        let mut fetch = Fetch::new(claim, is_needed, deadline);
+        let waited = match self.fetch_owned(&mut fetch) {
             Some(e) => Err(e),
-            None => self.wait_for_others(&mut round),
+            None => self.wait_for_others(&mut fetch),
         };
         // Waiting for a speculative fetch still under way is a round trip of
         // this read's own (the fetch itself is counted by nobody).
-        let waited_on_guess = *waited.as_ref().unwrap_or(&false);
-        Counters::add(
-            &self.counters.round_trips,
-            rounds.max(waited_on_guess.into()).into(),
-        );
-        waited.map(|_| round.got)
+        if *waited.as_ref().unwrap_or(&false) {
+            fetch.cost_a_wait();
+        }
+        Counters::add(&self.counters.round_trips, fetch.round_trips.into());
+        waited.map(|_| fetch.got)
     }
 
     /// Fetches the blocks `claim` owns — from the disk cache, else in one
     /// round of concurrent parts — handing each to the cache and its waiters
-    /// as it arrives (and the needed ones to `got`). Returns the rounds it
-    /// took, and the first failure that hit a needed block (which stops
-    /// parts not yet started).
-    fn fetch_owned(&self, round: &mut Round<impl Fn(u64) -> bool>) -> (u32, Option<Error>) {
-        self.fetch_from_disk(round);
-        self.fetch_not_on_disk(round)
+    /// as it arrives (and the needed ones to `got`), recording the round
+    /// trips it takes. Returns the first failure that hit a needed block
+    /// (which stops parts not yet started).
+    fn fetch_owned(&self, fetch: &mut Fetch<impl Fn(u64) -> bool>) -> Option<Error> {
+        self.fetch_from_disk(fetch);
+        self.fetch_not_on_disk(fetch)
     }
 
     /// As [`fetch_owned`](Self::fetch_owned), for blocks the disk cache was
     /// already asked for.
-    fn fetch_not_on_disk(&self, round: &mut Round<impl Fn(u64) -> bool>) -> (u32, Option<Error>) {
+    fn fetch_not_on_disk(&self, fetch: &mut Fetch<impl Fn(u64) -> bool>) -> Option<Error> {
         let Some(disk) = &self.disk else {
-            return self.fetch_network(round, &[]);
+            return self.fetch_network(fetch, &[]);
         };
         // One fetch per block across processes: blocks another process is
         // fetching are waited for on disk, after this process's own.
@@ -539,40 +537,41 @@ impl Engine {
             locks,
             mine,
             mut theirs,
-        } = disk.claim_fetches(round.claim.owned());
+        } = disk.claim_fetches(fetch.claim.owned());
         for index in mine {
             // Another process may have written it and let go of its lock
             // since the disk was asked: look once more.
             if let Some(bytes) = disk.read(index, self.block_len(index)) {
-                self.hand_over(round, index, bytes);
+                self.hand_over(fetch, index, bytes);
             }
         }
         theirs.sort_unstable();
-        let (mut rounds, failure) = self.fetch_network(round, &theirs);
+        let failure = self.fetch_network(fetch, &theirs);
         disk.release_after_writes(locks);
         if failure.is_some() || theirs.is_empty() {
-            return (rounds, failure);
+            return failure;
         }
         let mut waited = false;
         let theirs: Vec<(u64, u64)> = theirs.iter().map(|&i| (i, self.block_len(i))).collect();
-        disk.wait_for_all(&theirs, round.deadline, |index, bytes| {
+        disk.wait_for_all(&theirs, fetch.deadline, |index, bytes| {
             waited = true;
-            self.hand_over(round, index, bytes);
+            self.hand_over(fetch, index, bytes);
         });
-        rounds = rounds.max(waited.into());
+        if waited {
+            fetch.cost_a_wait();
+        }
         // What the other processes did not bring, this one fetches.
-        let (more, failure) = self.fetch_network(round, &[]);
-        (rounds + more, failure)
+        self.fetch_network(fetch, &[])
     }
 
     /// Fetches the blocks `claim` still owns, but `skip` (sorted), in one
     /// round of concurrent parts (see [`fetch_owned`](Self::fetch_owned)).
     fn fetch_network(
         &self,
-        round: &mut Round<impl Fn(u64) -> bool>,
+        fetch: &mut Fetch<impl Fn(u64) -> bool>,
         skip: &[u64],
-    ) -> (u32, Option<Error>) {
-        let owned: Vec<u64> = round
+    ) -> Option<Error> {
+        let owned: Vec<u64> = fetch
             .claim
             .owned()
             .iter()
@@ -580,14 +579,14 @@ impl Engine {
             .filter(|i| skip.binary_search(i).is_err())
             .collect();
         if owned.is_empty() {
-            return (0, None);
+            return None;
         }
         let sizes = self.link_sizes();
         // A guess fills no gap: the bytes between guessed blocks are
         // wanted by nobody, and no reader waits for the requests it saves.
         // Nor does a fetch around blocks another process is fetching: the
         // gaps are theirs.
-        let speculative = round.claim.is_speculative();
+        let speculative = fetch.claim.is_speculative();
         let max_gap = if speculative || !skip.is_empty() {
             0
         } else {
@@ -600,12 +599,12 @@ impl Engine {
         };
         let parts = plan::parts(&owned, lanes, sizes.min_part_blocks, max_gap);
         let mut failure = None;
-        let deadline = round.deadline;
-        let rounds = fan_out(
+        let deadline = fetch.deadline;
+        let round_trips = fan_out(
             parts,
             lanes as usize,
             |part| self.fetch_blocks(part, deadline),
-            |(part, result)| match round.deliver(&owned, part, result) {
+            |(part, result)| match fetch.deliver(&owned, part, result) {
                 Some(e) => {
                     failure.get_or_insert(e);
                     Next::Stop
@@ -613,43 +612,44 @@ impl Engine {
                 None => Next::Continue,
             },
         );
-        (rounds, failure)
+        fetch.cost(round_trips);
+        failure
     }
 
     /// Hands over the blocks of `claim` that the disk cache holds (which
     /// then need no request).
-    fn fetch_from_disk(&self, round: &mut Round<impl Fn(u64) -> bool>) {
+    fn fetch_from_disk(&self, fetch: &mut Fetch<impl Fn(u64) -> bool>) {
         let Some(disk) = &self.disk else {
             return;
         };
-        for index in round.claim.owned().to_vec() {
+        for index in fetch.claim.owned().to_vec() {
             if let Some(bytes) = disk.read(index, self.block_len(index)) {
-                self.hand_over(round, index, bytes);
+                self.hand_over(fetch, index, bytes);
             }
         }
     }
 
-    /// Hands block `index`, read from disk, to the round.
-    fn hand_over(&self, round: &mut Round<impl Fn(u64) -> bool>, index: u64, bytes: Vec<u8>) {
+    /// Hands block `index`, read from disk, to the fetch.
+    fn hand_over(&self, fetch: &mut Fetch<impl Fn(u64) -> bool>, index: u64, bytes: Vec<u8>) {
         Counters::add(&self.counters.disk_hits, 1);
         Counters::add(&self.counters.disk_bytes_read, bytes.len() as u64);
-        round.take(index, Arc::new(bytes));
+        fetch.take(index, Arc::new(bytes));
     }
 
     /// Waits for the blocks of `claim` that other readers fetch. A block a
     /// speculative fetch failed to bring is fetched here. Returns whether
     /// this had to wait for a speculative fetch still under way.
-    fn wait_for_others(&self, round: &mut Round<impl Fn(u64) -> bool>) -> Result<bool> {
+    fn wait_for_others(&self, fetch: &mut Fetch<impl Fn(u64) -> bool>) -> Result<bool> {
         let mut waited_on_guess = false;
-        for (i, pending) in round.claim.take_waiting() {
+        for (i, pending) in fetch.claim.take_waiting() {
             let guess = pending.is_speculative();
             waited_on_guess |= pending.costs_a_round(self.counters.round_mark());
-            match pending.wait(round.deadline) {
-                Ok(block) => round.got.push((i, block)),
+            match pending.wait(fetch.deadline) {
+                Ok(block) => fetch.got.push((i, block)),
                 // A guess that failed, or a read another caller stopped,
                 // leaves its blocks to be fetched here.
                 Err(e) if guess || e.kind() == ErrorKind::Interrupted => {
-                    round.got.extend(self.fetch_missing(&[i])?)
+                    fetch.got.extend(self.fetch_missing(&[i])?)
                 }
                 Err(e) => return Err(e.with_url(self.transport.redacted_url())),
             }
@@ -767,7 +767,7 @@ impl Engine {
         let claim = self.cache.claim_speculative(&self.key, &missing, started);
         let claimed: u64 = claim.owned().iter().map(|&i| self.block_len(i)).sum();
         let deadline = Instant::now() + self.options.read_timeout;
-        let mut guess = Round::new(claim, nobody_needs as fn(u64) -> bool, deadline);
+        let mut guess = Fetch::new(claim, nobody_needs as fn(u64) -> bool, deadline);
         self.fetch_from_disk(&mut guess);
         let left = (!guess.claim.owned().is_empty()).then_some(guess);
         (left, claimed)
@@ -980,31 +980,48 @@ fn worth_keeping(kept: Kept, now: Kept, when: Keep) -> bool {
 
 /// One fetch of a claim's blocks: the claim, which of its blocks the caller
 /// needs (handed back as they come, after those the claim found cached),
-/// and when it gives up. The engine orders where the blocks come from
-/// (memory, disk, network); the round takes them.
-struct Round<N> {
+/// when it gives up, and what it has cost. The engine orders where the
+/// blocks come from (memory, disk, network); the fetch takes them and
+/// records the round trips they cost, which a read counts once, at its end
+/// (no count is passed from call to call).
+struct Fetch<N> {
     claim: Claim,
     is_needed: N,
     got: Vec<(u64, Block)>,
     deadline: Instant,
+    /// The round trips it has cost so far (requests in sequence, waits of
+    /// its own), counted into the file's once when it ends.
+    round_trips: u32,
 }
 
-/// A round no caller waits on: a guess fetched ahead.
-type Guess = Round<fn(u64) -> bool>;
+/// A fetch no caller waits on: a guess fetched ahead.
+type Guess = Fetch<fn(u64) -> bool>;
 
 fn nobody_needs(_: u64) -> bool {
     false
 }
 
-impl<N: Fn(u64) -> bool> Round<N> {
-    fn new(mut claim: Claim, is_needed: N, deadline: Instant) -> Round<N> {
+impl<N: Fn(u64) -> bool> Fetch<N> {
+    fn new(mut claim: Claim, is_needed: N, deadline: Instant) -> Fetch<N> {
         let got = claim.take_found();
-        Round {
+        Fetch {
             claim,
             is_needed,
             got,
             deadline,
+            round_trips: 0,
         }
+    }
+
+    /// Records `n` more round trips, one after another.
+    fn cost(&mut self, n: u32) {
+        self.round_trips += n;
+    }
+
+    /// Records a wait of its own (for another's fetch): a round trip, unless
+    /// one was counted already, which the wait overlapped.
+    fn cost_a_wait(&mut self) {
+        self.round_trips = self.round_trips.max(1);
     }
 
     /// Gives block `index` to the cache and its waiters, and to the caller
