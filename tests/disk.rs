@@ -458,6 +458,11 @@ fn processes_in_separate_pid_namespaces_share_one_directory() {
 /// file fetched about once. The server, for its log.
 fn share_one_file_among_processes(name: &str, wrap: &[&str], warm: bool) -> RangeServer {
     const PROCESSES: usize = 8;
+    // One group of eight at a time: what is measured is how eight processes
+    // share a file, not how 24 debug builds starve one another's lock
+    // renewals on two cores (CI saw 2.5x then).
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let data = test_data(64 << 20, 73);
     let server = RangeServer::new(data.clone());
     let dir = temp_dir(name);
@@ -627,9 +632,9 @@ fn a_prefetch_of_what_the_disk_holds_reads_only_what_memory_keeps() {
     );
 }
 
-/// A read waits for another reader's fetch for as long as that fetch keeps
-/// bringing blocks, even past the bound a fetch that brings nothing gets:
-/// a long transfer is never done twice.
+/// A read waits for another reader's fetch while that fetch lives, past
+/// half its own deadline (where it gave up before) and whatever order the
+/// parts land in: a long transfer is never done twice.
 #[test]
 fn a_fetch_that_keeps_bringing_blocks_is_waited_for_past_the_wait_bound() {
     use std::io::Write;
@@ -668,8 +673,8 @@ fn a_fetch_that_keeps_bringing_blocks_is_waited_for_past_the_wait_bound() {
     };
     let dir = temp_dir("progress");
     // Both opened first, each with a memory cache of its own (as another
-    // process has). The waiter's reads time out after 10 s: it waits 5 s
-    // at most for a fetch that brings nothing.
+    // process has). The waiter's reads time out after 10 s: it waits 7.5 s
+    // at most; half of that was the bound before.
     let open = |timeout: u64| {
         builder()
             .block_size(BLOCK)

@@ -7,10 +7,9 @@
 //! fetch runs. A lock not renewed for [`FRESH_FOR`] is stale whoever it
 //! names, and one whose time lies in the future is not trusted: a holder
 //! that died, on this machine or another, in this PID namespace or
-//! another, never makes others wait longer than that. A waiter waits at
-//! most [`WAIT_AT_MOST`] after the last block it waited for arrived, then
-//! fetches the block itself: a duplicate fetch costs bytes, never
-//! correctness.
+//! another, never makes others wait longer than that. A waiter for a block
+//! gives up at three quarters of its read's deadline, then fetches the
+//! block itself: a duplicate fetch costs bytes, never correctness.
 //!
 //! A holder that exited is seen at once where that can be known. Its holder
 //! keeps an advisory lock (`flock`) on the file, which the kernel drops when
@@ -54,8 +53,7 @@ const GRACE: Duration = Duration::from_secs(2);
 /// a directory differ a little) before it is not trusted.
 const FUTURE_TOLERANCE: Duration = Duration::from_secs(2);
 
-/// The longest a reader waits for another process's fetch of a block,
-/// from when the one before arrived.
+/// The longest an open waits for another process's open of the same file.
 pub(crate) const WAIT_AT_MOST: Duration = Duration::from_secs(20);
 
 /// No lock file this crate writes is longer.
