@@ -533,8 +533,11 @@ def prefetch(dataset, selection: Any = Ellipsis) -> int:
         return 0
     file_id = dataset.file.id
     with h5py._objects.phil:
-        if not _native._prefetch(file_id.id, ranges):
-            raise ValueError("the dataset's file is not read through driver=\"remfile\"")
+        remote = _native._remote_of_file(file_id.id)
+    if remote is None:
+        raise ValueError("the dataset's file is not read through driver=\"remfile\"")
+    # Outside h5py's lock: other threads' h5py calls go on meanwhile.
+    remote._prefetch(ranges)
     return len(ranges)
 
 

@@ -236,6 +236,20 @@ impl Remote {
         &self.url
     }
 
+    /// Fetches the `(offset, length)` ranges into the file's cache,
+    /// together (one round), as far as the cache holds them.
+    fn _prefetch(&self, py: Python<'_>, ranges: Vec<(u64, u64)>) -> PyResult<()> {
+        let mut wanted = Vec::with_capacity(ranges.len());
+        for (offset, length) in ranges {
+            let end = offset.checked_add(length).ok_or_else(|| {
+                PyValueError::new_err(format!("a range of {length} bytes at {offset}"))
+            })?;
+            wanted.push(offset..end);
+        }
+        let file = self.file()?;
+        py.detach(|| file.prefetch(wanted)).map_err(to_py)
+    }
+
     /// Up to `n` bytes at `pos` (fewer only at the end of the file).
     fn read_at<'py>(&self, py: Python<'py>, pos: u64, n: usize) -> PyResult<Bound<'py, PyBytes>> {
         let file = self.file()?;
@@ -473,27 +487,22 @@ fn _file_stats<'py>(py: Python<'py>, file: hid_t) -> PyResult<Option<Bound<'py, 
     Ok(Some(d))
 }
 
-/// Fetches the `(offset, length)` ranges of the open HDF5 file `file` (an
-/// id of h5py's HDF5) into the driver's cache, together (one round), as far
-/// as the cache holds them; `False` if the file is not read through the
-/// driver. The caller holds h5py's lock.
+/// The remote file the driver reads the open HDF5 file `file` (an id of
+/// h5py's HDF5) from, sharing its caches; `None` if the driver does not
+/// read it. The caller holds h5py's lock, and lets go of it before reading
+/// through what this returns (a wait for the network under it would hold
+/// up every other thread's h5py).
 #[pyfunction]
-fn _prefetch(py: Python<'_>, file: hid_t, ranges: Vec<(u64, u64)>) -> PyResult<bool> {
+fn _remote_of_file(file: hid_t) -> PyResult<Option<Remote>> {
     let Some(handle) = driver_handle(file)? else {
-        return Ok(false);
+        return Ok(None);
     };
-    let mut wanted = Vec::with_capacity(ranges.len());
-    for (offset, length) in ranges {
-        let end = offset.checked_add(length).ok_or_else(|| {
-            PyValueError::new_err(format!("a range of {length} bytes at {offset}"))
-        })?;
-        wanted.push(offset..end);
-    }
-    let Some(remote) = vfd::remote_of_handle(handle) else {
-        return Ok(false);
-    };
-    py.detach(|| remote.prefetch(wanted)).map_err(to_py)?;
-    Ok(true)
+    Ok(vfd::remote_of_handle(handle).map(|file| Remote {
+        url: file.url().to_owned(),
+        size: file.len(),
+        pid: std::process::id(),
+        file: Mutex::new(Some(file)),
+    }))
 }
 
 /// The driver's handle of the open HDF5 file `file`, if the driver reads
@@ -547,7 +556,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(option_keys, m)?)?;
     m.add_function(wrap_pyfunction!(_set_driver, m)?)?;
     m.add_function(wrap_pyfunction!(_file_stats, m)?)?;
-    m.add_function(wrap_pyfunction!(_prefetch, m)?)?;
+    m.add_function(wrap_pyfunction!(_remote_of_file, m)?)?;
     m.add_function(wrap_pyfunction!(_hdf5_version, m)?)?;
     Ok(())
 }
