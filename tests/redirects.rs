@@ -312,8 +312,12 @@ fn the_tail_follows_the_redirect_too() {
     let mut buf = vec![0; MIB as usize + 3];
     file.read_exact_at(4 * MIB - MIB, &mut buf).unwrap();
     assert!(buf == data[3 * MIB as usize..]);
-    let mut paths: Vec<String> = server.log().iter().map(|r| r.path.clone()).collect();
-    paths.sort();
-    // Both opening requests were redirected; the tail served the read.
-    assert_eq!(paths, ["/real/file", "/real/file", "/start", "/start"]);
+    let paths: Vec<String> = server.log().iter().map(|r| r.path.clone()).collect();
+    let at = |p: &str| paths.iter().filter(|q| *q == p).count();
+    // Both opening requests reached the file, the first through the
+    // redirect; the second too, unless it went out once the first had
+    // learnt where the file is. The tail served the read.
+    assert_eq!(at("/real/file"), 2, "{paths:?}");
+    assert!((1..=2).contains(&at("/start")), "{paths:?}");
+    assert_eq!(paths.len(), 2 + at("/start"), "{paths:?}");
 }
