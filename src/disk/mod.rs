@@ -649,7 +649,7 @@ impl DiskFile {
         let until = wait_bound(deadline);
         let mut pause = Duration::from_millis(1);
         while !pending.is_empty() {
-            // A few looked at in turn: an arrival anywhere renews the wait.
+            // A few looked at in turn: an arrival anywhere is taken at once.
             let mut arrived = false;
             for _ in 0..PROBES_PER_LOOK.min(pending.len()) {
                 let (index, len) = pending.pop_front().expect("not empty");
