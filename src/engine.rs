@@ -22,6 +22,7 @@ use crate::identity::Identity;
 use crate::link::{LinkEstimate, LinkMeter};
 use crate::plan::{self, ReadAhead};
 use crate::process::workers::{self, Priority};
+use crate::queued::Queued;
 use crate::range_source::RangeSource;
 use crate::stats::{Counters, Stats};
 use crate::sync;
@@ -74,6 +75,9 @@ pub(crate) struct Engine {
     /// The bytes of pieces found on disk at open.
     #[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
     pieces_from_disk: u64,
+    /// Background fetches waiting for a worker (a reader that needs one of
+    /// their blocks takes them).
+    queued: Queued,
     /// Background fetches under way, and their end.
     background: sync::Mutex<usize>,
     background_done: sync::Condvar,
@@ -119,6 +123,7 @@ impl Engine {
             options,
             link,
             counters,
+            queued: Queued::default(),
             background: sync::Mutex::new(0),
             background_done: sync::Condvar::new(),
         }
@@ -281,8 +286,9 @@ impl Engine {
         if !missing.is_empty() {
             let ahead_end = (pos + len).saturating_add(ahead).min(self.identity.size);
             let optional: Vec<u64> = (needed.end..ahead_end.div_ceil(bs)).collect();
+            let taken = self.take_queued(&missing);
             let claim = self.cache.claim(&self.key, &missing, &optional);
-            for (i, block) in self.complete(claim, |i| needed.contains(&i))? {
+            for (i, block) in self.complete(claim, taken, |i| needed.contains(&i))? {
                 have[(i - needed.start) as usize] = Some(block);
             }
         }
@@ -492,19 +498,45 @@ impl Engine {
     /// Fetches `missing` blocks (or waits for them, if others are fetching
     /// them) in one round.
     fn fetch_missing(&self, missing: &[u64]) -> Result<Vec<(u64, Block)>> {
+        let taken = self.take_queued(missing);
         let claim = self.cache.claim(&self.key, missing, &[]);
-        self.complete(claim, |_| true)
+        self.complete(claim, taken, |_| true)
     }
 
-    /// Fetches what `claim` owns and waits for what others fetch. Returns the
-    /// blocks for which `is_needed` holds; a failure matters only if it hits
-    /// one of those (a failed read-ahead costs nothing but its bytes).
-    fn complete(&self, claim: Claim, is_needed: impl Fn(u64) -> bool) -> Result<Vec<(u64, Block)>> {
+    /// Takes the background fetches still queued that bring one of `needed`
+    /// (sorted), their blocks claimed, for this reader to make itself (see
+    /// [`Queued`]): taken before the reader claims its own blocks, which
+    /// then wait for them.
+    fn take_queued(&self, needed: &[u64]) -> Vec<Guess> {
+        self.queued
+            .take_bringing(needed, |blocks| self.claim_guess_of(blocks))
+    }
+
+    /// Fetches what `claim` owns, then the background fetches `taken` from
+    /// the queue, and waits for what others fetch. Returns the blocks for
+    /// which `is_needed` holds; a failure matters only if it hits one of
+    /// those (a failed read-ahead costs nothing but its bytes).
+    fn complete(
+        &self,
+        claim: Claim,
+        taken: Vec<Guess>,
+        is_needed: impl Fn(u64) -> bool,
+    ) -> Result<Vec<(u64, Block)>> {
         let deadline = Instant::now() + self.options.read_timeout;
         let mut fetch = Fetch::new(claim, is_needed, deadline);
         let waited = match self.fetch_owned(&mut fetch) {
             Some(e) => Err(e),
-            None => self.wait_for_others(&mut fetch),
+            None => {
+                // After this read's own blocks: their waiters are this read
+                // and perhaps others; a taken fetch's are this read alone,
+                // which fetches them whatever its own blocks did.
+                for mut guess in taken {
+                    self.fetch_from_disk(&mut guess);
+                    self.fetch_guess(&mut guess);
+                    fetch.cost(guess.round_trips);
+                }
+                self.wait_for_others(&mut fetch)
+            }
         };
         // Waiting for a speculative fetch still under way is a round trip of
         // this read's own (the fetch itself is counted by nobody).
@@ -674,34 +706,47 @@ impl Engine {
             return 0;
         }
         let missing_bytes = missing.iter().map(|&i| self.block_len(i)).sum();
-        // The blocks are claimed when a worker takes the job, not now: a
-        // reader that needs one before then fetches it itself rather than
-        // wait for background work's turn. A file let go of, or closed,
-        // before its turn fetches nothing.
+        // The blocks are claimed when the fetch is taken from the queue, not
+        // now: a reader never waits for background work's turn. A reader
+        // that needs one first takes the whole fetch (see `Queued`). A file
+        // let go of, or closed, before its turn fetches nothing.
+        let fetch = self.queued.push(missing);
+        let job = Arc::clone(&fetch);
         let engine = Arc::downgrade(self);
         let closing = closing.cloned().unwrap_or_default();
         *self.background.lock() += 1;
         let queued = workers::submit(Priority::ReadAhead, move || {
             if let Some(engine) = engine.upgrade() {
                 let _ends = BackgroundEnds(&engine);
-                if !closing.is_closed() {
-                    closing.run(|| engine.fetch_blocks_as_guess(missing));
+                if closing.is_closed() {
+                    engine.queued.take(&job, |_| ());
+                } else {
+                    closing.run(|| engine.run_queued(&job));
                 }
             }
         });
         if let Err(job) = queued {
             drop(job);
+            self.queued.take(&fetch, |_| ());
             self.background_ended();
             return 0;
         }
         missing_bytes
     }
 
-    /// Claims those of `blocks` still missing, as a guess, and fetches what
-    /// the disk does not hold.
-    fn fetch_blocks_as_guess(&self, mut blocks: Vec<u64>) {
-        blocks.retain(|&i| self.is_missing(i));
-        if let (Some(mut guess), _) = self.claim_blocks(blocks) {
+    /// Queues a background fetch of the missing blocks of `ranges` as
+    /// [`prefetch_in_background`](Self::prefetch_in_background) does, but
+    /// for no worker: [`run_queued`](Self::run_queued) is the worker.
+    #[cfg(test)]
+    pub(crate) fn queue_for_no_worker(&self, ranges: Range<u64>) -> Arc<[u64]> {
+        self.queued.push(self.guessable([ranges], u64::MAX))
+    }
+
+    /// Makes the queued background fetch of `blocks`, unless a reader took
+    /// it: claims those still missing, as a guess, and fetches them.
+    pub(crate) fn run_queued(&self, blocks: &Arc<[u64]>) {
+        if let Some(mut guess) = self.queued.take(blocks, |b| self.claim_guess_of(b)) {
+            self.fetch_from_disk(&mut guess);
             self.fetch_guess(&mut guess);
         }
     }
@@ -759,18 +804,25 @@ impl Engine {
 
     /// As [`claim_guess`](Self::claim_guess), for `missing` (sorted blocks
     /// not cached).
+    #[cfg(any(feature = "hdf5", feature = "vfd"))]
     fn claim_blocks(&self, missing: Vec<u64>) -> (Option<Guess>, u64) {
         if missing.is_empty() {
             return (None, 0);
         }
-        let started = self.counters.round_mark();
-        let claim = self.cache.claim_speculative(&self.key, &missing, started);
-        let claimed: u64 = claim.owned().iter().map(|&i| self.block_len(i)).sum();
-        let deadline = Instant::now() + self.options.read_timeout;
-        let mut guess = Fetch::new(claim, nobody_needs as fn(u64) -> bool, deadline);
+        let mut guess = self.claim_guess_of(&missing);
+        let claimed: u64 = guess.claim.owned().iter().map(|&i| self.block_len(i)).sum();
         self.fetch_from_disk(&mut guess);
         let left = (!guess.claim.owned().is_empty()).then_some(guess);
         (left, claimed)
+    }
+
+    /// A guess claiming those of `blocks` (sorted) neither cached nor in
+    /// flight; it asks the disk nothing yet.
+    fn claim_guess_of(&self, blocks: &[u64]) -> Guess {
+        let started = self.counters.round_mark();
+        let claim = self.cache.claim_speculative(&self.key, blocks, started);
+        let deadline = Instant::now() + self.options.read_timeout;
+        Fetch::new(claim, nobody_needs as fn(u64) -> bool, deadline)
     }
 
     /// The cached bytes from `pos` on, through consecutive cached blocks

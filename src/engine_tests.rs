@@ -90,6 +90,57 @@ fn a_read_of_blocks_a_background_fetch_brings_waits_for_it_and_costs_one_round()
 }
 
 #[test]
+fn a_read_of_a_block_a_queued_background_fetch_brings_makes_that_fetch_in_one_round() {
+    let bytes = data(8 * BLOCK as usize);
+    let source = MemorySource::new(bytes.clone());
+    let file = open_over(&builder().read_ahead_max(0), Arc::clone(&source));
+    let engine = file.engine();
+    // No worker has taken it yet (the process's workers may all be busy).
+    let queued = engine.queue_for_no_worker(2 * BLOCK..6 * BLOCK);
+    let got = read(&file, 3 * BLOCK + 5, 100).unwrap();
+    assert_eq!(got, &bytes[3 * BLOCK as usize + 5..][..100]);
+    let mut asked = source.asked();
+    asked.sort_by_key(|r| r.start);
+    let brought = asked.first().unwrap().start..asked.last().unwrap().end;
+    assert_eq!(brought, 2 * BLOCK..6 * BLOCK, "the whole fetch: {asked:?}");
+    assert_eq!(file.stats().round_trips, 1);
+    // The rest of it is here: the next block read, and the worker when it
+    // comes, ask for nothing.
+    let requests = asked.len();
+    assert_eq!(
+        read(&file, 5 * BLOCK, 10).unwrap(),
+        &bytes[5 * BLOCK as usize..][..10]
+    );
+    engine.run_queued(&queued);
+    assert_eq!(source.asked().len(), requests);
+    assert_eq!(file.stats().round_trips, 1);
+}
+
+#[test]
+fn a_queued_background_fetch_a_reader_did_not_need_is_made_by_its_worker() {
+    let bytes = data(8 * BLOCK as usize);
+    let source = MemorySource::new(bytes.clone());
+    let file = open_over(&builder().read_ahead_max(0), Arc::clone(&source));
+    let engine = file.engine();
+    let queued = engine.queue_for_no_worker(4 * BLOCK..6 * BLOCK);
+    assert_eq!(read(&file, 10, 10).unwrap(), &bytes[10..20]);
+    assert_eq!(source.asked().len(), 1, "not the queued fetch's blocks");
+    assert_eq!(source.asked()[0], 0..BLOCK);
+    engine.run_queued(&queued);
+    let mut asked = source.asked();
+    asked.sort_by_key(|r| r.start);
+    assert_eq!(asked.first().unwrap().start, 0);
+    assert_eq!(asked[1].start, 4 * BLOCK);
+    assert_eq!(asked.last().unwrap().end, 6 * BLOCK);
+    let requests = asked.len();
+    assert_eq!(
+        read(&file, 4 * BLOCK, 2 * BLOCK as usize).unwrap(),
+        &bytes[4 * BLOCK as usize..6 * BLOCK as usize]
+    );
+    assert_eq!(source.asked().len(), requests, "the worker brought them");
+}
+
+#[test]
 fn a_file_sharing_a_disk_cache_waits_for_the_other_s_fetch_and_asks_nothing() {
     let dir = std::env::temp_dir().join(format!("remfile-engine-disk-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);

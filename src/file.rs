@@ -514,6 +514,14 @@ impl positioned_io::Size for RemoteFile {
 }
 
 #[cfg(test)]
+impl RemoteFile {
+    /// What serves the file's reads.
+    pub(crate) fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

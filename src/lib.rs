@@ -233,6 +233,7 @@ mod open;
 mod options;
 mod plan;
 pub mod process;
+mod queued;
 mod range_source;
 mod s3;
 mod stats;

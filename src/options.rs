@@ -288,7 +288,9 @@ impl Builder {
     }
 
     /// A contiguous fetch of at least twice this many bytes is split into parts
-    /// of at least this size, fetched concurrently. A fetch uses at most
+    /// of at least this size, fetched concurrently; once the link is measured
+    /// (see [`link`](Builder::link)), parts are no shorter than its
+    /// bandwidth-delay product where that is less. A fetch uses at most
     /// [`max_concurrent_requests`](Builder::max_concurrent_requests) parts, so
     /// that it takes one round trip however large it is.
     pub fn split_size(mut self, bytes: u64) -> Self {
@@ -320,8 +322,8 @@ impl Builder {
     /// connection's throughput are measured from the responses. Their product
     /// — the bytes that could arrive in one round trip — is what one more
     /// round trip costs, so a sequential stream reads ahead at least that far,
-    /// a split fetch's parts are no shorter than that (nor longer than
-    /// [`split_size`](Builder::split_size)), and runs closer than that merge
+    /// a split fetch's parts are no shorter than that (or than
+    /// [`split_size`](Builder::split_size), if that is less), and runs closer than that merge
     /// when requests are scarce (see [`coalesce_gap`](Builder::coalesce_gap)).
     /// Reads that start no stream — random access — are never enlarged.
     ///

@@ -115,8 +115,14 @@ fn open_and_one_chunk_cost_few_requests_and_a_re_read_none() {
 fn one_channel_of_chunks_larger_than_the_chunk_cache_takes_a_few_rounds() {
     let server = serve(nwb_file());
     // The defaults: HDF5 1.10's chunk cache (1 MiB) holds no 2 MiB chunk, so
-    // HDF5 reads the column from the file an element at a time.
-    let file = h5::open_url(server.url("/f.nwb")).unwrap();
+    // HDF5 reads the column from the file an element at a time. The link is
+    // a field's (30 ms, 25 MB/s), not the one measured here: parts are then
+    // no shorter than 750 KB whatever the machine's load.
+    let field = remfile::Link::known(Duration::from_millis(30), 25_000_000);
+    let file = h5::OpenOptions::new()
+        .remote(h5::builder().link(field))
+        .open_url(server.url("/f.nwb"))
+        .unwrap();
     let remote = h5::driver_info(&file).unwrap().remote;
     let ds = file.dataset("acquisition/ElectricalSeries/data").unwrap();
     let rows = 20_000..280_000;
@@ -130,7 +136,8 @@ fn one_channel_of_chunks_larger_than_the_chunk_cache_takes_a_few_rounds() {
     // Sixteen chunks, each 16 blocks of 128 KiB: a round trip per block
     // before the chunk read-ahead saw a chunk read in pieces as a stream.
     assert!(cost.round_trips <= 6, "{cost:?}");
-    assert!(cost.requests <= 80, "{cost:?}");
+    // Parts of at least 750 KB: at most three per 2 MiB chunk.
+    assert!(cost.requests <= 3 * 16, "{cost:?}");
     // The chunks the column crosses, and at most a step past them.
     let chunks = (rows.end.div_ceil(NWB_CHUNK_ROWS) - rows.start / NWB_CHUNK_ROWS) as u64;
     let chunk_bytes = (NWB_CHUNK_ROWS * NWB_COLS * 2) as u64;
