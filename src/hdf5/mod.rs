@@ -136,8 +136,8 @@ impl Default for OpenOptions {
     fn default() -> OpenOptions {
         OpenOptions {
             remote: None,
-            metadata_prefetch: true,
-            chunk_read_ahead: true,
+            metadata_prefetch: crate::vfd::config::METADATA_PREFETCH,
+            chunk_read_ahead: crate::vfd::config::CHUNK_READ_AHEAD,
             chunk_cache: None,
             metadata_cache: None,
             configure: None,

@@ -37,6 +37,19 @@ pub(crate) const BLOCK_SIZE: u64 = 128 << 10;
 /// (`connections=` in the plugin's configuration).
 pub(crate) const CONNECTIONS: u64 = 64;
 
+/// Whether an HDF5 file opens with the metadata prefetch on
+/// (`metadata_prefetch`, [`OpenOptions::metadata_prefetch`](crate::hdf5::OpenOptions::metadata_prefetch)).
+pub(crate) const METADATA_PREFETCH: bool = true;
+
+/// Whether an HDF5 file opens with the chunk read-ahead on
+/// (`chunk_read_ahead`, [`OpenOptions::chunk_read_ahead`](crate::hdf5::OpenOptions::chunk_read_ahead)).
+pub(crate) const CHUNK_READ_AHEAD: bool = true;
+
+/// How the configuration string writes a switch's value.
+const fn switch_value(on: bool) -> &'static str {
+    if on { "on" } else { "off" }
+}
+
 /// The builder remote HDF5 files open with: the crate's defaults, with an
 /// [`OPEN_TAIL`], blocks of [`BLOCK_SIZE`] and up to [`CONNECTIONS`]
 /// connections.
@@ -212,7 +225,7 @@ pub const KEYS: &[Key] = &[
         name: "metadata_prefetch",
         aliases: &[],
         kind: Kind::Switch,
-        default: Some("on"),
+        default: Some(switch_value(METADATA_PREFETCH)),
         help: "fetch what metadata points to",
         read: |v| switch(v).map(Setting::MetadataPrefetch),
     },
@@ -220,7 +233,7 @@ pub const KEYS: &[Key] = &[
         name: "chunk_read_ahead",
         aliases: &[],
         kind: Kind::Switch,
-        default: Some("on"),
+        default: Some(switch_value(CHUNK_READ_AHEAD)),
         help: "read chunks ahead along the chunk index",
         read: |v| switch(v).map(Setting::ChunkReadAhead),
     },
@@ -404,7 +417,7 @@ impl Config {
             Setting::MetadataPrefetch(on) => Some(*on),
             _ => None,
         })
-        .unwrap_or(true)
+        .unwrap_or(METADATA_PREFETCH)
     }
 
     /// `chunk_read_ahead` (default on).
@@ -413,7 +426,7 @@ impl Config {
             Setting::ChunkReadAhead(on) => Some(*on),
             _ => None,
         })
-        .unwrap_or(true)
+        .unwrap_or(CHUNK_READ_AHEAD)
     }
 
     /// `stats` (default off).
