@@ -286,9 +286,8 @@ impl Engine {
         if !missing.is_empty() {
             let ahead_end = (pos + len).saturating_add(ahead).min(self.identity.size);
             let optional: Vec<u64> = (needed.end..ahead_end.div_ceil(bs)).collect();
-            let taken = self.take_queued(&missing);
-            let claim = self.cache.claim(&self.key, &missing, &optional);
-            for (i, block) in self.complete(claim, taken, |i| needed.contains(&i))? {
+            let claim = self.claim_taking_queued(&missing, optional);
+            for (i, block) in self.complete(claim, |i| needed.contains(&i))? {
                 have[(i - needed.start) as usize] = Some(block);
             }
         }
@@ -498,45 +497,58 @@ impl Engine {
     /// Fetches `missing` blocks (or waits for them, if others are fetching
     /// them) in one round.
     fn fetch_missing(&self, missing: &[u64]) -> Result<Vec<(u64, Block)>> {
-        let taken = self.take_queued(missing);
-        let claim = self.cache.claim(&self.key, missing, &[]);
-        self.complete(claim, taken, |_| true)
+        self.fetch_missing_then(missing, || ())
     }
 
-    /// Takes the background fetches still queued that bring one of `needed`
-    /// (sorted), their blocks claimed, for this reader to make itself (see
-    /// [`Queued`]): taken before the reader claims its own blocks, which
-    /// then wait for them.
-    fn take_queued(&self, needed: &[u64]) -> Vec<Guess> {
-        self.queued
-            .take_bringing(needed, |blocks| self.claim_guess_of(blocks))
-    }
-
-    /// Fetches what `claim` owns, then the background fetches `taken` from
-    /// the queue, and waits for what others fetch. Returns the blocks for
-    /// which `is_needed` holds; a failure matters only if it hits one of
-    /// those (a failed read-ahead costs nothing but its bytes).
-    fn complete(
+    /// As [`fetch_missing`](Self::fetch_missing), calling `then` once the
+    /// blocks are claimed (or at once, if none is missing), before they are
+    /// fetched.
+    fn fetch_missing_then(
         &self,
-        claim: Claim,
-        taken: Vec<Guess>,
-        is_needed: impl Fn(u64) -> bool,
+        missing: &[u64],
+        then: impl FnOnce(),
     ) -> Result<Vec<(u64, Block)>> {
+        if missing.is_empty() {
+            then();
+            return Ok(Vec::new());
+        }
+        let claim = self.claim_taking_queued(missing, Vec::new());
+        then();
+        self.complete(claim, |_| true)
+    }
+
+    /// Claims `needed` (sorted) and `optional` as [`BlockCache::claim`]
+    /// does, with the blocks of every background fetch still queued that
+    /// brings one of `needed` as optional too: this read makes those
+    /// fetches, in its own round (see [`Queued`]).
+    fn claim_taking_queued(&self, needed: &[u64], mut optional: Vec<u64>) -> Claim {
+        self.queued.take_bringing(needed, |taken| {
+            if taken.is_empty() {
+                return self.cache.claim(&self.key, needed, &optional);
+            }
+            // No more than the cache holds: the rest of the fetches is
+            // dropped (it was a guess).
+            let room = self.blocks_the_cache_holds() as usize;
+            let room = room.saturating_sub(needed.len() + optional.len());
+            optional.extend(taken.into_iter().take(room));
+            optional.sort_unstable();
+            optional.dedup();
+            let mut claim = self.cache.claim(&self.key, needed, &optional);
+            // The bytes between a fetch's blocks are wanted by nobody.
+            claim.fill_no_gaps();
+            claim
+        })
+    }
+
+    /// Fetches what `claim` owns and waits for what others fetch. Returns the
+    /// blocks for which `is_needed` holds; a failure matters only if it hits
+    /// one of those (a failed read-ahead costs nothing but its bytes).
+    fn complete(&self, claim: Claim, is_needed: impl Fn(u64) -> bool) -> Result<Vec<(u64, Block)>> {
         let deadline = Instant::now() + self.options.read_timeout;
         let mut fetch = Fetch::new(claim, is_needed, deadline);
         let waited = match self.fetch_owned(&mut fetch) {
             Some(e) => Err(e),
-            None => {
-                // After this read's own blocks: their waiters are this read
-                // and perhaps others; a taken fetch's are this read alone,
-                // which fetches them whatever its own blocks did.
-                for mut guess in taken {
-                    self.fetch_from_disk(&mut guess);
-                    self.fetch_guess(&mut guess);
-                    fetch.cost(guess.round_trips);
-                }
-                self.wait_for_others(&mut fetch)
-            }
+            None => self.wait_for_others(&mut fetch),
         };
         // Waiting for a speculative fetch still under way is a round trip of
         // this read's own (the fetch itself is counted by nobody).
@@ -615,16 +627,17 @@ impl Engine {
         }
         let sizes = self.link_sizes();
         // A guess fills no gap: the bytes between guessed blocks are
-        // wanted by nobody, and no reader waits for the requests it saves.
-        // Nor does a fetch around blocks another process is fetching: the
-        // gaps are theirs.
-        let speculative = fetch.claim.is_speculative();
-        let max_gap = if speculative || !skip.is_empty() {
+        // wanted by nobody, and no reader waits for the requests it saves;
+        // its runs go at once, on the connections reads leave free. So does
+        // a read that took a guess from the queue. Nor does a fetch around
+        // blocks another process is fetching fill gaps: they are theirs.
+        let guessed = !fetch.claim.fills_gaps();
+        let max_gap = if guessed || !skip.is_empty() {
             0
         } else {
             sizes.max_gap_blocks
         };
-        let lanes = if speculative {
+        let lanes = if guessed {
             self.options.guess_concurrency
         } else {
             self.options.max_concurrency
@@ -694,14 +707,22 @@ impl Engine {
     /// and returns the bytes missing when asked; no reader
     /// waits for them unless it comes to need one. The fetch counts its
     /// requests and bytes, but no round trip: a reader that waits for one of
-    /// its blocks counts that.
+    /// its blocks counts that. The blocks covering `leaving` are left out:
+    /// a read about to follow fetches them (were they in the fetch, that
+    /// read would take it from the queue and wait for all of it).
     pub(crate) fn prefetch_in_background(
         self: &Arc<Self>,
         ranges: impl IntoIterator<Item = Range<u64>>,
         max_bytes: u64,
         closing: Option<&workers::Closing>,
+        leaving: Range<u64>,
     ) -> u64 {
-        let missing = self.guessable(ranges, max_bytes);
+        let mut missing = self.guessable(ranges, max_bytes);
+        if !leaving.is_empty() {
+            let bs = self.options.block_size;
+            let left = plan::blocks_covering(leaving.start, leaving.end - leaving.start, bs);
+            missing.retain(|i| !left.contains(i));
+        }
         if missing.is_empty() {
             return 0;
         }
@@ -710,10 +731,10 @@ impl Engine {
         // now: a reader never waits for background work's turn. A reader
         // that needs one first takes the whole fetch (see `Queued`). A file
         // let go of, or closed, before its turn fetches nothing.
-        let fetch = self.queued.push(missing);
+        let closing = closing.cloned().unwrap_or_default();
+        let fetch = self.queued.push(missing, closing.clone());
         let job = Arc::clone(&fetch);
         let engine = Arc::downgrade(self);
-        let closing = closing.cloned().unwrap_or_default();
         *self.background.lock() += 1;
         let queued = workers::submit(Priority::ReadAhead, move || {
             if let Some(engine) = engine.upgrade() {
@@ -738,8 +759,12 @@ impl Engine {
     /// [`prefetch_in_background`](Self::prefetch_in_background) does, but
     /// for no worker: [`run_queued`](Self::run_queued) is the worker.
     #[cfg(test)]
-    pub(crate) fn queue_for_no_worker(&self, ranges: Range<u64>) -> Arc<[u64]> {
-        self.queued.push(self.guessable([ranges], u64::MAX))
+    pub(crate) fn queue_for_no_worker(
+        &self,
+        ranges: impl IntoIterator<Item = Range<u64>>,
+    ) -> Arc<[u64]> {
+        let blocks = self.guessable(ranges, u64::MAX);
+        self.queued.push(blocks, workers::Closing::default())
     }
 
     /// Makes the queued background fetch of `blocks`, unless a reader took

@@ -96,7 +96,7 @@ fn a_read_of_a_block_a_queued_background_fetch_brings_makes_that_fetch_in_one_ro
     let file = open_over(&builder().read_ahead_max(0), Arc::clone(&source));
     let engine = file.engine();
     // No worker has taken it yet (the process's workers may all be busy).
-    let queued = engine.queue_for_no_worker(2 * BLOCK..6 * BLOCK);
+    let queued = engine.queue_for_no_worker(Some(2 * BLOCK..6 * BLOCK));
     let got = read(&file, 3 * BLOCK + 5, 100).unwrap();
     assert_eq!(got, &bytes[3 * BLOCK as usize + 5..][..100]);
     let mut asked = source.asked();
@@ -117,12 +117,62 @@ fn a_read_of_a_block_a_queued_background_fetch_brings_makes_that_fetch_in_one_ro
 }
 
 #[test]
+fn a_read_that_takes_a_queued_fetch_fetches_its_own_blocks_with_it_in_one_round() {
+    let bytes = data(8 * BLOCK as usize);
+    let source = MemorySource::new(bytes.clone());
+    // One request at a time for a read: its own blocks and the fetch's
+    // runs would merge, gaps and all, were they not another's fetch.
+    let one_at_a_time = builder().read_ahead_max(0).max_concurrent_requests(1);
+    let file = open_over(&one_at_a_time, Arc::clone(&source));
+    let queued = file
+        .engine()
+        .queue_for_no_worker([2 * BLOCK..4 * BLOCK, 6 * BLOCK..7 * BLOCK]);
+    // Blocks 1 and 2: the first its own, the second the queued fetch's.
+    let got = read(&file, BLOCK + 7, BLOCK as usize).unwrap();
+    assert_eq!(got, &bytes[BLOCK as usize + 7..][..BLOCK as usize]);
+    let mut asked = source.asked();
+    asked.sort_by_key(|r| r.start);
+    // Not block 5, between the fetch's two runs: nobody wants it.
+    assert_eq!(asked, [BLOCK..4 * BLOCK, 6 * BLOCK..7 * BLOCK]);
+    assert_eq!(file.stats().round_trips, 1);
+    file.engine().run_queued(&queued);
+    assert_eq!(source.asked().len(), 2, "the worker found it taken");
+}
+
+#[test]
+fn a_background_fetch_leaves_out_the_blocks_of_the_read_that_queued_it() {
+    let bytes = data(8 * BLOCK as usize);
+    let source = MemorySource::new(bytes.clone());
+    let file = open_over(&builder().read_ahead_max(0), Arc::clone(&source));
+    // What a chunk read does: queue the chunks after it (the first shares
+    // the read's last block), then read. The read fetches its own blocks
+    // alone and leaves the rest to the worker.
+    let queued = file.engine().prefetch_in_background(
+        Some(2 * BLOCK - 10..5 * BLOCK),
+        u64::MAX,
+        None,
+        BLOCK..2 * BLOCK - 10,
+    );
+    assert_eq!(queued, 3 * BLOCK, "blocks 2 to 4");
+    assert_eq!(
+        read(&file, BLOCK, 100).unwrap(),
+        &bytes[BLOCK as usize..][..100]
+    );
+    assert!(file.wait_for_background_fetches(Duration::from_secs(10)));
+    let mut asked = source.asked();
+    asked.sort_by_key(|r| r.start);
+    assert_eq!(asked[0], BLOCK..2 * BLOCK, "{asked:?}");
+    assert_eq!(asked.last().unwrap().end, 5 * BLOCK);
+    assert!(asked[1..].iter().all(|r| r.start >= 2 * BLOCK), "{asked:?}");
+}
+
+#[test]
 fn a_queued_background_fetch_a_reader_did_not_need_is_made_by_its_worker() {
     let bytes = data(8 * BLOCK as usize);
     let source = MemorySource::new(bytes.clone());
     let file = open_over(&builder().read_ahead_max(0), Arc::clone(&source));
     let engine = file.engine();
-    let queued = engine.queue_for_no_worker(4 * BLOCK..6 * BLOCK);
+    let queued = engine.queue_for_no_worker(Some(4 * BLOCK..6 * BLOCK));
     assert_eq!(read(&file, 10, 10).unwrap(), &bytes[10..20]);
     assert_eq!(source.asked().len(), 1, "not the queued fetch's blocks");
     assert_eq!(source.asked()[0], 0..BLOCK);

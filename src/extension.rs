@@ -74,15 +74,17 @@ impl<'f> Extension<'f> {
     }
 
     /// As [`RemoteFile::prefetch_in_background`](crate::RemoteFile::prefetch_in_background),
-    /// as background work that `closing` stops.
+    /// as background work that `closing` stops, leaving out the blocks of
+    /// `leaving`, which the caller is about to read.
     pub(crate) fn prefetch_in_background_until_closed(
         self,
         ranges: impl IntoIterator<Item = Range<u64>>,
         max_bytes: u64,
         closing: &Closing,
+        leaving: Range<u64>,
     ) -> u64 {
         self.engine
-            .prefetch_in_background(ranges, max_bytes, Some(closing))
+            .prefetch_in_background(ranges, max_bytes, Some(closing), leaving)
     }
 
     /// See [`Engine::background_work`].

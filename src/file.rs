@@ -391,7 +391,8 @@ impl RemoteFile {
         ranges: impl IntoIterator<Item = Range<u64>>,
         max_bytes: u64,
     ) -> u64 {
-        self.engine.prefetch_in_background(ranges, max_bytes, None)
+        self.engine
+            .prefetch_in_background(ranges, max_bytes, None, 0..0)
     }
 
     /// Waits until the fetches started by

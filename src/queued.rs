@@ -7,26 +7,31 @@
 //! queued should not fetch that block alone either: the worker would then
 //! fetch the rest a moment later, and the reader's next read, of the block
 //! after, would wait for that — two round trips where one would do. So the
-//! reader takes the whole fetch and makes it itself, in the same round as
-//! its own blocks: one round trip, whoever is faster.
+//! reader takes the whole fetch, and claims its blocks as read-ahead of its
+//! own, fetched in the same round: one round trip, whoever is faster. (A
+//! read that queues a fetch of what follows it claims its own blocks first,
+//! so that it leaves that fetch to the worker.)
 
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use crate::process::workers::Closing;
+use crate::sync::Mutex;
 
 /// The fetches queued for background workers of one file.
 #[derive(Default)]
 pub(crate) struct Queued {
-    /// Each fetch's blocks (sorted). Taking one and claiming its blocks
-    /// happen under this lock, so that no reader looks between the two.
-    fetches: Mutex<Vec<Arc<[u64]>>>,
+    /// Each fetch's blocks (sorted), and what stops it. Taking one and
+    /// claiming its blocks happen under this lock, so that no reader looks
+    /// between the two.
+    fetches: Mutex<Vec<(Arc<[u64]>, Closing)>>,
 }
 
 impl Queued {
-    /// Queues a fetch of `blocks` (sorted); the handle takes it later.
-    pub(crate) fn push(&self, blocks: Vec<u64>) -> Arc<[u64]> {
+    /// Queues a fetch of `blocks` (sorted), which `closing` stops; the handle
+    /// takes it later.
+    pub(crate) fn push(&self, blocks: Vec<u64>, closing: Closing) -> Arc<[u64]> {
         let fetch: Arc<[u64]> = blocks.into();
-        self.fetches.lock().push(Arc::clone(&fetch));
+        self.fetches.lock().push((Arc::clone(&fetch), closing));
         fetch
     }
 
@@ -34,33 +39,31 @@ impl Queued {
     /// before anybody else looks. Returns what `claim` returned.
     pub(crate) fn take<T>(&self, fetch: &Arc<[u64]>, claim: impl FnOnce(&[u64]) -> T) -> Option<T> {
         let mut fetches = self.fetches.lock();
-        let at = fetches.iter().position(|f| Arc::ptr_eq(f, fetch))?;
-        let taken = fetches.swap_remove(at);
+        let at = fetches.iter().position(|(f, _)| Arc::ptr_eq(f, fetch))?;
+        let (taken, _) = fetches.swap_remove(at);
         Some(claim(&taken))
     }
 
     /// Takes every queued fetch that brings one of `needed` (sorted), and
-    /// gives each one's blocks to `claim` before anybody else looks.
-    pub(crate) fn take_bringing<T>(
-        &self,
-        needed: &[u64],
-        mut claim: impl FnMut(&[u64]) -> T,
-    ) -> Vec<T> {
+    /// gives `claim` the blocks they bring (sorted, each once; empty if
+    /// none) before anybody else looks. A fetch whose file was closed is
+    /// dropped, not taken: it makes no request.
+    pub(crate) fn take_bringing<T>(&self, needed: &[u64], claim: impl FnOnce(Vec<u64>) -> T) -> T {
         let mut fetches = self.fetches.lock();
-        if fetches.is_empty() || needed.is_empty() {
-            return Vec::new();
-        }
+        fetches.retain(|(_, closing)| !closing.is_closed());
         let mut taken = Vec::new();
-        let mut at = 0;
-        while at < fetches.len() {
-            if brings_any(&fetches[at], needed) {
-                let fetch = fetches.swap_remove(at);
-                taken.push(claim(&fetch));
-            } else {
-                at += 1;
-            }
+        if !needed.is_empty() {
+            fetches.retain(|(blocks, _)| {
+                let brings = brings_any(blocks, needed);
+                if brings {
+                    taken.extend_from_slice(blocks);
+                }
+                !brings
+            });
         }
-        taken
+        taken.sort_unstable();
+        taken.dedup();
+        claim(taken)
     }
 }
 
@@ -84,33 +87,40 @@ fn brings_any(blocks: &[u64], needed: &[u64]) -> bool {
 mod tests {
     use super::*;
 
+    fn taken(queued: &Queued, needed: &[u64]) -> Vec<u64> {
+        queued.take_bringing(needed, |blocks| blocks)
+    }
+
     #[test]
     fn a_fetch_is_taken_once_by_whoever_comes_first() {
         let queued = Queued::default();
-        let fetch = queued.push(vec![4, 5, 6]);
-        let other = queued.push(vec![9]);
-        assert_eq!(
-            queued.take_bringing(&[1, 5], |b| b.to_vec()),
-            [vec![4, 5, 6]]
-        );
+        let fetch = queued.push(vec![4, 5, 6], Closing::default());
+        let other = queued.push(vec![9], Closing::default());
+        assert_eq!(taken(&queued, &[1, 5]), [4, 5, 6]);
         assert_eq!(queued.take(&fetch, |b| b.len()), None, "the reader took it");
         assert_eq!(queued.take(&other, |b| b.to_vec()), Some(vec![9]));
-        assert!(queued.take_bringing(&[9], |b| b.to_vec()).is_empty());
+        assert!(taken(&queued, &[9]).is_empty());
     }
 
     #[test]
     fn a_reader_takes_only_the_fetches_that_bring_its_blocks() {
         let queued = Queued::default();
-        for blocks in [vec![1, 3], vec![10, 20], vec![2, 30]] {
-            queued.push(blocks);
+        for blocks in [vec![1, 3], vec![10, 20], vec![2, 3, 30]] {
+            queued.push(blocks, Closing::default());
         }
-        let mut taken = queued.take_bringing(&[2, 20], |b| b.to_vec());
-        taken.sort();
-        assert_eq!(taken, [vec![2, 30], vec![10, 20]]);
-        assert_eq!(
-            queued.take_bringing(&[1, 2, 3], |b| b.to_vec()),
-            [vec![1, 3]]
-        );
+        assert_eq!(taken(&queued, &[2, 20]), [2, 3, 10, 20, 30]);
+        assert_eq!(taken(&queued, &[1, 2, 3]), [1, 3]);
+        assert!(taken(&queued, &[]).is_empty());
+    }
+
+    #[test]
+    fn a_closed_file_s_fetch_is_taken_by_nobody() {
+        let queued = Queued::default();
+        let closing = Closing::default();
+        let fetch = queued.push(vec![1, 2], closing.clone());
+        closing.close();
+        assert!(taken(&queued, &[1]).is_empty());
+        assert_eq!(queued.take(&fetch, |_| ()), None, "dropped");
     }
 
     #[test]

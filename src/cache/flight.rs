@@ -63,7 +63,7 @@ impl BlockCache {
             found: Vec::new(),
             waiting: Vec::new(),
             owned: Vec::new(),
-            speculative: speculative.is_some(),
+            fills_gaps: speculative.is_none(),
         };
         let mut table = self.inner.in_flight.lock();
         for &index in needed {
@@ -173,7 +173,9 @@ pub(crate) struct Claim {
     /// Blocks this reader must fetch, sorted (and kept so as they are
     /// delivered).
     owned: Vec<u64>,
-    speculative: bool,
+    /// Whether a fetch of its blocks may also fetch the cached blocks
+    /// between them, to save requests.
+    fills_gaps: bool,
 }
 
 impl Claim {
@@ -192,9 +194,16 @@ impl Claim {
         std::mem::take(&mut self.waiting)
     }
 
-    /// Whether a speculative fetch made the claim.
-    pub fn is_speculative(&self) -> bool {
-        self.speculative
+    /// Whether a fetch of its blocks may also fetch the blocks between them
+    /// (a speculative claim's may not).
+    pub fn fills_gaps(&self) -> bool {
+        self.fills_gaps
+    }
+
+    /// Keeps a fetch of its blocks to their own bytes: some were another
+    /// fetch's, whose gaps are wanted by nobody.
+    pub fn fill_no_gaps(&mut self) {
+        self.fills_gaps = false;
     }
 
     /// Delivers a fetched block: into the cache, and to its waiters.

@@ -511,6 +511,7 @@ fn read_raw(f: &DriverFile, addr: haddr_t, buf: &mut [u8]) -> Result<(), ReadErr
             ahead,
             bounds.1,
             &source.closing,
+            addr..addr.saturating_add(len),
         );
         prefetch.lock().fetched_chunks(fetched);
     }
