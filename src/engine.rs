@@ -496,25 +496,11 @@ impl Engine {
 
     /// Fetches `missing` blocks (or waits for them, if others are fetching
     /// them) in one round.
+    /// `missing` is sorted; exactly its blocks are returned (those of the
+    /// queued fetches it takes go to the cache only).
     fn fetch_missing(&self, missing: &[u64]) -> Result<Vec<(u64, Block)>> {
-        self.fetch_missing_then(missing, || ())
-    }
-
-    /// As [`fetch_missing`](Self::fetch_missing), calling `then` once the
-    /// blocks are claimed (or at once, if none is missing), before they are
-    /// fetched.
-    fn fetch_missing_then(
-        &self,
-        missing: &[u64],
-        then: impl FnOnce(),
-    ) -> Result<Vec<(u64, Block)>> {
-        if missing.is_empty() {
-            then();
-            return Ok(Vec::new());
-        }
         let claim = self.claim_taking_queued(missing, Vec::new());
-        then();
-        self.complete(claim, |_| true)
+        self.complete(claim, |i| missing.binary_search(&i).is_ok())
     }
 
     /// Claims `needed` (sorted) and `optional` as [`BlockCache::claim`]
@@ -523,19 +509,28 @@ impl Engine {
     /// fetches, in its own round (see [`Queued`]).
     fn claim_taking_queued(&self, needed: &[u64], mut optional: Vec<u64>) -> Claim {
         self.queued.take_bringing(needed, |taken| {
-            if taken.is_empty() {
-                return self.cache.claim(&self.key, needed, &optional);
-            }
             // No more than the cache holds: the rest of the fetches is
             // dropped (it was a guess).
             let room = self.blocks_the_cache_holds() as usize;
             let room = room.saturating_sub(needed.len() + optional.len());
-            optional.extend(taken.into_iter().take(room));
+            let theirs: Vec<u64> = taken
+                .into_iter()
+                .filter(|i| needed.binary_search(i).is_err() && optional.binary_search(i).is_err())
+                .take(room)
+                .collect();
+            if theirs.is_empty() {
+                return self.cache.claim(&self.key, needed, &optional);
+            }
+            optional.extend_from_slice(&theirs);
             optional.sort_unstable();
-            optional.dedup();
             let mut claim = self.cache.claim(&self.key, needed, &optional);
-            // The bytes between a fetch's blocks are wanted by nobody.
-            claim.fill_no_gaps();
+            // The bytes between a guess's blocks are wanted by nobody.
+            if theirs
+                .iter()
+                .any(|i| claim.owned().binary_search(i).is_ok())
+            {
+                claim.fill_no_gaps();
+            }
             claim
         })
     }
@@ -628,8 +623,8 @@ impl Engine {
         let sizes = self.link_sizes();
         // A guess fills no gap: the bytes between guessed blocks are
         // wanted by nobody, and no reader waits for the requests it saves;
-        // its runs go at once, on the connections reads leave free. So does
-        // a read that took a guess from the queue. Nor does a fetch around
+        // its runs go at once, as many as a guess may have in flight. So
+        // does a read that took a guess from the queue. Nor does a fetch around
         // blocks another process is fetching fill gaps: they are theirs.
         let guessed = !fetch.claim.fills_gaps();
         let max_gap = if guessed || !skip.is_empty() {
@@ -687,13 +682,13 @@ impl Engine {
     fn wait_for_others(&self, fetch: &mut Fetch<impl Fn(u64) -> bool>) -> Result<bool> {
         let mut waited_on_guess = false;
         for (i, pending) in fetch.claim.take_waiting() {
-            let guess = pending.is_speculative();
+            let optional = pending.is_optional();
             waited_on_guess |= pending.costs_a_round(self.counters.round_mark());
             match pending.wait(fetch.deadline) {
                 Ok(block) => fetch.got.push((i, block)),
-                // A guess that failed, or a read another caller stopped,
-                // leaves its blocks to be fetched here.
-                Err(e) if guess || e.kind() == ErrorKind::Interrupted => {
+                // A guess or a read-ahead that failed, or a read another
+                // caller stopped, leaves its blocks to be fetched here.
+                Err(e) if optional || e.kind() == ErrorKind::Interrupted => {
                     fetch.got.extend(self.fetch_missing(&[i])?)
                 }
                 Err(e) => return Err(e.with_url(self.transport.redacted_url())),
@@ -1198,6 +1193,25 @@ impl Drop for BackgroundWork {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fetch_of_missing_blocks_that_takes_a_queued_fetch_returns_only_its_own() {
+        let block = 64 << 10;
+        let bytes: Vec<u8> = (0..8 * block).map(|i| (i % 251) as u8).collect();
+        let source = crate::memory_source::MemorySource::new(bytes.clone());
+        let options = crate::RemoteFile::builder()
+            .block_size(block as u64)
+            .read_ahead_max(0);
+        let file = crate::open::open_over(&options, Arc::clone(&source));
+        let engine = file.engine();
+        engine.queue_for_no_worker(Some(2 * block as u64..6 * block as u64));
+        let got = engine.fetch_missing(&[3]).unwrap();
+        let indices: Vec<u64> = got.iter().map(|(i, _)| *i).collect();
+        assert_eq!(indices, [3], "the callers place blocks by what they asked");
+        assert_eq!(got[0].1[..], bytes[3 * block..4 * block]);
+        // The rest of the taken fetch went to the cache.
+        assert!(engine.is_cached(2 * block as u64..6 * block as u64));
+    }
 
     #[test]
     fn pieces_are_kept_at_close_or_once_grown_by_half() {

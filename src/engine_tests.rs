@@ -140,6 +140,35 @@ fn a_read_that_takes_a_queued_fetch_fetches_its_own_blocks_with_it_in_one_round(
 }
 
 #[test]
+fn a_reader_waiting_for_a_block_another_read_took_from_the_queue_fetches_it_if_that_fails() {
+    let bytes = data(8 * BLOCK as usize);
+    let source = MemorySource::new(bytes.clone());
+    let file = open_over(&builder().read_ahead_max(0), Arc::clone(&source));
+    file.engine()
+        .queue_for_no_worker([2 * BLOCK..3 * BLOCK, 5 * BLOCK..7 * BLOCK]);
+    // The taking read's part for blocks 5 and 6 fails; the other reader,
+    // waiting for block 6, fetches it itself rather than fail.
+    source.fail_at(5 * BLOCK, ErrorKind::HttpStatus(503));
+    let (taker, waiter) = meet(
+        &source,
+        || read(&file, 2 * BLOCK, 10),
+        || read(&file, 6 * BLOCK + 10, 10),
+    );
+    assert_eq!(taker.unwrap(), &bytes[2 * BLOCK as usize..][..10]);
+    assert_eq!(waiter.unwrap(), &bytes[6 * BLOCK as usize + 10..][..10]);
+    let mut asked = source.asked();
+    asked.sort_by_key(|r| r.start);
+    assert_eq!(
+        asked,
+        [
+            2 * BLOCK..3 * BLOCK,
+            5 * BLOCK..7 * BLOCK,
+            6 * BLOCK..7 * BLOCK
+        ]
+    );
+}
+
+#[test]
 fn a_background_fetch_leaves_out_the_blocks_of_the_read_that_queued_it() {
     let bytes = data(8 * BLOCK as usize);
     let source = MemorySource::new(bytes.clone());

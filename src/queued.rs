@@ -9,8 +9,8 @@
 //! after, would wait for that — two round trips where one would do. So the
 //! reader takes the whole fetch, and claims its blocks as read-ahead of its
 //! own, fetched in the same round: one round trip, whoever is faster. (A
-//! read that queues a fetch of what follows it claims its own blocks first,
-//! so that it leaves that fetch to the worker.)
+//! read that queues a fetch of what follows it leaves its own blocks out
+//! of that fetch, so that it does not take it.)
 
 use std::sync::Arc;
 

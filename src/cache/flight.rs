@@ -51,9 +51,10 @@ impl BlockCache {
                 started,
             })
         });
-        let pending = || {
+        let pending = |optional: bool| {
             Arc::new(Pending {
                 wave: wave.clone(),
+                optional,
                 ..Pending::default()
             })
         };
@@ -75,14 +76,14 @@ impl BlockCache {
             } else if let Some(p) = table.get(&key) {
                 claim.waiting.push((index, p.clone()));
             } else {
-                table.insert(key, pending());
+                table.insert(key, pending(false));
                 claim.owned.push(index);
             }
         }
         for &index in optional {
             let key = (*file, index);
             if !table.contains_key(&key) && !self.inner.blocks.contains_key(&key) {
-                table.insert(key, pending());
+                table.insert(key, pending(true));
                 claim.owned.push(index);
             }
         }
@@ -111,6 +112,8 @@ pub(crate) struct Pending {
     /// For a block claimed by a speculative fetch (see
     /// [`BlockCache::claim_speculative`]): that fetch.
     wave: Option<Arc<Wave>>,
+    /// Whether the claim did not need it (read-ahead, a guess).
+    optional: bool,
 }
 
 /// One speculative fetch, as its waiters see it.
@@ -123,8 +126,15 @@ struct Wave {
 
 impl Pending {
     /// Whether a speculative fetch claimed the block.
+    #[cfg(test)]
     pub(crate) fn is_speculative(&self) -> bool {
         self.wave.is_some()
+    }
+
+    /// Whether the fetch that claimed the block did not need it (a guess,
+    /// or read-ahead): its failure is no reason to fail a reader that does.
+    pub(crate) fn is_optional(&self) -> bool {
+        self.optional
     }
 
     /// Whether waiting for this block now costs the waiter a round trip of
