@@ -373,10 +373,10 @@ impl RemoteFile {
     /// (the children of a tree node it just read, say). A read that comes to
     /// need one of those blocks once the fetch is under way waits for it
     /// rather than fetching it again, and counts one round trip if it had to
-    /// wait; one that comes before a worker took the fetch fetches the block
-    /// itself (a read never waits for background work's turn). A
-    /// guess that fails costs only its bytes: the read then fetches the
-    /// block itself. Parts of ranges past the end of the file are ignored.
+    /// wait; one that comes before a worker took the fetch takes it and
+    /// fetches its blocks with its own, in one round trip (a read never
+    /// waits for background work's turn). A guess that fails costs only its
+    /// bytes: the read then fetches the block itself. Parts of ranges past the end of the file are ignored.
     ///
     /// ```no_run
     /// # let file = remfile::RemoteFile::open("https://example.com/data.h5")?;

@@ -60,8 +60,8 @@
 //!   the cache for callers that know their next reads, and
 //!   [`RemoteFile::prefetch_in_background`] for callers that only guess: it
 //!   returns at once, and a read that needs a block joins its fetch once a
-//!   background worker has taken it (before that, the read fetches the
-//!   block itself).
+//!   background worker has taken it (before that, the read takes the fetch
+//!   and makes it with its own blocks, in one round trip).
 //! * **Sizes fit the link** ([`Builder::link`]): the round-trip time and each
 //!   connection's throughput are measured from the responses; a sequential
 //!   stream then reads ahead at least their product (the bytes one round trip
