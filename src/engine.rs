@@ -494,10 +494,9 @@ impl Engine {
         (found, missing)
     }
 
-    /// Fetches `missing` blocks (or waits for them, if others are fetching
-    /// them) in one round.
-    /// `missing` is sorted; exactly its blocks are returned (those of the
-    /// queued fetches it takes go to the cache only).
+    /// Fetches `missing` blocks (sorted), or waits for them if others are
+    /// fetching them, in one round. Exactly those blocks are returned: the
+    /// blocks of queued fetches it takes go to the cache only.
     fn fetch_missing(&self, missing: &[u64]) -> Result<Vec<(u64, Block)>> {
         let claim = self.claim_taking_queued(missing, Vec::new());
         self.complete(claim, |i| missing.binary_search(&i).is_ok())
@@ -735,7 +734,7 @@ impl Engine {
             if let Some(engine) = engine.upgrade() {
                 let _ends = BackgroundEnds(&engine);
                 if closing.is_closed() {
-                    engine.queued.take(&job, |_| ());
+                    engine.queued.forget(&job);
                 } else {
                     closing.run(|| engine.run_queued(&job));
                 }
@@ -743,7 +742,7 @@ impl Engine {
         });
         if let Err(job) = queued {
             drop(job);
-            self.queued.take(&fetch, |_| ());
+            self.queued.forget(&fetch);
             self.background_ended();
             return 0;
         }

@@ -376,7 +376,8 @@ impl RemoteFile {
     /// wait; one that comes before a worker took the fetch takes it and
     /// fetches its blocks with its own, in one round trip (a read never
     /// waits for background work's turn). A guess that fails costs only its
-    /// bytes: the read then fetches the block itself. Parts of ranges past the end of the file are ignored.
+    /// bytes: the read then fetches the block itself. Parts of ranges past
+    /// the end of the file are ignored.
     ///
     /// ```no_run
     /// # let file = remfile::RemoteFile::open("https://example.com/data.h5")?;

@@ -44,6 +44,11 @@ impl Queued {
         Some(claim(&taken))
     }
 
+    /// Drops `fetch` if nobody took it yet: it makes no request.
+    pub(crate) fn forget(&self, fetch: &Arc<[u64]>) {
+        self.take(fetch, |_| ());
+    }
+
     /// Takes every queued fetch that brings one of `needed` (sorted), and
     /// gives `claim` the blocks they bring (sorted, each once; empty if
     /// none) before anybody else looks. A fetch whose file was closed is
@@ -121,6 +126,9 @@ mod tests {
         closing.close();
         assert!(taken(&queued, &[1]).is_empty());
         assert_eq!(queued.take(&fetch, |_| ()), None, "dropped");
+        let forgotten = queued.push(vec![3], Closing::default());
+        queued.forget(&forgotten);
+        assert!(taken(&queued, &[3]).is_empty());
     }
 
     #[test]

@@ -168,6 +168,16 @@ struct Remote {
 }
 
 impl Remote {
+    /// `file`, opened by this process.
+    fn of(file: RemoteFile) -> Remote {
+        Remote {
+            url: file.url().to_owned(),
+            size: file.len(),
+            file: Mutex::new(Some(file)),
+            pid: std::process::id(),
+        }
+    }
+
     /// The file, unless closed (a clone: reads share its cache).
     fn file(&self) -> PyResult<RemoteFile> {
         if self.inherited() {
@@ -216,12 +226,7 @@ impl Remote {
         // The driver's defaults, so that one table of defaults holds for both.
         let builder = vfd::builder(&parsed).map_err(config_error)?;
         let file = py.detach(|| builder.open(url)).map_err(to_py)?;
-        Ok(Remote {
-            url: file.url().to_owned(),
-            size: file.len(),
-            file: Mutex::new(Some(file)),
-            pid: std::process::id(),
-        })
+        Ok(Remote::of(file))
     }
 
     /// The file's length in bytes.
@@ -497,12 +502,7 @@ fn _remote_of_file(file: hid_t) -> PyResult<Option<Remote>> {
     let Some(handle) = driver_handle(file)? else {
         return Ok(None);
     };
-    Ok(vfd::remote_of_handle(handle).map(|file| Remote {
-        url: file.url().to_owned(),
-        size: file.len(),
-        pid: std::process::id(),
-        file: Mutex::new(Some(file)),
-    }))
+    Ok(vfd::remote_of_handle(handle).map(Remote::of))
 }
 
 /// The driver's handle of the open HDF5 file `file`, if the driver reads
