@@ -206,8 +206,6 @@ mod cache;
 mod deadline;
 mod disk;
 mod engine;
-#[cfg(test)]
-mod engine_tests;
 mod error;
 #[cfg(any(feature = "hdf5", feature = "vfd"))]
 mod extension;

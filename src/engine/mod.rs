@@ -6,6 +6,15 @@
 //! cache and go straight into the caller's buffer. All hit and miss
 //! accounting happens here. [`RemoteFile`](crate::RemoteFile) is its public
 //! face.
+//!
+//! - `mod.rs`: the engine and the core's reads, fetches and background
+//!   fetches;
+//! - [`fetch`]: one fetch of a claim's blocks, and the buffer helpers;
+//! - [`kept_pieces`]: a file's pieces on its disk cache;
+//! - `for_driver`: what only the HDF5 driver asks for (built with the
+//!   `hdf5` or `vfd` feature alone), reached through
+//!   [`Extension`](crate::extension::Extension);
+//! - `tests`: the engine over an in-memory source.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -13,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::cache::{Block, BlockCache, Claim, FileKey, Here, Pieces, Served};
+use crate::cache::{Block, BlockCache, Claim, FileKey, Pieces, Served};
 use crate::disk::{Claimed, DiskFile};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fanout::{Done, Next, fan_out};
@@ -26,6 +35,19 @@ use crate::queued::Queued;
 use crate::range_source::RangeSource;
 use crate::stats::{Counters, Stats};
 use crate::sync;
+
+mod fetch;
+#[cfg(any(feature = "hdf5", feature = "vfd"))]
+mod for_driver;
+mod kept_pieces;
+#[cfg(test)]
+mod tests;
+
+use fetch::{Fetch, Guess, copy_out, cut, nobody_needs};
+#[cfg(any(feature = "hdf5", feature = "vfd"))]
+pub(crate) use for_driver::BackgroundWork;
+pub(crate) use kept_pieces::Keep;
+use kept_pieces::PiecesOnDisk;
 
 /// How the engine sizes its fetches: the builder's options, checked.
 #[derive(Debug, Clone, Copy)]
@@ -63,18 +85,10 @@ pub(crate) struct Engine {
     read_ahead: Mutex<ReadAhead>,
     link: Arc<LinkMeter>,
     counters: Arc<Counters>,
-    /// Small ranges guesses fetched exactly (see [`Engine::guess_pieces`]).
+    /// Small ranges the driver's guesses fetched exactly (its side store:
+    /// see [`for_driver`]); a read looks at them only once one was put.
     pieces: Pieces,
-    /// The pieces as last kept on disk; held while they are kept, so that
-    /// an older snapshot never follows a newer one into the queue.
-    pieces_kept: sync::Mutex<Kept>,
-    /// The process that opened the file: a forked child keeps no pieces
-    /// (their lock, or the disk queue's, may be held for good by a thread
-    /// of the parent).
-    opened_by: u32,
-    /// The bytes of pieces found on disk at open.
-    #[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
-    pieces_from_disk: u64,
+    pieces_on_disk: PiecesOnDisk,
     /// Background fetches waiting for a worker (a reader that needs one of
     /// their blocks takes them).
     queued: Queued,
@@ -116,9 +130,7 @@ impl Engine {
                 options.read_ahead_max,
             )),
             pieces: Pieces::new(cache.pieces_budget()),
-            pieces_kept: Default::default(),
-            pieces_from_disk: 0,
-            opened_by: std::process::id(),
+            pieces_on_disk: PiecesOnDisk::new(),
             cache,
             options,
             link,
@@ -129,42 +141,12 @@ impl Engine {
         }
     }
 
-    /// Takes the pieces an earlier run kept on disk (for the HDF5 driver:
-    /// the metadata its crawl fetched exactly, which no block holds).
-    #[cfg(any(feature = "hdf5", feature = "vfd"))]
-    pub(crate) fn with_pieces_from_disk(mut self) -> Engine {
-        if let Some(disk) = &self.disk {
-            self.pieces.put(disk.read_pieces(self.identity.size));
-            let (arrivals, here) = self.pieces.here();
-            let kept = Kept::of(arrivals, &here);
-            *self.pieces_kept.get_mut() = kept;
-            self.pieces_from_disk = kept.bytes;
-        }
-        self
-    }
-
-    /// The bytes of pieces found on disk when the file was opened.
-    #[cfg(any(feature = "hdf5", feature = "vfd"))]
-    pub(crate) fn pieces_from_disk(&self) -> u64 {
-        self.pieces_from_disk
-    }
-
-    /// Keeps the file's pieces on disk, if it has a disk cache and
-    /// [`worth_keeping`] says so: the next run finds them there.
+    /// Keeps the file's pieces on its disk cache, if it has one and they
+    /// are worth the write (see [`PiecesOnDisk::keep`]): the next run finds
+    /// them there.
     pub(crate) fn keep_pieces(&self, when: Keep) {
-        let Some(disk) = self
-            .disk
-            .as_ref()
-            .filter(|_| self.opened_by == std::process::id())
-        else {
-            return;
-        };
-        let mut kept = self.pieces_kept.lock();
-        let (arrivals, here) = self.pieces.here();
-        let now = Kept::of(arrivals, &here);
-        if worth_keeping(*kept, now, when) {
-            disk.write_pieces(here.iter().map(|(start, bytes)| (*start, &bytes[..])));
-            *kept = now;
+        if let Some(disk) = &self.disk {
+            self.pieces_on_disk.keep(disk, &self.pieces, when);
         }
     }
 
@@ -212,18 +194,6 @@ impl Engine {
         self.link.estimate()
     }
 
-    /// The link as guesses are sized by (see [`crate::link::LinkMeter::guess_estimate`]).
-    #[cfg(any(feature = "hdf5", feature = "vfd"))]
-    pub(crate) fn guess_link_estimate(&self) -> Option<LinkEstimate> {
-        self.link.guess_estimate()
-    }
-
-    /// The most requests a guess has in flight.
-    #[cfg(any(feature = "hdf5", feature = "vfd"))]
-    pub(crate) fn guess_concurrency(&self) -> u64 {
-        self.options.guess_concurrency
-    }
-
     fn link_sizes(&self) -> plan::LinkSizes {
         let o = &self.options;
         let bdp = self.link.estimate().map(|e| e.bandwidth_delay_product());
@@ -244,15 +214,6 @@ impl Engine {
     /// Whether every block covering `range` is cached.
     pub(crate) fn is_cached(&self, range: Range<u64>) -> bool {
         self.pieces.holds(range.clone()) || self.missing([range]).next().is_none()
-    }
-
-    /// The least and the most bytes a sequential stream reads ahead.
-    #[cfg(any(feature = "hdf5", feature = "vfd"))]
-    pub(crate) fn read_ahead_bounds(&self) -> (u64, u64) {
-        (
-            self.link_sizes().ahead_floor_bytes,
-            self.options.read_ahead_max,
-        )
     }
 
     /// Fills `buf` with the bytes at `pos`; the range lies inside the file.
@@ -777,62 +738,11 @@ impl Engine {
         self.fetch_not_on_disk(guess);
     }
 
-    /// As [`prefetch_in_background`](Self::prefetch_in_background), on
-    /// the calling thread: returns when the fetch has ended (for a thread
-    /// whose work is guessing).
-    #[cfg(any(feature = "hdf5", feature = "vfd"))]
-    pub(crate) fn prefetch_here(
-        &self,
-        ranges: impl IntoIterator<Item = Range<u64>>,
-        max_bytes: u64,
-    ) -> u64 {
-        let (guess, claimed) = self.claim_guess(ranges, max_bytes);
-        if let Some(mut guess) = guess {
-            let _ends = self.background_started();
-            self.fetch_guess(&mut guess);
-        }
-        claimed
-    }
-
-    /// Whether the file's blocks also go to a disk cache.
-    #[cfg(any(feature = "hdf5", feature = "vfd"))]
-    pub(crate) fn has_disk_cache(&self) -> bool {
-        self.disk.is_some()
-    }
-
-    /// Claims the missing blocks of `ranges` as a guess, at most
-    /// `max_bytes` of them, and hands over those the disk cache holds at
-    /// once (a reader that came to need one would otherwise wait for the
-    /// network's turn). Returns the claim, if blocks are left to fetch, and
-    /// the bytes claimed.
-    #[cfg(any(feature = "hdf5", feature = "vfd"))]
-    fn claim_guess(
-        &self,
-        ranges: impl IntoIterator<Item = Range<u64>>,
-        max_bytes: u64,
-    ) -> (Option<Guess>, u64) {
-        self.claim_blocks(self.guessable(ranges, max_bytes))
-    }
-
     /// The missing blocks of `ranges` a guess of at most `max_bytes` (and
     /// of no more than the cache holds) takes, sorted.
     fn guessable(&self, ranges: impl IntoIterator<Item = Range<u64>>, max_bytes: u64) -> Vec<u64> {
         let most = (max_bytes / self.options.block_size).min(self.blocks_the_cache_holds());
         self.missing_blocks(ranges, most)
-    }
-
-    /// As [`claim_guess`](Self::claim_guess), for `missing` (sorted blocks
-    /// not cached).
-    #[cfg(any(feature = "hdf5", feature = "vfd"))]
-    fn claim_blocks(&self, missing: Vec<u64>) -> (Option<Guess>, u64) {
-        if missing.is_empty() {
-            return (None, 0);
-        }
-        let mut guess = self.claim_guess_of(&missing);
-        let claimed: u64 = guess.claim.owned().iter().map(|&i| self.block_len(i)).sum();
-        self.fetch_from_disk(&mut guess);
-        let left = (!guess.claim.owned().is_empty()).then_some(guess);
-        (left, claimed)
     }
 
     /// A guess claiming those of `blocks` (sorted) neither cached nor in
@@ -842,126 +752,6 @@ impl Engine {
         let claim = self.cache.claim_speculative(&self.key, blocks, started);
         let deadline = Instant::now() + self.options.read_timeout;
         Fetch::new(claim, nobody_needs as fn(u64) -> bool, deadline)
-    }
-
-    /// The cached bytes from `pos` on, through consecutive cached blocks
-    /// (or else through the piece holding `pos`), at most `max` of them:
-    /// empty if neither holds `pos`. Counts no read: it is for parsing what
-    /// guesses brought.
-    #[cfg(any(feature = "hdf5", feature = "vfd"))]
-    pub(crate) fn cached_from(&self, pos: u64, max: usize) -> Vec<u8> {
-        let from_blocks = self.cached_in_blocks_from(pos, max);
-        if from_blocks.is_empty() {
-            return self.pieces.bytes_from(pos, max);
-        }
-        from_blocks
-    }
-
-    #[cfg(any(feature = "hdf5", feature = "vfd"))]
-    fn cached_in_blocks_from(&self, pos: u64, max: usize) -> Vec<u8> {
-        let bs = self.options.block_size;
-        let end = pos.saturating_add(max as u64).min(self.identity.size);
-        let mut out = Vec::new();
-        let mut at = pos;
-        while at < end {
-            let index = at / bs;
-            let Some(block) = self.cache.get(&self.key, index) else {
-                break;
-            };
-            let offset = (at - index * bs) as usize;
-            let take = (block.len().saturating_sub(offset) as u64).min(end - at) as usize;
-            if take == 0 {
-                break;
-            }
-            out.extend_from_slice(&block[offset..offset + take]);
-            at += take as u64;
-        }
-        out
-    }
-
-    /// Fetches `ranges` exactly, as pieces, on the calling thread: at most
-    /// `max_bytes` of them, those of the file's blocks in memory or on disk
-    /// excepted, in one round of at most
-    /// [`guess_concurrency`](Self::guess_concurrency) requests at once.
-    /// Returns the bytes fetched. A failure costs the guess only: readers
-    /// of those bytes read blocks and meet it themselves. If the pieces'
-    /// budget, which the files sharing the cache share, has no room for
-    /// them, they are fetched as blocks ([`prefetch_here`](Self::prefetch_here)),
-    /// which the cache evicts as it must.
-    #[cfg(any(feature = "hdf5", feature = "vfd"))]
-    pub(crate) fn guess_pieces(&self, ranges: Vec<Range<u64>>, max_bytes: u64) -> u64 {
-        let size = self.identity.size;
-        let mut wanted: Vec<Range<u64>> = ranges
-            .into_iter()
-            .map(|r| r.start.min(size)..r.end.min(size))
-            .filter(|r| !r.is_empty() && !self.is_cached(r.clone()))
-            .collect();
-        if self.disk.is_some() && !wanted.is_empty() {
-            // Blocks on disk cost no request: whatever they hold is read
-            // from there, and only what they do not hold is fetched.
-            let (rest, _) = self.claim_guess(wanted.iter().cloned(), u64::MAX);
-            drop(rest);
-            wanted.retain(|r| !self.is_cached(r.clone()));
-        }
-        let mut total = 0u64;
-        wanted.retain(|r| {
-            total = total.saturating_add(r.end - r.start);
-            total <= max_bytes
-        });
-        let bytes: u64 = wanted.iter().map(|r| r.end - r.start).sum();
-        if !self.pieces.budget().has_room(bytes) {
-            return self.prefetch_here(wanted, max_bytes);
-        }
-        let started = self.counters.round_mark();
-        let taken = self.pieces.claim(&wanted, started);
-        if taken.is_empty() {
-            return 0;
-        }
-        let fetched = taken.iter().map(|r| r.end - r.start).sum();
-        let deadline = Instant::now() + self.options.read_timeout;
-        let _ends = self.background_started();
-        fan_out(
-            taken,
-            self.options.guess_concurrency as usize,
-            |range| {
-                let mut bytes = vec![0; (range.end - range.start) as usize];
-                let result = self.transport.fetch(
-                    range.clone(),
-                    &mut Sink::over(&mut bytes),
-                    &self.identity,
-                    deadline,
-                );
-                Done {
-                    attempts: *result.as_ref().unwrap_or(&1),
-                    outcome: (range, result.ok().map(|_| bytes)),
-                }
-            },
-            |(range, bytes)| {
-                self.pieces.deliver(range, bytes);
-                Next::Continue
-            },
-        );
-        fetched
-    }
-
-    /// Counts background work that is not one fetch (the HDF5 driver's
-    /// crawl, from the moment it has work until it has none) for as long
-    /// as the returned guard lives: [`wait_for_background`](Self::wait_for_background)
-    /// waits for it too, so a measurement never reads the statistics
-    /// between two of its waves.
-    #[cfg(any(feature = "hdf5", feature = "vfd"))]
-    pub(crate) fn background_work(self: &Arc<Self>) -> BackgroundWork {
-        *self.background.lock() += 1;
-        BackgroundWork {
-            engine: Arc::clone(self),
-        }
-    }
-
-    /// Counts one background fetch, until the returned guard is dropped.
-    #[cfg(any(feature = "hdf5", feature = "vfd"))]
-    fn background_started(&self) -> BackgroundEnds<'_> {
-        *self.background.lock() += 1;
-        BackgroundEnds(self)
     }
 
     fn background_ended(&self) {
@@ -1008,262 +798,11 @@ impl Engine {
     }
 }
 
-/// When a file's pieces are kept on disk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Keep {
-    /// The crawl has nothing left to fetch for now: more may come.
-    #[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
-    WhileOpen,
-    /// The file is closed: nothing more comes.
-    AtClose,
-}
-
-/// A file's pieces, as counted when kept on disk.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Kept {
-    /// How many had arrived.
-    arrivals: u64,
-    bytes: u64,
-}
-
-impl Kept {
-    /// The count of what [`Pieces::here`] gives.
-    fn of(arrivals: u64, here: &[Here]) -> Kept {
-        let bytes = here.iter().map(|(_, b)| b.len() as u64).sum();
-        Kept { arrivals, bytes }
-    }
-}
-
-/// Whether pieces `now` are worth writing over those `kept`: any change
-/// at close; while open, only once they have grown by half (or were never
-/// kept), so that a crawl going idle again and again rewrites at most
-/// about three times the bytes it ends with, and a run that is killed loses
-/// at most a third of them.
-fn worth_keeping(kept: Kept, now: Kept, when: Keep) -> bool {
-    if now.arrivals == kept.arrivals {
-        return false;
-    }
-    match when {
-        Keep::AtClose => true,
-        Keep::WhileOpen => kept.arrivals == 0 || now.bytes >= kept.bytes + kept.bytes / 2,
-    }
-}
-
-/// One fetch of a claim's blocks: the claim, which of its blocks the caller
-/// needs (handed back as they come, after those the claim found cached),
-/// when it gives up, and what it has cost. The engine orders where the
-/// blocks come from (memory, disk, network); the fetch takes them and
-/// records the round trips they cost, which a read counts once, at its end
-/// (no count is passed from call to call).
-struct Fetch<N> {
-    claim: Claim,
-    is_needed: N,
-    got: Vec<(u64, Block)>,
-    deadline: Instant,
-    /// The round trips it has cost so far (requests in sequence, waits of
-    /// its own), counted into the file's once when it ends.
-    round_trips: u32,
-}
-
-/// A fetch no caller waits on: a guess fetched ahead.
-type Guess = Fetch<fn(u64) -> bool>;
-
-fn nobody_needs(_: u64) -> bool {
-    false
-}
-
-impl<N: Fn(u64) -> bool> Fetch<N> {
-    fn new(mut claim: Claim, is_needed: N, deadline: Instant) -> Fetch<N> {
-        let got = claim.take_found();
-        Fetch {
-            claim,
-            is_needed,
-            got,
-            deadline,
-            round_trips: 0,
-        }
-    }
-
-    /// Records `n` more round trips, one after another.
-    fn cost(&mut self, n: u32) {
-        self.round_trips += n;
-    }
-
-    /// Records a wait of its own (for another's fetch): a round trip, unless
-    /// one was counted already, which the wait overlapped.
-    fn cost_a_wait(&mut self) {
-        self.round_trips = self.round_trips.max(1);
-    }
-
-    /// Gives block `index` to the cache and its waiters, and to the caller
-    /// if it needs it.
-    fn take(&mut self, index: u64, block: Block) {
-        if (self.is_needed)(index) {
-            self.got.push((index, block.clone()));
-        }
-        self.claim.fulfil(index, block);
-    }
-
-    /// Takes the outcome of fetching `part`: its `owned` blocks (sorted; gap
-    /// blocks fetched to save a request are cached or fetched by others
-    /// already), or the failure, which goes to their waiters. Returns the
-    /// failure if it hit a needed block.
-    fn deliver(
-        &mut self,
-        owned: &[u64],
-        part: Range<u64>,
-        result: Result<Vec<Vec<u8>>>,
-    ) -> Option<Error> {
-        let is_owned = |i: &u64| owned.binary_search(i).is_ok();
-        match result {
-            Ok(blocks) => {
-                for (i, data) in part.zip(blocks).filter(|(i, _)| is_owned(i)) {
-                    self.take(i, Arc::new(data));
-                }
-                None
-            }
-            Err(e) => {
-                for i in part.clone() {
-                    self.claim.fail(i, &e);
-                }
-                part.clone()
-                    .any(|i| is_owned(&i) && (self.is_needed)(i))
-                    .then_some(e)
-            }
-        }
-    }
-}
-
-/// Cuts `buf`, which holds the bytes from `pos` on, into one piece per range
-/// of `parts` (consecutive, starting at `pos`).
-fn cut(buf: &mut [u8], pos: u64, parts: Vec<Range<u64>>) -> Vec<(Range<u64>, &mut [u8])> {
-    debug_assert!(parts.first().is_none_or(|p| p.start == pos));
-    let mut pieces = Vec::with_capacity(parts.len());
-    let mut rest = buf;
-    for part in parts {
-        let (piece, after) = rest.split_at_mut((part.end - part.start) as usize);
-        pieces.push((part, piece));
-        rest = after;
-    }
-    pieces
-}
-
-/// Copies the bytes at `pos` from consecutive blocks, the first starting at
-/// `first_start`, into `buf`.
-fn copy_out<'a>(
-    blocks: impl IntoIterator<Item = &'a Block>,
-    first_start: u64,
-    pos: u64,
-    buf: &mut [u8],
-) {
-    let mut written = 0usize;
-    let mut skip = (pos - first_start) as usize;
-    for block in blocks {
-        let take = (block.len() - skip).min(buf.len() - written);
-        buf[written..written + take].copy_from_slice(&block[skip..skip + take]);
-        written += take;
-        skip = 0;
-    }
-    debug_assert_eq!(written, buf.len());
-}
-
 /// Ends one background fetch when dropped (a panic in the fetch too).
-struct BackgroundEnds<'a>(&'a Engine);
+pub(super) struct BackgroundEnds<'a>(&'a Engine);
 
 impl Drop for BackgroundEnds<'_> {
     fn drop(&mut self) {
         self.0.background_ended();
-    }
-}
-
-/// Background work under way until dropped: see [`Engine::background_work`].
-#[cfg(any(feature = "hdf5", feature = "vfd"))]
-pub(crate) struct BackgroundWork {
-    engine: Arc<Engine>,
-}
-
-#[cfg(any(feature = "hdf5", feature = "vfd"))]
-impl Drop for BackgroundWork {
-    fn drop(&mut self) {
-        self.engine.background_ended();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_fetch_of_missing_blocks_that_takes_a_queued_fetch_returns_only_its_own() {
-        let block = 64 << 10;
-        let bytes: Vec<u8> = (0..8 * block).map(|i| (i % 251) as u8).collect();
-        let source = crate::memory_source::MemorySource::new(bytes.clone());
-        let options = crate::RemoteFile::builder()
-            .block_size(block as u64)
-            .read_ahead_max(0);
-        let file = crate::open::open_over(&options, Arc::clone(&source));
-        let engine = file.engine();
-        engine.queue_for_no_worker(Some(2 * block as u64..6 * block as u64));
-        let got = engine.fetch_missing(&[3]).unwrap();
-        let indices: Vec<u64> = got.iter().map(|(i, _)| *i).collect();
-        assert_eq!(indices, [3], "the callers place blocks by what they asked");
-        assert_eq!(got[0].1[..], bytes[3 * block..4 * block]);
-        // The rest of the taken fetch went to the cache.
-        assert!(engine.is_cached(2 * block as u64..6 * block as u64));
-    }
-
-    #[test]
-    fn pieces_are_kept_at_close_or_once_grown_by_half() {
-        let kept = |arrivals, bytes| Kept { arrivals, bytes };
-        let none = Kept::default();
-        assert!(
-            worth_keeping(none, kept(1, 10), Keep::WhileOpen),
-            "never kept"
-        );
-        assert!(
-            !worth_keeping(kept(3, 100), kept(3, 100), Keep::AtClose),
-            "unchanged"
-        );
-        assert!(!worth_keeping(kept(3, 100), kept(4, 149), Keep::WhileOpen));
-        assert!(worth_keeping(kept(3, 100), kept(4, 150), Keep::WhileOpen));
-        assert!(worth_keeping(kept(3, 100), kept(4, 101), Keep::AtClose));
-        // Idle again and again, by a byte each: rewrites stay a few times
-        // the final bytes.
-        let (mut on_disk, mut written) = (kept(1, 1000), 1000u64);
-        for n in 2..100_000u64 {
-            let now = kept(n, 1000 + n);
-            if worth_keeping(on_disk, now, Keep::WhileOpen) {
-                written += now.bytes;
-                on_disk = now;
-            }
-        }
-        assert!(written <= 3 * 101_000, "{written}");
-    }
-
-    #[test]
-    fn copy_out_spans_blocks() {
-        let blocks = [
-            Arc::new(b"abcd".to_vec()),
-            Arc::new(b"efgh".to_vec()),
-            Arc::new(b"ij".to_vec()),
-        ];
-        let mut buf = [0u8; 7];
-        copy_out(&blocks, 4, 6, &mut buf);
-        assert_eq!(&buf, b"cdefghi");
-    }
-
-    #[test]
-    fn cut_gives_each_part_its_piece() {
-        let mut buf = *b"abcdefghij";
-        let pieces = cut(&mut buf, 100, vec![100..103, 103..107, 107..110]);
-        let got: Vec<(Range<u64>, &[u8])> = pieces.into_iter().map(|(r, p)| (r, &*p)).collect();
-        assert_eq!(
-            got,
-            [
-                (100..103, &b"abc"[..]),
-                (103..107, b"defg"),
-                (107..110, b"hij")
-            ]
-        );
     }
 }

@@ -251,3 +251,22 @@ fn a_file_sharing_a_disk_cache_waits_for_the_other_s_fetch_and_asks_nothing() {
     drop((fetching, waiting));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_fetch_of_missing_blocks_that_takes_a_queued_fetch_returns_only_its_own() {
+    let block = 64 << 10;
+    let bytes: Vec<u8> = (0..8 * block).map(|i| (i % 251) as u8).collect();
+    let source = crate::memory_source::MemorySource::new(bytes.clone());
+    let options = crate::RemoteFile::builder()
+        .block_size(block as u64)
+        .read_ahead_max(0);
+    let file = crate::open::open_over(&options, Arc::clone(&source));
+    let engine = file.engine();
+    engine.queue_for_no_worker(Some(2 * block as u64..6 * block as u64));
+    let got = engine.fetch_missing(&[3]).unwrap();
+    let indices: Vec<u64> = got.iter().map(|(i, _)| *i).collect();
+    assert_eq!(indices, [3], "the callers place blocks by what they asked");
+    assert_eq!(got[0].1[..], bytes[3 * block..4 * block]);
+    // The rest of the taken fetch went to the cache.
+    assert!(engine.is_cached(2 * block as u64..6 * block as u64));
+}
