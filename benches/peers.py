@@ -20,6 +20,7 @@ slice of the largest chunked dataset; and for NWB files, in a fresh file,
 pynwb's NWBHDF5IO(file=h5py.File(...)).read().
 """
 
+import gc
 import json
 import os
 import re
@@ -201,7 +202,14 @@ def measurer(peer, remote):
     def measure(phase, work):
         logged = len(server_log(remote))
         before, c0, t0 = server_stats(remote), cpu(), time.perf_counter()
-        result = work()
+        # No collection inside a phase: fsspec's IO thread collecting a
+        # pynwb reader runs its __del__, which waits for h5py's lock that
+        # the main thread holds while it waits for that IO thread.
+        gc.disable()
+        try:
+            result = work()
+        finally:
+            gc.enable()
         wall, used = time.perf_counter() - t0, cpu() - c0
         after = server_stats(remote)
         waves = rounds(server_log(remote)[logged:])
