@@ -18,7 +18,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use crate::LinkEstimate;
-use crate::engine::{BackgroundWork, Engine, Keep};
+use crate::engine::{BackgroundWork, Engine};
 use crate::process::workers::Closing;
 
 /// A file as the driver sees it (from
@@ -97,9 +97,9 @@ impl<'f> Extension<'f> {
         self.engine.guess_pieces(ranges, max_bytes)
     }
 
-    /// See [`Engine::keep_pieces`]: while the file is open.
+    /// See [`Engine::keep_pieces`].
     pub(crate) fn keep_pieces(self) {
-        self.engine.keep_pieces(Keep::WhileOpen);
+        self.engine.keep_pieces();
     }
 
     /// See [`Engine::pieces_from_disk`].

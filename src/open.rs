@@ -85,7 +85,7 @@ pub(crate) fn open(builder: &Builder, text: &str) -> Result<RemoteFile> {
         counters,
     );
     #[cfg(any(feature = "hdf5", feature = "vfd"))]
-    let engine = engine.with_pieces_from_disk();
+    let engine = engine.with_piece_store();
     engine.seed(0, opened.first);
     if let (Some(lock), Some(disk)) = (first_open, &builder.disk_cache) {
         disk.release_after_writes(vec![lock]);
@@ -120,14 +120,17 @@ pub(crate) fn open_over(
     let disk = disk_file(builder, &url, &identity, true);
     let options = read_options(builder, &cache);
     let link = Arc::new(LinkMeter::new(builder.link));
-    RemoteFile::new(Engine::new(
+    let engine = Engine::new(
         source,
         identity,
         (cache, key, disk),
         options,
         link,
         counters,
-    ))
+    );
+    #[cfg(any(feature = "hdf5", feature = "vfd"))]
+    let engine = engine.with_piece_store();
+    RemoteFile::new(engine)
 }
 
 /// Where the file's blocks go on disk, if the builder has a disk cache and

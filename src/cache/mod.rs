@@ -1,11 +1,13 @@
 //! The block cache: blocks of many files in one memory budget ([`BlockCache`]),
 //! the table of fetches in flight that keeps concurrent readers from fetching
 //! a block twice ([`flight`]), the evicted buffers new blocks reuse
-//! ([`pool`]), and the small ranges a guess fetched exactly ([`pieces`]).
+//! ([`pool`]), the small ranges a guess fetched exactly ([`pieces`]), and
+//! what a file may keep beside its blocks ([`side_store`]).
 
 mod flight;
 mod pieces;
 mod pool;
+mod side_store;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -16,8 +18,11 @@ use moka::policy::EvictionPolicy;
 use parking_lot::Mutex;
 
 pub(crate) use self::flight::{Claim, Pending};
-pub(crate) use self::pieces::{Here, Pieces, PiecesBudget, Served};
+pub(crate) use self::pieces::PiecesBudget;
+#[cfg(any(feature = "hdf5", feature = "vfd"))]
+pub(crate) use self::pieces::{Here, Pieces};
 pub(crate) use self::pool::BufferPool;
+pub(crate) use self::side_store::{Served, SideStore};
 
 /// The most bytes of evicted blocks' buffers kept for reuse (and at most a
 /// quarter of the cache's capacity).
@@ -71,7 +76,9 @@ struct Inner {
     key_hashers: (RandomState, RandomState),
     capacity: u64,
     in_flight: Mutex<HashMap<Key, Arc<Pending>>>,
-    /// What the pieces of all the cache's files may hold together.
+    /// What the pieces of all the cache's files may hold together (the
+    /// HDF5 driver's side store).
+    #[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
     pieces: Arc<PiecesBudget>,
 }
 
@@ -173,6 +180,7 @@ impl BlockCache {
     }
 
     /// The budget the pieces of the cache's files share.
+    #[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
     pub(crate) fn pieces_budget(&self) -> Arc<PiecesBudget> {
         Arc::clone(&self.inner.pieces)
     }

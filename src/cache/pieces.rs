@@ -23,6 +23,7 @@ use std::sync::atomic::{
 };
 use std::time::Instant;
 
+use super::side_store::Served;
 use crate::stats::RoundMark;
 use crate::sync::{Condvar, Mutex};
 
@@ -108,17 +109,6 @@ struct Piece {
     /// it yet (see [`Served::cost_a_round`]).
     started: RoundMark,
     waited: bool,
-}
-
-/// How a read from the pieces went.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Served {
-    /// No piece holds the whole range (or the one that would failed).
-    No,
-    /// Copied from a piece; `cost_a_round` if the reader waited for a piece
-    /// whose fetch no counted round overlapped, and no reader waited for
-    /// it before (the same rule as a guessed block's).
-    Yes { cost_a_round: bool },
 }
 
 impl Pieces {

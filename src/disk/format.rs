@@ -116,6 +116,7 @@ pub(crate) fn max_pieces_file_len(identity: &str) -> u64 {
 /// The payload of a pieces file holding `pieces` (by first byte, in order,
 /// none overlapping): as many as the limits and `max_bytes` of them allow,
 /// the first ones first.
+#[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
 pub(crate) fn encode_pieces<'p>(
     pieces: impl IntoIterator<Item = (u64, &'p [u8])>,
     max_bytes: u64,

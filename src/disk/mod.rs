@@ -483,6 +483,7 @@ impl DiskFile {
     /// that the next run finds them too. As many as the limits of
     /// [`format::encode_pieces`] allow, within a quarter of the disk
     /// cache's capacity (the pieces are a side store, never most of it).
+    #[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
     pub(crate) fn write_pieces<'p>(&self, pieces: impl IntoIterator<Item = (u64, &'p [u8])>) {
         let payload = format::encode_pieces(pieces, self.capacity() / 4);
         let bytes = format::encode(format::pieces_owner(&self.identity), &payload);

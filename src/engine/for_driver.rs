@@ -9,25 +9,41 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::piece_store::PieceStore;
 use super::{BackgroundEnds, Engine, Guess};
 use crate::fanout::{Done, Next, fan_out};
 use crate::http::Sink;
 use crate::link::LinkEstimate;
 
 impl Engine {
-    /// Takes the pieces an earlier run kept on disk (for the HDF5 driver:
-    /// the metadata its crawl fetched exactly, which no block holds).
-    pub(crate) fn with_pieces_from_disk(mut self) -> Engine {
+    /// Gives the file the driver's side store: the pieces its crawl fetches
+    /// exactly (the metadata no block holds), with those an earlier run
+    /// kept on disk. Without it, the driver's pieces are fetched as blocks.
+    pub(crate) fn with_piece_store(mut self) -> Engine {
+        let mut store = PieceStore::new(self.cache.pieces_budget());
         if let Some(disk) = &self.disk {
-            let size = self.identity.size;
-            self.pieces_on_disk.load(disk, &self.pieces, size);
+            store.load(disk, self.identity.size);
         }
+        self.side_store = Some(Box::new(store));
         self
+    }
+
+    fn piece_store(&self) -> Option<&PieceStore> {
+        self.side_store.as_ref()?.as_any().downcast_ref()
     }
 
     /// The bytes of pieces found on disk when the file was opened.
     pub(crate) fn pieces_from_disk(&self) -> u64 {
-        self.pieces_on_disk.found_at_open()
+        self.piece_store().map_or(0, PieceStore::found_at_open)
+    }
+
+    /// Keeps the file's pieces on its disk cache, if it has one and they
+    /// have grown enough since they were last kept: the next run finds
+    /// them there even if this one is killed.
+    pub(crate) fn keep_pieces(&self) {
+        if let (Some(disk), Some(store)) = (&self.disk, self.piece_store()) {
+            store.keep_while_open(disk);
+        }
     }
 
     /// The link as guesses are sized by (see [`crate::link::LinkMeter::guess_estimate`]).
@@ -102,7 +118,8 @@ impl Engine {
     pub(crate) fn cached_from(&self, pos: u64, max: usize) -> Vec<u8> {
         let from_blocks = self.cached_in_blocks_from(pos, max);
         if from_blocks.is_empty() {
-            return self.pieces.bytes_from(pos, max);
+            let store = self.piece_store();
+            return store.map_or_else(Vec::new, |s| s.pieces().bytes_from(pos, max));
         }
         from_blocks
     }
@@ -157,11 +174,15 @@ impl Engine {
             total <= max_bytes
         });
         let bytes: u64 = wanted.iter().map(|r| r.end - r.start).sum();
-        if !self.pieces.budget().has_room(bytes) {
+        let Some(pieces) = self
+            .piece_store()
+            .map(PieceStore::pieces)
+            .filter(|p| p.budget().has_room(bytes))
+        else {
             return self.prefetch_here(wanted, max_bytes);
-        }
+        };
         let started = self.counters.round_mark();
-        let taken = self.pieces.claim(&wanted, started);
+        let taken = pieces.claim(&wanted, started);
         if taken.is_empty() {
             return 0;
         }
@@ -185,7 +206,7 @@ impl Engine {
                 }
             },
             |(range, bytes)| {
-                self.pieces.deliver(range, bytes);
+                pieces.deliver(range, bytes);
                 Next::Continue
             },
         );

@@ -10,10 +10,11 @@
 //! - `mod.rs`: the engine and the core's reads, fetches and background
 //!   fetches;
 //! - [`fetch`]: one fetch of a claim's blocks, and the buffer helpers;
-//! - [`kept_pieces`]: a file's pieces on its disk cache;
 //! - `for_driver`: what only the HDF5 driver asks for (built with the
 //!   `hdf5` or `vfd` feature alone), reached through
 //!   [`Extension`](crate::extension::Extension);
+//! - `piece_store`: the driver's side store (the pieces its crawl fetched
+//!   exactly, kept on the disk cache), built with the driver too;
 //! - `tests`: the engine over an in-memory source.
 
 use std::ops::Range;
@@ -22,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::cache::{Block, BlockCache, Claim, FileKey, Pieces, Served};
+use crate::cache::{Block, BlockCache, Claim, FileKey, Served, SideStore};
 use crate::disk::{Claimed, DiskFile};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fanout::{Done, Next, fan_out};
@@ -39,15 +40,14 @@ use crate::sync;
 mod fetch;
 #[cfg(any(feature = "hdf5", feature = "vfd"))]
 mod for_driver;
-mod kept_pieces;
+#[cfg(any(feature = "hdf5", feature = "vfd"))]
+mod piece_store;
 #[cfg(test)]
 mod tests;
 
 use fetch::{Fetch, Guess, copy_out, cut, nobody_needs};
 #[cfg(any(feature = "hdf5", feature = "vfd"))]
 pub(crate) use for_driver::BackgroundWork;
-pub(crate) use kept_pieces::Keep;
-use kept_pieces::PiecesOnDisk;
 
 /// How the engine sizes its fetches: the builder's options, checked.
 #[derive(Debug, Clone, Copy)]
@@ -85,10 +85,9 @@ pub(crate) struct Engine {
     read_ahead: Mutex<ReadAhead>,
     link: Arc<LinkMeter>,
     counters: Arc<Counters>,
-    /// Small ranges the driver's guesses fetched exactly (its side store:
-    /// see [`for_driver`]); a read looks at them only once one was put.
-    pieces: Pieces,
-    pieces_on_disk: PiecesOnDisk,
+    /// What a driver keeps beside the blocks, if one put a store here (the
+    /// HDF5 driver's pieces): a read looks at it before the blocks.
+    side_store: Option<Box<dyn SideStore>>,
     /// Background fetches waiting for a worker (a reader that needs one of
     /// their blocks takes them).
     queued: Queued,
@@ -105,7 +104,9 @@ impl Drop for Engine {
         // A program that ends after reading leaves its blocks on disk for
         // the next run (they are written in the background).
         if let Some(disk) = &self.disk {
-            self.keep_pieces(Keep::AtClose);
+            if let Some(store) = &self.side_store {
+                store.at_close(disk);
+            }
             disk.flush(Instant::now() + DISK_FLUSH_AT_DROP);
         }
     }
@@ -129,8 +130,7 @@ impl Engine {
                 options.read_ahead_min,
                 options.read_ahead_max,
             )),
-            pieces: Pieces::new(cache.pieces_budget()),
-            pieces_on_disk: PiecesOnDisk::new(),
+            side_store: None,
             cache,
             options,
             link,
@@ -138,15 +138,6 @@ impl Engine {
             queued: Queued::default(),
             background: sync::Mutex::new(0),
             background_done: sync::Condvar::new(),
-        }
-    }
-
-    /// Keeps the file's pieces on its disk cache, if it has one and they
-    /// are worth the write (see [`PiecesOnDisk::keep`]): the next run finds
-    /// them there.
-    pub(crate) fn keep_pieces(&self, when: Keep) {
-        if let Some(disk) = &self.disk {
-            self.pieces_on_disk.keep(disk, &self.pieces, when);
         }
     }
 
@@ -213,7 +204,8 @@ impl Engine {
 
     /// Whether every block covering `range` is cached.
     pub(crate) fn is_cached(&self, range: Range<u64>) -> bool {
-        self.pieces.holds(range.clone()) || self.missing([range]).next().is_none()
+        let in_store = |r| self.side_store.as_ref().is_some_and(|s| s.holds(r));
+        in_store(range.clone()) || self.missing([range]).next().is_none()
     }
 
     /// Fills `buf` with the bytes at `pos`; the range lies inside the file.
@@ -224,7 +216,7 @@ impl Engine {
         if needed.end - needed.start == 1 && self.read_one_cached(pos, buf, needed.start) {
             return Ok(());
         }
-        if self.read_from_piece(pos, buf) {
+        if self.read_from_side_store(pos, buf) {
             self.note_read(pos, len, false);
             return Ok(());
         }
@@ -274,12 +266,15 @@ impl Engine {
         true
     }
 
-    /// Serves a read that lies inside one piece a guess fetched (waiting for
-    /// it if it is still coming). False if none holds it.
-    fn read_from_piece(&self, pos: u64, buf: &mut [u8]) -> bool {
+    /// Serves a read from the side store, if it holds the bytes (waiting for
+    /// those it was promised). False if it has none of them.
+    fn read_from_side_store(&self, pos: u64, buf: &mut [u8]) -> bool {
+        let Some(store) = &self.side_store else {
+            return false;
+        };
         let deadline = Instant::now() + self.options.read_timeout;
         let now = self.counters.round_mark();
-        let Served::Yes { cost_a_round } = self.pieces.read(pos, buf, deadline, now) else {
+        let Served::Yes { cost_a_round } = store.read(pos, buf, deadline, now) else {
             return false;
         };
         let c = &self.counters;
@@ -344,7 +339,7 @@ impl Engine {
         let mut reads: Vec<(u64, &mut [u8])> = reads
             .iter_mut()
             .filter_map(|(pos, buf)| {
-                let served = !buf.is_empty() && self.read_from_piece(*pos, buf);
+                let served = !buf.is_empty() && self.read_from_side_store(*pos, buf);
                 (!served).then_some((*pos, &mut **buf))
             })
             .collect();

@@ -270,3 +270,43 @@ fn a_fetch_of_missing_blocks_that_takes_a_queued_fetch_returns_only_its_own() {
     // The rest of the taken fetch went to the cache.
     assert!(engine.is_cached(2 * block as u64..6 * block as u64));
 }
+
+/// The driver's side store, through the engine: pieces serve reads, reach
+/// the disk when the file closes and come back from there at the next open.
+#[cfg(any(feature = "hdf5", feature = "vfd"))]
+#[test]
+fn pieces_serve_reads_and_are_kept_on_disk_when_the_file_closes() {
+    let dir = std::env::temp_dir().join(format!("remfile-engine-pieces-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let bytes = data(16 * BLOCK as usize);
+    let source = MemorySource::new(bytes.clone());
+    let open = || {
+        let b = builder()
+            .read_ahead_max(0)
+            .cache(BlockCache::new(64 << 20))
+            .disk_cache(DiskCache::open(&dir, 64 << 20).unwrap());
+        open_over(&b, Arc::clone(&source))
+    };
+    let pieces = [1000..1100, 5 * BLOCK + 7..5 * BLOCK + 57];
+    let file = open();
+    assert_eq!(file.extension().pieces_from_disk(), 0);
+    assert_eq!(
+        file.extension().guess_pieces(pieces.to_vec(), u64::MAX),
+        150
+    );
+    assert_eq!(source.asked(), pieces, "exactly the pieces, no block");
+    for r in &pieces {
+        assert!(file.extension().is_cached(r.clone()));
+        let got = read(&file, r.start, (r.end - r.start) as usize).unwrap();
+        assert!(got == bytes[r.start as usize..r.end as usize]);
+    }
+    assert_eq!(source.asked().len(), 2, "the reads took nothing more");
+    drop(file);
+    let file = open();
+    assert_eq!(file.extension().pieces_from_disk(), 150);
+    let got = read(&file, 1010, 80).unwrap();
+    assert!(got == bytes[1010..1090]);
+    assert_eq!(source.asked().len(), 2, "the pieces came from disk");
+    drop(file);
+    let _ = std::fs::remove_dir_all(&dir);
+}

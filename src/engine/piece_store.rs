@@ -1,23 +1,31 @@
-//! A file's pieces on its disk cache: found at open, kept while the file is
-//! open (once they have grown enough to be worth the write) and at close,
-//! never an older snapshot after a newer one, never by a forked child.
+//! The HDF5 driver's side store: the pieces its crawl fetched exactly
+//! ([`Pieces`]), found on the file's disk cache at open, kept there while
+//! the file is open (once they have grown enough to be worth the write)
+//! and at close, never an older snapshot after a newer one, never by a
+//! forked child.
 
-use crate::cache::{Here, Pieces};
+use std::any::Any;
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::cache::{Here, Pieces, PiecesBudget, Served, SideStore};
 use crate::disk::DiskFile;
+use crate::stats::RoundMark;
 use crate::sync;
 
 /// When a file's pieces are kept on disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Keep {
+enum Keep {
     /// The crawl has nothing left to fetch for now: more may come.
-    #[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
     WhileOpen,
     /// The file is closed: nothing more comes.
     AtClose,
 }
 
-/// What of a file's pieces its disk cache holds.
-pub(super) struct PiecesOnDisk {
+/// A file's pieces, and what of them its disk cache holds.
+pub(super) struct PieceStore {
+    pieces: Pieces,
     /// The pieces as last kept; held while they are kept, so that an older
     /// snapshot never follows a newer one into the disk's queue.
     kept: sync::Mutex<Kept>,
@@ -26,48 +34,74 @@ pub(super) struct PiecesOnDisk {
     /// of the parent).
     opened_by: u32,
     /// The bytes of pieces found on disk at open.
-    #[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
     found_at_open: u64,
 }
 
-impl PiecesOnDisk {
-    pub(super) fn new() -> PiecesOnDisk {
-        PiecesOnDisk {
+impl PieceStore {
+    /// A store whose pieces take their bytes from `budget`.
+    pub(super) fn new(budget: Arc<PiecesBudget>) -> PieceStore {
+        PieceStore {
+            pieces: Pieces::new(budget),
             kept: Default::default(),
             opened_by: std::process::id(),
             found_at_open: 0,
         }
     }
 
-    /// Puts the pieces `disk` holds for a file of `size` bytes into
-    /// `pieces`, and counts them as kept.
-    #[cfg(any(feature = "hdf5", feature = "vfd"))]
-    pub(super) fn load(&mut self, disk: &DiskFile, pieces: &Pieces, size: u64) {
-        pieces.put(disk.read_pieces(size));
-        let (arrivals, here) = pieces.here();
+    /// Takes the pieces `disk` holds for a file of `size` bytes, and counts
+    /// them as kept.
+    pub(super) fn load(&mut self, disk: &DiskFile, size: u64) {
+        self.pieces.put(disk.read_pieces(size));
+        let (arrivals, here) = self.pieces.here();
         let kept = Kept::of(arrivals, &here);
         *self.kept.get_mut() = kept;
         self.found_at_open = kept.bytes;
     }
 
     /// The bytes of pieces found on disk when the file was opened.
-    #[cfg(any(feature = "hdf5", feature = "vfd"))]
     pub(super) fn found_at_open(&self) -> u64 {
         self.found_at_open
     }
 
-    /// Writes `pieces` to `disk` if [`worth_keeping`] says so `when`.
-    pub(super) fn keep(&self, disk: &DiskFile, pieces: &Pieces, when: Keep) {
+    pub(super) fn pieces(&self) -> &Pieces {
+        &self.pieces
+    }
+
+    /// Writes the pieces to `disk` if they have grown enough since they
+    /// were last kept (see [`worth_keeping`]): the crawl has gone idle.
+    pub(super) fn keep_while_open(&self, disk: &DiskFile) {
+        self.keep(disk, Keep::WhileOpen);
+    }
+
+    fn keep(&self, disk: &DiskFile, when: Keep) {
         if self.opened_by != std::process::id() {
             return;
         }
         let mut kept = self.kept.lock();
-        let (arrivals, here) = pieces.here();
+        let (arrivals, here) = self.pieces.here();
         let now = Kept::of(arrivals, &here);
         if worth_keeping(*kept, now, when) {
             disk.write_pieces(here.iter().map(|(start, bytes)| (*start, &bytes[..])));
             *kept = now;
         }
+    }
+}
+
+impl SideStore for PieceStore {
+    fn holds(&self, range: Range<u64>) -> bool {
+        self.pieces.holds(range)
+    }
+
+    fn read(&self, pos: u64, buf: &mut [u8], deadline: Instant, now: RoundMark) -> Served {
+        self.pieces.read(pos, buf, deadline, now)
+    }
+
+    fn at_close(&self, disk: &DiskFile) {
+        self.keep(disk, Keep::AtClose);
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
     }
 }
 

@@ -1,0 +1,45 @@
+//! A side store: bytes a file keeps beside its blocks, put there by
+//! whoever knows more of the file's layout than the blocks do (the HDF5
+//! driver keeps the exact metadata ranges its crawl fetched). The engine
+//! reads through it and tells it when the file closes; it never looks
+//! inside.
+
+use std::any::Any;
+use std::ops::Range;
+use std::time::Instant;
+
+use crate::disk::DiskFile;
+use crate::stats::RoundMark;
+
+/// What a file may keep beside its blocks. A read the store cannot serve
+/// whole goes to the blocks, so a store is only ever a shortcut, never the
+/// only copy of a byte.
+pub(crate) trait SideStore: Send + Sync + 'static {
+    /// Whether the store holds every byte of `range` now.
+    fn holds(&self, range: Range<u64>) -> bool;
+
+    /// Fills `buf` with the bytes at `pos` if the store holds them all,
+    /// waiting until `deadline` for bytes it has been promised; `now` is
+    /// the round trips the file's readers have counted.
+    fn read(&self, pos: u64, buf: &mut [u8], deadline: Instant, now: RoundMark) -> Served;
+
+    /// The file closes (its last handle is dropped): keeps on `disk` what
+    /// the next run should find there.
+    fn at_close(&self, disk: &DiskFile);
+
+    /// The store as its own type, for the layer that put it there.
+    #[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// How a read from a side store went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Served {
+    /// The store does not hold the whole range (or the bytes it was
+    /// promised did not come).
+    No,
+    /// Copied from the store; `cost_a_round` if the reader waited for
+    /// bytes whose fetch no counted round overlapped, and no reader waited
+    /// for them before (the same rule as a guessed block's).
+    Yes { cost_a_round: bool },
+}
