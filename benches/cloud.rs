@@ -160,11 +160,10 @@ fn pynwb_file(name: &str, gzip: Option<u8>) -> Option<PathBuf> {
     if path.exists() {
         return Some(path);
     }
-    let python = root.join("target/peers-venv/bin/python");
-    if !python.exists() {
+    let Some(python) = bench_python() else {
         println!("({name}: run benches/setup-peers.sh for the pynwb-written files)");
         return None;
-    }
+    };
     eprintln!("writing {} with pynwb (once)…", path.display());
     std::fs::create_dir_all(path.parent()?).ok()?;
     // pynwb warns of a file name without `.nwb`.
@@ -989,13 +988,11 @@ fn survey() {
     }
 }
 
-/// The Python of the benchmark's readers (`REMFILE_BENCH_PYTHON`, or the
-/// environment `benches/setup-peers.sh` made), once `benches/corpus.py`
-/// has written the corpus of `size` into `dir`; `None`, with a note saying
-/// why, for `what` (the table).
-fn python_with_corpus(what: &str, dir: &Path, size: &str) -> Option<PathBuf> {
+/// The Python of the benchmark's readers and writers: `REMFILE_BENCH_PYTHON`,
+/// or the environment `benches/setup-peers.sh` made (or CI's).
+fn bench_python() -> Option<PathBuf> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let python = std::env::var_os("REMFILE_BENCH_PYTHON")
+    std::env::var_os("REMFILE_BENCH_PYTHON")
         .map(PathBuf::from)
         .into_iter()
         .chain(
@@ -1006,8 +1003,15 @@ fn python_with_corpus(what: &str, dir: &Path, size: &str) -> Option<PathBuf> {
             .iter()
             .map(|p| root.join(p)),
         )
-        .find(|p| p.exists());
-    let Some(python) = python else {
+        .find(|p| p.exists())
+}
+
+/// The Python of the benchmark's readers ([`bench_python`]), once `benches/corpus.py`
+/// has written the corpus of `size` into `dir`; `None`, with a note saying
+/// why, for `what` (the table).
+fn python_with_corpus(what: &str, dir: &Path, size: &str) -> Option<PathBuf> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let Some(python) = bench_python() else {
         println!("{what}: run benches/setup-peers.sh first");
         return None;
     };
