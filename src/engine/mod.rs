@@ -86,7 +86,8 @@ pub(crate) struct Engine {
     link: Arc<LinkMeter>,
     counters: Arc<Counters>,
     /// What a driver keeps beside the blocks, if one put a store here (the
-    /// HDF5 driver's pieces): a read looks at it before the blocks.
+    /// HDF5 driver's pieces, installed at open): a read looks at it before
+    /// fetching blocks.
     side_store: Option<Box<dyn SideStore>>,
     /// Background fetches waiting for a worker (a reader that needs one of
     /// their blocks takes them).
@@ -267,7 +268,7 @@ impl Engine {
     }
 
     /// Serves a read from the side store, if it holds the bytes (waiting for
-    /// those it was promised). False if it has none of them.
+    /// those it was promised). False unless it holds them all.
     fn read_from_side_store(&self, pos: u64, buf: &mut [u8]) -> bool {
         let Some(store) = &self.side_store else {
             return false;

@@ -294,7 +294,9 @@ fn pieces_serve_reads_and_are_kept_on_disk_when_the_file_closes() {
         file.extension().guess_pieces(pieces.to_vec(), u64::MAX),
         150
     );
-    assert_eq!(source.asked(), pieces, "exactly the pieces, no block");
+    let mut asked = source.asked();
+    asked.sort_by_key(|r| r.start);
+    assert_eq!(asked, pieces, "exactly the pieces, no block");
     for r in &pieces {
         assert!(file.extension().is_cached(r.clone()));
         let got = read(&file, r.start, (r.end - r.start) as usize).unwrap();
