@@ -7,9 +7,9 @@
 //!   position, with no request;
 //! - **background fetches of spans**, stopped when the driver's handle
 //!   closes, and a count of background work that readers can wait for;
-//! - **a side store of pieces** the driver owns: exact small ranges (object
-//!   headers among raw data) fetched without their blocks, kept on disk
-//!   across runs;
+//! - **a side store of pieces** for the driver, installed when the file
+//!   opens: exact small ranges (object headers among raw data) fetched
+//!   without their blocks, kept on disk across runs;
 //! - **facts that size the driver's own plans**: the link's estimate, the
 //!   concurrency a guess may use, the read-ahead's bounds, whether a disk
 //!   cache holds the file.
