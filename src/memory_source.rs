@@ -1,16 +1,20 @@
 //! An in-memory [`RangeSource`] for unit tests: a file's bytes, the ranges
-//! asked for, scripted failures, and a gate that holds fetches until it is
+//! asked for, scripted failures, a gate that holds fetches until it is
 //! opened, so that a test can make readers meet a fetch in flight without a
-//! socket or a timing.
+//! socket or a timing, and a clock of its own: a link it plays (the time
+//! each response's headers and body take, told to the file's link meter as
+//! the HTTP transport tells it) and stalls past a read's deadline, none of
+//! which is waited for.
 
 use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::http::Sink;
 use crate::identity::Identity;
+use crate::link::LinkMeter;
 use crate::range_source::RangeSource;
 use crate::stats::Counters;
 
@@ -32,6 +36,14 @@ struct State {
     /// Fetches wait while it is shut.
     shut: bool,
     waiting: usize,
+    /// The link it plays, if any: (round trip, bytes per second).
+    link: Option<(Duration, u64)>,
+    /// What the link's responses are told to, as the transport tells them.
+    meter: Option<Arc<LinkMeter>>,
+    /// How much longer than the link says the next fetches' headers take.
+    stalls: VecDeque<Duration>,
+    /// The time its fetches took, one after another.
+    clock: Duration,
 }
 
 impl MemorySource {
@@ -107,6 +119,41 @@ impl MemorySource {
         }
     }
 
+    /// Plays a link `round_trip` away that carries `bytes_per_second` on
+    /// each connection: every response's headers take a round trip and its
+    /// body its length at that rate, on the source's clock.
+    pub(crate) fn play_link(&self, round_trip: Duration, bytes_per_second: u64) {
+        self.lock().link = Some((round_trip, bytes_per_second.max(1)));
+    }
+
+    /// Makes the next fetch's headers take `extra` longer; a fetch that
+    /// would end past its deadline fails as timed out, as the transport's
+    /// does, and takes no time to.
+    pub(crate) fn stall_next(&self, extra: Duration) {
+        self.lock().stalls.push_back(extra);
+    }
+
+    /// The time its fetches took, one after another, on its clock.
+    pub(crate) fn clock(&self) -> Duration {
+        self.lock().clock
+    }
+
+    /// Tells `meter` the times of its responses from now on (the file over
+    /// it measures its link through it).
+    pub(crate) fn measure_with(&self, meter: Arc<LinkMeter>) {
+        self.lock().meter = Some(meter);
+    }
+
+    /// How long the headers and the body of a response of `len` bytes take.
+    fn times(state: &mut State, len: u64) -> (Duration, Duration) {
+        let stall = state.stalls.pop_front().unwrap_or_default();
+        let Some((round_trip, rate)) = state.link else {
+            return (stall, Duration::ZERO);
+        };
+        let body = Duration::from_secs_f64(len as f64 / rate as f64);
+        (round_trip + stall, body)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -118,7 +165,7 @@ impl RangeSource for Arc<MemorySource> {
         range: Range<u64>,
         sink: &mut Sink<'_>,
         _identity: &Identity,
-        _deadline: Instant,
+        deadline: Instant,
     ) -> Result<u32> {
         let mut state = self.lock();
         state.asked.push(range.clone());
@@ -138,6 +185,18 @@ impl RangeSource for Arc<MemorySource> {
             .or_else(|| state.faults.pop_front())
         {
             return Err(Error::new(kind, "a scripted failure"));
+        }
+        let (headers, body) = MemorySource::times(&mut state, range.end - range.start);
+        state.clock += headers + body;
+        if headers + body > deadline.saturating_duration_since(Instant::now()) {
+            return Err(Error::new(
+                ErrorKind::Timeout,
+                "timed out waiting for the server's answer",
+            ));
+        }
+        if let Some(meter) = &state.meter {
+            meter.record_wait(headers);
+            meter.record_body(range.end - range.start, body, Some(headers));
         }
         drop(state);
         let mut bytes = &self.data[range.start as usize..range.end as usize];

@@ -120,6 +120,7 @@ pub(crate) fn open_over(
     let disk = disk_file(builder, &url, &identity, true);
     let options = read_options(builder, &cache);
     let link = Arc::new(LinkMeter::new(builder.link));
+    source.measure_with(Arc::clone(&link));
     let engine = Engine::new(
         source,
         identity,

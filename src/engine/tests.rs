@@ -1,7 +1,10 @@
 //! The engine over an in-memory source: what readers that meet one
 //! another's fetches get, and what they ask for, with no socket and no
-//! server thread between them (a fetch is held until the test lets it go).
+//! server thread between them (a fetch is held until the test lets it go);
+//! and what a link's timing makes it do, on the source's clock.
 
+use std::ops::Range;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,6 +20,50 @@ fn data(len: usize) -> Vec<u8> {
 
 fn builder() -> Builder {
     RemoteFile::builder().block_size(BLOCK)
+}
+
+/// A file of `blocks` blocks in memory, opened with `builder`: its bytes,
+/// its source and the file.
+fn file_over(blocks: u64, builder: &Builder) -> (Vec<u8>, Arc<MemorySource>, RemoteFile) {
+    let bytes = data((blocks * BLOCK) as usize);
+    let source = MemorySource::new(bytes.clone());
+    let file = open_over(builder, Arc::clone(&source));
+    (bytes, source, file)
+}
+
+/// The ranges `source` was asked for, in order of position (the lanes of
+/// one fetch may ask in either order).
+fn asked_by_position(source: &MemorySource) -> Vec<Range<u64>> {
+    let mut asked = source.asked();
+    asked.sort_by_key(|r| r.start);
+    asked
+}
+
+/// A disk cache directory of one test's own, removed when it is dropped.
+struct TempDisk(PathBuf);
+
+impl TempDisk {
+    fn new(test: &str) -> TempDisk {
+        let dir =
+            std::env::temp_dir().join(format!("remfile-engine-{test}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        TempDisk(dir)
+    }
+
+    /// A builder with a memory cache of its own (as another process has)
+    /// over this directory.
+    fn builder(&self) -> Builder {
+        builder()
+            .read_ahead_max(0)
+            .cache(BlockCache::new(64 << 20))
+            .disk_cache(DiskCache::open(&self.0, 64 << 20).unwrap())
+    }
+}
+
+impl Drop for TempDisk {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 fn read(file: &RemoteFile, pos: u64, len: usize) -> crate::Result<Vec<u8>> {
@@ -46,9 +93,7 @@ fn meet<A: Send, B: Send>(
 
 #[test]
 fn readers_of_a_block_in_flight_share_its_one_fetch() {
-    let bytes = data(4 * BLOCK as usize);
-    let source = MemorySource::new(bytes.clone());
-    let file = open_over(&builder().read_ahead_max(0), Arc::clone(&source));
+    let (bytes, source, file) = file_over(4, &builder().read_ahead_max(0));
     let (first, second) = meet(&source, || read(&file, 100, 1000), || read(&file, 5000, 10));
     assert_eq!(first.unwrap(), &bytes[100..1100]);
     assert_eq!(second.unwrap(), &bytes[5000..5010]);
@@ -58,9 +103,7 @@ fn readers_of_a_block_in_flight_share_its_one_fetch() {
 
 #[test]
 fn a_failed_fetch_reaches_every_reader_waiting_for_it_and_the_next_read_fetches_again() {
-    let bytes = data(2 * BLOCK as usize);
-    let source = MemorySource::new(bytes.clone());
-    let file = open_over(&builder().read_ahead_max(0), Arc::clone(&source));
+    let (bytes, source, file) = file_over(2, &builder().read_ahead_max(0));
     source.fail_next(ErrorKind::HttpStatus(503));
     let (first, second) = meet(&source, || read(&file, 0, 10), || read(&file, 20, 10));
     for read in [first, second] {
@@ -72,9 +115,7 @@ fn a_failed_fetch_reaches_every_reader_waiting_for_it_and_the_next_read_fetches_
 
 #[test]
 fn a_read_of_blocks_a_background_fetch_brings_waits_for_it_and_costs_one_round() {
-    let bytes = data(8 * BLOCK as usize);
-    let source = MemorySource::new(bytes.clone());
-    let file = open_over(&builder().read_ahead_max(0), Arc::clone(&source));
+    let (bytes, source, file) = file_over(8, &builder().read_ahead_max(0));
     let (queued, read) = meet(
         &source,
         || file.prefetch_in_background(std::iter::once(0..4 * BLOCK), u64::MAX),
@@ -91,16 +132,13 @@ fn a_read_of_blocks_a_background_fetch_brings_waits_for_it_and_costs_one_round()
 
 #[test]
 fn a_read_of_a_block_a_queued_background_fetch_brings_makes_that_fetch_in_one_round() {
-    let bytes = data(8 * BLOCK as usize);
-    let source = MemorySource::new(bytes.clone());
-    let file = open_over(&builder().read_ahead_max(0), Arc::clone(&source));
+    let (bytes, source, file) = file_over(8, &builder().read_ahead_max(0));
     let engine = file.engine();
     // No worker has taken it yet (the process's workers may all be busy).
     let queued = engine.queue_for_no_worker(Some(2 * BLOCK..6 * BLOCK));
     let got = read(&file, 3 * BLOCK + 5, 100).unwrap();
     assert_eq!(got, &bytes[3 * BLOCK as usize + 5..][..100]);
-    let mut asked = source.asked();
-    asked.sort_by_key(|r| r.start);
+    let asked = asked_by_position(&source);
     let brought = asked.first().unwrap().start..asked.last().unwrap().end;
     assert_eq!(brought, 2 * BLOCK..6 * BLOCK, "the whole fetch: {asked:?}");
     assert_eq!(file.stats().round_trips, 1);
@@ -118,20 +156,17 @@ fn a_read_of_a_block_a_queued_background_fetch_brings_makes_that_fetch_in_one_ro
 
 #[test]
 fn a_read_that_takes_a_queued_fetch_fetches_its_own_blocks_with_it_in_one_round() {
-    let bytes = data(8 * BLOCK as usize);
-    let source = MemorySource::new(bytes.clone());
     // One request at a time for a read: its own blocks and the fetch's
     // runs would merge, gaps and all, were they not another's fetch.
     let one_at_a_time = builder().read_ahead_max(0).max_concurrent_requests(1);
-    let file = open_over(&one_at_a_time, Arc::clone(&source));
+    let (bytes, source, file) = file_over(8, &one_at_a_time);
     let queued = file
         .engine()
         .queue_for_no_worker([2 * BLOCK..4 * BLOCK, 6 * BLOCK..7 * BLOCK]);
     // Blocks 1 and 2: the first its own, the second the queued fetch's.
     let got = read(&file, BLOCK + 7, BLOCK as usize).unwrap();
     assert_eq!(got, &bytes[BLOCK as usize + 7..][..BLOCK as usize]);
-    let mut asked = source.asked();
-    asked.sort_by_key(|r| r.start);
+    let asked = asked_by_position(&source);
     // Not block 5, between the fetch's two runs: nobody wants it.
     assert_eq!(asked, [BLOCK..4 * BLOCK, 6 * BLOCK..7 * BLOCK]);
     assert_eq!(file.stats().round_trips, 1);
@@ -141,9 +176,7 @@ fn a_read_that_takes_a_queued_fetch_fetches_its_own_blocks_with_it_in_one_round(
 
 #[test]
 fn a_reader_waiting_for_a_block_another_read_took_from_the_queue_fetches_it_if_that_fails() {
-    let bytes = data(8 * BLOCK as usize);
-    let source = MemorySource::new(bytes.clone());
-    let file = open_over(&builder().read_ahead_max(0), Arc::clone(&source));
+    let (bytes, source, file) = file_over(8, &builder().read_ahead_max(0));
     file.engine()
         .queue_for_no_worker([2 * BLOCK..3 * BLOCK, 5 * BLOCK..7 * BLOCK]);
     // The taking read's part for blocks 5 and 6 fails; the other reader,
@@ -156,8 +189,7 @@ fn a_reader_waiting_for_a_block_another_read_took_from_the_queue_fetches_it_if_t
     );
     assert_eq!(taker.unwrap(), &bytes[2 * BLOCK as usize..][..10]);
     assert_eq!(waiter.unwrap(), &bytes[6 * BLOCK as usize + 10..][..10]);
-    let mut asked = source.asked();
-    asked.sort_by_key(|r| r.start);
+    let asked = asked_by_position(&source);
     assert_eq!(
         asked,
         [
@@ -170,9 +202,7 @@ fn a_reader_waiting_for_a_block_another_read_took_from_the_queue_fetches_it_if_t
 
 #[test]
 fn a_background_fetch_leaves_out_the_blocks_of_the_read_that_queued_it() {
-    let bytes = data(8 * BLOCK as usize);
-    let source = MemorySource::new(bytes.clone());
-    let file = open_over(&builder().read_ahead_max(0), Arc::clone(&source));
+    let (bytes, source, file) = file_over(8, &builder().read_ahead_max(0));
     // What a chunk read does: queue the chunks after it (the first shares
     // the read's last block), then read. The read fetches its own blocks
     // alone and leaves the rest to the worker.
@@ -188,8 +218,7 @@ fn a_background_fetch_leaves_out_the_blocks_of_the_read_that_queued_it() {
         &bytes[BLOCK as usize..][..100]
     );
     assert!(file.wait_for_background_fetches(Duration::from_secs(10)));
-    let mut asked = source.asked();
-    asked.sort_by_key(|r| r.start);
+    let asked = asked_by_position(&source);
     assert_eq!(asked[0], BLOCK..2 * BLOCK, "{asked:?}");
     assert_eq!(asked.last().unwrap().end, 5 * BLOCK);
     assert!(asked[1..].iter().all(|r| r.start >= 2 * BLOCK), "{asked:?}");
@@ -197,17 +226,14 @@ fn a_background_fetch_leaves_out_the_blocks_of_the_read_that_queued_it() {
 
 #[test]
 fn a_queued_background_fetch_a_reader_did_not_need_is_made_by_its_worker() {
-    let bytes = data(8 * BLOCK as usize);
-    let source = MemorySource::new(bytes.clone());
-    let file = open_over(&builder().read_ahead_max(0), Arc::clone(&source));
+    let (bytes, source, file) = file_over(8, &builder().read_ahead_max(0));
     let engine = file.engine();
     let queued = engine.queue_for_no_worker(Some(4 * BLOCK..6 * BLOCK));
     assert_eq!(read(&file, 10, 10).unwrap(), &bytes[10..20]);
     assert_eq!(source.asked().len(), 1, "not the queued fetch's blocks");
     assert_eq!(source.asked()[0], 0..BLOCK);
     engine.run_queued(&queued);
-    let mut asked = source.asked();
-    asked.sort_by_key(|r| r.start);
+    let asked = asked_by_position(&source);
     assert_eq!(asked.first().unwrap().start, 0);
     assert_eq!(asked[1].start, 4 * BLOCK);
     assert_eq!(asked.last().unwrap().end, 6 * BLOCK);
@@ -221,22 +247,10 @@ fn a_queued_background_fetch_a_reader_did_not_need_is_made_by_its_worker() {
 
 #[test]
 fn a_file_sharing_a_disk_cache_waits_for_the_other_s_fetch_and_asks_nothing() {
-    let dir = std::env::temp_dir().join(format!("remfile-engine-disk-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let bytes = data(16 * BLOCK as usize);
-    let (a, b) = (
-        MemorySource::new(bytes.clone()),
-        MemorySource::new(bytes.clone()),
-    );
     // Each its own memory cache, as two processes have; one directory.
-    let open = |source: &Arc<MemorySource>| {
-        let b = builder()
-            .read_ahead_max(0)
-            .cache(BlockCache::new(64 << 20))
-            .disk_cache(DiskCache::open(&dir, 64 << 20).unwrap());
-        open_over(&b, Arc::clone(source))
-    };
-    let (fetching, waiting) = (open(&a), open(&b));
+    let disk = TempDisk::new("disk");
+    let (bytes, a, fetching) = file_over(16, &disk.builder());
+    let (_, b, waiting) = file_over(16, &disk.builder());
     let range = BLOCK as usize..bytes.len();
     let (fetched, waited) = meet(
         &a,
@@ -248,27 +262,19 @@ fn a_file_sharing_a_disk_cache_waits_for_the_other_s_fetch_and_asks_nothing() {
     assert_eq!(a.asked().len(), 1);
     assert_eq!(b.asked(), [], "every block from the other's fetch, on disk");
     assert_eq!(waiting.stats().disk_hits, 15);
-    drop((fetching, waiting));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_fetch_of_missing_blocks_that_takes_a_queued_fetch_returns_only_its_own() {
-    let block = 64 << 10;
-    let bytes: Vec<u8> = (0..8 * block).map(|i| (i % 251) as u8).collect();
-    let source = crate::memory_source::MemorySource::new(bytes.clone());
-    let options = crate::RemoteFile::builder()
-        .block_size(block as u64)
-        .read_ahead_max(0);
-    let file = crate::open::open_over(&options, Arc::clone(&source));
+    let (bytes, _, file) = file_over(8, &builder().read_ahead_max(0));
     let engine = file.engine();
-    engine.queue_for_no_worker(Some(2 * block as u64..6 * block as u64));
+    engine.queue_for_no_worker(Some(2 * BLOCK..6 * BLOCK));
     let got = engine.fetch_missing(&[3]).unwrap();
     let indices: Vec<u64> = got.iter().map(|(i, _)| *i).collect();
     assert_eq!(indices, [3], "the callers place blocks by what they asked");
-    assert_eq!(got[0].1[..], bytes[3 * block..4 * block]);
+    assert!(got[0].1[..] == bytes[3 * BLOCK as usize..4 * BLOCK as usize]);
     // The rest of the taken fetch went to the cache.
-    assert!(engine.is_cached(2 * block as u64..6 * block as u64));
+    assert!(engine.is_cached(2 * BLOCK..6 * BLOCK));
 }
 
 /// The driver's side store, through the engine: pieces serve reads, reach
@@ -276,26 +282,16 @@ fn a_fetch_of_missing_blocks_that_takes_a_queued_fetch_returns_only_its_own() {
 #[cfg(any(feature = "hdf5", feature = "vfd"))]
 #[test]
 fn pieces_serve_reads_and_are_kept_on_disk_when_the_file_closes() {
-    let dir = std::env::temp_dir().join(format!("remfile-engine-pieces-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let bytes = data(16 * BLOCK as usize);
-    let source = MemorySource::new(bytes.clone());
-    let open = || {
-        let b = builder()
-            .read_ahead_max(0)
-            .cache(BlockCache::new(64 << 20))
-            .disk_cache(DiskCache::open(&dir, 64 << 20).unwrap());
-        open_over(&b, Arc::clone(&source))
-    };
+    let disk = TempDisk::new("pieces");
+    let (bytes, source, file) = file_over(16, &disk.builder());
+    let open = || open_over(&disk.builder(), Arc::clone(&source));
     let pieces = [1000..1100, 5 * BLOCK + 7..5 * BLOCK + 57];
-    let file = open();
     assert_eq!(file.extension().pieces_from_disk(), 0);
     assert_eq!(
         file.extension().guess_pieces(pieces.to_vec(), u64::MAX),
         150
     );
-    let mut asked = source.asked();
-    asked.sort_by_key(|r| r.start);
+    let asked = asked_by_position(&source);
     assert_eq!(asked, pieces, "exactly the pieces, no block");
     for r in &pieces {
         assert!(file.extension().is_cached(r.clone()));
@@ -309,6 +305,73 @@ fn pieces_serve_reads_and_are_kept_on_disk_when_the_file_closes() {
     let got = read(&file, 1010, 80).unwrap();
     assert!(got == bytes[1010..1090]);
     assert_eq!(source.asked().len(), 2, "the pieces came from disk");
-    drop(file);
-    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// 30 ms away, 25 MB/s on each connection: a product of 750 kB, 12 blocks.
+const ROUND_TRIP: Duration = Duration::from_millis(30);
+const RATE: u64 = 25_000_000;
+
+#[test]
+fn a_link_measured_from_the_responses_splits_a_long_read_into_parts_of_its_product() {
+    let eight_lanes = builder()
+        .read_ahead_max(0)
+        .split_size(2 << 20)
+        .max_concurrent_requests(8);
+    let (bytes, source, file) = file_over(128, &eight_lanes);
+    source.play_link(ROUND_TRIP, RATE);
+    // Unknown yet: 1 MiB in one part (split_size is 2 MiB).
+    assert!(read(&file, 0, 1 << 20).unwrap() == bytes[..1 << 20]);
+    assert_eq!(source.asked(), vec![0..1 << 20]);
+    let link = file.link_estimate().expect("measured from that response");
+    assert_eq!(link.round_trip, ROUND_TRIP);
+    assert!(link.bytes_per_second.abs_diff(RATE) <= 1, "{link:?}");
+    // Known: 3 MiB, 48 blocks, in parts of 12 blocks on four lanes (not two
+    // parts of split_size, which wait for one another on a slow link).
+    let (start, len) = (4u64 << 20, 3usize << 20);
+    let got = read(&file, start, len).unwrap();
+    assert!(got == bytes[start as usize..][..len]);
+    let parts: Vec<Range<u64>> = (0..4)
+        .map(|i| start + i * 12 * BLOCK..start + (i + 1) * 12 * BLOCK)
+        .collect();
+    assert_eq!(asked_by_position(&source)[1..], parts);
+    assert_eq!(file.stats().round_trips, 2);
+}
+
+#[test]
+fn a_sequential_miss_on_a_measured_link_reads_ahead_at_least_its_product() {
+    // No read-ahead of its own below a product: the link's floor is all.
+    let small = builder().read_ahead_min(BLOCK).read_ahead_max(64 << 20);
+    let (bytes, source, file) = file_over(128, &small);
+    source.play_link(ROUND_TRIP, RATE);
+    assert!(read(&file, 0, 1 << 20).unwrap() == bytes[..1 << 20]);
+    let measured = source.asked().len();
+    // The next read follows on and misses: it and a product past it.
+    let got = read(&file, 1 << 20, 10).unwrap();
+    assert!(got == bytes[1 << 20..][..10]);
+    let asked = asked_by_position(&source);
+    let brought = asked[measured].start..asked.last().unwrap().end;
+    let product = (ROUND_TRIP.as_secs_f64() * RATE as f64) as u64;
+    assert_eq!(brought.start, 1 << 20, "{asked:?}");
+    assert!(brought.end - brought.start >= product, "{asked:?}");
+}
+
+#[test]
+fn a_fetch_that_would_end_past_the_read_timeout_fails_both_its_readers_at_once() {
+    let patient = builder()
+        .read_ahead_max(0)
+        .read_timeout(Duration::from_secs(5));
+    let (bytes, source, file) = file_over(2, &patient);
+    source.play_link(ROUND_TRIP, RATE);
+    source.stall_next(Duration::from_secs(60));
+    let (first, second) = meet(&source, || read(&file, 0, 10), || read(&file, 20, 10));
+    for read in [first, second] {
+        assert_eq!(read.unwrap_err().kind(), ErrorKind::Timeout);
+    }
+    assert!(
+        source.clock() > Duration::from_secs(60),
+        "the stall was played, not waited for"
+    );
+    // Nothing of it was kept: the next read asks again, and gets the bytes.
+    assert_eq!(read(&file, 0, 10).unwrap(), &bytes[..10]);
+    assert_eq!(source.asked(), [0..BLOCK, 0..BLOCK]);
 }
