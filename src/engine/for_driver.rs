@@ -28,8 +28,17 @@ impl Engine {
         self
     }
 
+    /// The driver's store. Every file a driver build opens has one (see
+    /// `open`): a missing one, or one of another type, is a bug that would
+    /// only show as the driver's pieces fetched as blocks, so debug builds
+    /// stop there.
     fn piece_store(&self) -> Option<&PieceStore> {
-        self.side_store.as_ref()?.as_any().downcast_ref()
+        let store = self
+            .side_store
+            .as_ref()
+            .and_then(|s| s.as_any().downcast_ref());
+        debug_assert!(store.is_some(), "a file without the driver's side store");
+        store
     }
 
     /// The bytes of pieces found on disk when the file was opened.
