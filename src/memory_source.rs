@@ -126,14 +126,16 @@ impl MemorySource {
         self.lock().link = Some((round_trip, bytes_per_second.max(1)));
     }
 
-    /// Makes the next fetch's headers take `extra` longer; a fetch that
+    /// Makes the next fetch's headers take `extra` longer. A fetch that
     /// would end past its deadline fails as timed out, as the transport's
-    /// does, and takes no time to.
+    /// does once the deadline passes (its shorter idle limit, which it
+    /// retries, is not played); no real time passes.
     pub(crate) fn stall_next(&self, extra: Duration) {
         self.lock().stalls.push_back(extra);
     }
 
-    /// The time its fetches took, one after another, on its clock.
+    /// The time its fetches took, one after another, on its clock (one
+    /// that timed out until its deadline).
     pub(crate) fn clock(&self) -> Duration {
         self.lock().clock
     }
@@ -144,14 +146,16 @@ impl MemorySource {
         self.lock().meter = Some(meter);
     }
 
-    /// How long the headers and the body of a response of `len` bytes take.
-    fn times(state: &mut State, len: u64) -> (Duration, Duration) {
+    /// How long the headers and the body of a response of `len` bytes
+    /// take, and whether a link is played (without one, there is nothing
+    /// to measure: times of zero would read as an infinitely fast link).
+    fn times(state: &mut State, len: u64) -> (Duration, Duration, bool) {
         let stall = state.stalls.pop_front().unwrap_or_default();
         let Some((round_trip, rate)) = state.link else {
-            return (stall, Duration::ZERO);
+            return (stall, Duration::ZERO, false);
         };
         let body = Duration::from_secs_f64(len as f64 / rate as f64);
-        (round_trip + stall, body)
+        (round_trip + stall, body, true)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -186,17 +190,24 @@ impl RangeSource for Arc<MemorySource> {
         {
             return Err(Error::new(kind, "a scripted failure"));
         }
-        let (headers, body) = MemorySource::times(&mut state, range.end - range.start);
-        state.clock += headers + body;
-        if headers + body > deadline.saturating_duration_since(Instant::now()) {
+        let len = range.end - range.start;
+        let (headers, body, played) = MemorySource::times(&mut state, len);
+        let left = deadline.saturating_duration_since(Instant::now());
+        state.clock += (headers + body).min(left);
+        // As the transport tells it: the headers' wait once they came, the
+        // body's time once it ended.
+        let meter = state.meter.as_ref().filter(|_| played);
+        if let Some(meter) = meter.filter(|_| headers <= left) {
+            meter.record_wait(headers);
+        }
+        if headers + body > left {
             return Err(Error::new(
                 ErrorKind::Timeout,
                 "timed out waiting for the server's answer",
             ));
         }
-        if let Some(meter) = &state.meter {
-            meter.record_wait(headers);
-            meter.record_body(range.end - range.start, body, Some(headers));
+        if let Some(meter) = meter {
+            meter.record_body(len, body, Some(headers));
         }
         drop(state);
         let mut bytes = &self.data[range.start as usize..range.end as usize];

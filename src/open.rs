@@ -68,24 +68,9 @@ pub(crate) fn open(builder: &Builder, text: &str) -> Result<RemoteFile> {
             (opened?, tail, true)
         }
     };
-    let cache = builder
-        .cache
-        .clone()
-        .unwrap_or_else(|| BlockCache::new(builder.cache_capacity));
-    let key = file_key(&cache, &url, &opened.identity, builder.block_size);
-    let disk = disk_file(builder, &url, &opened.identity, asked);
-    let options = read_options(builder, &cache);
     let tail = tail.and_then(|t| matching_tail(t, &opened.identity, &transport));
-    let engine = Engine::new(
-        transport,
-        opened.identity,
-        (cache, key, disk),
-        options,
-        link,
-        counters,
-    );
-    #[cfg(any(feature = "hdf5", feature = "vfd"))]
-    let engine = engine.with_piece_store();
+    let meters = (link, counters);
+    let engine = engine_over(builder, &url, transport, opened.identity, meters, asked);
     engine.seed(0, opened.first);
     if let (Some(lock), Some(disk)) = (first_open, &builder.disk_cache) {
         disk.release_after_writes(vec![lock]);
@@ -111,16 +96,30 @@ pub(crate) fn open_over(
 ) -> RemoteFile {
     let url = Url::parse("http://memory.test/file").expect("a URL");
     let identity = source.identity();
-    let counters = source.counters();
+    let meters = (Arc::new(LinkMeter::new(builder.link)), source.counters());
+    source.measure_with(Arc::clone(&meters.0));
+    RemoteFile::new(engine_over(builder, &url, source, identity, meters, true))
+}
+
+/// The engine of the file at `url`, version `identity`, read through
+/// `source`: its memory and disk caches as `builder` says (the disk notes
+/// the version as confirmed now if the server was `asked`), and in driver
+/// builds the driver's side store.
+fn engine_over(
+    builder: &Builder,
+    url: &Url,
+    source: impl crate::range_source::RangeSource,
+    identity: Identity,
+    (link, counters): (Arc<LinkMeter>, Arc<Counters>),
+    asked: bool,
+) -> Engine {
     let cache = builder
         .cache
         .clone()
         .unwrap_or_else(|| BlockCache::new(builder.cache_capacity));
-    let key = file_key(&cache, &url, &identity, builder.block_size);
-    let disk = disk_file(builder, &url, &identity, true);
+    let key = file_key(&cache, url, &identity, builder.block_size);
+    let disk = disk_file(builder, url, &identity, asked);
     let options = read_options(builder, &cache);
-    let link = Arc::new(LinkMeter::new(builder.link));
-    source.measure_with(Arc::clone(&link));
     let engine = Engine::new(
         source,
         identity,
@@ -131,7 +130,7 @@ pub(crate) fn open_over(
     );
     #[cfg(any(feature = "hdf5", feature = "vfd"))]
     let engine = engine.with_piece_store();
-    RemoteFile::new(engine)
+    engine
 }
 
 /// Where the file's blocks go on disk, if the builder has a disk cache and
