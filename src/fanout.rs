@@ -40,11 +40,11 @@ pub(crate) fn try_spawn<'scope, T: Send + 'scope>(
     let place = crate::process::workers::fetch_thread()?;
     // A part works for the same read as its caller: it stops with it, and
     // waits in its lane (and for its file, if background work).
-    let token = crate::wait::Token::current();
+    let watch = crate::wait::Watch::for_helper();
     let context = crate::process::workers::context();
     let f = move || {
         let _place = place;
-        crate::process::workers::within(context, || crate::wait::Token::adopt(token, f))
+        crate::process::workers::within(context, || crate::wait::Watch::adopt(watch, f))
     };
     match std::thread::Builder::new().spawn_scoped(s, f) {
         Ok(handle) => Some(handle),
@@ -103,7 +103,20 @@ pub(crate) fn fan_out<P: Send, R: Send>(
         }
         let workers = handles.len();
         drop(sender);
-        for outcome in outcomes {
+        loop {
+            let outcome = match outcomes.recv_timeout(crate::wait::POLL) {
+                Ok(outcome) => outcome,
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    // The workers watch the read's cancel; asking here (the
+                    // read's own thread) is what sets it when the host asks
+                    // for a stop. Their parts then end within a poll.
+                    if crate::wait::should_stop() {
+                        stop.store(true, Relaxed);
+                    }
+                    continue;
+                }
+            };
             // Under the queue's lock, so that no worker takes a part between
             // the verdict and the stop.
             let _queue = queue.lock();

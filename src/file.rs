@@ -13,7 +13,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::link::LinkEstimate;
 use crate::options::Builder;
 use crate::stats::Stats;
-use crate::wait;
+use crate::wait::{self, Cancel};
 
 /// A file on an HTTP(S) server, read like a local file.
 ///
@@ -66,6 +66,8 @@ pub struct RemoteFile {
     /// The cursor of [`Read`] and [`Seek`]; atomic so that `&RemoteFile`
     /// reads at it too.
     pos: AtomicU64,
+    /// What stops this handle's reads (see [`with_cancel`](RemoteFile::with_cancel)).
+    cancel: Option<Cancel>,
 }
 
 impl Clone for RemoteFile {
@@ -75,6 +77,7 @@ impl Clone for RemoteFile {
         RemoteFile {
             engine: Arc::clone(&self.engine),
             pos: AtomicU64::new(self.pos.load(Relaxed)),
+            cancel: self.cancel.clone(),
         }
     }
 }
@@ -117,6 +120,47 @@ impl RemoteFile {
         RemoteFile {
             engine: Arc::new(engine),
             pos: AtomicU64::new(0),
+            cancel: None,
+        }
+    }
+
+    /// A handle to the same file (a clone: same cache, connections,
+    /// statistics and cursor position) whose reads stop when `cancel` is
+    /// cancelled or its deadline passes: each wait of a read ends within
+    /// [`wait::POLL`], the read fails with [`ErrorKind::Interrupted`] (or
+    /// [`ErrorKind::Timeout`] at the cancel's deadline) and lets go of what
+    /// it held — the next read of the same bytes, through any handle,
+    /// fetches them at once. Its clones watch the same cancel (and any it
+    /// watched already).
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use remfile::{RemoteFile, wait::Cancel};
+    ///
+    /// let file = RemoteFile::open("https://example.com/data.bin")?;
+    /// // At most 10 s for this read, whatever the read timeout.
+    /// let hurried = file.with_cancel(Cancel::after(Duration::from_secs(10)));
+    /// let mut buf = vec![0u8; 1 << 20];
+    /// hurried.read_exact_at(0, &mut buf)?;
+    /// # Ok::<(), remfile::Error>(())
+    /// ```
+    pub fn with_cancel(&self, cancel: Cancel) -> RemoteFile {
+        let cancel = match &self.cancel {
+            Some(mine) => Cancel::of_either([mine.clone(), cancel]),
+            None => cancel,
+        };
+        RemoteFile {
+            cancel: Some(cancel),
+            ..self.clone()
+        }
+    }
+
+    /// Runs `work`, which may wait for the network, watching this handle's
+    /// cancel, as the host wants (see [`wait`]).
+    fn waiting<T>(&self, work: impl FnOnce() -> Result<T>) -> Result<T> {
+        match &self.cancel {
+            Some(cancel) => cancel.run(|| wait::blocking(work)),
+            None => wait::blocking(work),
         }
     }
 
@@ -207,51 +251,26 @@ impl RemoteFile {
         Ok(())
     }
 
-    /// Fills `buf` (inside the file) with the bytes at `pos`: here, or, if
-    /// a [`wait::Host`](crate::wait::Host) is installed and the bytes are
-    /// not cached, as the host wants network waits run (on a thread of
-    /// their own, into a buffer of their own, so that the wait can stop).
+    /// Fills `buf` (inside the file) with the bytes at `pos`, straight
+    /// into it, on this thread; a read that must wait runs as the host
+    /// wants waits run (see [`wait`]).
     fn read_into(&self, pos: u64, buf: &mut [u8]) -> Result<()> {
         let range = pos..pos + buf.len() as u64;
-        if wait::host().is_none() || self.engine.is_cached(range) {
+        if self.engine.is_cached(range) {
             return self.engine.read_into(pos, buf);
         }
-        let engine = Arc::clone(&self.engine);
-        let len = buf.len();
-        let bytes = wait::blocking(move || {
-            let mut owned = vec![0; len];
-            engine.read_into(pos, &mut owned).map(|()| owned)
-        })?;
-        buf.copy_from_slice(&bytes);
-        Ok(())
+        self.waiting(|| self.engine.read_into(pos, buf))
     }
 
     /// As [`read_into`](Self::read_into), for several reads at once.
     fn read_many(&self, reads: &mut [(u64, &mut [u8])]) -> Result<()> {
-        let cached = || {
-            reads
-                .iter()
-                .all(|(pos, buf)| self.engine.is_cached(*pos..*pos + buf.len() as u64))
-        };
-        if wait::host().is_none() || cached() {
+        let cached = reads
+            .iter()
+            .all(|(pos, buf)| self.engine.is_cached(*pos..*pos + buf.len() as u64));
+        if cached {
             return self.engine.read_many(reads);
         }
-        let engine = Arc::clone(&self.engine);
-        let lens: Vec<(u64, usize)> = reads.iter().map(|(pos, buf)| (*pos, buf.len())).collect();
-        let parts = wait::blocking(move || {
-            let mut owned: Vec<Vec<u8>> = lens.iter().map(|&(_, len)| vec![0; len]).collect();
-            let mut theirs: Vec<(u64, &mut [u8])> = lens
-                .iter()
-                .zip(owned.iter_mut())
-                .map(|(&(pos, _), b)| (pos, &mut b[..]))
-                .collect();
-            engine.read_many(&mut theirs)?;
-            Ok(owned)
-        })?;
-        for ((_, buf), part) in reads.iter_mut().zip(parts) {
-            buf.copy_from_slice(&part);
-        }
-        Ok(())
+        self.waiting(|| self.engine.read_many(reads))
     }
 
     /// What the HDF5 driver may ask of the file beyond reads (see
@@ -356,12 +375,7 @@ impl RemoteFile {
     /// # Ok::<(), remfile::Error>(())
     /// ```
     pub fn prefetch(&self, ranges: impl IntoIterator<Item = Range<u64>>) -> Result<()> {
-        if wait::host().is_none() {
-            return self.engine.prefetch(ranges);
-        }
-        let engine = Arc::clone(&self.engine);
-        let ranges: Vec<Range<u64>> = ranges.into_iter().collect();
-        wait::blocking(move || engine.prefetch(ranges))
+        self.waiting(|| self.engine.prefetch(ranges))
     }
 
     /// Queues a fetch of the blocks covering `ranges` that are neither

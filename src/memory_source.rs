@@ -176,8 +176,17 @@ impl RangeSource for Arc<MemorySource> {
         Counters::add(&self.counters.requests, 1);
         state.waiting += 1;
         self.changed.notify_all();
+        // Held as a socket wait is: in slices, ended by a stop.
         while state.shut {
-            state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
+            if let Err(stopped) = crate::wait::check_stopped() {
+                state.waiting -= 1;
+                self.changed.notify_all();
+                return Err(stopped);
+            }
+            state = self
+                .changed
+                .wait_timeout(state, crate::wait::POLL)
+                .map_or_else(|e| e.into_inner().0, |(s, _)| s);
         }
         state.waiting -= 1;
         let at = state

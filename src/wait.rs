@@ -1,16 +1,46 @@
-//! Network waits as a host runtime needs them: a program that embeds the
-//! crate in an interpreter (the Python package does) lets go of the
-//! interpreter's lock while a read waits, and stops the wait when the user
-//! asks (Ctrl-C).
+//! Waits that can be stopped: every wait of a read — on a socket, for a
+//! connection permit, for another reader's fetch of the same block, for a
+//! piece, for another process's block, between retries — lasts at most
+//! [`POLL`] past a stop, and a stopped read lets go of everything it held
+//! (its claims on blocks, its connection, its buffers) as it returns.
 //!
-//! Nothing changes for a program that installs no [`Host`]: its reads wait
-//! on the calling thread, as they always did. With a host installed, a read
-//! that must wait for the network (or for the disk cache) runs on a thread
-//! of its own while the calling thread waits in steps of [`POLL`], asking
-//! the host between steps whether to stop. A read stopped that way returns
-//! [`ErrorKind::Interrupted`]; the fetch it leaves behind stops too (before
-//! its next request, and between the chunks of a body), and its blocks are
-//! fetched again by whoever needs them next, so the file stays usable.
+//! A read is stopped by a [`Cancel`] (a handle the program holds: a user's
+//! "stop" button, a deadline per call), by a host runtime's request (the
+//! Python package's Ctrl-C), by closing the file for its background work,
+//! or by [`stop_everything`] (the process is ending). It then fails with
+//! [`ErrorKind::Interrupted`] (or [`ErrorKind::Timeout`] for a
+//! [`Cancel`]'s own deadline); the file stays usable, and the next read of
+//! the same bytes fetches them itself at once.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use remfile::{ErrorKind, RemoteFile, wait::Cancel};
+//!
+//! let file = RemoteFile::open("https://example.com/data.nwb")?;
+//! // Every read through `patient` stops when `stop` is cancelled.
+//! let stop = Cancel::new();
+//! let patient = file.with_cancel(stop.clone());
+//! let waiter = std::thread::spawn(move || {
+//!     let mut buf = vec![0u8; 64 << 20];
+//!     patient.read_exact_at(0, &mut buf)
+//! });
+//! stop.cancel(); // the user changed their mind
+//! let outcome = waiter.join().unwrap();
+//! assert!(outcome.is_ok() || outcome.unwrap_err().kind() == ErrorKind::Interrupted);
+//!
+//! // Or a deadline for whatever runs inside, the `hdf5` adapter's calls too.
+//! let mut head = [0u8; 512];
+//! Cancel::after(Duration::from_secs(2)).run(|| file.read_exact_at(0, &mut head))?;
+//! # Ok::<(), remfile::Error>(())
+//! ```
+//!
+//! # Hosts
+//!
+//! A program that embeds the crate in an interpreter installs a [`Host`]:
+//! a read that must wait for the network runs on the calling thread inside
+//! [`Host::outside`] (the interpreter lets go of its lock there), and asks
+//! [`Host::stop_requested`] every [`POLL`] from inside that wait, on the
+//! same thread. Nothing changes for a program that installs none.
 //!
 //! ```
 //! use remfile::wait::{self, Host};
@@ -23,14 +53,16 @@
 //! let _ = wait::set_host(&HOST);
 //! ```
 
-use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{Arc, OnceLock, mpsc};
-use std::time::Duration;
+use std::cell::{Cell, RefCell};
+use std::sync::Arc;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorKind, Result};
 
-/// How often a waiting thread asks its host whether to stop.
+/// The longest a wait goes on after a stop: waits are made in slices of
+/// this, looking for a stop between them.
 pub const POLL: Duration = Duration::from_millis(50);
 
 /// A host runtime's part in the network waits of reads, opens and closes.
@@ -38,16 +70,17 @@ pub const POLL: Duration = Duration::from_millis(50);
 /// Every method has a default that does nothing special, so a host
 /// implements only what it needs.
 pub trait Host: Send + Sync + 'static {
-    /// Runs `wait`, which blocks this thread until a read (or an open, or a
-    /// close) is done with the network. An interpreter lets go of its lock
+    /// Runs `wait`, which is a whole read (or open, or close) that may wait
+    /// for the network, on this thread. An interpreter lets go of its lock
     /// around it, if this thread holds it.
     fn outside(&self, wait: &mut dyn FnMut()) {
         wait()
     }
 
-    /// Whether the waiting thread should stop waiting (the user pressed
-    /// Ctrl-C, say). Asked every [`POLL`] from inside
-    /// [`outside`](Host::outside), on the waiting thread.
+    /// Whether the read should stop (the user pressed Ctrl-C, say). Asked
+    /// from inside [`outside`](Host::outside)'s `wait`, on its thread, at
+    /// most every [`POLL`] while the read waits: the interpreter's lock is
+    /// *not* held here, unless `outside` kept it.
     fn stop_requested(&self) -> bool {
         false
     }
@@ -79,25 +112,170 @@ pub(crate) fn host() -> Option<&'static dyn Host> {
     HOST.get().copied()
 }
 
-/// The stop flag of the read the current thread works for (set on the
-/// threads a host-run read starts, and passed on to the threads they start).
+/// A stop for reads: cancel it, or let its deadline pass, and every read
+/// that watches it ends within [`POLL`] with [`ErrorKind::Interrupted`]
+/// (with [`ErrorKind::Timeout`] once its deadline passed), letting go of
+/// what it held.
+///
+/// A read watches the cancels of the [`RemoteFile`](crate::RemoteFile)
+/// handle it goes through ([`with_cancel`](crate::RemoteFile::with_cancel))
+/// and of every [`run`](Cancel::run) it is inside. Clones share one state:
+/// cancel any, and all are cancelled. A cancel cannot be undone; make a new
+/// one for the next reads.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Token(Arc<AtomicBool>);
+pub struct Cancel(Arc<Inner>);
 
-thread_local! {
-    static CURRENT: RefCell<Option<Token>> = const { RefCell::new(None) };
+#[derive(Debug, Default)]
+struct Inner {
+    cancelled: AtomicBool,
+    deadline: Option<Instant>,
+    /// The cancels this one was made under: any of them stops it too.
+    parents: Vec<Cancel>,
 }
 
-impl Token {
-    /// The token of the read this thread works for, if any.
-    pub(crate) fn current() -> Option<Token> {
-        CURRENT.with(|c| c.borrow().clone())
+impl Cancel {
+    /// A cancel that stops its reads when [`cancel`](Cancel::cancel) is
+    /// called.
+    pub fn new() -> Cancel {
+        Cancel::default()
     }
 
-    /// Runs `f` with `token` (if any) as this thread's token.
-    pub(crate) fn adopt<T>(token: Option<Token>, f: impl FnOnce() -> T) -> T {
-        let previous = CURRENT.with(|c| std::mem::replace(&mut *c.borrow_mut(), token));
-        struct Restore(Option<Token>);
+    /// A cancel that stops its reads at `deadline`, or when cancelled
+    /// before.
+    pub fn with_deadline(deadline: Instant) -> Cancel {
+        Cancel(Arc::new(Inner {
+            deadline: Some(deadline),
+            ..Inner::default()
+        }))
+    }
+
+    /// A cancel that stops its reads `timeout` from now, or when cancelled
+    /// before.
+    pub fn after(timeout: Duration) -> Cancel {
+        Cancel::with_deadline(crate::deadline::after(timeout))
+    }
+
+    /// Stops every read that watches this cancel (or a clone of it).
+    pub fn cancel(&self) {
+        self.0.cancelled.store(true, Relaxed);
+    }
+
+    /// Whether the reads watching it are to stop: it was cancelled, or its
+    /// deadline passed.
+    pub fn is_cancelled(&self) -> bool {
+        self.why_stopped().is_some()
+    }
+
+    /// Runs `f` with every read it makes on this thread (through any file,
+    /// the `hdf5` adapter's too) watching this cancel, beside what they
+    /// watch already.
+    ///
+    /// ```no_run
+    /// # let file = remfile::RemoteFile::open("https://example.com/data.h5")?;
+    /// use remfile::wait::Cancel;
+    /// let mut buf = vec![0u8; 1 << 20];
+    /// Cancel::after(std::time::Duration::from_secs(5)).run(|| file.read_exact_at(0, &mut buf))?;
+    /// # Ok::<(), remfile::Error>(())
+    /// ```
+    pub fn run<T>(&self, f: impl FnOnce() -> T) -> T {
+        let outer = CURRENT.with(|c| c.borrow().clone());
+        let watch = match outer {
+            None => Watch {
+                cancel: self.clone(),
+                polls_host: false,
+            },
+            Some(outer) => Watch {
+                cancel: Cancel::of_either([self.clone(), outer.cancel]),
+                polls_host: outer.polls_host,
+            },
+        };
+        Watch::adopt(Some(watch), f)
+    }
+
+    /// A new cancel, stopped by itself or by any of `parents`.
+    pub(crate) fn of_either(parents: impl IntoIterator<Item = Cancel>) -> Cancel {
+        Cancel(Arc::new(Inner {
+            parents: parents.into_iter().collect(),
+            ..Inner::default()
+        }))
+    }
+
+    /// Why the reads watching it are to stop, if they are.
+    fn why_stopped(&self) -> Option<Stopped> {
+        if self.0.cancelled.load(Relaxed) {
+            return Some(Stopped::Cancelled);
+        }
+        if self.0.deadline.is_some_and(|d| Instant::now() >= d) {
+            return Some(Stopped::DeadlinePassed);
+        }
+        self.0.parents.iter().find_map(Cancel::why_stopped)
+    }
+}
+
+/// Why a read stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stopped {
+    Cancelled,
+    DeadlinePassed,
+    ProcessEnding,
+}
+
+impl Stopped {
+    fn error(self) -> Error {
+        match self {
+            Stopped::Cancelled => interrupted(),
+            Stopped::DeadlinePassed => {
+                Error::new(ErrorKind::Timeout, "the deadline the read was given passed")
+            }
+            Stopped::ProcessEnding => {
+                Error::new(ErrorKind::Interrupted, "interrupted: the process is ending")
+            }
+        }
+    }
+}
+
+/// What the work on this thread watches: the read it works for (and so,
+/// the threads that work for that read too).
+#[derive(Clone, Debug)]
+pub(crate) struct Watch {
+    cancel: Cancel,
+    /// Whether this thread asks the host to stop (the thread the host ran
+    /// the read on; the threads it starts only look at the cancel).
+    polls_host: bool,
+}
+
+thread_local! {
+    static CURRENT: RefCell<Option<Watch>> = const { RefCell::new(None) };
+    /// When this thread last asked the host.
+    static LAST_ASKED: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+impl Watch {
+    /// What this thread watches, for a thread that works for the same read
+    /// (which never asks the host: the read's own thread does).
+    pub(crate) fn for_helper() -> Option<Watch> {
+        CURRENT.with(|c| {
+            c.borrow().as_ref().map(|w| Watch {
+                cancel: w.cancel.clone(),
+                polls_host: false,
+            })
+        })
+    }
+
+    /// A watch of `cancel` alone, for background work (closing its file
+    /// cancels it).
+    pub(crate) fn of(cancel: Cancel) -> Watch {
+        Watch {
+            cancel,
+            polls_host: false,
+        }
+    }
+
+    /// Runs `f` with `watch` as this thread's (the previous one restored
+    /// after, even if `f` panics).
+    pub(crate) fn adopt<T>(watch: Option<Watch>, f: impl FnOnce() -> T) -> T {
+        let previous = CURRENT.with(|c| std::mem::replace(&mut *c.borrow_mut(), watch));
+        struct Restore(Option<Watch>);
         impl Drop for Restore {
             fn drop(&mut self) {
                 let previous = self.0.take();
@@ -107,43 +285,118 @@ impl Token {
         let _restore = Restore(previous);
         f()
     }
-
-    fn stop(&self) {
-        self.0.store(true, Relaxed);
-    }
-
-    fn is_stopped(&self) -> bool {
-        self.0.load(Relaxed)
-    }
 }
 
-/// An error if the read this thread works for was stopped: checked before
-/// each request and between the chunks of a body.
+/// The cancel the work on this thread watches, if any.
+fn current() -> Option<Cancel> {
+    CURRENT.with(|c| c.borrow().as_ref().map(|w| w.cancel.clone()))
+}
+
+/// The process in which [`stop_everything`] was called (0: none): a child
+/// forked from a process that was ending is not.
+static EVERYTHING_STOPPED_IN: AtomicU32 = AtomicU32::new(0);
+
+/// Stops every read, open and background fetch of the process, now and
+/// from now on: each wait ends within [`POLL`] with
+/// [`ErrorKind::Interrupted`]. For a process that is ending (the Python
+/// package calls it from an `atexit` hook, so that threads reading in the
+/// background let go of what they hold before the interpreter finalizes).
+/// A child forked afterwards reads normally.
+pub fn stop_everything() {
+    EVERYTHING_STOPPED_IN.store(std::process::id(), Relaxed);
+}
+
+/// Why the work on this thread should stop, if it should: asks the host
+/// (at most every [`POLL`] / 2) on the thread the host ran the read on.
+fn why_stop() -> Option<Stopped> {
+    let stopped_in = EVERYTHING_STOPPED_IN.load(Relaxed);
+    if stopped_in != 0 && stopped_in == std::process::id() {
+        return Some(Stopped::ProcessEnding);
+    }
+    let watch = CURRENT.with(|c| c.borrow().clone())?;
+    if let Some(why) = watch.cancel.why_stopped() {
+        return Some(why);
+    }
+    if watch.polls_host && time_to_ask() {
+        if let Some(host) = host() {
+            if host.stop_requested() {
+                watch.cancel.cancel();
+                return Some(Stopped::Cancelled);
+            }
+        }
+    }
+    None
+}
+
+/// Whether this thread has not asked the host for a while (asking may
+/// take the interpreter's lock: not at every chunk of a body).
+fn time_to_ask() -> bool {
+    let now = Instant::now();
+    LAST_ASKED.with(|last| {
+        let due = last.get().is_none_or(|t| now.duration_since(t) >= POLL / 2);
+        if due {
+            last.set(Some(now));
+        }
+        due
+    })
+}
+
+/// Whether the work on this thread should stop now.
+pub(crate) fn should_stop() -> bool {
+    why_stop().is_some()
+}
+
+/// An error if the work on this thread should stop: checked before each
+/// request, between the chunks of a body and between the slices of every
+/// wait.
 pub(crate) fn check_stopped() -> Result<()> {
-    match Token::current() {
-        Some(t) if t.is_stopped() => Err(interrupted()),
-        _ => Ok(()),
+    match why_stop() {
+        Some(why) => Err(why.error()),
+        None => Ok(()),
     }
 }
 
-/// The error of a wait the host stopped.
+/// The error of a wait the host (or a [`Cancel`]) stopped.
 pub(crate) fn interrupted() -> Error {
     Error::new(ErrorKind::Interrupted, "interrupted while waiting")
 }
 
-/// Runs `work` as the host wants a network wait run (see the module's
-/// documentation); without a host, runs it here.
-pub(crate) fn blocking<T: Send + 'static>(
-    work: impl FnOnce() -> Result<T> + Send + 'static,
-) -> Result<T> {
+/// The end of the next slice of a wait that lasts until `deadline`.
+pub(crate) fn slice_end(deadline: Instant) -> Instant {
+    deadline.min(Instant::now() + POLL)
+}
+
+/// Sleeps until `deadline`, or until the work on this thread should stop
+/// (then an error).
+pub(crate) fn sleep_until(deadline: Instant) -> Result<()> {
+    loop {
+        check_stopped()?;
+        let now = Instant::now();
+        if now >= deadline {
+            return Ok(());
+        }
+        std::thread::sleep(slice_end(deadline) - now);
+    }
+}
+
+/// Runs `work` — a read, an open: anything that may wait for the network —
+/// as the host wants such waits run: on this thread, inside
+/// [`Host::outside`], asking the host between the slices of its waits.
+/// Without a host, runs it here as it is.
+pub(crate) fn blocking<T>(work: impl FnOnce() -> Result<T>) -> Result<T> {
     let Some(host) = host() else {
         return work();
+    };
+    let cancel = Cancel::of_either(current());
+    let watch = Watch {
+        cancel,
+        polls_host: true,
     };
     let mut work = Some(work);
     let mut outcome = None;
     host.outside(&mut || {
         if let Some(work) = work.take() {
-            outcome = Some(wait_for(host, work));
+            outcome = Some(Watch::adopt(Some(watch.clone()), work));
         }
     });
     outcome.unwrap_or_else(|| Err(interrupted()))
@@ -166,72 +419,61 @@ pub(crate) fn outside<T>(f: impl FnOnce() -> T) -> T {
     outcome.expect("the host's `outside` runs the wait it is given")
 }
 
-/// Runs `work` on a thread of its own and waits for it in steps, asking the
-/// host between them. If no thread can be started, runs it here (a wait
-/// that cannot be stopped, rather than none).
-fn wait_for<T: Send + 'static>(
-    host: &'static dyn Host,
-    work: impl FnOnce() -> Result<T> + Send + 'static,
-) -> Result<T> {
-    let token = Token::default();
-    let (send, receive) = mpsc::sync_channel(1);
-    let theirs = token.clone();
-    let slot = Arc::new(parking_lot::Mutex::new(Some(work)));
-    let for_thread = Arc::clone(&slot);
-    let spawned = std::thread::Builder::new()
-        .name("remfile-read".into())
-        .spawn(move || {
-            if let Some(work) = for_thread.lock().take() {
-                let _ = send.send(Token::adopt(Some(theirs), work));
-            }
-        });
-    if let Err(e) = spawned {
-        tracing::debug!(error = %e, "no thread for a read; it waits on the caller's");
-        let work = slot.lock().take().expect("the thread never started");
-        return work();
-    }
-    loop {
-        match receive.recv_timeout(POLL) {
-            Ok(outcome) => return outcome,
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                // The thread panicked: its panic was its own to report.
-                return Err(Error::new(
-                    ErrorKind::Network,
-                    "the read's thread ended without an answer",
-                ));
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                if host.stop_requested() {
-                    token.stop();
-                    return Err(interrupted());
-                }
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn a_stopped_token_stops_only_the_threads_that_adopt_it() {
-        let token = Token::default();
+    fn a_cancel_stops_only_the_work_that_watches_it_and_its_helpers() {
+        let cancel = Cancel::new();
         assert!(check_stopped().is_ok());
-        Token::adopt(Some(token.clone()), || {
+        cancel.run(|| {
             assert!(check_stopped().is_ok());
-            token.stop();
+            cancel.cancel();
             let e = check_stopped().unwrap_err();
             assert_eq!(e.kind(), ErrorKind::Interrupted);
-            let inherited = Token::current();
+            let inherited = Watch::for_helper();
             std::thread::spawn(move || {
-                Token::adopt(inherited, || assert!(check_stopped().is_err()));
+                Watch::adopt(inherited, || assert!(check_stopped().is_err()));
                 assert!(check_stopped().is_ok(), "restored after");
             })
             .join()
             .unwrap();
         });
-        assert!(check_stopped().is_ok(), "restored after adopt");
+        assert!(check_stopped().is_ok(), "restored after run");
+    }
+
+    #[test]
+    fn nested_cancels_stop_on_either_and_a_deadline_is_a_timeout() {
+        let outer = Cancel::new();
+        let inner = Cancel::with_deadline(Instant::now());
+        outer.run(|| {
+            let e = inner.run(check_stopped).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+            assert!(
+                check_stopped().is_ok(),
+                "the inner deadline is not the outer's"
+            );
+            let later = Cancel::new();
+            later.run(|| {
+                outer.cancel();
+                assert_eq!(check_stopped().unwrap_err().kind(), ErrorKind::Interrupted);
+            });
+        });
+        assert!(!Cancel::new().is_cancelled());
+        let shared = Cancel::new();
+        shared.clone().cancel();
+        assert!(shared.is_cancelled(), "clones share one state");
+    }
+
+    #[test]
+    fn a_sleep_ends_at_a_stop() {
+        let cancel = Cancel::new();
+        cancel.cancel();
+        let far = Instant::now() + Duration::from_secs(3600);
+        let e = cancel.run(|| sleep_until(far)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Interrupted);
+        assert!(sleep_until(Instant::now()).is_ok());
     }
 
     #[test]

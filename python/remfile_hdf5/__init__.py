@@ -43,6 +43,7 @@ connection a ``ConnectionError``.
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import difflib
 import inspect
@@ -51,7 +52,9 @@ import itertools
 import math
 import operator
 import os
+import sys
 import threading
+import time
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence, TypedDict, Union
 
 from . import _native
@@ -774,3 +777,35 @@ def _register() -> None:
 
 
 _register()
+
+
+#: The longest the exit hook waits for threads inside h5py to leave it.
+_EXIT_WAIT = 5.0
+
+
+def _at_exit() -> None:
+    """Lets the process end while threads read in the background.
+
+    Runs before the interpreter finalizes (``atexit``; non-daemon threads
+    have been joined by then). Every read, open and background fetch of
+    the package stops at once (an ``InterruptedError`` in threads still
+    reading), so that a daemon thread inside an h5py call leaves it; then
+    this thread takes h5py's lock and keeps it, so that no thread enters
+    h5py again. Finalization's deallocations take that lock too: held by a
+    thread parked for good inside an h5py call, it would never come (the
+    process would hang); held by this thread, they take it again.
+    """
+    _native._stop_everything()
+    h5py = sys.modules.get("h5py")
+    phil = getattr(getattr(h5py, "_objects", None), "phil", None)
+    if phil is None:
+        return
+    give_up = time.monotonic() + _EXIT_WAIT
+    while not phil.acquire(False):
+        if time.monotonic() > give_up:
+            return
+        # Lets the GIL go, so that the thread holding the lock can leave.
+        time.sleep(0.005)
+
+
+atexit.register(_at_exit)

@@ -6,7 +6,7 @@
 //! The Python package is the interface; this module is not (its names start
 //! with an underscore where the package wraps them).
 
-use std::ffi::{CString, c_int, c_void};
+use std::ffi::{CString, c_void};
 use std::sync::OnceLock;
 
 use parking_lot::Mutex;
@@ -58,35 +58,57 @@ fn on_main_thread() -> bool {
     me == MAIN_THREAD.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// The crate's network waits, as Python needs them: without the GIL (also
-/// inside HDF5 calls h5py makes with it held), stopped by a signal whose
-/// handler raises (Ctrl-C), and failures through h5py raised as the
+/// The crate's network waits, as Python needs them: without the GIL where
+/// that is safe, stopped by Ctrl-C, and failures through h5py raised as the
 /// exceptions `RemoteFile` raises.
 ///
-/// Releasing the GIL inside an HDF5 callback is safe with h5py's own lock
-/// (`phil`, held by the calling thread throughout): another thread that
-/// calls h5py meanwhile waits for `phil` without the GIL (h5py's
-/// `FastRLock` waits in a `nogil` block), so HDF5 is never entered twice,
-/// and threads that do not call h5py run.
+/// A wait runs on the thread that asked for the bytes; the GIL, if this
+/// thread holds it, is let go of around the wait and taken back (with the
+/// thread state saved then) for a look at signals every poll. Whether this
+/// thread holds the GIL is read from the thread state itself
+/// ([`gil::held`]), never from `PyGILState_Check`, which says "yes" to
+/// every thread once the process has had a subinterpreter.
+///
+/// Inside HDF5 (a driver callback) no Python code runs: a SIGINT whose
+/// handler is Python's default stops the wait with `KeyboardInterrupt`; any
+/// other signal, and a SIGINT handler of the program's own, runs once the
+/// HDF5 call has returned. Outside HDF5 (the package's own reads), every
+/// handler runs as for any blocking call, and one that raises stops it.
+///
+/// Inside HDF5 the GIL is let go of only where no other code can enter that
+/// HDF5 library meanwhile ([`gil::release_inside_hdf5`]).
 struct PythonHost;
 
 impl wait::Host for PythonHost {
     fn outside(&self, wait: &mut dyn FnMut()) {
-        // SAFETY: PyGILState_Check may be called on any thread.
-        if unsafe { PyGILState_Check() } == 0 {
-            return wait();
+        let release = gil::held() && (FROM_PYTHON.get() || gil::release_inside_hdf5());
+        if !release {
+            wait();
+        } else {
+            // SAFETY: this thread holds the GIL (read from its thread
+            // state), and takes it back with the same state before anything
+            // else of Python's runs on it. No PyO3 token lives across the
+            // release: this is called from HDF5, under h5py's call, or from
+            // a method of the package's that let PyO3 go first.
+            let state = unsafe { pyo3::ffi::PyEval_SaveThread() };
+            let outer = SAVED.replace(state);
+            wait();
+            let state = SAVED.replace(outer);
+            // SAFETY: the state saved above (or re-saved by a look at
+            // signals), on the same thread.
+            unsafe { pyo3::ffi::PyEval_RestoreThread(state) };
         }
-        // SAFETY: this thread holds the GIL (checked), and it takes it back
-        // before anything else of Python's runs on it. No PyO3 token lives
-        // across the release: this is called from HDF5, under h5py's call.
-        let state = unsafe { pyo3::ffi::PyEval_SaveThread() };
-        wait();
-        // SAFETY: the state saved above, on the same thread.
-        unsafe { pyo3::ffi::PyEval_RestoreThread(state) };
-        if let Some(raised) = take_stopped() {
-            // Through h5py: the exception stays set, and h5py, seeing one
-            // set when HDF5 fails, raises it rather than HDF5's error.
-            Python::attach(|py| raised.restore(py));
+        if SIGINT_AFTER.take() {
+            // The program's own SIGINT handler runs once HDF5 returned.
+            // SAFETY: callable from any thread, with or without the GIL.
+            unsafe { PyErr_SetInterrupt() };
+        }
+        if !FROM_PYTHON.get() {
+            if let Some(raised) = take_stopped() {
+                // Through h5py: the exception stays set, and h5py, seeing
+                // one set when HDF5 fails, raises it rather than HDF5's.
+                gil::quietly(|py| raised.restore(py));
+            }
         }
     }
 
@@ -95,11 +117,28 @@ impl wait::Host for PythonHost {
             // Python runs signal handlers on its main thread only.
             return false;
         }
-        Python::attach(|py| match py.check_signals() {
-            Ok(()) => false,
-            Err(raised) => {
+        if FROM_PYTHON.get() {
+            return gil::quietly(|py| match py.check_signals() {
+                Ok(()) => false,
+                Err(raised) => {
+                    STOPPED.with(|s| *s.borrow_mut() = Some(raised));
+                    true
+                }
+            });
+        }
+        gil::quietly(|py| {
+            // SAFETY: the GIL is held here; SIGINT alone is looked at (and
+            // its flag cleared): no handler runs.
+            if unsafe { pyo3::ffi::PyOS_InterruptOccurred() } == 0 {
+                return false;
+            }
+            if sigint_is_python_default(py) {
+                let raised = pyo3::exceptions::PyKeyboardInterrupt::new_err(());
                 STOPPED.with(|s| *s.borrow_mut() = Some(raised));
                 true
+            } else {
+                SIGINT_AFTER.set(true);
+                false
             }
         })
     }
@@ -109,7 +148,7 @@ impl wait::Host for PythonHost {
         // this thread's state all the same (taking the GIL for it, as
         // Cython's own `nogil` functions do), and h5py, once it has the GIL
         // again, finds it set.
-        Python::attach(|py| {
+        gil::quietly(|py| {
             if PyErr::occurred(py) {
                 return;
             }
@@ -124,10 +163,199 @@ impl wait::Host for PythonHost {
 
 static HOST: PythonHost = PythonHost;
 
+thread_local! {
+    /// The thread state `outside` saved when it let go of the GIL on this
+    /// thread (null if it did not): a look at signals takes the GIL back
+    /// with it.
+    static SAVED: std::cell::Cell<*mut pyo3::ffi::PyThreadState> =
+        const { std::cell::Cell::new(std::ptr::null_mut()) };
+    /// Whether this thread's read was asked for by the package's own
+    /// methods (not by HDF5): then every signal handler may run.
+    static FROM_PYTHON: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// A SIGINT seen inside HDF5 whose handler is the program's own: raised
+    /// again once the call returns.
+    static SIGINT_AFTER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` as a read the package's own Python-facing method asked for.
+fn from_python<T>(f: impl FnOnce() -> T) -> T {
+    let outer = FROM_PYTHON.replace(true);
+    let out = f();
+    FROM_PYTHON.set(outer);
+    out
+}
+
+/// Whether SIGINT's handler is Python's own (`signal.default_int_handler`,
+/// which raises `KeyboardInterrupt`).
+fn sigint_is_python_default(py: Python<'_>) -> bool {
+    let Ok(signal) = py.import("signal") else {
+        return true;
+    };
+    let handler = signal.call_method1("getsignal", (libc::SIGINT,));
+    let default = signal.getattr("default_int_handler");
+    match (handler, default) {
+        (Ok(h), Ok(d)) => h.is(&d),
+        _ => true,
+    }
+}
+
 unsafe extern "C" {
-    /// Whether this thread holds the GIL: in every CPython 3 (since 3.4),
-    /// though outside the limited API PyO3 binds for abi3 modules.
-    fn PyGILState_Check() -> c_int;
+    /// Simulates a SIGINT's arrival: its handler runs at the interpreter's
+    /// next look (stable ABI).
+    fn PyErr_SetInterrupt();
+}
+
+/// The GIL, as this package takes it and lets go of it.
+mod gil {
+    use std::ffi::c_void;
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+
+    use pyo3::Python;
+    use pyo3::ffi::PyThreadState;
+
+    use super::SAVED;
+
+    type Unchecked = unsafe extern "C" fn() -> *mut PyThreadState;
+
+    /// How this Python tells whether a thread holds the GIL.
+    struct Probe {
+        /// `PyThreadState_GetUnchecked` (3.13+) or
+        /// `_PyThreadState_UncheckedGet` (before).
+        current: Option<Unchecked>,
+        /// Whether it is this thread's own (3.12+: a thread-local); before,
+        /// it is the state of whichever thread holds the GIL.
+        per_thread: bool,
+    }
+
+    static PROBE: OnceLock<Probe> = OnceLock::new();
+
+    /// Whether the GIL may be let go of inside an HDF5 call h5py makes with
+    /// it held (see [`release_inside_hdf5`]).
+    static RELEASE_INSIDE_HDF5: AtomicBool = AtomicBool::new(false);
+
+    /// Learns how to read the thread state on this Python (`version` is
+    /// `sys.version_info[:2]`).
+    pub(super) fn init(version: (u32, u32)) {
+        let found = |name: &std::ffi::CStr| {
+            // SAFETY: a look-up in the process's global symbols.
+            let f = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+            // SAFETY: both symbols have this signature.
+            (!f.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, Unchecked>(f) })
+        };
+        let current =
+            found(c"PyThreadState_GetUnchecked").or_else(|| found(c"_PyThreadState_UncheckedGet"));
+        let _ = PROBE.set(Probe {
+            current,
+            per_thread: version >= (3, 12),
+        });
+    }
+
+    /// Whether this thread holds the GIL.
+    pub(super) fn held() -> bool {
+        let Some(probe) = PROBE.get() else {
+            return false;
+        };
+        let Some(current) = probe.current else {
+            // No way to tell: act as if not (a wait that keeps the GIL is
+            // slow; a release without it is a crash).
+            return false;
+        };
+        // SAFETY: reads the current thread state without a check.
+        let state = unsafe { current() };
+        if state.is_null() {
+            return false;
+        }
+        if probe.per_thread {
+            return true;
+        }
+        // SAFETY: no preconditions; this thread's state (main interpreter).
+        state == unsafe { pyo3::ffi::PyGILState_GetThisThreadState() }
+    }
+
+    /// Decides, once h5py's HDF5 is known, whether the GIL may be let go
+    /// of inside its calls: only where that library is h5py's private copy
+    /// (as in h5py's wheels), which nothing calls but h5py, under its own
+    /// lock. A library shared with other packages (a system or conda HDF5,
+    /// which netCDF4 or PyTables may call with the GIL held and without
+    /// h5py's lock) could otherwise be entered by them while this thread
+    /// waits inside it — a deadlock with a thread-safe HDF5 (this thread
+    /// needs the GIL back to leave HDF5; theirs holds it, waiting for
+    /// HDF5), and two threads in HDF5 without one.
+    /// `REMFILE_RELEASE_GIL=always|never` overrides the choice.
+    pub(super) fn decide_release(library_path: Option<&str>) -> bool {
+        let private = library_path.is_some_and(|p| {
+            p.contains("/h5py.libs/") || p.contains("/h5py/") || p.contains("/h5py/.dylibs/")
+        });
+        let release = match std::env::var("REMFILE_RELEASE_GIL").as_deref() {
+            Ok("always") => true,
+            Ok("never") => false,
+            _ => private,
+        };
+        RELEASE_INSIDE_HDF5.store(release, Relaxed);
+        release
+    }
+
+    /// See [`decide_release`].
+    pub(super) fn release_inside_hdf5() -> bool {
+        RELEASE_INSIDE_HDF5.load(Relaxed)
+    }
+
+    /// Runs `f` with the GIL, taken back with the state `outside` saved,
+    /// or as this thread holds it, or through `PyGILState_Ensure`; with the
+    /// cyclic garbage collector off, so that no finalizer (`__del__`) runs
+    /// inside an HDF5 call.
+    pub(super) fn quietly<T>(f: impl FnOnce(Python<'_>) -> T) -> T {
+        let saved = SAVED.get();
+        if !saved.is_null() {
+            // SAFETY: the state `outside` saved on this thread.
+            unsafe { pyo3::ffi::PyEval_RestoreThread(saved) };
+            SAVED.set(std::ptr::null_mut());
+            let out = without_collection(f);
+            // SAFETY: this thread holds the GIL again.
+            SAVED.set(unsafe { pyo3::ffi::PyEval_SaveThread() });
+            return out;
+        }
+        if held() {
+            return without_collection(f);
+        }
+        // SAFETY: this thread does not hold the GIL; Ensure takes it with
+        // its own state, and Release lets go of it as it found it.
+        let taken = unsafe { pyo3::ffi::PyGILState_Ensure() };
+        let out = without_collection(f);
+        // SAFETY: the state Ensure returned, on the same thread.
+        unsafe { pyo3::ffi::PyGILState_Release(taken) };
+        out
+    }
+
+    /// Runs `f` (the GIL held) with the cyclic collector off.
+    fn without_collection<T>(f: impl FnOnce(Python<'_>) -> T) -> T {
+        type Switch = unsafe extern "C" fn() -> std::ffi::c_int;
+        static SWITCHES: OnceLock<Option<(Switch, Switch)>> = OnceLock::new();
+        let switches = SWITCHES.get_or_init(|| {
+            let found = |name: &std::ffi::CStr| {
+                // SAFETY: a look-up in the process's global symbols.
+                let f = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+                // SAFETY: PyGC_Disable and PyGC_Enable (3.10+) both have
+                // this signature.
+                (!f.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, Switch>(f) })
+            };
+            Some((found(c"PyGC_Disable")?, found(c"PyGC_Enable")?))
+        });
+        // SAFETY: the caller holds the GIL.
+        let py = unsafe { Python::assume_attached() };
+        let Some((disable, enable)) = switches else {
+            return f(py);
+        };
+        // SAFETY: the GIL is held; the collector is put back as it was.
+        let was_on = unsafe { disable() } != 0;
+        let out = f(py);
+        if was_on {
+            // SAFETY: as above.
+            unsafe { enable() };
+        }
+        out
+    }
 }
 
 /// Returns the memory freed by a closed file to the system: glibc keeps
@@ -225,7 +453,7 @@ impl Remote {
         }
         // The driver's defaults, so that one table of defaults holds for both.
         let builder = vfd::builder(&parsed).map_err(config_error)?;
-        let file = py.detach(|| builder.open(url)).map_err(to_py)?;
+        let file = from_python(|| py.detach(|| builder.open(url))).map_err(to_py)?;
         Ok(Remote::of(file))
     }
 
@@ -252,7 +480,7 @@ impl Remote {
             wanted.push(offset..end);
         }
         let file = self.file()?;
-        py.detach(|| file.prefetch(wanted)).map_err(to_py)
+        from_python(|| py.detach(|| file.prefetch(wanted))).map_err(to_py)
     }
 
     /// Up to `n` bytes at `pos` (fewer only at the end of the file).
@@ -265,7 +493,7 @@ impl Remote {
             if buf.is_empty() {
                 return Ok(());
             }
-            py.detach(|| file.read_exact_at(pos, buf)).map_err(to_py)
+            from_python(|| py.detach(|| file.read_exact_at(pos, buf))).map_err(to_py)
         })
     }
 
@@ -290,7 +518,7 @@ impl Remote {
     ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
         let file = self.file()?;
         let ranges: Vec<std::ops::Range<u64>> = ranges.into_iter().map(|(a, b)| a..b).collect();
-        let parts = py.detach(|| file.read_ranges(&ranges)).map_err(to_py)?;
+        let parts = from_python(|| py.detach(|| file.read_ranges(&ranges))).map_err(to_py)?;
         Ok(parts.iter().map(|p| PyBytes::new(py, p)).collect())
     }
 
@@ -412,6 +640,7 @@ fn _bind_hdf5(path: &str) -> PyResult<(u32, u32, u32)> {
             "HDF5 {a}.{b}.{c} refused to register the remfile driver"
         )));
     }
+    gil::decide_release(file_of(calls.register as *const c_void).as_deref());
     let library = Library {
         version: api.version(),
         driver,
@@ -530,6 +759,35 @@ fn driver_handle(file: hid_t) -> PyResult<Option<*mut c_void>> {
     Ok((found >= 0 && !handle.is_null()).then_some(handle))
 }
 
+/// Stops every read, open and background fetch of the process, now and
+/// from now on (the package's `atexit` hook: threads reading in the
+/// background then leave h5py before the interpreter finalizes).
+#[pyfunction]
+fn _stop_everything() {
+    wait::stop_everything();
+}
+
+/// Whether reads inside h5py's HDF5 calls let go of the GIL while they wait
+/// (see the package's documentation).
+#[pyfunction]
+fn _releases_gil_inside_hdf5() -> bool {
+    gil::release_inside_hdf5()
+}
+
+/// The file the function at `address` was loaded from.
+fn file_of(address: *const c_void) -> Option<String> {
+    // SAFETY: Dl_info is plain data; zeroes are a valid value.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr fills `info` for an address in a loaded object.
+    let found = unsafe { libc::dladdr(address, &mut info) };
+    if found == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: a C string of the loader's.
+    let name = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) };
+    Some(name.to_string_lossy().into_owned())
+}
+
 /// HDF5's version as h5py's library reports it, once bound.
 #[pyfunction]
 fn _hdf5_version() -> Option<(u32, u32, u32)> {
@@ -549,6 +807,12 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         .getattr("ident")?
         .extract::<u64>()?;
     MAIN_THREAD.store(main, std::sync::atomic::Ordering::Relaxed);
+    let version_info = m.py().import("sys")?.getattr("version_info")?;
+    let version: (u32, u32) = (
+        version_info.getattr("major")?.extract()?,
+        version_info.getattr("minor")?.extract()?,
+    );
+    gil::init(version);
     wait::set_host(&HOST);
     m.add_class::<Remote>()?;
     m.add_function(wrap_pyfunction!(_bind_hdf5, m)?)?;
@@ -558,5 +822,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_file_stats, m)?)?;
     m.add_function(wrap_pyfunction!(_remote_of_file, m)?)?;
     m.add_function(wrap_pyfunction!(_hdf5_version, m)?)?;
+    m.add_function(wrap_pyfunction!(_stop_everything, m)?)?;
+    m.add_function(wrap_pyfunction!(_releases_gil_inside_hdf5, m)?)?;
     Ok(())
 }

@@ -91,6 +91,16 @@ impl BlockCache {
         claim
     }
 
+    /// How many readers wait for the fetch of block `index` of `file` in
+    /// flight now (0 if none is).
+    #[cfg(test)]
+    pub(crate) fn waiting_for(&self, file: &FileKey, index: u64) -> usize {
+        let table = self.inner.in_flight.lock();
+        table
+            .get(&(*file, index))
+            .map_or(0, |p| p.waiters.load(Ordering::Relaxed))
+    }
+
     fn settle(&self, file: &FileKey, index: u64, outcome: Result<Block, Error>) {
         let key = (*file, index);
         if let Ok(block) = &outcome {
@@ -114,6 +124,8 @@ pub(crate) struct Pending {
     wave: Option<Arc<Wave>>,
     /// Whether the claim did not need it (read-ahead, a guess).
     optional: bool,
+    /// Readers waiting for it now.
+    waiters: std::sync::atomic::AtomicUsize,
 }
 
 /// One speculative fetch, as its waiters see it.
@@ -151,14 +163,27 @@ impl Pending {
         })
     }
 
-    /// Waits for the fetch's outcome until `deadline`.
+    /// Waits for the fetch's outcome until `deadline`, or until the work on
+    /// this thread is stopped (then its error).
     pub(crate) fn wait(&self, deadline: Instant) -> Result<Block, Error> {
+        struct Waiting<'a>(&'a std::sync::atomic::AtomicUsize);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        self.waiters.fetch_add(1, Ordering::Relaxed);
+        let _waiting = Waiting(&self.waiters);
         let mut slot = self.slot.lock();
         loop {
             if let Some(outcome) = slot.as_ref() {
                 return outcome.clone();
             }
-            let (waited, timed_out) = self.ready.wait_until(slot, deadline);
+            crate::wait::check_stopped()?;
+            let (waited, _) = self
+                .ready
+                .wait_until(slot, crate::wait::slice_end(deadline));
+            let timed_out = Instant::now() >= deadline;
             slot = waited;
             if timed_out && slot.is_none() {
                 return Err(Error::new(

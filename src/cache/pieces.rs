@@ -216,9 +216,15 @@ impl Pieces {
                     }
                 }
             }
-            let (waited, passed) = self.arrived.wait_until(state, deadline);
+            if crate::wait::should_stop() {
+                // The read fetches the bytes itself, which fails at once.
+                return Served::No;
+            }
+            let (waited, _) = self
+                .arrived
+                .wait_until(state, crate::wait::slice_end(deadline));
             state = waited;
-            timed_out = passed;
+            timed_out = Instant::now() >= deadline;
         }
     }
 

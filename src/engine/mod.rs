@@ -162,6 +162,12 @@ impl Engine {
         }
     }
 
+    /// How many readers wait for another's fetch of block `index` now.
+    #[cfg(test)]
+    pub(crate) fn waiting_for(&self, index: u64) -> usize {
+        self.cache.waiting_for(&self.key, index)
+    }
+
     pub(crate) fn identity(&self) -> &Identity {
         &self.identity
     }
@@ -289,6 +295,7 @@ impl Engine {
     /// one round, without the cache: a large transfer then costs no block
     /// buffers, no copy out of them and no eviction of what the cache holds.
     fn read_direct(&self, pos: u64, buf: &mut [u8]) -> Result<()> {
+        crate::wait::check_stopped()?;
         let len = buf.len() as u64;
         // The stream goes on from here, but this read needs no read-ahead.
         self.note_read(pos, len, false);
@@ -495,6 +502,8 @@ impl Engine {
     /// blocks for which `is_needed` holds; a failure matters only if it hits
     /// one of those (a failed read-ahead costs nothing but its bytes).
     fn complete(&self, claim: Claim, is_needed: impl Fn(u64) -> bool) -> Result<Vec<(u64, Block)>> {
+        // A stopped read fetches nothing (its claim goes with it).
+        crate::wait::check_stopped()?;
         let deadline = Instant::now() + self.options.read_timeout;
         let mut fetch = Fetch::new(claim, is_needed, deadline);
         let waited = match self.fetch_owned(&mut fetch) {
@@ -642,6 +651,8 @@ impl Engine {
             waited_on_guess |= pending.costs_a_round(self.counters.round_mark());
             match pending.wait(fetch.deadline) {
                 Ok(block) => fetch.got.push((i, block)),
+                // This read was stopped: it fetches nothing more.
+                Err(e) if crate::wait::should_stop() => return Err(e),
                 // A guess or a read-ahead that failed, or a read another
                 // caller stopped, leaves its blocks to be fetched here.
                 Err(e) if optional || e.kind() == ErrorKind::Interrupted => {

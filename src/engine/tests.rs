@@ -380,3 +380,49 @@ fn a_fetch_that_would_end_past_the_read_timeout_fails_both_its_readers_at_once()
     assert_eq!(read(&file, 0, 10).unwrap(), &bytes[..10]);
     assert_eq!(source.asked(), [0..BLOCK, 0..BLOCK]);
 }
+
+/// Waits until `n` readers wait for another's fetch of block `index`;
+/// panics after 20 s (a test that waits less fails, never hangs).
+fn wait_until_waiting(file: &RemoteFile, index: u64, n: usize) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while file.engine().waiting_for(index) < n {
+        assert!(std::time::Instant::now() < deadline, "no reader waits");
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn a_cancelled_read_lets_go_of_its_claim_and_a_reader_waiting_for_it_fetches_at_once() {
+    let (bytes, source, file) = file_over(16, &builder().read_ahead_max(0));
+    let at = 4 * BLOCK + 10;
+    let cancel = crate::wait::Cancel::new();
+    let patient = file.with_cancel(cancel.clone());
+    source.shut();
+    std::thread::scope(|s| {
+        let first = s.spawn(|| read(&patient, at, 100));
+        source.wait_until_holding(1);
+        let second = s.spawn(|| read(&file, at, 100));
+        wait_until_waiting(&file, 4, 1);
+        cancel.cancel();
+        let e = first.join().unwrap().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Interrupted, "{e}");
+        // The waiter fetches the block itself: its own fetch is the one
+        // held now, beside none of the stopped read's.
+        source.wait_until_holding(1);
+        let asked = source.asked().len();
+        source.open();
+        assert_eq!(asked, 2, "the stopped read's fetch, then the waiter's own");
+        assert_eq!(second.join().unwrap().unwrap(), bytes[at as usize..][..100]);
+    });
+    // A cancel stops only the handle that watches it.
+    assert!(
+        patient.read_exact_at(at, &mut [0; 100]).is_ok(),
+        "cached: no wait"
+    );
+    let e = read(&patient, 9 * BLOCK, 10).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Interrupted);
+    assert_eq!(
+        read(&file, 9 * BLOCK, 10).unwrap(),
+        bytes[9 * BLOCK as usize..][..10]
+    );
+}

@@ -87,7 +87,24 @@ fn make(kind: &AgentKind) -> Result<Agent, Error> {
     if let Some(roots) = root_certs(&kind.extra_roots)? {
         config = config.tls_config(TlsConfig::builder().root_certs(roots).build());
     }
-    Ok(config.build().new_agent())
+    Ok(Agent::with_parts(
+        config.build(),
+        connector(),
+        ureq::unversioned::resolver::DefaultResolver::default(),
+    ))
+}
+
+/// ureq's connector chain (an HTTP CONNECT proxy if one is set, TCP, TLS),
+/// with the plain connection's waits made stoppable beneath TLS. A SOCKS
+/// proxy never reaches it ([`refuse_socks`]).
+fn connector() -> impl ureq::unversioned::transport::Connector {
+    use ureq::unversioned::transport::{
+        ConnectProxyConnector, Connector, RustlsConnector, TcpConnector,
+    };
+    ().chain(ConnectProxyConnector::default())
+        .chain(TcpConnector::default())
+        .chain(super::stoppable::StoppableConnector)
+        .chain(RustlsConnector::default())
 }
 
 /// A SOCKS proxy is an error: without a SOCKS connector ureq would send

@@ -25,6 +25,7 @@ mod request;
 mod response;
 mod retry;
 mod sink;
+mod stoppable;
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -292,11 +293,11 @@ impl Transport {
         // held only by a request that has its connection.
         let origin = budget::of_origin(&self.target.read().origin().ascii_serialization());
         let process = origin
-            .acquire(lane, deadline)
+            .acquire(lane, deadline)?
             .ok_or_else(|| busy("the process's connections to the server"))?;
         let file = self
             .permits
-            .acquire(lane, deadline)
+            .acquire(lane, deadline)?
             .ok_or_else(|| busy("the file's max_connections"))?;
         Ok([process, file])
     }

@@ -242,6 +242,9 @@ impl Transport {
                 Ok(v) => return Ok(v),
                 Err(f) => f,
             };
+            // A request ended by a stop failed for no fault of the server's:
+            // the stop's error, and no retry.
+            crate::wait::check_stopped().map_err(|e| e.with_attempts(so_far.made))?;
             let moved = failure.retry == Retry::Moved;
             let again = match failure.retry {
                 Retry::No => Err(failure.error),
@@ -338,7 +341,8 @@ impl Transport {
             error = %failure.error,
             "retrying request"
         );
-        std::thread::sleep(delay);
+        // A stop ends the pause, with the stop's error.
+        crate::wait::sleep_until(Instant::now() + delay)?;
         if Instant::now() >= deadline {
             // The last real failure says more than "deadline passed".
             return Err(failure.error);

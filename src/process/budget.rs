@@ -54,8 +54,13 @@ impl Permits {
         }
     }
 
-    /// Waits for a permit of `lane` until `deadline`; `None` if none came.
-    pub(crate) fn acquire(self: &Arc<Self>, lane: Lane, deadline: Instant) -> Option<Permit> {
+    /// Waits for a permit of `lane` until `deadline`; `None` if none came,
+    /// an error if the work on this thread was stopped meanwhile.
+    pub(crate) fn acquire(
+        self: &Arc<Self>,
+        lane: Lane,
+        deadline: Instant,
+    ) -> crate::Result<Option<Permit>> {
         let mut state = self.state.lock();
         if lane == Lane::Read {
             state.reads_waiting += 1;
@@ -72,15 +77,19 @@ impl Permits {
             if may {
                 break;
             }
-            if Instant::now() >= deadline {
+            let stopped = crate::wait::check_stopped();
+            if stopped.is_err() || Instant::now() >= deadline {
                 if lane == Lane::Read {
                     state.reads_waiting -= 1;
                 }
                 // A permit this waiter was woken for goes to another.
                 self.returned.notify_all();
-                return None;
+                return stopped.map(|()| None);
             }
-            state = self.returned.wait_until(state, deadline).0;
+            state = self
+                .returned
+                .wait_until(state, crate::wait::slice_end(deadline))
+                .0;
         }
         state.free -= 1;
         match lane {
@@ -91,10 +100,10 @@ impl Permits {
             // Background waiters held back for this read may go now.
             self.returned.notify_all();
         }
-        Some(Permit {
+        Ok(Some(Permit {
             permits: Arc::clone(self),
             lane,
-        })
+        }))
     }
 
     /// Permits not held now.
@@ -179,7 +188,7 @@ mod tests {
                 let permits = &permits;
                 s.spawn(move || {
                     for _ in 0..20 {
-                        let _p = permits.acquire(lane, soon()).unwrap();
+                        let _p = permits.acquire(lane, soon()).unwrap().unwrap();
                         let n = now.fetch_add(1, Ordering::SeqCst) + 1;
                         peak.fetch_max(n, Ordering::SeqCst);
                         if lane == Lane::Background {
@@ -203,31 +212,44 @@ mod tests {
     #[test]
     fn waiting_ends_at_the_deadline() {
         let permits = Arc::new(Permits::new(1, 1));
-        let _held = permits.acquire(Lane::Read, Instant::now()).unwrap();
+        let _held = permits
+            .acquire(Lane::Read, Instant::now())
+            .unwrap()
+            .unwrap();
         let deadline = Instant::now() + Duration::from_millis(20);
-        assert!(permits.acquire(Lane::Read, deadline).is_none());
-        assert!(permits.acquire(Lane::Background, deadline).is_none());
+        assert!(permits.acquire(Lane::Read, deadline).unwrap().is_none());
+        assert!(
+            permits
+                .acquire(Lane::Background, deadline)
+                .unwrap()
+                .is_none()
+        );
     }
 
     #[test]
     fn background_work_never_holds_the_whole_budget() {
         let permits = Arc::new(Permits::new(3, 2));
-        let _a = permits.acquire(Lane::Background, soon()).unwrap();
-        let _b = permits.acquire(Lane::Background, soon()).unwrap();
+        let _a = permits.acquire(Lane::Background, soon()).unwrap().unwrap();
+        let _b = permits.acquire(Lane::Background, soon()).unwrap().unwrap();
         let third = Instant::now() + Duration::from_millis(20);
-        assert!(permits.acquire(Lane::Background, third).is_none());
-        assert!(permits.acquire(Lane::Read, Instant::now()).is_some());
+        assert!(permits.acquire(Lane::Background, third).unwrap().is_none());
+        assert!(
+            permits
+                .acquire(Lane::Read, Instant::now())
+                .unwrap()
+                .is_some()
+        );
     }
 
     #[test]
     fn a_waiting_read_goes_before_waiting_background_work() {
         let permits = Arc::new(Permits::new(1, 1));
-        let held = permits.acquire(Lane::Background, soon()).unwrap();
+        let held = permits.acquire(Lane::Background, soon()).unwrap().unwrap();
         let order = Arc::new(Mutex::new(Vec::new()));
         let background = {
             let (permits, order) = (permits.clone(), order.clone());
             std::thread::spawn(move || {
-                let _p = permits.acquire(Lane::Background, soon()).unwrap();
+                let _p = permits.acquire(Lane::Background, soon()).unwrap().unwrap();
                 order.lock().push("background");
             })
         };
@@ -235,7 +257,7 @@ mod tests {
         let read = {
             let (permits, order) = (permits.clone(), order.clone());
             std::thread::spawn(move || {
-                let _p = permits.acquire(Lane::Read, soon()).unwrap();
+                let _p = permits.acquire(Lane::Read, soon()).unwrap().unwrap();
                 order.lock().push("read");
                 std::thread::sleep(Duration::from_millis(20));
             })

@@ -83,30 +83,34 @@ pub(crate) fn in_lane<T>(lane: Lane, f: impl FnOnce() -> T) -> T {
 }
 
 /// A file's part in background work: set when the file is closed, after
-/// which its background work sends no further request (a request in flight
-/// ends with its body, so that its connection stays usable).
+/// which its background work sends no further request, and each of its
+/// waits (a socket, a permit, a backoff) ends within a poll (see
+/// [`crate::wait`]).
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Closing(Arc<AtomicBool>);
+pub(crate) struct Closing {
+    closed: Arc<AtomicBool>,
+    cancel: crate::wait::Cancel,
+}
 
 impl Closing {
     #[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
     pub(crate) fn close(&self) {
-        self.0.store(true, Relaxed);
+        self.closed.store(true, Relaxed);
+        self.cancel.cancel();
     }
 
     pub(crate) fn is_closed(&self) -> bool {
-        self.0.load(Relaxed)
+        self.closed.load(Relaxed)
     }
 
     /// Runs `f` as background work of the file.
     pub(crate) fn run<T>(&self, f: impl FnOnce() -> T) -> T {
-        within(
-            Context {
-                lane: Lane::Background,
-                closed: Some(Arc::clone(&self.0)),
-            },
-            f,
-        )
+        let context = Context {
+            lane: Lane::Background,
+            closed: Some(Arc::clone(&self.closed)),
+        };
+        let watch = crate::wait::Watch::of(self.cancel.clone());
+        within(context, || crate::wait::Watch::adopt(Some(watch), f))
     }
 }
 

@@ -1,0 +1,245 @@
+//! Cancelling reads (`remfile::wait::Cancel`, `RemoteFile::with_cancel`):
+//! every wait ends at a cancel — on a socket, for a connection permit,
+//! between retries — the stopped read closes its connection and lets go of
+//! its blocks, and the next read of the same bytes fetches them itself.
+//!
+//! Only a cancel can end these reads (their timeouts are ten minutes); a
+//! watchdog aborts the test binary if one hangs.
+
+mod support;
+
+use std::io::Read;
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
+
+use remfile::wait::Cancel;
+use remfile::{ErrorKind, RemoteFile};
+use support::{After, RawServer, Reply, raw_serve, test_data};
+
+const PATIENT: Duration = Duration::from_secs(600);
+
+/// Aborts the process if not dropped within `limit` (a hang is a failure).
+struct Watchdog(mpsc::Sender<()>);
+
+fn watchdog(limit: Duration) -> Watchdog {
+    let (tx, rx) = mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(limit) {
+            eprintln!("watchdog: a test hung for {limit:?}");
+            std::process::abort();
+        }
+    });
+    Watchdog(tx)
+}
+
+/// A builder whose reads only a cancel can end.
+fn patient() -> remfile::Builder {
+    support::builder()
+        .block_size(256 << 10)
+        .read_ahead_max(0)
+        .idle_timeout(PATIENT)
+        .read_timeout(PATIENT)
+}
+
+/// What the stalling server tells the test.
+struct Signals {
+    /// The range of the request it holds.
+    arrived: mpsc::Receiver<(u64, u64)>,
+    /// The held request's connection was closed by the client.
+    closed: mpsc::Receiver<()>,
+}
+
+/// A server of `data` that holds its first request for a range past the
+/// first block without an answer until the client hangs up (or `over` is
+/// set), and answers every other request.
+fn stall_first(data: Arc<Vec<u8>>, over: Arc<AtomicBool>) -> (RawServer, Signals) {
+    let (arrived_tx, arrived) = mpsc::channel();
+    let (closed_tx, closed) = mpsc::channel();
+    let (arrived_tx, closed_tx) = (Mutex::new(arrived_tx), Mutex::new(closed_tx));
+    let used = AtomicBool::new(false);
+    let server = RawServer::new(move |req, out| {
+        let (first, last) = req.range().expect("a range request");
+        if first == 0 || used.swap(true, SeqCst) {
+            return raw_serve(&data, req, out);
+        }
+        let _ = arrived_tx.lock().unwrap().send((first, last));
+        if hold_until_hung_up(out, &over) {
+            let _ = closed_tx.lock().unwrap().send(());
+        }
+        After::Close
+    });
+    (server, Signals { arrived, closed })
+}
+
+/// Reads nothing until the client closes the connection (true) or `over`.
+fn hold_until_hung_up(out: &mut TcpStream, over: &AtomicBool) -> bool {
+    out.set_read_timeout(Some(Duration::from_millis(20)))
+        .unwrap();
+    let mut byte = [0u8; 1];
+    loop {
+        match out.read(&mut byte) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                if over.load(SeqCst) {
+                    return false;
+                }
+            }
+            Err(_) => return true,
+        }
+    }
+}
+
+fn read(file: &RemoteFile, pos: u64, len: usize) -> remfile::Result<Vec<u8>> {
+    let mut buf = vec![0u8; len];
+    file.read_exact_at(pos, &mut buf).map(|()| buf)
+}
+
+#[test]
+fn a_cancelled_read_closes_its_connection_and_the_same_read_then_fetches_at_once() {
+    let _dog = watchdog(Duration::from_secs(120));
+    let data = Arc::new(test_data(4 << 20, 3));
+    let over = Arc::new(AtomicBool::new(false));
+    let (server, signals) = stall_first(data.clone(), over.clone());
+    let file = patient().open(server.url("/f")).unwrap();
+    let cancel = Cancel::new();
+    let stoppable = file.with_cancel(cancel.clone());
+
+    let reader = std::thread::spawn(move || read(&stoppable, 2 << 20, 1 << 20));
+    let (first, _) = signals.arrived.recv().unwrap();
+    assert_eq!(first, 2 << 20);
+    cancel.cancel();
+    let e = reader.join().unwrap().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Interrupted, "{e}");
+    signals
+        .closed
+        .recv()
+        .expect("the stopped read closed its connection");
+
+    // The held request is gone; the same read through the same file makes
+    // its own request (the server answers it) and gets the right bytes.
+    let before = server.requests();
+    assert_eq!(
+        read(&file, 2 << 20, 1 << 20).unwrap(),
+        data[2 << 20..3 << 20]
+    );
+    assert!(server.requests() > before, "it fetched the bytes itself");
+    over.store(true, SeqCst);
+}
+
+#[test]
+fn a_read_waiting_for_another_reads_fetch_stops_at_its_cancel_and_asks_nothing() {
+    let _dog = watchdog(Duration::from_secs(120));
+    let data = Arc::new(test_data(2 << 20, 4));
+    let over = Arc::new(AtomicBool::new(false));
+    let (server, signals) = stall_first(data.clone(), over.clone());
+    let file = patient().open(server.url("/f")).unwrap();
+    let (cancel_first, cancel_second) = (Cancel::new(), Cancel::new());
+
+    let first = file.with_cancel(cancel_first.clone());
+    let first = std::thread::spawn(move || read(&first, 1 << 20, 1000));
+    signals.arrived.recv().unwrap();
+    let asked = server.requests();
+    // The second reader finds the block claimed by the first, and waits.
+    let e = cancel_second
+        .run(|| {
+            cancel_second.cancel();
+            read(&file, 1 << 20, 1000)
+        })
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Interrupted, "{e}");
+    assert_eq!(server.requests(), asked, "the stopped waiter asked nothing");
+    cancel_first.cancel();
+    assert_eq!(
+        first.join().unwrap().unwrap_err().kind(),
+        ErrorKind::Interrupted
+    );
+    over.store(true, SeqCst);
+}
+
+#[test]
+fn a_read_waiting_for_a_connection_stops_at_its_cancel() {
+    let _dog = watchdog(Duration::from_secs(120));
+    let data = Arc::new(test_data(2 << 20, 5));
+    let over = Arc::new(AtomicBool::new(false));
+    let (server, signals) = stall_first(data.clone(), over.clone());
+    let file = patient().max_connections(1).open(server.url("/f")).unwrap();
+    let holder = Cancel::new();
+    let first = file.with_cancel(holder.clone());
+    let first = std::thread::spawn(move || read(&first, 1 << 20, 1000));
+    signals.arrived.recv().unwrap();
+    let asked = server.requests();
+    // Another block: the only connection is the held one's.
+    let waiting = Cancel::new();
+    let second = file.with_cancel(waiting.clone());
+    let second = std::thread::spawn(move || read(&second, 1_600_000, 1000));
+    waiting.cancel();
+    let e = second.join().unwrap().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Interrupted, "{e}");
+    assert_eq!(server.requests(), asked, "no request without a connection");
+    holder.cancel();
+    first.join().unwrap().unwrap_err();
+    // The permit came back: a read goes through.
+    assert_eq!(
+        read(&file, 1_600_000, 1000).unwrap(),
+        data[1_600_000..1_601_000]
+    );
+    over.store(true, SeqCst);
+}
+
+#[test]
+fn a_pause_between_retries_ends_at_a_cancel_with_one_request_made() {
+    let _dog = watchdog(Duration::from_secs(120));
+    let data = Arc::new(test_data(1 << 20, 6));
+    let (tx, failed) = mpsc::channel();
+    let tx = Mutex::new(tx);
+    let server = RawServer::new(move |req, out| {
+        let (first, _) = req.range().unwrap();
+        if first == 0 {
+            return raw_serve(&data, req, out);
+        }
+        use std::io::Write;
+        let _ = out.write_all(&Reply::new(503).body("busy").to_bytes());
+        let _ = tx.lock().unwrap().send(());
+        After::KeepAlive
+    });
+    let file = patient()
+        .retry_policy(
+            remfile::RetryPolicy::default()
+                .initial_backoff(PATIENT)
+                .max_backoff(PATIENT),
+        )
+        .open(server.url("/f"))
+        .unwrap();
+    let asked = server.requests();
+    let cancel = Cancel::new();
+    let stoppable = file.with_cancel(cancel.clone());
+    let reader = std::thread::spawn(move || read(&stoppable, 600_000, 10));
+    failed.recv().unwrap();
+    cancel.cancel();
+    let e = reader.join().unwrap().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Interrupted, "{e}");
+    assert_eq!(server.requests(), asked + 1);
+}
+
+#[test]
+fn a_cancels_deadline_ends_a_held_read_as_a_timeout() {
+    let _dog = watchdog(Duration::from_secs(120));
+    let data = Arc::new(test_data(2 << 20, 7));
+    let over = Arc::new(AtomicBool::new(false));
+    let (server, signals) = stall_first(data, over.clone());
+    let file = patient().open(server.url("/f")).unwrap();
+    let hurried = file.with_cancel(Cancel::after(Duration::from_millis(300)));
+    let e = read(&hurried, 1 << 20, 10).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+    signals.arrived.recv().unwrap();
+    signals.closed.recv().expect("its connection was closed");
+    over.store(true, SeqCst);
+}
