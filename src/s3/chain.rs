@@ -7,22 +7,28 @@
 //! link that applies gives the keys; none applying means unsigned requests.
 //!
 //! Keys from a service are shared by every file of the process that found
-//! the same source, and renewed by [`Keys`] before they expire.
+//! the same source, and renewed by [`Keys`] before they expire (see the
+//! `keys` module: no load runs under a lock a signing thread waits on, and
+//! a forked child loads its own).
+//!
+//! An instance metadata endpoint that cannot be reached at all is taken as
+//! absent for [`absent::NO_INSTANCE_METADATA_FOR`]; one that answers
+//! slowly or with an error is asked again at the next open.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
-use parking_lot::Mutex;
 use ureq::Agent;
 use url::Url;
 
-use super::credentials::{self, Credentials, credentials_error, due_for_renewal};
+use super::credentials::{self, Credentials, credentials_error};
+use super::keys::{self, Keys};
 use super::profile::{self, Profile};
 use crate::error::Result;
 use crate::http::redact::redact;
+use crate::sync::{Mutex, Wedged};
 
 /// Where the chain reads its variables and the home directory: the process's
 /// environment, or a fixed one in tests.
@@ -92,7 +98,9 @@ impl Source {
         }
     }
 
-    fn load(&self) -> Result<Credentials> {
+    /// Asks the source for keys: a network call for every source but
+    /// [`Source::Given`].
+    pub(crate) fn load(&self) -> Result<Credentials> {
         match self {
             Source::Given { keys, .. } => Ok(keys.clone()),
             Source::WebIdentity {
@@ -121,156 +129,6 @@ impl Source {
     }
 }
 
-/// The keys of one source, loaded once and renewed ahead of their expiry.
-pub(crate) struct Keys {
-    source: Source,
-    current: Mutex<Current>,
-}
-
-/// The keys last loaded, when, and when loading last failed.
-#[derive(Default)]
-struct Current {
-    keys: Option<(Credentials, SystemTime)>,
-    /// Counts the loads.
-    generation: u64,
-    loaded_at: Option<Instant>,
-    failed_at: Option<Instant>,
-}
-
-/// How long after a failed renewal keys that are still valid are used
-/// without trying again.
-const RETRY_RENEWAL_AFTER: Duration = Duration::from_secs(10);
-
-/// The shortest time between two loads: keys that arrive expired (a clock
-/// behind the service's) are not loaded again before every request.
-const MIN_RELOAD_GAP: Duration = Duration::from_secs(1);
-
-thread_local! {
-    /// The generation of the keys this thread last signed with: a request
-    /// is signed, sent and answered on one thread, so a refusal knows
-    /// whether another caller renewed the keys since.
-    static SIGNED_WITH: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-}
-
-impl std::fmt::Debug for Keys {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Keys")
-            .field("from", &self.source.name())
-            .finish()
-    }
-}
-
-impl Keys {
-    fn new(source: Source, loaded: Option<Credentials>) -> Keys {
-        Keys {
-            source,
-            current: Mutex::new(Current {
-                generation: 1,
-                loaded_at: loaded.as_ref().map(|_| Instant::now()),
-                keys: loaded.map(|k| (k, SystemTime::now())),
-                failed_at: None,
-            }),
-        }
-    }
-
-    /// Whether the keys can be renewed (they come from a service).
-    pub fn renewable(&self) -> bool {
-        !matches!(self.source, Source::Given { .. })
-    }
-
-    /// The current keys, renewed first if they are about to expire. One
-    /// caller renews; the others wait for its keys.
-    /// A renewal that fails leaves keys that have not expired in use, and
-    /// is tried again after [`RETRY_RENEWAL_AFTER`].
-    pub fn get(&self) -> Result<Credentials> {
-        let mut current = self.current.lock();
-        let now = SystemTime::now();
-        if let Some((keys, at)) = &current.keys {
-            let valid = keys.expires.is_none_or(|e| now < e);
-            let resting = current
-                .failed_at
-                .is_some_and(|t| t.elapsed() < RETRY_RENEWAL_AFTER);
-            let fresh = current
-                .loaded_at
-                .is_some_and(|t| t.elapsed() < MIN_RELOAD_GAP);
-            if !due_for_renewal(*at, keys.expires, now) || (valid && resting) || fresh {
-                SIGNED_WITH.set(current.generation);
-                return Ok(keys.clone());
-            }
-        }
-        self.load(&mut current)
-    }
-
-    /// Loads keys into `current`; on failure keeps the keys it holds, and
-    /// gives them if they have not expired.
-    fn load(&self, current: &mut Current) -> Result<Credentials> {
-        let now = SystemTime::now();
-        match self.source.load() {
-            Ok(keys) => {
-                tracing::debug!(from = %self.source.name(), expires = ?keys.expires, "AWS credentials loaded");
-                *current = Current {
-                    keys: Some((keys.clone(), now)),
-                    generation: current.generation + 1,
-                    loaded_at: Some(Instant::now()),
-                    failed_at: None,
-                };
-                SIGNED_WITH.set(current.generation);
-                Ok(keys)
-            }
-            Err(e) => {
-                current.failed_at = Some(Instant::now());
-                match &current.keys {
-                    Some((keys, _)) if keys.expires.is_none_or(|t| SystemTime::now() < t) => {
-                        tracing::warn!(error = %e, "renewing AWS credentials failed; the current ones are still valid");
-                        Ok(keys.clone())
-                    }
-                    _ => Err(e),
-                }
-            }
-        }
-    }
-
-    /// Loads new keys after S3 refused the current ones as expired.
-    /// Whether new keys were got.
-    /// Keys another caller loaded since this thread signed with the old
-    /// ones count: requests refused at once (a file's parallel reads)
-    /// renew once.
-    pub fn renew(&self) -> bool {
-        if !self.renewable() {
-            return false;
-        }
-        let mut current = self.current.lock();
-        if current.keys.is_some() && current.generation != SIGNED_WITH.get() {
-            return true;
-        }
-        let before = current.keys.as_ref().map(|(k, _)| k.clone());
-        match self.load(&mut current) {
-            Ok(keys) => before.is_none_or(|old| old != keys),
-            Err(e) => {
-                tracing::warn!(error = %e, "renewing AWS credentials failed");
-                false
-            }
-        }
-    }
-}
-
-/// Keys from services, shared by every file that finds the same source.
-static SHARED: Mutex<Vec<Arc<Keys>>> = Mutex::new(Vec::new());
-
-/// Set once the instance metadata service did not answer: it is not asked
-/// again by this process.
-static NO_INSTANCE_METADATA: AtomicBool = AtomicBool::new(false);
-
-fn shared(source: Source, loaded: Option<Credentials>) -> Arc<Keys> {
-    let mut all = SHARED.lock();
-    if let Some(keys) = all.iter().find(|k| k.source == source) {
-        return keys.clone();
-    }
-    let keys = Arc::new(Keys::new(source, loaded));
-    all.push(keys.clone());
-    keys
-}
-
 /// What the chain found.
 #[derive(Debug)]
 pub(crate) struct Found {
@@ -287,46 +145,75 @@ pub(crate) struct Ask<'a> {
     pub anonymous: bool,
 }
 
+/// The profile the chain reads: its name, whether one was named (by option
+/// or `AWS_PROFILE`), and its settings if it exists.
+struct ProfileAsked {
+    name: String,
+    named: bool,
+    profile: Option<Profile>,
+}
+
 /// Walks the chain, in the order of the module's documentation.
 pub(crate) fn find(ask: &Ask<'_>, env: &dyn Env) -> Result<Found> {
-    let named_profile = ask
+    let asked = profile_asked(ask, env)?;
+    let profile_region = asked
+        .profile
+        .as_ref()
+        .and_then(|p| p.get("region").cloned());
+    let keys = if ask.anonymous {
+        None
+    } else if let Some(keys) = known_keys(ask, env, &asked)? {
+        Some(keys)
+    } else {
+        service_keys(env, profile_region.as_deref())?
+    };
+    Ok(Found {
+        keys,
+        profile_region,
+    })
+}
+
+/// The profile asked for, read. Without a search for keys, the profile
+/// only may give a region: a profile that cannot be read gives none.
+fn profile_asked(ask: &Ask<'_>, env: &dyn Env) -> Result<ProfileAsked> {
+    let named = ask
         .profile
         .map(str::to_owned)
         .or_else(|| env.var("AWS_PROFILE"));
-    let profile_name = named_profile.clone().unwrap_or_else(|| "default".into());
-    // Without a search for keys, the profile only may give a region: a
-    // profile that cannot be read gives none.
+    let name = named.clone().unwrap_or_else(|| "default".into());
     let searching = !ask.anonymous && ask.keys.is_none();
-    let profile = match read_profile(env, &profile_name) {
+    let profile = match read_profile(env, &name) {
         Ok(profile) => profile,
         Err(_) if !searching => None,
         Err(e) => return Err(e),
     };
-    if searching && named_profile.is_some() && profile.is_none() {
+    if searching && named.is_some() && profile.is_none() {
         return Err(credentials_error(format!(
-            "the AWS profile {profile_name:?} is in neither {} nor {}",
+            "the AWS profile {name:?} is in neither {} nor {}",
             shown(&credentials_file(env)),
             shown(&config_file(env)),
         )));
     }
-    let profile_region = profile.as_ref().and_then(|p| p.get("region").cloned());
-    let found = |keys| {
-        Ok(Found {
-            keys,
-            profile_region: profile_region.clone(),
-        })
-    };
-    if ask.anonymous {
-        return found(None);
-    }
-    if let Some(keys) = ask.keys {
+    Ok(ProfileAsked {
+        name,
+        named: named.is_some(),
+        profile,
+    })
+}
+
+/// Keys known without asking a service: the builder's, the environment's
+/// (unless a profile is asked for by option), the profile's.
+fn known_keys(ask: &Ask<'_>, env: &dyn Env, asked: &ProfileAsked) -> Result<Option<Arc<Keys>>> {
+    let given = |keys: Credentials, from: String| -> Result<Option<Arc<Keys>>> {
         let source = Source::Given {
-            keys: keys.clone().checked("the builder")?,
-            from: "the builder's S3 options".into(),
+            keys: keys.checked(&from)?,
+            from,
         };
-        return found(Some(Arc::new(Keys::new(source, None))));
+        Ok(Some(Arc::new(Keys::new(source, None))))
+    };
+    if let Some(keys) = ask.keys {
+        return given(keys.clone(), "the builder's S3 options".into());
     }
-    // The environment's keys, unless a profile is asked for by option.
     if ask.profile.is_none() {
         if let (Some(id), Some(secret)) = (
             env.var("AWS_ACCESS_KEY_ID"),
@@ -339,28 +226,27 @@ pub(crate) fn find(ask: &Ask<'_>, env: &dyn Env) -> Result<Found> {
                 expires: None,
             }
             .checked("AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")?;
-            let source = Source::Given {
-                keys,
-                from: "AWS_ACCESS_KEY_ID in the environment".into(),
-            };
-            return found(Some(Arc::new(Keys::new(source, None))));
+            return given(keys, "AWS_ACCESS_KEY_ID in the environment".into());
         }
     }
-    if let Some(profile) = &profile {
-        if let Some(keys) = profile_keys(profile, &profile_name)? {
-            let from = format!("the AWS profile {profile_name:?}");
-            let source = Source::Given {
-                keys: keys.checked(&from)?,
-                from,
-            };
-            return found(Some(Arc::new(Keys::new(source, None))));
-        }
-        if named_profile.is_some() {
-            return Err(credentials_error(format!(
-                "the AWS profile {profile_name:?} has no aws_access_key_id and aws_secret_access_key"
-            )));
-        }
+    let Some(profile) = &asked.profile else {
+        return Ok(None);
+    };
+    let name = &asked.name;
+    if let Some(keys) = profile_keys(profile, name)? {
+        return given(keys, format!("the AWS profile {name:?}"));
     }
+    if asked.named {
+        return Err(credentials_error(format!(
+            "the AWS profile {name:?} has no aws_access_key_id and aws_secret_access_key"
+        )));
+    }
+    Ok(None)
+}
+
+/// Keys from a service: a web identity exchanged at STS, the container
+/// service, EC2's instance metadata.
+fn service_keys(env: &dyn Env, profile_region: Option<&str>) -> Result<Option<Arc<Keys>>> {
     if let (Some(token_file), Some(role_arn)) = (
         env.var("AWS_WEB_IDENTITY_TOKEN_FILE"),
         env.var("AWS_ROLE_ARN"),
@@ -371,9 +257,9 @@ pub(crate) fn find(ask: &Ask<'_>, env: &dyn Env) -> Result<Found> {
             session_name: env
                 .var("AWS_ROLE_SESSION_NAME")
                 .unwrap_or_else(session_name),
-            sts: sts_endpoint(env, profile_region.as_deref())?,
+            sts: sts_endpoint(env, profile_region)?,
         };
-        return found(Some(load_shared(source)?));
+        return load_shared(source).map(Some);
     }
     if let Some(url) = container_url(env)? {
         let source = Source::Container {
@@ -383,39 +269,87 @@ pub(crate) fn find(ask: &Ask<'_>, env: &dyn Env) -> Result<Found> {
                 .var("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE")
                 .map(PathBuf::from),
         };
-        return found(Some(load_shared(source)?));
+        return load_shared(source).map(Some);
     }
-    let imds_off = env
-        .var("AWS_EC2_METADATA_DISABLED")
-        .is_some_and(|v| v.eq_ignore_ascii_case("true"));
-    if !imds_off {
-        let endpoint = instance_metadata_endpoint(env)?;
-        let source = Source::InstanceMetadata {
-            endpoint: endpoint.clone(),
-        };
-        if let Some(keys) = SHARED.lock().iter().find(|k| k.source == source) {
-            return found(Some(keys.clone()));
-        }
-        let default_endpoint = env.var("AWS_EC2_METADATA_SERVICE_ENDPOINT").is_none();
-        if !(default_endpoint && NO_INSTANCE_METADATA.load(Relaxed)) {
-            match instance_credentials(&endpoint) {
-                Ok(Instance::Keys(keys)) => return found(Some(shared(source, Some(keys)))),
-                // Not on EC2: not asked again.
-                Ok(Instance::Unreachable) if default_endpoint => {
-                    NO_INSTANCE_METADATA.store(true, Relaxed)
-                }
-                Ok(_) => {}
-                Err(e) => tracing::debug!(error = %e, "no credentials from EC2 instance metadata"),
-            }
-        }
-    }
-    found(None)
+    instance_keys(env)
 }
 
+/// The instance's keys, unless `AWS_EC2_METADATA_DISABLED` is `true` or
+/// the service could not be reached lately; `None` where the instance has
+/// none or its service fails (requests then go unsigned).
+fn instance_keys(env: &dyn Env) -> Result<Option<Arc<Keys>>> {
+    let off = env
+        .var("AWS_EC2_METADATA_DISABLED")
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+    if off {
+        return Ok(None);
+    }
+    let endpoint = instance_metadata_endpoint(env)?;
+    let source = Source::InstanceMetadata {
+        endpoint: endpoint.clone(),
+    };
+    if let Some(keys) = keys::shared_found(&source) {
+        return Ok(Some(keys));
+    }
+    if absent::known(&endpoint, Instant::now()) {
+        return Ok(None);
+    }
+    match instance_credentials(&endpoint) {
+        Ok(Instance::Keys(keys)) => return Ok(Some(keys::shared(source, Some(keys)))),
+        Ok(Instance::Unreachable) => absent::remember(&endpoint, Instant::now()),
+        Ok(Instance::NoRole) => {}
+        Err(e) => tracing::debug!(error = %e, "no credentials from EC2 instance metadata"),
+    }
+    Ok(None)
+}
+
+/// The longest a load of keys lasts: STS's agent gives up after
+/// [`STS_TIMEOUT`], the other services' sooner. A caller with no valid
+/// keys waits for another thread's load this long at most.
+pub(crate) const LONGEST_LOAD: Duration = Duration::from_secs(STS_TIMEOUT.as_secs() + 5);
+
 fn load_shared(source: Source) -> Result<Arc<Keys>> {
-    let keys = shared(source, None);
-    keys.get()?;
+    let keys = keys::shared(source, None);
+    keys.get(Instant::now() + LONGEST_LOAD)?;
     Ok(keys)
+}
+
+/// Instance metadata endpoints found unreachable: a host without the
+/// service (not on EC2) is not asked before every open, yet is asked again
+/// after [`absent::NO_INSTANCE_METADATA_FOR`] (a network comes up, a VPN goes).
+mod absent {
+    use std::time::{Duration, Instant};
+
+    use url::Url;
+
+    use crate::sync::{Mutex, Wedged};
+
+    /// How long an endpoint found unreachable is taken as absent.
+    pub(crate) const NO_INSTANCE_METADATA_FOR: Duration = Duration::from_secs(5 * 60);
+
+    /// The endpoints, and when each was found unreachable. Facts about the
+    /// host, so a forked child keeps them; its lock is had only if free
+    /// there (see [`Wedged`]), as the other process-wide tables'.
+    static UNREACHABLE: Mutex<Vec<(Url, Instant)>> = Mutex::new(Vec::new());
+    static WEDGED: Wedged = Wedged::new();
+
+    /// Whether `endpoint` was found unreachable within the bound, at `now`.
+    pub(crate) fn known(endpoint: &Url, now: Instant) -> bool {
+        let Some(mut all) = UNREACHABLE.lock_unless_wedged(&WEDGED, crate::process::TABLE_WAIT)
+        else {
+            return false;
+        };
+        all.retain(|(_, at)| now.saturating_duration_since(*at) < NO_INSTANCE_METADATA_FOR);
+        all.iter().any(|(url, _)| url == endpoint)
+    }
+
+    /// Remembers that `endpoint` could not be reached at `at`.
+    pub(crate) fn remember(endpoint: &Url, at: Instant) {
+        if let Some(mut all) = UNREACHABLE.lock_unless_wedged(&WEDGED, crate::process::TABLE_WAIT) {
+            all.retain(|(url, _)| url != endpoint);
+            all.push((endpoint.clone(), at));
+        }
+    }
 }
 
 /// The role session's name where `AWS_ROLE_SESSION_NAME` gives none: one
@@ -582,24 +516,67 @@ fn instance_metadata_endpoint(env: &dyn Env) -> Result<Url> {
     parse_url_setting("AWS_EC2_METADATA_SERVICE_ENDPOINT", &text)
 }
 
+/// How long the container and instance services get to take a connection,
+/// and to answer.
+const SERVICE_CONNECT: Duration = Duration::from_secs(2);
+const SERVICE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// How long STS gets: a public service, over the internet.
+const STS_CONNECT: Duration = Duration::from_secs(10);
+const STS_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The agent the container and instance credential services are asked
 /// through: no proxy (they are link-local), short waits.
-fn agent() -> &'static Agent {
-    static AGENT: OnceLock<Agent> = OnceLock::new();
-    AGENT.get_or_init(|| credential_agent(None, Duration::from_secs(2), Duration::from_secs(20)))
+fn agent() -> Agent {
+    static AGENT: ProcessAgent =
+        ProcessAgent::new(|| credential_agent(None, SERVICE_CONNECT, SERVICE_TIMEOUT));
+    AGENT.get()
 }
 
 /// The agent STS is asked through: a public service, so through the
 /// proxy the environment names, if any.
-fn sts_agent() -> &'static Agent {
-    static AGENT: OnceLock<Agent> = OnceLock::new();
-    AGENT.get_or_init(|| {
-        credential_agent(
-            ureq::Proxy::try_from_env(),
-            Duration::from_secs(10),
-            Duration::from_secs(30),
-        )
-    })
+fn sts_agent() -> Agent {
+    static AGENT: ProcessAgent = ProcessAgent::new(|| {
+        credential_agent(ureq::Proxy::try_from_env(), STS_CONNECT, STS_TIMEOUT)
+    });
+    AGENT.get()
+}
+
+/// An agent made once per process: a child forked from the process makes
+/// its own rather than use one whose state (its pool's lock, its TLS
+/// set-up) a thread of the parent may have held at the fork.
+struct ProcessAgent {
+    made: Mutex<Option<(u32, Agent)>>,
+    wedged: Wedged,
+    make: fn() -> Agent,
+}
+
+impl ProcessAgent {
+    const fn new(make: fn() -> Agent) -> ProcessAgent {
+        ProcessAgent {
+            made: Mutex::new(None),
+            wedged: Wedged::new(),
+            make,
+        }
+    }
+
+    fn get(&self) -> Agent {
+        let me = std::process::id();
+        let Some(mut made) = self
+            .made
+            .lock_unless_wedged(&self.wedged, crate::process::TABLE_WAIT)
+        else {
+            return (self.make)();
+        };
+        match &*made {
+            Some((process, agent)) if *process == me => agent.clone(),
+            _ => {
+                let agent = (self.make)();
+                *made = Some((me, agent.clone()));
+                agent
+            }
+        }
+    }
 }
 
 fn credential_agent(proxy: Option<ureq::Proxy>, connect: Duration, total: Duration) -> Agent {
@@ -722,47 +699,90 @@ fn container_credentials(
 /// What the instance metadata service gave.
 enum Instance {
     Keys(Credentials),
-    /// No answer at all: not on EC2.
+    /// Nothing at its address (see [`unreachable()`]): not on EC2.
     Unreachable,
     /// The instance has no role.
     NoRole,
 }
 
+/// How long the instance metadata service gets to take a connection (it is
+/// on the instance's own link), and to answer each request.
+const IMDS_CONNECT: Duration = Duration::from_secs(1);
+const IMDS_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Whether a request failed for want of anything at its address: refused,
+/// no route, no connection within its time. A slow answer, a dropped
+/// connection or an error status are a service that is there.
+fn unreachable(e: &ureq::Error) -> bool {
+    use std::io::ErrorKind::*;
+    match e {
+        ureq::Error::Timeout(ureq::Timeout::Connect) | ureq::Error::HostNotFound => true,
+        ureq::Error::Io(io) => matches!(
+            io.kind(),
+            ConnectionRefused
+                | HostUnreachable
+                | NetworkUnreachable
+                | NetworkDown
+                | AddrNotAvailable
+        ),
+        _ => false,
+    }
+}
+
+/// What IMDSv2's request for a session token got.
+enum Token {
+    Session(String),
+    /// The service has IMDSv1 only: requests go without a token.
+    None,
+    /// Nothing at the address.
+    Unreachable,
+}
+
+fn imds_url(endpoint: &Url, path: &str) -> Result<Url> {
+    endpoint
+        .join(path)
+        .map_err(|_| credentials_error("bad instance metadata endpoint"))
+}
+
+/// IMDSv2's session token.
+fn instance_token(endpoint: &Url) -> Result<Token> {
+    let what = "EC2 instance metadata";
+    let sent = agent()
+        .put(imds_url(endpoint, "/latest/api/token")?.as_str())
+        .header("x-aws-ec2-metadata-token-ttl-seconds", "21600")
+        .config()
+        .timeout_connect(Some(IMDS_CONNECT))
+        .timeout_global(Some(IMDS_TIMEOUT))
+        .build()
+        .send_empty();
+    if sent.as_ref().is_err_and(unreachable) {
+        return Ok(Token::Unreachable);
+    }
+    match answer(sent, what)? {
+        (200, token) => Ok(Token::Session(token.trim().to_owned())),
+        (404 | 405, _) => Ok(Token::None),
+        (status, _) => Err(credentials_error(format!(
+            "{what} refused a session token (HTTP {status})"
+        ))),
+    }
+}
+
 /// The instance's role credentials.
 fn instance_credentials(endpoint: &Url) -> Result<Instance> {
     let what = "EC2 instance metadata";
-    let at = |path: &str| {
-        endpoint
-            .join(path)
-            .map_err(|_| credentials_error("bad instance metadata endpoint"))
-    };
     let quick = |req: ureq::RequestBuilder<ureq::typestate::WithoutBody>| {
         req.config()
-            .timeout_connect(Some(Duration::from_secs(1)))
-            .timeout_global(Some(Duration::from_secs(3)))
+            .timeout_connect(Some(IMDS_CONNECT))
+            .timeout_global(Some(IMDS_TIMEOUT))
             .build()
     };
-    let token = agent()
-        .put(at("/latest/api/token")?.as_str())
-        .header("x-aws-ec2-metadata-token-ttl-seconds", "21600")
-        .config()
-        .timeout_connect(Some(Duration::from_secs(1)))
-        .timeout_global(Some(Duration::from_secs(3)))
-        .build()
-        .send_empty();
-    let token = match answer(token, what) {
-        Err(_) => return Ok(Instance::Unreachable),
-        Ok((200, token)) => Some(token.trim().to_owned()),
-        // IMDSv1 only.
-        Ok((404 | 405, _)) => None,
-        Ok((status, _)) => {
-            return Err(credentials_error(format!(
-                "{what} refused a session token (HTTP {status})"
-            )));
-        }
+    let token = match instance_token(endpoint)? {
+        Token::Session(token) => Some(token),
+        Token::None => None,
+        Token::Unreachable => return Ok(Instance::Unreachable),
     };
     let get = |path: &str| -> Result<(u16, String)> {
-        let mut req = agent().get(at(path)?.as_str());
+        let mut req = agent().get(imds_url(endpoint, path)?.as_str());
         if let Some(t) = &token {
             req = req.header("x-aws-ec2-metadata-token", t);
         }
@@ -807,6 +827,7 @@ pub(crate) const SEARCHED: &str = "no AWS credentials were found (none given, no
 
 #[cfg(test)]
 mod tests {
+    use super::super::fake::{Gate, Service, in_an_hour, json_keys};
     use super::*;
     use std::collections::HashMap;
 
@@ -828,6 +849,10 @@ mod tests {
         FakeEnv(all, None)
     }
 
+    fn soon() -> Instant {
+        Instant::now() + Duration::from_secs(60)
+    }
+
     fn ask() -> Ask<'static> {
         Ask {
             keys: None,
@@ -841,7 +866,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!(
             "remfile-chain-{}-{}",
             std::process::id(),
-            N.fetch_add(1, Relaxed)
+            N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         ));
         std::fs::create_dir_all(&dir).unwrap();
         for (name, text) in files {
@@ -872,7 +897,7 @@ mod tests {
             ("AWS_SESSION_TOKEN", "t"),
         ]);
         let found = find(&ask(), &env(&vars)).unwrap();
-        let keys = found.keys.unwrap().get().unwrap();
+        let keys = found.keys.unwrap().get(soon()).unwrap();
         assert_eq!(
             (keys.key_id.as_str(), keys.token.as_deref()),
             ("AKIAENV", Some("t"))
@@ -884,7 +909,7 @@ mod tests {
                 .unwrap()
                 .keys
                 .unwrap()
-                .get()
+                .get(soon())
                 .unwrap()
                 .key_id
         };
@@ -973,5 +998,147 @@ mod tests {
         .unwrap()
         .unwrap();
         assert_eq!(rel.as_str(), "http://169.254.170.2/v2/creds");
+    }
+
+    /// Runs `f` in a child forked from this process; whether it returned
+    /// true and the child ended within a minute (it is killed otherwise).
+    #[allow(unsafe_code)]
+    fn in_a_child(f: impl FnOnce() -> bool) -> bool {
+        // SAFETY: the child runs `f` and ends with `_exit`, never going back
+        // into the test harness; glibc's malloc is fork-safe, and the locks
+        // `f` takes are what the test is about.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or(false);
+            // SAFETY: ends the child without running the parent's exit code.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let (done, ended) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut status = 0;
+            // SAFETY: waits for the child this test made.
+            let waited = unsafe { libc::waitpid(pid, &mut status, 0) };
+            let _ = done
+                .send(waited == pid && libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+        });
+        match ended.recv_timeout(Duration::from_secs(60)) {
+            Ok(ok) => ok,
+            Err(_) => {
+                // SAFETY: the child is this test's, and hung.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                false
+            }
+        }
+    }
+
+    fn container_vars(url: &str) -> FakeEnv {
+        env(&[
+            ("AWS_CONTAINER_CREDENTIALS_FULL_URI", url),
+            ("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent"),
+            ("AWS_CONFIG_FILE", "/nonexistent"),
+        ])
+    }
+
+    fn token_of(found: Result<Found>) -> Option<String> {
+        found.ok()?.keys?.get(soon()).ok()?.token
+    }
+
+    #[test]
+    fn a_child_forked_while_keys_load_gets_keys_of_its_own() {
+        let gate = Gate::new();
+        let held = gate.clone();
+        let service = Service::new(move |asked| {
+            if asked.n == 1 {
+                held.hold();
+            }
+            json_keys(&format!("fork{}", asked.n), in_an_hour())
+        });
+        let url = service.url("/fork-creds");
+        let loader = {
+            let url = url.clone();
+            std::thread::spawn(move || token_of(find(&ask(), &container_vars(&url))))
+        };
+        gate.arrived();
+        let child = in_a_child(|| token_of(find(&ask(), &container_vars(&url))).is_some());
+        gate.open();
+        assert!(child, "the child hung or got no keys");
+        assert_eq!(loader.join().unwrap().as_deref(), Some("fork1"));
+        // The parent's keys are shared by its files as before.
+        assert_eq!(
+            token_of(find(&ask(), &container_vars(&url))).as_deref(),
+            Some("fork1")
+        );
+        assert_eq!(
+            service.asked().len(),
+            2,
+            "the parent's load and the child's"
+        );
+    }
+
+    fn instance_vars(endpoint: &str) -> FakeEnv {
+        env(&[
+            ("AWS_EC2_METADATA_DISABLED", "false"),
+            ("AWS_EC2_METADATA_SERVICE_ENDPOINT", endpoint),
+            ("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent"),
+            ("AWS_CONFIG_FILE", "/nonexistent"),
+        ])
+    }
+
+    #[test]
+    fn a_slow_or_failing_instance_metadata_service_is_asked_again() {
+        let gate = Gate::new();
+        let held = gate.clone();
+        let tokens = std::sync::atomic::AtomicUsize::new(0);
+        let service =
+            Service::new(
+                move |asked| match (asked.method.as_str(), asked.path.as_str()) {
+                    ("PUT", "/latest/api/token") => {
+                        match tokens.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+                            // Closed without an answer.
+                            0 => None,
+                            // No answer within the client's time.
+                            1 => {
+                                held.hold();
+                                None
+                            }
+                            _ => Some((200, "imds-session".into())),
+                        }
+                    }
+                    ("GET", "/latest/meta-data/iam/security-credentials/") => {
+                        Some((200, "role\n".into()))
+                    }
+                    ("GET", "/latest/meta-data/iam/security-credentials/role") => {
+                        json_keys("imds", in_an_hour())
+                    }
+                    _ => Some((404, String::new())),
+                },
+            );
+        let vars = instance_vars(&service.url(""));
+        assert!(find(&ask(), &vars).unwrap().keys.is_none(), "failed");
+        assert!(find(&ask(), &vars).unwrap().keys.is_none(), "slow");
+        gate.open();
+        assert_eq!(token_of(find(&ask(), &vars)).as_deref(), Some("imds"));
+        let puts = service.asked().iter().filter(|a| a.method == "PUT").count();
+        assert_eq!(puts, 3);
+    }
+
+    #[test]
+    fn an_unreachable_instance_metadata_service_is_taken_as_absent_for_a_while() {
+        // Nothing listens at the port once the listener is gone.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let url = format!("http://127.0.0.1:{port}");
+        assert!(find(&ask(), &instance_vars(&url)).unwrap().keys.is_none());
+        let endpoint = Url::parse(&url).unwrap();
+        let now = Instant::now();
+        assert!(absent::known(&endpoint, now), "refused: absent");
+        assert!(
+            !absent::known(&endpoint, now + absent::NO_INSTANCE_METADATA_FOR),
+            "asked again after a while"
+        );
     }
 }

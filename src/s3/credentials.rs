@@ -1,7 +1,7 @@
 //! AWS credentials: one set of keys (shown nowhere), what a credential
 //! service's answer says (STS's XML, the container and instance metadata
-//! services' JSON), and the holder that renews temporary keys before they
-//! expire. The answers are read by pure functions.
+//! services' JSON), and when temporary keys are due for renewal (the
+//! `keys` module renews them). The answers are read by pure functions.
 
 use std::fmt;
 use std::time::{Duration, SystemTime};

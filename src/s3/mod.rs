@@ -13,12 +13,16 @@
 //! | `location` | `s3://bucket/key` read; the object's URL at an endpoint, in either style |
 //! | `chain` | the credential chain, in the SDKs' order, and the keys it found |
 //! | `credentials` | keys, what credential services answer, when to renew |
+//! | `keys` | one source's keys, shared by the process's files: loaded by one thread, used while valid during a renewal, made anew in a forked child |
 //! | `profile` | AWS's shared configuration files |
 //! | `region` | a bucket's region, read from S3's answers and remembered |
 //! | `sign` | SigV4 headers for one request |
 
 mod chain;
 mod credentials;
+#[cfg(test)]
+mod fake;
+mod keys;
 mod location;
 mod profile;
 mod region;
@@ -26,14 +30,15 @@ mod sign;
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 use parking_lot::RwLock;
 use ureq::http::HeaderMap;
 use url::Url;
 
-use self::chain::{Env, Keys, ProcessEnv};
+use self::chain::{Env, ProcessEnv};
 use self::credentials::Credentials;
+use self::keys::Keys;
 pub(crate) use self::location::is_s3;
 use self::location::{Endpoint, Location};
 use crate::error::{Error, ErrorKind, Result};
@@ -399,7 +404,11 @@ impl Service for Access {
         if let Some(keys) = &self.keys {
             let region = region.as_deref().unwrap_or(region::FIRST_GUESS);
             let extra: Vec<(&str, &str)> = signed.iter().map(|(n, v)| (n.as_str(), *v)).collect();
-            headers = sign::get_headers(url, &extra, &keys.get()?, region, SystemTime::now())?;
+            // The read's own deadline is not passed to `authorize`: the
+            // longest load bounds the wait for another thread's.
+            let deadline = Instant::now() + chain::LONGEST_LOAD;
+            headers =
+                sign::get_headers(url, &extra, &keys.get(deadline)?, region, SystemTime::now())?;
         }
         if self.requester_pays {
             headers.push(("x-amz-request-payer", "requester".to_owned()));
@@ -457,7 +466,9 @@ impl Service for Access {
     }
 
     fn renew(&self) -> bool {
-        self.keys.as_ref().is_some_and(|k| k.renew())
+        self.keys
+            .as_ref()
+            .is_some_and(|k| k.renew(Instant::now() + chain::LONGEST_LOAD))
     }
 
     fn refusal_hint(&self) -> &'static str {
