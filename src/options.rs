@@ -33,7 +33,7 @@ pub const MAX_BLOCK_SIZE: u64 = 256 * MIB;
 /// |---|---|
 /// | [`block_size`](Builder::block_size) | 1 MiB |
 /// | [`cache_capacity`](Builder::cache_capacity) | 256 MiB, private to the file |
-/// | [`disk_cache`](Builder::disk_cache) / [`cache_key`](Builder::cache_key) | none / the URL without its signature parameters |
+/// | [`disk_cache`](Builder::disk_cache) / [`cache_key`](Builder::cache_key) | none / the URL without its signature and credential parameters (only digests of it are written) |
 /// | [`revalidate_after`](Builder::revalidate_after) | 0 (every open asks the server) |
 /// | [`read_ahead_min`](Builder::read_ahead_min) / [`read_ahead_max`](Builder::read_ahead_max) | 1 MiB / 64 MiB (at most a quarter of the cache) |
 /// | [`max_concurrent_requests`](Builder::max_concurrent_requests) | 4 |
@@ -218,10 +218,11 @@ impl Builder {
     }
 
     /// Names the file in the disk cache with `key` instead of its URL
-    /// (without its signature parameters, see [`DiskCache`]): for a
-    /// file whose URL itself changes between sessions, such as an archive's
-    /// asset behind redirect targets that rotate. The validator and size
-    /// still tell versions apart.
+    /// (without its signature and credential parameters, see
+    /// [`DiskCache`]): for a file whose URL itself changes between
+    /// sessions, such as an archive's asset behind redirect targets that
+    /// rotate. The validator and size still tell versions apart. Like a
+    /// URL, the key is never written to the directory, only digests of it.
     ///
     /// ```no_run
     /// # let disk = remfile::DiskCache::open("/tmp/cache", 1 << 30)?;
@@ -363,11 +364,13 @@ impl Builder {
         self
     }
 
-    /// A read of at least `bytes`, none of whose blocks is cached, is fetched
-    /// straight into the caller's buffer (still in concurrent parts, in one
-    /// round) and not cached: a large transfer then costs neither block
-    /// buffers nor a copy out of them, and does not evict what the cache
-    /// holds. Reading those bytes again fetches them again. The default is a
+    /// A read of at least `bytes` that misses the cache is fetched straight
+    /// into the caller's buffer (still in concurrent parts, in one round;
+    /// blocks already cached are copied from the cache, only the others are
+    /// fetched) and not cached: a large transfer then holds its bytes once,
+    /// costs neither block buffers nor a copy out of them, and does not
+    /// evict what the cache holds. Reading those bytes again fetches them
+    /// again. The default is a
     /// quarter of the cache's capacity; `u64::MAX` caches every read.
     ///
     /// ```

@@ -268,10 +268,47 @@ pub fn block_bytes(index: u64, block_size: u64, size: u64) -> Range<u64> {
     byte_range(&(index..index + 1), block_size, size)
 }
 
+/// The byte runs of the read `pos..pos + len` that lie in blocks not
+/// cached: `cached[k]` says whether block `pos / block_size + k` is. A long
+/// read fetches these straight into its buffer and copies the rest out of
+/// the cache, so that it never holds its bytes twice.
+pub fn uncached_runs(pos: u64, len: u64, block_size: u64, cached: &[bool]) -> Vec<Range<u64>> {
+    let end = pos + len;
+    let first = pos / block_size;
+    let mut runs: Vec<Range<u64>> = Vec::new();
+    for (k, &here) in cached.iter().enumerate() {
+        if here {
+            continue;
+        }
+        let block = first + k as u64;
+        let bytes = (block * block_size).max(pos)..((block + 1) * block_size).min(end);
+        match runs.last_mut() {
+            Some(last) if last.end == bytes.start => last.end = bytes.end,
+            _ => runs.push(bytes),
+        }
+    }
+    runs
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn uncached_runs_are_the_reads_bytes_in_missing_blocks_merged() {
+        // A read from 5 to 35 over blocks of 10: blocks 0..4.
+        assert_eq!(uncached_runs(5, 30, 10, &[false; 4]), [5..35]);
+        assert_eq!(
+            uncached_runs(5, 30, 10, &[true, false, false, true]),
+            [10..30]
+        );
+        assert_eq!(
+            uncached_runs(5, 30, 10, &[false, true, false, true]),
+            [5..10, 20..30]
+        );
+        assert!(uncached_runs(5, 30, 10, &[true; 4]).is_empty());
+    }
 
     const MIB: u64 = 1 << 20;
 

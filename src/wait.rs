@@ -178,7 +178,7 @@ impl Cancel {
     /// # Ok::<(), remfile::Error>(())
     /// ```
     pub fn run<T>(&self, f: impl FnOnce() -> T) -> T {
-        let outer = CURRENT.with(|c| c.borrow().clone());
+        let outer = CURRENT.try_with(|c| c.borrow().clone()).ok().flatten();
         let watch = match outer {
             None => Watch {
                 cancel: self.clone(),
@@ -254,12 +254,15 @@ impl Watch {
     /// What this thread watches, for a thread that works for the same read
     /// (which never asks the host: the read's own thread does).
     pub(crate) fn for_helper() -> Option<Watch> {
-        CURRENT.with(|c| {
-            c.borrow().as_ref().map(|w| Watch {
-                cancel: w.cancel.clone(),
-                polls_host: false,
+        CURRENT
+            .try_with(|c| {
+                c.borrow().as_ref().map(|w| Watch {
+                    cancel: w.cancel.clone(),
+                    polls_host: false,
+                })
             })
-        })
+            .ok()
+            .flatten()
     }
 
     /// A watch of `cancel` alone, for background work (closing its file
@@ -274,12 +277,17 @@ impl Watch {
     /// Runs `f` with `watch` as this thread's (the previous one restored
     /// after, even if `f` panics).
     pub(crate) fn adopt<T>(watch: Option<Watch>, f: impl FnOnce() -> T) -> T {
-        let previous = CURRENT.with(|c| std::mem::replace(&mut *c.borrow_mut(), watch));
+        // After this thread's locals are gone (C's `exit` closing HDF5
+        // files), there is nothing to watch.
+        let Ok(previous) = CURRENT.try_with(|c| std::mem::replace(&mut *c.borrow_mut(), watch))
+        else {
+            return f();
+        };
         struct Restore(Option<Watch>);
         impl Drop for Restore {
             fn drop(&mut self) {
                 let previous = self.0.take();
-                CURRENT.with(|c| *c.borrow_mut() = previous);
+                let _ = CURRENT.try_with(|c| *c.borrow_mut() = previous);
             }
         }
         let _restore = Restore(previous);
@@ -289,7 +297,10 @@ impl Watch {
 
 /// The cancel the work on this thread watches, if any.
 fn current() -> Option<Cancel> {
-    CURRENT.with(|c| c.borrow().as_ref().map(|w| w.cancel.clone()))
+    CURRENT
+        .try_with(|c| c.borrow().as_ref().map(|w| w.cancel.clone()))
+        .ok()
+        .flatten()
 }
 
 /// The process in which [`stop_everything`] was called (0: none): a child
@@ -303,7 +314,25 @@ static EVERYTHING_STOPPED_IN: AtomicU32 = AtomicU32::new(0);
 /// background let go of what they hold before the interpreter finalizes).
 /// A child forked afterwards reads normally.
 pub fn stop_everything() {
-    EVERYTHING_STOPPED_IN.store(std::process::id(), Relaxed);
+    let me = std::process::id();
+    if EVERYTHING_STOPPED_IN.swap(me, Relaxed) != me {
+        *EXIT_BOUND.lock() = Some((me, Instant::now() + EXIT_WAIT));
+    }
+}
+
+/// The longest that closing files may wait, all together, once
+/// [`stop_everything`] was called: for their blocks to reach a disk cache.
+pub const EXIT_WAIT: Duration = Duration::from_secs(5);
+
+static EXIT_BOUND: crate::sync::Mutex<Option<(u32, Instant)>> = crate::sync::Mutex::new(None);
+
+/// `deadline`, or the process's exit bound if that comes first: every
+/// close after [`stop_everything`] shares one bound, however many files.
+pub(crate) fn within_exit_bound(deadline: Instant) -> Instant {
+    match *EXIT_BOUND.lock() {
+        Some((pid, bound)) if pid == std::process::id() => deadline.min(bound),
+        _ => deadline,
+    }
 }
 
 /// Why the work on this thread should stop, if it should: asks the host
@@ -313,7 +342,7 @@ fn why_stop() -> Option<Stopped> {
     if stopped_in != 0 && stopped_in == std::process::id() {
         return Some(Stopped::ProcessEnding);
     }
-    let watch = CURRENT.with(|c| c.borrow().clone())?;
+    let watch = CURRENT.try_with(|c| c.borrow().clone()).ok().flatten()?;
     if let Some(why) = watch.cancel.why_stopped() {
         return Some(why);
     }
@@ -332,13 +361,15 @@ fn why_stop() -> Option<Stopped> {
 /// take the interpreter's lock: not at every chunk of a body).
 fn time_to_ask() -> bool {
     let now = Instant::now();
-    LAST_ASKED.with(|last| {
-        let due = last.get().is_none_or(|t| now.duration_since(t) >= POLL / 2);
-        if due {
-            last.set(Some(now));
-        }
-        due
-    })
+    LAST_ASKED
+        .try_with(|last| {
+            let due = last.get().is_none_or(|t| now.duration_since(t) >= POLL / 2);
+            if due {
+                last.set(Some(now));
+            }
+            due
+        })
+        .unwrap_or(false)
 }
 
 /// Whether the work on this thread should stop now.

@@ -54,7 +54,6 @@ import operator
 import os
 import sys
 import threading
-import time
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence, TypedDict, Union
 
 from . import _native
@@ -779,10 +778,6 @@ def _register() -> None:
 _register()
 
 
-#: The longest the exit hook waits for threads inside h5py to leave it.
-_EXIT_WAIT = 5.0
-
-
 def _at_exit() -> None:
     """Lets the process end while threads read in the background.
 
@@ -798,14 +793,11 @@ def _at_exit() -> None:
     _native._stop_everything()
     h5py = sys.modules.get("h5py")
     phil = getattr(getattr(h5py, "_objects", None), "phil", None)
-    if phil is None:
-        return
-    give_up = time.monotonic() + _EXIT_WAIT
-    while not phil.acquire(False):
-        if time.monotonic() > give_up:
-            return
-        # Lets the GIL go, so that the thread holding the lock can leave.
-        time.sleep(0.005)
+    if phil is not None:
+        # Waits without the GIL, so that the thread holding the lock can
+        # leave h5py; a thread still inside a long HDF5 call of another
+        # driver is waited for, as finalization would have to.
+        phil.acquire()
 
 
 atexit.register(_at_exit)

@@ -42,7 +42,7 @@ fn to_py(e: Error) -> PyErr {
 /// The exception a signal handler raised during a wait on this thread,
 /// kept until the wait has unwound.
 fn take_stopped() -> Option<PyErr> {
-    STOPPED.with(|s| s.borrow_mut().take())
+    STOPPED.try_with(|s| s.borrow_mut().take()).ok().flatten()
 }
 
 thread_local! {
@@ -81,7 +81,9 @@ struct PythonHost;
 
 impl wait::Host for PythonHost {
     fn outside(&self, wait: &mut dyn FnMut()) {
-        let release = gil::held() && (FROM_PYTHON.get() || gil::release_inside_hdf5());
+        let inside_hdf5 = !local::get(&FROM_PYTHON);
+        let _waiting = inside_hdf5.then(WaitingInsideHdf5::enter);
+        let release = gil::held() && (!inside_hdf5 || gil::release_inside_hdf5());
         if !release {
             wait();
         } else {
@@ -91,19 +93,19 @@ impl wait::Host for PythonHost {
             // release: this is called from HDF5, under h5py's call, or from
             // a method of the package's that let PyO3 go first.
             let state = unsafe { pyo3::ffi::PyEval_SaveThread() };
-            let outer = SAVED.replace(state);
+            let outer = local::replace(&SAVED, state);
             wait();
-            let state = SAVED.replace(outer);
+            let state = local::replace(&SAVED, outer);
             // SAFETY: the state saved above (or re-saved by a look at
             // signals), on the same thread.
             unsafe { pyo3::ffi::PyEval_RestoreThread(state) };
         }
-        if SIGINT_AFTER.take() {
+        if local::replace(&SIGINT_AFTER, false) {
             // The program's own SIGINT handler runs once HDF5 returned.
             // SAFETY: callable from any thread, with or without the GIL.
             unsafe { PyErr_SetInterrupt() };
         }
-        if !FROM_PYTHON.get() {
+        if !local::get(&FROM_PYTHON) {
             if let Some(raised) = take_stopped() {
                 // Through h5py: the exception stays set, and h5py, seeing
                 // one set when HDF5 fails, raises it rather than HDF5's.
@@ -117,11 +119,11 @@ impl wait::Host for PythonHost {
             // Python runs signal handlers on its main thread only.
             return false;
         }
-        if FROM_PYTHON.get() {
+        if local::get(&FROM_PYTHON) {
             return gil::quietly(|py| match py.check_signals() {
                 Ok(()) => false,
                 Err(raised) => {
-                    STOPPED.with(|s| *s.borrow_mut() = Some(raised));
+                    let _ = STOPPED.try_with(|s| *s.borrow_mut() = Some(raised));
                     true
                 }
             });
@@ -134,10 +136,10 @@ impl wait::Host for PythonHost {
             }
             if sigint_is_python_default(py) {
                 let raised = pyo3::exceptions::PyKeyboardInterrupt::new_err(());
-                STOPPED.with(|s| *s.borrow_mut() = Some(raised));
+                let _ = STOPPED.try_with(|s| *s.borrow_mut() = Some(raised));
                 true
             } else {
-                SIGINT_AFTER.set(true);
+                local::replace(&SIGINT_AFTER, true);
                 false
             }
         })
@@ -172,16 +174,51 @@ thread_local! {
     /// Whether this thread's read was asked for by the package's own
     /// methods (not by HDF5): then every signal handler may run.
     static FROM_PYTHON: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// How many waits inside HDF5 calls this thread is in.
+    static INSIDE_HDF5: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
     /// A SIGINT seen inside HDF5 whose handler is the program's own: raised
     /// again once the call returns.
     static SIGINT_AFTER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+/// This thread's flags, also while the process exits: HDF5 closes its
+/// files from C's `exit`, after the main thread's thread-locals are gone
+/// (then each reads as its default, and is set nowhere).
+mod local {
+    use std::cell::Cell;
+    use std::thread::LocalKey;
+
+    pub(super) fn get<T: Copy + Default>(key: &'static LocalKey<Cell<T>>) -> T {
+        key.try_with(Cell::get).unwrap_or_default()
+    }
+
+    /// Sets the flag; its value before.
+    pub(super) fn replace<T: Copy + Default>(key: &'static LocalKey<Cell<T>>, value: T) -> T {
+        key.try_with(|c| c.replace(value)).unwrap_or_default()
+    }
+}
+
+/// Marks this thread as waiting inside an HDF5 call while it lives.
+struct WaitingInsideHdf5;
+
+impl WaitingInsideHdf5 {
+    fn enter() -> WaitingInsideHdf5 {
+        local::replace(&INSIDE_HDF5, local::get(&INSIDE_HDF5) + 1);
+        WaitingInsideHdf5
+    }
+}
+
+impl Drop for WaitingInsideHdf5 {
+    fn drop(&mut self) {
+        local::replace(&INSIDE_HDF5, local::get(&INSIDE_HDF5).saturating_sub(1));
+    }
+}
+
 /// Runs `f` as a read the package's own Python-facing method asked for.
 fn from_python<T>(f: impl FnOnce() -> T) -> T {
-    let outer = FROM_PYTHON.replace(true);
+    let outer = local::replace(&FROM_PYTHON, true);
     let out = f();
-    FROM_PYTHON.set(outer);
+    local::replace(&FROM_PYTHON, outer);
     out
 }
 
@@ -306,14 +343,14 @@ mod gil {
     /// cyclic garbage collector off, so that no finalizer (`__del__`) runs
     /// inside an HDF5 call.
     pub(super) fn quietly<T>(f: impl FnOnce(Python<'_>) -> T) -> T {
-        let saved = SAVED.get();
+        let saved = super::local::get(&SAVED);
         if !saved.is_null() {
             // SAFETY: the state `outside` saved on this thread.
             unsafe { pyo3::ffi::PyEval_RestoreThread(saved) };
-            SAVED.set(std::ptr::null_mut());
+            super::local::replace(&SAVED, std::ptr::null_mut());
             let out = without_collection(f);
             // SAFETY: this thread holds the GIL again.
-            SAVED.set(unsafe { pyo3::ffi::PyEval_SaveThread() });
+            super::local::replace(&SAVED, unsafe { pyo3::ffi::PyEval_SaveThread() });
             return out;
         }
         if held() {
@@ -767,6 +804,13 @@ fn _stop_everything() {
     wait::stop_everything();
 }
 
+/// Whether this thread is waiting inside an HDF5 call now (for tests: no
+/// Python code should ever see `True`).
+#[pyfunction]
+fn _waiting_inside_hdf5() -> bool {
+    local::get(&INSIDE_HDF5) > 0
+}
+
 /// Whether reads inside h5py's HDF5 calls let go of the GIL while they wait
 /// (see the package's documentation).
 #[pyfunction]
@@ -824,5 +868,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_hdf5_version, m)?)?;
     m.add_function(wrap_pyfunction!(_stop_everything, m)?)?;
     m.add_function(wrap_pyfunction!(_releases_gil_inside_hdf5, m)?)?;
+    m.add_function(wrap_pyfunction!(_waiting_inside_hdf5, m)?)?;
     Ok(())
 }

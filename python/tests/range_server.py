@@ -10,6 +10,9 @@ For tests of waits and failures:
 * ``?delay_ms=N`` in a file's URL delays each answer for it N ms;
 * ``/__stall?on`` makes every request for bytes past the first 128 KiB wait
   without an answer until ``/__stall?off`` (at most 60 s);
+* ``/__stall?hold`` makes them wait until their client hangs up (at most
+  60 s), whatever comes after: ``/__stall?off`` then serves new requests
+  only. ``/__held`` says how many wait now and how many were hung up on.
 * a file named ``status-NNN...`` is answered with that status.
 """
 
@@ -32,10 +35,19 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         server = self.server
         path, _, query = self.path.partition("?")
         if path == "/__stall":
-            server.stalling = query == "on"
+            server.stalling = query in ("on", "hold")
+            server.holding = query == "hold"
             self.send_response(204)
             self.send_header("Content-Length", "0")
             self.end_headers()
+            return
+        if path == "/__held":
+            with server.lock:
+                payload = json.dumps({"now": server.held, "hung_up": server.hung_up}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
             return
         if path == "/__peak":
             # The most requests for files answered at once, since the last ask.
@@ -75,6 +87,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         wanted = self.headers.get("Range")
         first = re.match(r"bytes=(\d+)", wanted or "")
         if first and int(first.group(1)) >= 128 << 10:
+            if server.holding:
+                self._hold_until_hung_up()
+                return
             until = time.monotonic() + 60
             while server.stalling and time.monotonic() < until:
                 time.sleep(0.01)
@@ -128,6 +143,31 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                     self.wfile.write(chunk)
                     left -= len(chunk)
 
+    def _hold_until_hung_up(self):
+        """Answers nothing until the client closes the connection."""
+        server = self.server
+        with server.lock:
+            server.held += 1
+        until = time.monotonic() + 60
+        hung_up = False
+        try:
+            self.connection.settimeout(0.02)
+            while time.monotonic() < until:
+                try:
+                    if not self.connection.recv(1):
+                        hung_up = True
+                        break
+                except (TimeoutError, BlockingIOError):
+                    continue
+                except OSError:
+                    hung_up = True
+                    break
+        finally:
+            with server.lock:
+                server.held -= 1
+                server.hung_up += hung_up
+            self.close_connection = True
+
     def do_GET(self):
         self._serve(True)
 
@@ -151,6 +191,9 @@ def main():
     httpd.log = []
     httpd.headers_log = []
     httpd.stalling = False
+    httpd.holding = False
+    httpd.held = 0
+    httpd.hung_up = 0
     httpd.in_flight = 0
     httpd.peak = 0
     httpd.lock = threading.Lock()

@@ -101,11 +101,14 @@ pub(super) fn cut(
     pos: u64,
     parts: Vec<Range<u64>>,
 ) -> Vec<(Range<u64>, &mut [u8])> {
-    debug_assert!(parts.first().is_none_or(|p| p.start == pos));
     let mut pieces = Vec::with_capacity(parts.len());
     let mut rest = buf;
+    let mut at = pos;
     for part in parts {
-        let (piece, after) = rest.split_at_mut((part.end - part.start) as usize);
+        // Parts are in order; the bytes between them are skipped.
+        let (_, from) = rest.split_at_mut((part.start - at) as usize);
+        let (piece, after) = from.split_at_mut((part.end - part.start) as usize);
+        at = part.end;
         pieces.push((part, piece));
         rest = after;
     }

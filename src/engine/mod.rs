@@ -2,8 +2,8 @@
 //! the cache, adds read-ahead by the [`plan`], claims what is missing (so
 //! that concurrent readers fetch each block once), fetches the claimed blocks
 //! in concurrent parts through the [`fanout`](crate::fanout) pool, and
-//! assembles the bytes out of the blocks. Large uncached reads skip the
-//! cache and go straight into the caller's buffer. All hit and miss
+//! assembles the bytes out of the blocks. Large reads that miss the cache
+//! fetch what it lacks straight into the caller's buffer. All hit and miss
 //! accounting happens here. [`RemoteFile`](crate::RemoteFile) is its public
 //! face.
 //!
@@ -108,7 +108,9 @@ impl Drop for Engine {
             if let Some(store) = &self.side_store {
                 store.at_close(disk);
             }
-            disk.flush(Instant::now() + DISK_FLUSH_AT_DROP);
+            disk.flush(crate::wait::within_exit_bound(
+                Instant::now() + DISK_FLUSH_AT_DROP,
+            ));
         }
     }
 }
@@ -231,8 +233,8 @@ impl Engine {
             .clone()
             .map(|i| self.cache.get(&self.key, i))
             .collect();
-        if len >= self.options.bypass_min && have.iter().all(Option::is_none) {
-            return self.read_direct(pos, buf);
+        if len >= self.options.bypass_min && have.iter().any(Option::is_none) {
+            return self.read_direct(pos, buf, &have);
         }
         let missing: Vec<u64> = needed
             .clone()
@@ -291,21 +293,41 @@ impl Engine {
         true
     }
 
-    /// Fetches the bytes at `pos` straight into `buf`, in concurrent parts of
-    /// one round, without the cache: a large transfer then costs no block
-    /// buffers, no copy out of them and no eviction of what the cache holds.
-    fn read_direct(&self, pos: u64, buf: &mut [u8]) -> Result<()> {
+    /// Fetches the bytes at `pos` that `have` (the blocks covering them)
+    /// lacks straight into `buf`, in concurrent parts of one round, and
+    /// copies the others out of the cache: a large transfer then costs no
+    /// block buffers (its bytes are held once, in `buf`), no copy out of
+    /// them and no eviction of what the cache holds.
+    fn read_direct(&self, pos: u64, buf: &mut [u8], have: &[Option<Block>]) -> Result<()> {
         crate::wait::check_stopped()?;
         let len = buf.len() as u64;
+        let bs = self.options.block_size;
         // The stream goes on from here, but this read needs no read-ahead.
         self.note_read(pos, len, false);
-        let blocks = plan::blocks_covering(pos, len, self.options.block_size);
-        Counters::add(&self.counters.cache_misses, blocks.end - blocks.start);
-        let min_part = self
-            .link_sizes()
-            .min_part_blocks
-            .saturating_mul(self.options.block_size);
-        let parts = plan::split(pos..pos + len, self.options.max_concurrency, min_part);
+        let first = pos / bs;
+        for (k, block) in have.iter().enumerate() {
+            if let Some(block) = block {
+                let start = (first + k as u64) * bs;
+                let bytes = start.max(pos)..(start + bs).min(pos + len);
+                buf[(bytes.start - pos) as usize..(bytes.end - pos) as usize].copy_from_slice(
+                    &block[(bytes.start - start) as usize..(bytes.end - start) as usize],
+                );
+            }
+        }
+        let cached: Vec<bool> = have.iter().map(Option::is_some).collect();
+        let hits = cached.iter().filter(|&&c| c).count() as u64;
+        Counters::add(&self.counters.cache_hits, hits);
+        Counters::add(&self.counters.cache_misses, cached.len() as u64 - hits);
+        let min_part = self.link_sizes().min_part_blocks.saturating_mul(bs);
+        let lanes = self.options.max_concurrency;
+        let runs = plan::uncached_runs(pos, len, bs, &cached);
+        // Parts of about a lane's share of all the runs: one round.
+        let missing: u64 = runs.iter().map(|r| r.end - r.start).sum();
+        let share = missing.div_ceil(lanes.max(1)).max(min_part);
+        let parts: Vec<Range<u64>> = runs
+            .into_iter()
+            .flat_map(|run| plan::split(run.clone(), (run.end - run.start) / share, min_part))
+            .collect();
         let deadline = Instant::now() + self.options.read_timeout;
         // The first failure in the order of the parts, as a sequential read
         // would have met it.

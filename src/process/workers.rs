@@ -82,9 +82,9 @@ pub(crate) fn in_lane<T>(lane: Lane, f: impl FnOnce() -> T) -> T {
     within(Context { lane, closed: None }, f)
 }
 
-/// A file's part in background work: set when the file is closed, after
-/// which its background work sends no further request, and each of its
-/// waits (a socket, a permit, a backoff) ends within a poll (see
+/// A file's part in background work: once the file is closed, its
+/// background work sends no further request; once cancelled, each of its
+/// waits (a socket, a permit, a backoff) ends within a poll too (see
 /// [`crate::wait`]).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Closing {
@@ -93,9 +93,18 @@ pub(crate) struct Closing {
 }
 
 impl Closing {
+    /// No further request: the requests in flight end with their bodies
+    /// (what they bring may be wanted on disk, for the next run).
     #[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
     pub(crate) fn close(&self) {
         self.closed.store(true, Relaxed);
+    }
+
+    /// Closes, and ends every wait of the background work at once, the
+    /// requests in flight too.
+    #[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
+    pub(crate) fn cancel(&self) {
+        self.close();
         self.cancel.cancel();
     }
 

@@ -338,13 +338,15 @@ unsafe extern "C" fn close(file: *mut H5FD_t) -> herr_t {
                 crawler.stop();
             }
             // Guesses and the crawl send no further request. Those in
-            // flight end on their own (their connections stay usable), and
-            // the close waits for them only if what they bring goes to a
-            // disk cache, for the next run.
+            // flight are waited for only if what they bring goes to a disk
+            // cache, for the next run (and never past the process's exit
+            // bound); whatever is left then is stopped.
             file.reader.closing.close();
             if file.reader.file.extension().has_disk_cache() {
                 file.reader.file.wait_for_background_fetches(CLOSE_WAIT);
             }
+            // What is still under way is wanted by nobody now.
+            file.reader.closing.cancel();
             drop(file);
         });
         if let Some(host) = wait::host() {

@@ -1,0 +1,294 @@
+"""A read's life as users end it: Ctrl-C and the same read again, a script
+that ends while a daemon thread reads, a subinterpreter in the process,
+signal handlers and finalizers that use h5py while the driver waits,
+netCDF4 in another thread, and hundreds of interrupted reads. Each run in a
+process of its own under a deadline: a hang is a failure, never a frozen
+test run. Nothing here asserts a time."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import urllib.request
+
+import h5py
+import numpy as np
+import pytest
+
+# Far more than any of these runs takes; reached only by one that hangs.
+DEADLINE = 90
+
+
+def _run(script, *args, expect_rc=0):
+    env = dict(os.environ)
+    for name in ["HDF5_DRIVER", "HDF5_DRIVER_CONFIG", "HDF5_PLUGIN_PATH"]:
+        env.pop(name, None)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(script), *args],
+            capture_output=True, text=True, timeout=DEADLINE, env=env,
+        )
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"still running after {DEADLINE} s:\n{e.stdout}\n{e.stderr}")
+    assert done.returncode == expect_rc, f"exit {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def _control(server, what):
+    with urllib.request.urlopen(f"{server.base}/{what}", timeout=30) as r:
+        return r.read()
+
+
+@pytest.fixture
+def holding(server):
+    yield server
+    _control(server, "__stall?off")
+
+
+# Waits (in the script) until the server holds `n` requests.
+_HELD = """
+    import json, time, urllib.request
+    def held(base):
+        with urllib.request.urlopen(base + "/__held", timeout=30) as r:
+            return json.loads(r.read())
+    def wait_until_held(base, n=1):
+        while held(base)["now"] < n:
+            time.sleep(0.01)
+"""
+
+
+def test_ctrl_c_then_the_same_read_through_the_same_file_fetches_at_once(holding, files):
+    # The first read's request is held by the server until its client
+    # hangs up; the stall is then lifted for new requests only. The second
+    # read must make its own request, not wait for the first's.
+    script = _HELD + """
+    import os, signal, sys, threading
+    import h5py, remfile_hdf5
+    url, base = sys.argv[1:]
+    f = h5py.File(url, "r", driver="remfile", metadata_prefetch=False, timeout=600)
+    ds = f["contiguous"]
+    urllib.request.urlopen(base + "/__stall?hold").read()
+    def interrupt():
+        wait_until_held(base)
+        os.kill(os.getpid(), signal.SIGINT)
+    threading.Thread(target=interrupt).start()
+    try:
+        ds[200_000:200_100]
+        print(json.dumps("no exception"))
+    except KeyboardInterrupt:
+        print(json.dumps("KeyboardInterrupt"))
+    urllib.request.urlopen(base + "/__stall?off").read()
+    with urllib.request.urlopen(base + "/__log") as r:
+        mark = len(json.loads(r.read()))
+    again = ds[200_000:200_100].tolist()
+    with urllib.request.urlopen(base + "/__log") as r:
+        asked = len(json.loads(r.read())) - mark
+    print(json.dumps({"again": again, "asked": asked, "held": held(base)}))
+    """
+    out = _run(script, holding.url("data.h5"), holding.base).splitlines()
+    assert json.loads(out[0]) == "KeyboardInterrupt"
+    result = json.loads(out[1])
+    with h5py.File(os.path.join(files, "data.h5"), "r") as local:
+        assert result["again"] == local["contiguous"][200_000:200_100].tolist()
+    assert result["asked"] >= 1, "the second read made its own request"
+    assert result["held"]["hung_up"] >= 1, "the stopped read closed its connection"
+
+
+def test_a_script_ends_while_a_daemon_thread_reads_through_the_driver(holding, files):
+    script = _HELD + """
+    import sys, threading
+    import h5py, remfile_hdf5
+    url, base = sys.argv[1:]
+    f = h5py.File(url, "r", driver="remfile", metadata_prefetch=False, timeout=600)
+    ds = f["contiguous"]
+    urllib.request.urlopen(base + "/__stall?hold").read()
+    def reader():
+        while True:
+            try:
+                ds[200_000:200_100]
+            except BaseException as e:
+                pass
+    threading.Thread(target=reader, daemon=True).start()
+    wait_until_held(base)
+    print("main returns", flush=True)
+    """
+    out = _run(script, holding.url("data.h5"), holding.base)
+    assert "main returns" in out
+
+
+def test_a_script_ends_while_a_daemon_thread_reads_a_file_object(holding, files):
+    script = _HELD + """
+    import sys, threading
+    import remfile_hdf5
+    url, base = sys.argv[1:]
+    f = remfile_hdf5.RemoteFile(url, timeout=600)
+    urllib.request.urlopen(base + "/__stall?hold").read()
+    threading.Thread(target=lambda: f.read_at(2_000_000, 100), daemon=True).start()
+    wait_until_held(base)
+    print("main returns", flush=True)
+    """
+    assert "main returns" in _run(script, holding.url("blob.bin"), holding.base)
+
+
+def test_a_subinterpreter_in_the_process_and_then_reads(server, files):
+    script = """
+    import sys
+    try:
+        import _interpreters as interpreters
+    except ImportError:
+        import _xxsubinterpreters as interpreters
+    interpreters.destroy(interpreters.create())
+    import h5py, remfile_hdf5
+    url_h5, url_bin = sys.argv[1:]
+    f = remfile_hdf5.RemoteFile(url_bin)
+    sys.stdout.write(f.read_at(1_000_000, 16).hex() + "\\n")
+    with h5py.File(url_h5, "r", driver="remfile") as h:
+        sys.stdout.write(str(h.attrs["title"]) + "\\n")
+    """
+    out = _run(script, server.url("data.h5"), server.url("blob.bin")).splitlines()
+    with open(os.path.join(files, "blob.bin"), "rb") as local:
+        local.seek(1_000_000)
+        assert out[0] == local.read(16).hex()
+    assert out[1] == "a test file"
+
+
+def test_handlers_and_finalizers_that_use_h5py_run_after_the_hdf5_call(server, files):
+    # A timer signal every 20 ms and cyclic garbage with finalizers, both
+    # touching h5py, while every request of the driver waits 300 ms. None
+    # may run inside the driver (HDF5 is not re-entrant); all run after.
+    script = """
+    import gc, signal, sys
+    import h5py, numpy as np
+    import remfile_hdf5
+    from remfile_hdf5 import _native
+    url, local_path = sys.argv[1:]
+    local = h5py.File(local_path, "r")
+    ran = {"alarm": 0, "del": 0, "inside": 0}
+    def touch(kind):
+        ran[kind] += 1
+        ran["inside"] += _native._waiting_inside_hdf5()
+        local.attrs["title"]
+    def on_alarm(sig, frame):
+        touch("alarm")
+        Cycle()
+    class Cycle:
+        def __init__(self):
+            self.me = self
+        def __del__(self):
+            touch("del")
+    gc.set_threshold(1, 1, 1)
+    signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, 0.02, 0.02)
+    with h5py.File(url, "r", driver="remfile", metadata_prefetch=False) as f:
+        got = f["big"][:500]
+    signal.setitimer(signal.ITIMER_REAL, 0, 0)
+    gc.collect()
+    assert np.array_equal(got, local["big"][:500])
+    print(ran)
+    """
+    url = f"{server.base}/data.h5?delay_ms=300"
+    out = _run(script, url, os.path.join(files, "data.h5"))
+    ran = eval(out.strip())
+    assert ran["alarm"] > 0 and ran["del"] > 0, ran
+    assert ran["inside"] == 0, ran
+
+
+def test_netcdf4_reads_in_another_thread_while_the_driver_waits(server, files):
+    pytest.importorskip("netCDF4")
+    script = """
+    import sys, threading
+    import h5py, netCDF4, numpy as np
+    import remfile_hdf5
+    from remfile_hdf5 import _native
+    url, nc_path, h5_path = sys.argv[1:]
+    done, started = threading.Event(), threading.Event()
+    count = [0]
+    def other():
+        while not done.is_set():
+            with netCDF4.Dataset(nc_path) as d:
+                assert d["temperature"][3, 4] == 34
+            count[0] += 1
+            started.set()
+    t = threading.Thread(target=other)
+    t.start()
+    started.wait()
+    with h5py.File(url, "r", driver="remfile", metadata_prefetch=False) as f:
+        before = count[0]
+        got = f["big"][:300]
+        during = count[0] - before
+    done.set()
+    t.join()
+    with h5py.File(h5_path, "r") as local:
+        assert np.array_equal(got, local["big"][:300])
+    print(during, _native._releases_gil_inside_hdf5())
+    """
+    url = f"{server.base}/data.h5?delay_ms=200"
+    during, released = _run(script, url, os.path.join(files, "local.nc"),
+                            os.path.join(files, "data.h5")).split()
+    # h5py's wheel carries its own HDF5, which only h5py calls: the driver
+    # lets the GIL go inside it, and the other thread read meanwhile.
+    assert released == "True"
+    assert int(during) > 0
+
+
+def test_two_hundred_interrupted_reads_leave_no_thread_or_buffer_behind(holding, files):
+    script = _HELD + """
+    import os, signal, sys, resource
+    import remfile_hdf5
+    url, base = sys.argv[1:]
+    f = remfile_hdf5.RemoteFile(url, timeout=600)
+    f.read_at(0, 100)
+    def threads():
+        return len(os.listdir("/proc/self/task"))
+    def rss():
+        with open("/proc/self/statm") as s:
+            return int(s.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    urllib.request.urlopen(base + "/__stall?hold").read()
+    class Alarm(Exception):
+        pass
+    def on_alarm(sig, frame):
+        raise Alarm()
+    signal.signal(signal.SIGALRM, on_alarm)
+    start_threads, start_rss = threads(), rss()
+    interrupted = 0
+    for i in range(200):
+        signal.setitimer(signal.ITIMER_REAL, 0.05)
+        try:
+            f.read_at(200_000 + i * 10_000, 8 << 20)
+        except Alarm:
+            interrupted += 1
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    print(json.dumps({"interrupted": interrupted, "threads": [start_threads, threads()],
+                      "rss": [start_rss, rss()]}))
+    """
+    result = json.loads(_run(script, holding.url("blob.bin"), holding.base))
+    assert result["interrupted"] == 200
+    before, after = result["threads"]
+    # The process's idle background workers may have started meanwhile.
+    assert after <= before + 4, result
+    before, after = result["rss"]
+    assert after - before < 64 << 20, result
+
+
+def test_a_large_read_costs_its_buffer_once(server, files):
+    # A 256 MiB file read in one call: the bytes object is the only copy.
+    script = """
+    import resource, sys
+    import remfile_hdf5
+    url = sys.argv[1]
+    f = remfile_hdf5.RemoteFile(url)
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    data = f.read_at(0, f.size)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(len(data), (peak - base) * 1024)
+    """
+    size = 256 << 20
+    with open(os.path.join(files, "big256.bin"), "wb") as out:
+        out.truncate(size)
+    try:
+        n, grew = map(int, _run(script, server.url("big256.bin")).split())
+    finally:
+        os.remove(os.path.join(files, "big256.bin"))
+    assert n == size
+    assert grew < size * 1.25, f"peak grew by {grew / size:.2f}x the read"
