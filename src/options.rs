@@ -370,7 +370,9 @@ impl Builder {
     /// fetched) and not cached: a large transfer then holds its bytes once,
     /// costs neither block buffers nor a copy out of them, and does not
     /// evict what the cache holds. Reading those bytes again fetches them
-    /// again. The default is a
+    /// again. A file with a [disk cache](Builder::disk_cache) reads through
+    /// its blocks whatever the length: they are kept on disk, and other
+    /// processes wait for them there. The default is a
     /// quarter of the cache's capacity; `u64::MAX` caches every read.
     ///
     /// ```

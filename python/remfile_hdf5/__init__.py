@@ -748,6 +748,9 @@ _reopening = threading.Lock()
 def _after_fork_in_child() -> None:
     global _reopening
     _reopening = threading.Lock()
+    # The forking thread is the child's main thread, where Python runs
+    # signal handlers (Ctrl-C) from now on.
+    _native._forked()
 
 
 if hasattr(os, "register_at_fork"):

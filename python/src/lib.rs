@@ -796,6 +796,15 @@ fn driver_handle(file: hid_t) -> PyResult<Option<*mut c_void>> {
     Ok((found >= 0 && !handle.is_null()).then_some(handle))
 }
 
+/// In a forked child: the thread that forked is its main thread now
+/// (Python runs signal handlers there), whichever thread it was.
+#[pyfunction]
+fn _forked() {
+    // SAFETY: pthread_self has no preconditions.
+    let me = unsafe { libc::pthread_self() } as u64;
+    MAIN_THREAD.store(me, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Stops every read, open and background fetch of the process, now and
 /// from now on (the package's `atexit` hook: threads reading in the
 /// background then leave h5py before the interpreter finalizes).
@@ -867,6 +876,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_remote_of_file, m)?)?;
     m.add_function(wrap_pyfunction!(_hdf5_version, m)?)?;
     m.add_function(wrap_pyfunction!(_stop_everything, m)?)?;
+    m.add_function(wrap_pyfunction!(_forked, m)?)?;
     m.add_function(wrap_pyfunction!(_releases_gil_inside_hdf5, m)?)?;
     m.add_function(wrap_pyfunction!(_waiting_inside_hdf5, m)?)?;
     Ok(())

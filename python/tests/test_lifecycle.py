@@ -292,3 +292,32 @@ def test_a_large_read_costs_its_buffer_once(server, files):
         os.remove(os.path.join(files, "big256.bin"))
     assert n == size
     assert grew < size * 1.25, f"peak grew by {grew / size:.2f}x the read"
+
+
+def test_ctrl_c_stops_a_wait_in_a_child_forked_from_another_thread(holding, files):
+    # The child's main thread is the one that forked: Ctrl-C acts there.
+    script = _HELD + """
+    import os, signal, sys, threading
+    import remfile_hdf5
+    url, base = sys.argv[1:]
+    urllib.request.urlopen(base + "/__stall?hold").read()
+    def fork_here():
+        pid = os.fork()
+        if pid == 0:
+            f = remfile_hdf5.RemoteFile(url, timeout=600)
+            def interrupt():
+                wait_until_held(base)
+                os.kill(os.getpid(), signal.SIGINT)
+            threading.Thread(target=interrupt).start()
+            try:
+                f.read_at(2_000_000, 100)
+                os._exit(3)
+            except KeyboardInterrupt:
+                os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status))
+    t = threading.Thread(target=fork_here)
+    t.start()
+    t.join()
+    """
+    assert _run(script, holding.url("blob.bin"), holding.base).strip() == "0"

@@ -49,6 +49,7 @@ impl BlockCache {
             Arc::new(Wave {
                 waited: AtomicBool::new(false),
                 started,
+                wanted: Arc::default(),
             })
         });
         let pending = |optional: bool| {
@@ -65,6 +66,7 @@ impl BlockCache {
             waiting: Vec::new(),
             owned: Vec::new(),
             fills_gaps: speculative.is_none(),
+            wanted: wave.as_ref().map(|w| Arc::clone(&w.wanted)),
         };
         let mut table = self.inner.in_flight.lock();
         for &index in needed {
@@ -134,6 +136,9 @@ struct Wave {
     waited: AtomicBool,
     /// Where the file's round trips stood when it started.
     started: RoundMark,
+    /// Set when a reader comes to wait for one of its blocks: the fetch is
+    /// a read's from then on (see `workers::wanted_by_readers`).
+    wanted: Arc<AtomicBool>,
 }
 
 impl Pending {
@@ -174,6 +179,9 @@ impl Pending {
         }
         self.waiters.fetch_add(1, Ordering::Relaxed);
         let _waiting = Waiting(&self.waiters);
+        if let Some(wave) = &self.wave {
+            wave.wanted.store(true, Ordering::Relaxed);
+        }
         let mut slot = self.slot.lock();
         loop {
             if let Some(outcome) = slot.as_ref() {
@@ -211,6 +219,8 @@ pub(crate) struct Claim {
     /// Whether a fetch of its blocks may also fetch the cached blocks
     /// between them, to save requests.
     fills_gaps: bool,
+    /// A speculative claim's flag that a reader waits for its blocks.
+    wanted: Option<Arc<AtomicBool>>,
 }
 
 impl Claim {
@@ -233,6 +243,12 @@ impl Claim {
     /// (a speculative claim's may not).
     pub fn fills_gaps(&self) -> bool {
         self.fills_gaps
+    }
+
+    /// For a speculative claim: the flag set once a reader waits for one
+    /// of its blocks.
+    pub fn wanted(&self) -> Option<Arc<AtomicBool>> {
+        self.wanted.clone()
     }
 
     /// Keeps a fetch of its blocks to their own bytes: some were another

@@ -46,6 +46,10 @@ unsafe extern "C" {
 }
 
 extern "C" fn write_before_exit() {
+    // Reads still waiting end now, and the files closed after this (HDF5
+    // closes its files from its own handler) share the process's one
+    // bound on waiting for their writes.
+    crate::wait::stop_everything();
     let _ = std::panic::catch_unwind(|| write_queues_and_release(Instant::now() + AT_EXIT));
 }
 

@@ -233,7 +233,11 @@ impl Engine {
             .clone()
             .map(|i| self.cache.get(&self.key, i))
             .collect();
-        if len >= self.options.bypass_min && have.iter().any(Option::is_none) {
+        // With a disk cache the blocks go to disk (and other processes
+        // wait for them there): only a file without one reads past the
+        // cache.
+        let bypass = self.disk.is_none() && len >= self.options.bypass_min;
+        if bypass && have.iter().any(Option::is_none) {
             return self.read_direct(pos, buf, &have);
         }
         let missing: Vec<u64> = needed
@@ -764,7 +768,9 @@ impl Engine {
     /// when the claim was made), with the time of a read from now.
     fn fetch_guess(&self, guess: &mut Guess) {
         guess.deadline = Instant::now() + self.options.read_timeout;
-        self.fetch_not_on_disk(guess);
+        // A reader that comes to wait for its blocks makes it a read's.
+        let wanted = guess.claim.wanted();
+        workers::wanted_by_readers(wanted, || self.fetch_not_on_disk(guess));
     }
 
     /// The missing blocks of `ranges` a guess of at most `max_bytes` (and

@@ -292,12 +292,13 @@ impl Transport {
         // any file's background work, and a permit of the file is then
         // held only by a request that has its connection.
         let origin = budget::of_origin(&self.target.read().origin().ascii_serialization());
+        let wanted = workers::wanted();
         let process = origin
-            .acquire(lane, deadline)?
+            .acquire_for(lane, wanted.as_deref(), deadline)?
             .ok_or_else(|| busy("the process's connections to the server"))?;
         let file = self
             .permits
-            .acquire(lane, deadline)?
+            .acquire_for(lane, wanted.as_deref(), deadline)?
             .ok_or_else(|| busy("the file's max_connections"))?;
         Ok([process, file])
     }

@@ -10,6 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::Instant;
 
 use crate::sync::{Condvar, Mutex, Wedged};
@@ -61,11 +62,31 @@ impl Permits {
         lane: Lane,
         deadline: Instant,
     ) -> crate::Result<Option<Permit>> {
+        self.acquire_for(lane, None, deadline)
+    }
+
+    /// As [`acquire`](Self::acquire), for background work that waits as a
+    /// read once `wanted` is set (a reader waits for what it brings).
+    pub(crate) fn acquire_for(
+        self: &Arc<Self>,
+        asked: Lane,
+        wanted: Option<&AtomicBool>,
+        deadline: Instant,
+    ) -> crate::Result<Option<Permit>> {
+        let lane_now = || match wanted {
+            Some(w) if w.load(Relaxed) => Lane::Read,
+            _ => asked,
+        };
+        let mut lane = lane_now();
         let mut state = self.state.lock();
         if lane == Lane::Read {
             state.reads_waiting += 1;
         }
         loop {
+            if lane == Lane::Background && lane_now() == Lane::Read {
+                lane = Lane::Read;
+                state.reads_waiting += 1;
+            }
             let may = match lane {
                 Lane::Read => state.free > 0,
                 Lane::Background => {
@@ -207,6 +228,21 @@ mod tests {
         assert!(peak.load(Ordering::SeqCst) <= 3);
         assert!(background_peak.load(Ordering::SeqCst) <= 2);
         assert_eq!(permits.free(), 3);
+    }
+
+    #[test]
+    fn background_work_a_reader_waits_for_takes_a_permit_as_a_read() {
+        let permits = Arc::new(Permits::new(2, 1));
+        let _guess = permits.acquire(Lane::Background, soon()).unwrap().unwrap();
+        let wanted = AtomicBool::new(false);
+        let now = Instant::now;
+        // The background share is taken: another background request waits.
+        let held_back = permits.acquire_for(Lane::Background, Some(&wanted), now());
+        assert!(held_back.unwrap().is_none());
+        // Once a reader waits for what it brings, it goes as a read.
+        wanted.store(true, Relaxed);
+        let promoted = permits.acquire_for(Lane::Background, Some(&wanted), now());
+        assert!(promoted.unwrap().is_some());
     }
 
     #[test]

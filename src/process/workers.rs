@@ -40,6 +40,9 @@ pub(crate) enum Lane {
 pub(crate) struct Context {
     lane: Lane,
     closed: Option<Arc<AtomicBool>>,
+    /// For a background fetch: set once a reader waits for one of its
+    /// blocks, from when its requests wait for connections as a read's.
+    wanted: Option<Arc<AtomicBool>>,
 }
 
 thread_local! {
@@ -47,8 +50,24 @@ thread_local! {
         RefCell::new(Context {
             lane: Lane::Read,
             closed: None,
+            wanted: None,
         })
     };
+}
+
+/// The flag that turns this thread's background work into a read's (see
+/// [`wanted_by_readers`]), if it has one.
+pub(crate) fn wanted() -> Option<Arc<AtomicBool>> {
+    CONTEXT.with(|c| c.borrow().wanted.clone())
+}
+
+/// Runs `f`, a background fetch, whose requests wait for connections as a
+/// read's once `wanted` is set: a reader waits for its blocks then, and a
+/// fetch held back for reads would hold that reader back too.
+pub(crate) fn wanted_by_readers<T>(wanted: Option<Arc<AtomicBool>>, f: impl FnOnce() -> T) -> T {
+    let mut context = context();
+    context.wanted = wanted;
+    within(context, f)
 }
 
 /// The lane of the work this thread does now.
@@ -79,7 +98,14 @@ pub(crate) fn within<T>(context: Context, f: impl FnOnce() -> T) -> T {
 
 /// Runs `f` in `lane`, for no file in particular.
 pub(crate) fn in_lane<T>(lane: Lane, f: impl FnOnce() -> T) -> T {
-    within(Context { lane, closed: None }, f)
+    within(
+        Context {
+            lane,
+            closed: None,
+            wanted: None,
+        },
+        f,
+    )
 }
 
 /// A file's part in background work: once the file is closed, its
@@ -117,6 +143,7 @@ impl Closing {
         let context = Context {
             lane: Lane::Background,
             closed: Some(Arc::clone(&self.closed)),
+            wanted: None,
         };
         let watch = crate::wait::Watch::of(self.cancel.clone());
         within(context, || crate::wait::Watch::adopt(Some(watch), f))
