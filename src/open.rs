@@ -139,7 +139,7 @@ fn engine_over(
 fn disk_file(builder: &Builder, url: &Url, identity: &Identity, asked: bool) -> Option<DiskFile> {
     let disk = builder.disk_cache.as_ref()?;
     let name = disk::name(url, builder.cache_key.as_deref());
-    let Some(text) = disk::encode(&name, identity) else {
+    let Some(version) = disk::version(&name, identity) else {
         tracing::debug!(
             "disk cache: the file has neither a strong ETag nor Last-Modified, so its blocks \
              cannot be validated and stay off the disk"
@@ -147,9 +147,9 @@ fn disk_file(builder: &Builder, url: &Url, identity: &Identity, asked: bool) -> 
         return None;
     };
     if asked {
-        disk.remember(&name, &text);
+        disk.remember(&name, identity);
     }
-    Some(disk.file(text, builder.block_size))
+    Some(disk.file(version, builder.block_size))
 }
 
 /// Opens a file whose last version seen, and its first block, are on disk:
@@ -170,7 +170,7 @@ fn warm_open(
         return Ok(None);
     };
     let first_len = builder.block_size.min(known.identity.size);
-    let blocks = disk.file(known.text.clone(), builder.block_size);
+    let blocks = disk.file(known.version, builder.block_size);
     let Some(first) = blocks.read(0, first_len) else {
         return Ok(None);
     };

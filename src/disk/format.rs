@@ -2,22 +2,40 @@
 //! that is not exactly what was written — another version's, cut short,
 //! overwritten, half-written — is never served. Pure: bytes in, bytes out.
 //!
-//! Layout: a signature, the owner's identity (length and text), the block
-//! size and index, the payload's length and CRC-32C, then the payload.
+//! Layout: a signature, the owner's identity (a SHA-256 digest of the
+//! file's version, see [`super::record::version`]: nothing of its URL), the
+//! block size and index, the payload's length and CRC-32C, then the payload.
+//!
+//! The signature carries the layout's version: a file of another layout
+//! (layout 1 carried the identity as text, the file's URL in clear) is
+//! [`Corrupt::Foreign`], refused and deleted as any file that is not the
+//! block asked for.
 //!
 //! A file's pieces (exact ranges its metadata crawl fetched, see
 //! [`crate::cache::pieces`]) are kept as one more such file, of block size
 //! 0 (no block has that size): its payload is each piece's first byte and
 //! length, then its bytes, in the order of the file.
 
+use super::digest::Digest;
+
 /// The first bytes of every block file (the version of the layout is in it).
-const SIGNATURE: &[u8; 8] = b"RMFBLK1\0";
+const SIGNATURE: &[u8; 8] = b"RMFBLK2\0";
+
+/// What every version of the layout begins with.
+const FAMILY: &[u8; 6] = b"RMFBLK";
+
+/// The header's length after the signature: the identity, the block size,
+/// the index, the payload's length and its CRC-32C.
+const HEADER_AFTER_SIGNATURE: usize = 32 + 8 + 8 + 8 + 4;
 
 /// Why a block file's bytes are not the block asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Corrupt {
     /// Shorter than its header says, or not a block file.
     Truncated,
+    /// A block file of another layout (an earlier or later version of the
+    /// crate's).
+    Foreign,
     /// A block of another file, version, block size or index.
     Stranger,
     /// The payload does not match its checksum.
@@ -27,25 +45,23 @@ pub(crate) enum Corrupt {
 /// What a block file must belong to.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Owner<'a> {
-    /// The file's identity: URL (or cache key), validator and size.
-    pub identity: &'a str,
+    /// The digest of the file's version (see [`super::record::version`]).
+    pub identity: &'a Digest,
     pub block_size: u64,
     pub index: u64,
 }
 
-/// The length of the block file of `owner` holding `payload_len` bytes:
-/// no block file of a block of at most that length is longer.
-pub(crate) fn encoded_len(owner: Owner<'_>, payload_len: u64) -> u64 {
-    (SIGNATURE.len() + 4 + owner.identity.len() + 28) as u64 + payload_len
+/// The length of a block file holding `payload_len` bytes: no block file
+/// of a block of at most that length is longer.
+pub(crate) fn encoded_len(payload_len: u64) -> u64 {
+    (SIGNATURE.len() + HEADER_AFTER_SIGNATURE) as u64 + payload_len
 }
 
 /// The bytes of a block file holding `payload`.
 pub(crate) fn encode(owner: Owner<'_>, payload: &[u8]) -> Vec<u8> {
-    let id = owner.identity.as_bytes();
-    let mut out = Vec::with_capacity(SIGNATURE.len() + 4 + id.len() + 28 + payload.len());
+    let mut out = Vec::with_capacity(encoded_len(payload.len() as u64) as usize);
     out.extend_from_slice(SIGNATURE);
-    out.extend_from_slice(&(id.len() as u32).to_le_bytes());
-    out.extend_from_slice(id);
+    out.extend_from_slice(owner.identity);
     out.extend_from_slice(&owner.block_size.to_le_bytes());
     out.extend_from_slice(&owner.index.to_le_bytes());
     out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
@@ -65,14 +81,15 @@ pub(crate) fn decode<'b>(owner: Owner<'_>, bytes: &'b [u8]) -> Result<&'b [u8], 
         rest = tail;
         Ok(head)
     };
-    if take(SIGNATURE.len())? != SIGNATURE {
-        return Err(Corrupt::Truncated);
+    match take(SIGNATURE.len())? {
+        s if s == SIGNATURE => {}
+        s if s.starts_with(FAMILY) => return Err(Corrupt::Foreign),
+        _ => return Err(Corrupt::Truncated),
     }
-    let id_len = u32::from_le_bytes(take(4)?.try_into().expect("4 bytes")) as usize;
-    let id = take(id_len)?;
+    let id = take(owner.identity.len())?;
     let block_size = u64::from_le_bytes(take(8)?.try_into().expect("8 bytes"));
     let index = u64::from_le_bytes(take(8)?.try_into().expect("8 bytes"));
-    if id != owner.identity.as_bytes() || block_size != owner.block_size || index != owner.index {
+    if id != owner.identity || block_size != owner.block_size || index != owner.index {
         return Err(Corrupt::Stranger);
     }
     let len = u64::from_le_bytes(take(8)?.try_into().expect("8 bytes"));
@@ -96,7 +113,7 @@ pub(crate) const MAX_PIECES: usize = 1 << 16;
 const PIECE_HEADER: usize = 16;
 
 /// The owner of the pieces file of the file `identity`.
-pub(crate) fn pieces_owner(identity: &str) -> Owner<'_> {
+pub(crate) fn pieces_owner(identity: &Digest) -> Owner<'_> {
     Owner {
         identity,
         block_size: 0,
@@ -104,13 +121,10 @@ pub(crate) fn pieces_owner(identity: &str) -> Owner<'_> {
     }
 }
 
-/// The longest pieces file of `identity`.
+/// The longest pieces file.
 #[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
-pub(crate) fn max_pieces_file_len(identity: &str) -> u64 {
-    encoded_len(
-        pieces_owner(identity),
-        MAX_PIECE_BYTES + (MAX_PIECES * PIECE_HEADER) as u64,
-    )
+pub(crate) fn max_pieces_file_len() -> u64 {
+    encoded_len(MAX_PIECE_BYTES + (MAX_PIECES * PIECE_HEADER) as u64)
 }
 
 /// The payload of a pieces file holding `pieces` (by first byte, in order,
@@ -229,11 +243,11 @@ mod tests {
             .collect();
         let payload = encode_pieces(many, u64::MAX);
         assert_eq!(decode_pieces(&payload, 1 << 32).unwrap().len(), MAX_PIECES);
-        assert!(encoded_len(pieces_owner("id"), payload.len() as u64) <= max_pieces_file_len("id"));
+        assert!(encoded_len(payload.len() as u64) <= max_pieces_file_len());
     }
 
     const OWNER: Owner<'static> = Owner {
-        identity: "https://example.com/f.nwb\n\"etag\"\n1000",
+        identity: &[7; 32],
         block_size: 4096,
         index: 7,
     };
@@ -242,7 +256,7 @@ mod tests {
     fn a_block_reads_back_only_as_itself() {
         let payload: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
         let bytes = encode(OWNER, &payload);
-        assert_eq!(bytes.len() as u64, encoded_len(OWNER, 4096));
+        assert_eq!(bytes.len() as u64, encoded_len(4096));
         assert_eq!(decode(OWNER, &bytes), Ok(&payload[..]));
         let other = |f: fn(&mut Owner<'static>)| {
             let mut o = OWNER;
@@ -251,10 +265,19 @@ mod tests {
         };
         assert_eq!(other(|o| o.index = 8), Err(Corrupt::Stranger));
         assert_eq!(other(|o| o.block_size = 8192), Err(Corrupt::Stranger));
-        assert_eq!(
-            other(|o| o.identity = "https://example.com/f.nwb\n\"other\"\n1000"),
-            Err(Corrupt::Stranger)
-        );
+        assert_eq!(other(|o| o.identity = &[8; 32]), Err(Corrupt::Stranger));
+    }
+
+    #[test]
+    fn a_block_file_of_the_first_layout_is_foreign_never_read() {
+        // Layout 1: the identity as text, its URL in clear.
+        let id = b"url https://h/f?access_token=SECRET\netag \"e\"\nsize 9";
+        let mut old = b"RMFBLK1\0".to_vec();
+        old.extend_from_slice(&(id.len() as u32).to_le_bytes());
+        old.extend_from_slice(id);
+        old.extend_from_slice(&[0; 28]);
+        assert_eq!(decode(OWNER, &old), Err(Corrupt::Foreign));
+        assert_eq!(decode(OWNER, b"RMFBLK9\0"), Err(Corrupt::Foreign));
     }
 
     #[test]

@@ -3,11 +3,11 @@
 //!
 //! Each block is one file, written whole to a temporary name and renamed
 //! into place, so a reader sees a block entirely or not at all, even when the
-//! writer is killed midway. Each carries its owner (the remote file's
-//! identity, the block size and index) and a CRC-32C of its bytes
-//! ([`format`]), checked on every read: a block that does not match is
-//! deleted and fetched again. A directory that cannot be written, a full
-//! disk or a directory deleted underneath are never errors for a read: the
+//! writer is killed midway. Each carries its owner (a digest of the remote
+//! file's version, the block size and index) and a CRC-32C of its bytes
+//! ([`format`](mod@format)), checked on every read: a block that does not
+//! match is deleted and fetched again. A directory that cannot be written, a
+//! full disk or a directory deleted underneath are never errors for a read: the
 //! bytes come from the network, with a `warn` event.
 //!
 //! Everything in the directory is the user's alone, and nothing planted in
@@ -15,9 +15,11 @@
 //! others wait for it ([`lock`]); blocks are written off the fetch path
 //! ([`writer`]), and before the process exits ([`at_exit`]); each file's
 //! last version seen is recorded ([`record`]); a directory is open once in
-//! a process, whoever opens it ([`shared`]).
+//! a process, whoever opens it ([`shared`]); nothing of a URL is written,
+//! only digests of it ([`digest`]).
 
 mod at_exit;
+mod digest;
 mod format;
 mod lock;
 mod private;
@@ -25,7 +27,7 @@ mod record;
 mod shared;
 mod writer;
 
-pub(crate) use record::{FirstOpen, encode, name};
+pub(crate) use record::{FirstOpen, name, version};
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -38,6 +40,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use parking_lot::Mutex;
 
+use self::digest::Digest;
 use self::format::Owner;
 pub(crate) use self::lock::FetchLock;
 use self::writer::{WriteFile, Writer};
@@ -57,23 +60,56 @@ const STALE_TEMPORARY: Duration = Duration::from_secs(3600);
 /// Put it behind a file's memory cache with
 /// [`Builder::disk_cache`](crate::Builder::disk_cache): a read looks in
 /// memory, then on disk, then fetches. A block on disk belongs to one
-/// version of one remote file — its URL without credentials, fragment and
-/// signature parameters (or the builder's
-/// [`cache_key`](crate::Builder::cache_key)), its validator (a strong ETag,
-/// or else `Last-Modified`) and its size — so presigned URLs whose
-/// signatures change still find their blocks, and a changed file never
-/// receives its old bytes. A file with no validator is not cached on disk.
+/// version of one remote file — the file (its URL's scheme, host, port and
+/// path, or the builder's [`cache_key`](crate::Builder::cache_key)), its
+/// validator (a strong ETag, or else `Last-Modified`) and its size — so a
+/// changed file never receives its old bytes. A file with no validator is
+/// not cached on disk.
 ///
-/// The signature parameters left out of the name: `X-Amz-*` and `X-Goog-*`
-/// (S3, GCS) always; in a URL that carries a signature (`X-Amz-Signature`,
-/// `X-Goog-Signature`, `Signature` or `sig`), also `AWSAccessKeyId`,
-/// `GoogleAccessId`, `Signature`, `Expires` (S3 and GCS query
-/// authentication, version 2), `Policy`, `Key-Pair-Id` (CloudFront) and the
-/// fields of an Azure SAS (`sv`, `ss`, `srt`, `sp`, `se`, `st`, `spr`, `sig`,
-/// `sr`, `si`, `sdd`, `ses`, `skoid`, `sktid`, `skt`, `ske`, `sks`, `skv`,
-/// `saoid`, `suoid`, `scid`). Every other parameter is part of the name:
-/// `download?id=1` and `download?id=2` are two files. A URL that signs
-/// with other parameters needs a [`cache_key`](crate::Builder::cache_key).
+/// Whether the query takes part depends on the validator. A strong ETag
+/// names the bytes: the query is left out, so a URL whose token or
+/// signature changes from one open to the next (a presigned URL, an
+/// `access_token`, a token under any name) finds the blocks every earlier
+/// one fetched. A date does not: with `Last-Modified` only, the query takes
+/// part (without its signature and credential parameters, below), so
+/// `download?id=1` and `download?id=2` of one date and size never share a
+/// block. The query (without those parameters) also names the record of
+/// the version seen last, which lets an open cost one request with no body
+/// (or none, see [`revalidate_after`](crate::Builder::revalidate_after)):
+/// a token under a name no rule knows makes a new name, whose first open
+/// fetches the file's first block again (with a strong ETag, the others
+/// still come from disk). A [`cache_key`](crate::Builder::cache_key)
+/// names a file whatever its URL.
+///
+/// The parameters left out: `access_token` (OAuth 2), `api_key`, `apikey`,
+/// `X-Amz-*` and `X-Goog-*` (S3, GCS) always; in a URL that carries a
+/// signature (`X-Amz-Signature`, `X-Goog-Signature`, `Signature` or
+/// `sig`), also `AWSAccessKeyId`, `GoogleAccessId`, `Signature`, `Expires`
+/// (S3 and GCS query authentication, version 2), `Policy`, `Key-Pair-Id`
+/// (CloudFront) and the fields of an Azure SAS (`sv`, `ss`, `srt`, `sp`,
+/// `se`, `st`, `spr`, `sig`, `sr`, `si`, `sdd`, `ses`, `skoid`, `sktid`,
+/// `skt`, `ske`, `sks`, `skv`, `saoid`, `suoid`, `scid`).
+///
+/// What the directory holds: the bytes of the blocks read (in clear: the
+/// directory is as private as the files it caches, see below), SHA-256
+/// digests, sizes, block sizes and indices, CRC-32Cs, modification times
+/// (for eviction and [`revalidate_after`](crate::Builder::revalidate_after)),
+/// and, in a lock file while a block is fetched, the host's name, the PID
+/// namespace and the process id. Directories and files are named by
+/// digests, a block file's header carries the digest of its version (of
+/// the file's name, validator and size), and a file's record (`files/`)
+/// holds the validator and size sealed with a key made of the file's name:
+/// the directory alone does not give them back, only with the URL.
+///
+/// What it never holds: any text of a URL — its host, path or query
+/// (tokens, signatures, keys, whatever their names), its user information
+/// — nor a header's name or value, nor a cache key, nor an ETag or a date
+/// in clear. A digest gives nothing of what it was made of back (SHA-256 is
+/// preimage resistant); someone with the directory can only tell whether a
+/// URL they already know was read. Directories and
+/// records of crate versions that wrote URLs in clear (the first layout)
+/// are deleted at the first open of the directory by a process of this
+/// version.
 ///
 /// Several processes may use one directory at once, and one block is
 /// fetched by one of them while the others wait for it. Its size is kept
@@ -192,6 +228,7 @@ impl DiskCache {
             private::make_dir(&dir.join(part))?;
         }
         let inner = shared::open(dir, capacity, |dir| {
+            remove_first_layout(&dir);
             let used = block_files(&dir).iter().map(|b| b.len).sum();
             Inner {
                 dir,
@@ -236,24 +273,21 @@ impl DiskCache {
         block_files(&self.inner.dir).iter().map(|b| b.len).sum()
     }
 
-    /// The blocks of one version of one file, by its identity text, in
-    /// blocks of `block_size` bytes.
-    pub(crate) fn file(&self, identity: String, block_size: u64) -> DiskFile {
-        let dir = self.version_dir(&identity);
+    /// The blocks of one version of one file, by its [`version`] digest,
+    /// in blocks of `block_size` bytes.
+    pub(crate) fn file(&self, version: Digest, block_size: u64) -> DiskFile {
+        let dir = self.version_dir(&version);
         DiskFile {
             cache: self.clone(),
-            identity,
+            identity: version,
             block_size,
             dir,
         }
     }
 
-    /// The directory of the blocks of the file version `identity`.
-    fn version_dir(&self, identity: &str) -> PathBuf {
-        self.inner
-            .dir
-            .join("blocks")
-            .join(format!("{:016x}", fnv1a(identity.as_bytes())))
+    /// The directory of the blocks of the file version `version`.
+    fn version_dir(&self, version: &Digest) -> PathBuf {
+        self.inner.dir.join("blocks").join(digest::hex(version))
     }
 
     /// Releases `locks` once the blocks queued so far are on disk, so that
@@ -350,8 +384,9 @@ impl DiskCache {
 /// The blocks of one version of one remote file on disk.
 pub(crate) struct DiskFile {
     cache: DiskCache,
-    /// URL (or cache key), validator and size, one per line.
-    identity: String,
+    /// The version's digest (see [`version`]), which every block file of it
+    /// carries.
+    identity: Digest,
     block_size: u64,
     dir: PathBuf,
 }
@@ -384,8 +419,8 @@ impl DiskFile {
     }
 
     /// The longest a block file of this file can be.
-    fn max_file_len(&self, index: u64) -> u64 {
-        format::encoded_len(self.owner(index), self.block_size)
+    fn max_file_len(&self) -> u64 {
+        format::encoded_len(self.block_size)
     }
 
     /// Whether block `index` looks to be on disk (a block file no longer than
@@ -401,13 +436,13 @@ impl DiskFile {
             return true;
         }
         fs::symlink_metadata(&path)
-            .is_ok_and(|m| m.is_file() && m.len() > 0 && m.len() <= self.max_file_len(index))
+            .is_ok_and(|m| m.is_file() && m.len() > 0 && m.len() <= self.max_file_len())
     }
 
     /// Block `index`, `len` bytes long, if it is on disk and intact. A block
     /// file that is not (a link, a FIFO, too long included) is deleted.
     pub(crate) fn read(&self, index: u64, len: u64) -> Option<Vec<u8>> {
-        let max = self.max_file_len(index);
+        let max = self.max_file_len();
         self.read_file(&self.path(index), self.owner(index), max, |payload| {
             (payload.len() as u64 == len).then(|| payload.to_vec())
         })
@@ -498,7 +533,7 @@ impl DiskFile {
     #[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
     pub(crate) fn read_pieces(&self, len: u64) -> Vec<(u64, Vec<u8>)> {
         let owner = format::pieces_owner(&self.identity);
-        let max = format::max_pieces_file_len(&self.identity);
+        let max = format::max_pieces_file_len();
         self.read_file(&self.pieces_path(), owner, max, |payload| {
             let pieces = format::decode_pieces(payload, len).ok()?;
             Some(pieces.into_iter().map(|(at, b)| (at, b.to_vec())).collect())
@@ -684,7 +719,8 @@ impl DiskFile {
                 pause = Duration::from_millis(1);
                 continue;
             }
-            if Instant::now() >= until {
+            // A stopped read fetches what is left, which fails at once.
+            if Instant::now() >= until || crate::wait::should_stop() {
                 break;
             }
             std::thread::sleep(pause);
@@ -739,6 +775,38 @@ fn block_files(dir: &Path) -> Vec<BlockFile> {
     out
 }
 
+/// Deletes what crate versions before layout 2 left in `dir`: block
+/// directories and records named by a 64-bit hash (16 hexadecimal digits),
+/// whose files hold URLs (their queries' tokens included), cache keys and
+/// validators in clear. Their blocks would never be read again (names and
+/// owners are SHA-256 digests now, and their signature is another layout's);
+/// deleted at the first open of a newer version rather than when evicted,
+/// they take those tokens off the disk at once. Only real directories and
+/// regular files go: a link is never followed, nor removed.
+fn remove_first_layout(dir: &Path) {
+    let first_layout = |name: &std::ffi::OsStr| {
+        let name = name.to_string_lossy();
+        let hash = name.strip_suffix(".lock").unwrap_or(&name);
+        hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit())
+    };
+    for (part, is_dir) in [("blocks", true), ("files", false)] {
+        let Ok(entries) = fs::read_dir(dir.join(part)) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let Ok(kind) = e.file_type() else { continue };
+            if !first_layout(&e.file_name()) {
+                continue;
+            }
+            if is_dir && kind.is_dir() && !e.file_name().to_string_lossy().ends_with(".lock") {
+                let _ = fs::remove_dir_all(e.path());
+            } else if !is_dir && kind.is_file() {
+                let _ = fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
 fn remove_stale_temporaries(dir: &Path) {
     let Ok(entries) = fs::read_dir(dir) else {
         return;
@@ -754,15 +822,6 @@ fn remove_stale_temporaries(dir: &Path) {
     }
 }
 
-/// A stable 64-bit hash (FNV-1a) of a file's identity, naming its directory.
-/// Collisions cost nothing but misses: every block file carries the whole
-/// identity, which a read compares.
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -771,6 +830,11 @@ mod tests {
     /// background).
     fn written(f: &DiskFile) {
         assert!(f.flush(Instant::now() + Duration::from_secs(10)));
+    }
+
+    /// A version's digest, for a test.
+    fn id(text: &str) -> Digest {
+        digest::of("test", &[text.as_bytes()])
     }
 
     fn temp_dir(name: &str) -> PathBuf {
@@ -783,14 +847,12 @@ mod tests {
     fn pieces_survive_a_new_handle_and_damage_or_links_are_never_taken() {
         let dir = temp_dir("pieces");
         let disk = DiskCache::open(&dir, 1 << 20).unwrap();
-        let f = disk.file("id".into(), 4096);
+        let f = disk.file(id("id"), 4096);
         let (a, b) = (vec![1u8; 100], vec![2u8; 50]);
         f.write_pieces([(10, &a[..]), (5000, &b[..])]);
         assert_eq!(f.read_pieces(6000).len(), 2, "from the queue");
         written(&f);
-        let again = DiskCache::open(&dir, 1 << 20)
-            .unwrap()
-            .file("id".into(), 4096);
+        let again = DiskCache::open(&dir, 1 << 20).unwrap().file(id("id"), 4096);
         assert_eq!(
             again.read_pieces(6000),
             [(10, a.clone()), (5000, b.clone())]
@@ -799,7 +861,7 @@ mod tests {
         assert!(again.read_pieces(5020).is_empty());
         f.write_pieces([(10, &a[..])]);
         written(&f);
-        assert!(disk.file("other".into(), 4096).read_pieces(6000).is_empty());
+        assert!(disk.file(id("other"), 4096).read_pieces(6000).is_empty());
         // A flipped byte: refused and removed.
         let path = f.pieces_path();
         let mut bytes = fs::read(&path).unwrap();
@@ -812,7 +874,11 @@ mod tests {
         #[cfg(unix)]
         {
             let target = dir.join("elsewhere");
-            fs::write(&target, format::encode(format::pieces_owner("id"), &[])).unwrap();
+            fs::write(
+                &target,
+                format::encode(format::pieces_owner(&id("id")), &[]),
+            )
+            .unwrap();
             std::os::unix::fs::symlink(&target, &path).unwrap();
             assert!(f.read_pieces(6000).is_empty());
             assert!(target.exists(), "what the link pointed to is left alone");
@@ -824,7 +890,7 @@ mod tests {
     fn pieces_kept_anew_count_once_and_keep_to_a_quarter_of_the_disk() {
         let dir = temp_dir("pieces-count");
         let disk = DiskCache::open(&dir, 1 << 20).unwrap();
-        let f = disk.file("id".into(), 4096);
+        let f = disk.file(id("id"), 4096);
         let piece = vec![3u8; 100_000];
         for _ in 0..20 {
             f.write_pieces([(0, &piece[..])]);
@@ -848,12 +914,10 @@ mod tests {
     fn blocks_survive_a_new_handle_and_damage_is_refetched() {
         let dir = temp_dir("survive");
         let disk = DiskCache::open(&dir, 1 << 20).unwrap();
-        let f = disk.file("id".into(), 4096);
+        let f = disk.file(id("id"), 4096);
         f.write(3, &[7; 4096]);
         written(&f);
-        let again = DiskCache::open(&dir, 1 << 20)
-            .unwrap()
-            .file("id".into(), 4096);
+        let again = DiskCache::open(&dir, 1 << 20).unwrap().file(id("id"), 4096);
         assert_eq!(again.read(3, 4096), Some(vec![7; 4096]));
         assert_eq!(again.read(3, 4095), None, "another length");
         // That read deleted it as damaged.
@@ -867,7 +931,7 @@ mod tests {
         fs::write(&path, bytes).unwrap();
         assert_eq!(f.read(4, 4096), None);
         assert!(!path.exists(), "a damaged block is deleted");
-        assert_eq!(disk.file("other".into(), 4096).read(3, 4096), None);
+        assert_eq!(disk.file(id("other"), 4096).read(3, 4096), None);
         let _ = fs::remove_dir_all(&dir);
     }
 
@@ -875,7 +939,7 @@ mod tests {
     fn the_directory_stays_under_its_capacity() {
         let dir = temp_dir("capacity");
         let disk = DiskCache::open(&dir, 100_000).unwrap();
-        let f = disk.file("id".into(), 10_000);
+        let f = disk.file(id("id"), 10_000);
         for i in 0..50 {
             f.write(i, &[i as u8; 10_000]);
             written(&f);
@@ -898,7 +962,7 @@ mod tests {
             .map(|w| {
                 let disk = DiskCache::open(&dir, 64 << 20).unwrap();
                 std::thread::spawn(move || {
-                    let f = disk.file(format!("id{w}"), 4096);
+                    let f = disk.file(id(&format!("id{w}")), 4096);
                     for i in 0..200 {
                         f.write(i, &[w; 4096]);
                     }
@@ -911,7 +975,7 @@ mod tests {
         }
         let disk = DiskCache::open(&dir, 64 << 20).unwrap();
         for w in 0..2u8 {
-            let f = disk.file(format!("id{w}"), 4096);
+            let f = disk.file(id(&format!("id{w}")), 4096);
             for i in 0..200 {
                 assert_eq!(f.read(i, 4096), Some(vec![w; 4096]), "{w} {i}");
             }
@@ -923,7 +987,7 @@ mod tests {
     fn a_directory_is_one_cache_in_a_process_whatever_its_name() {
         let dir = temp_dir("shared");
         let first = DiskCache::open(&dir, 3 << 20).unwrap();
-        let f = first.file("id".into(), 100);
+        let f = first.file(id("id"), 100);
         f.write(0, &[1; 100]);
         let again = DiskCache::open(dir.join("blocks/.."), 5 << 20).unwrap();
         assert!(Arc::ptr_eq(&first.inner, &again.inner), "one cache");
@@ -945,10 +1009,40 @@ mod tests {
         }
         let fresh = DiskCache::open(&dir, 4 << 20).unwrap();
         assert_eq!(fresh.capacity(), 4 << 20);
-        assert_eq!(
-            fresh.file("id".into(), 100).read(0, 100),
-            Some(vec![1; 100])
-        );
+        assert_eq!(fresh.file(id("id"), 100).read(0, 100), Some(vec![1; 100]));
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn what_the_first_layout_left_goes_at_open_and_links_stay() {
+        let dir = temp_dir("first-layout");
+        let old_blocks = dir.join("blocks/0123456789abcdef");
+        fs::create_dir_all(&old_blocks).unwrap();
+        fs::write(
+            old_blocks.join("4096-0"),
+            b"RMFBLK1\0url https://h/f?token=T",
+        )
+        .unwrap();
+        fs::create_dir_all(dir.join("files")).unwrap();
+        let old_record = dir.join("files/fedcba9876543210");
+        fs::write(&old_record, b"url https://h/f?token=T\netag \"e\"\nsize 9").unwrap();
+        fs::write(old_record.with_extension("lock"), b"1").unwrap();
+        let keep = dir.join("files/notes");
+        fs::write(&keep, b"the user's").unwrap();
+        let outside = temp_dir("first-layout-outside");
+        fs::create_dir_all(&outside).unwrap();
+        fs::write(outside.join("4096-0"), b"someone's").unwrap();
+        let link = dir.join("blocks/ffffffffffffffff");
+        std::os::unix::fs::symlink(&outside, &link).unwrap();
+        let disk = DiskCache::open(&dir, 1 << 20).unwrap();
+        assert!(!old_blocks.exists() && !old_record.exists());
+        assert!(!old_record.with_extension("lock").exists());
+        assert!(keep.exists(), "not a name of the first layout");
+        assert_eq!(disk.size_on_disk(), 0);
+        assert!(fs::symlink_metadata(&link).is_ok(), "a link is left alone");
+        assert!(outside.join("4096-0").exists(), "and not followed");
+        let _ = fs::remove_dir_all(&outside);
         let _ = fs::remove_dir_all(&dir);
     }
 
@@ -956,7 +1050,7 @@ mod tests {
     fn a_deleted_directory_is_made_again() {
         let dir = temp_dir("deleted");
         let disk = DiskCache::open(&dir, 1 << 20).unwrap();
-        let f = disk.file("id".into(), 100);
+        let f = disk.file(id("id"), 100);
         fs::remove_dir_all(&dir).unwrap();
         f.write(0, &[5; 100]);
         written(&f);

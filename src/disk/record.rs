@@ -1,14 +1,20 @@
 //! Version records: for each remote file (by its name on disk), the version
 //! seen last and when, so that a warm open can trust it for a while and a
 //! changed file's old blocks are dropped.
+//!
+//! Nothing of a file's URL or cache key is written (see [`digest`]): a
+//! record is named by a digest of the file's [`Name`] and holds the
+//! version's validator and size sealed with the name as key; the version's
+//! blocks are named and owned by its [`version`] digest.
 
 use std::fs;
 use std::io::Read;
 use std::path::PathBuf;
 use std::time::{Instant, SystemTime};
 
+use super::digest::{self, Digest};
 use super::lock::{FetchLock, WAIT_AT_MOST, look_while_held};
-use super::{DiskCache, fnv1a, private};
+use super::{DiskCache, private};
 use crate::identity::Identity;
 
 /// How the first open of a file the disk knows nothing of went.
@@ -22,36 +28,79 @@ pub(crate) enum FirstOpen {
     Unclaimed,
 }
 
-/// No record this crate writes is longer (a URL is at most some kilobytes).
-const MAX_RECORD_LEN: u64 = 1 << 20;
+/// No record this crate writes is longer (a validator is at most some
+/// kilobytes).
+const MAX_RECORD_LEN: u64 = 64 << 10;
 
-/// The name a file goes by on disk: its URL without signature parameters
-/// (see [`is_signature`]), fragment and credentials, or the builder's key.
-/// The rest of the query stays: `download?id=1` and `download?id=2` are
-/// two files.
-pub(crate) fn name(url: &url::Url, key: Option<&str>) -> String {
-    match key {
-        Some(k) => format!("key {k}"),
-        None => {
-            let mut bare = url.clone();
-            let signed = url.query_pairs().any(|(k, _)| is_signature_itself(&k));
-            let kept: Vec<(String, String)> = url
-                .query_pairs()
-                .filter(|(k, _)| !is_signature(k, signed))
-                .map(|(k, v)| (k.into_owned(), v.into_owned()))
-                .collect();
-            bare.set_query(None);
-            if !kept.is_empty() {
-                bare.query_pairs_mut().extend_pairs(kept);
-            }
-            bare.set_fragment(None);
-            let _ = bare.set_password(None);
-            let _ = bare.set_username("");
-            format!("url {bare}")
-        }
+/// The first bytes of every record (the version of its layout is in it:
+/// records of the first layout were text, the file's URL in clear, under
+/// other names).
+const RECORD_SIGNATURE: &[u8; 8] = b"RMFREC2\0";
+
+/// What a file is called on disk. Held in memory only: the text is never
+/// written, only digests of it (and seals keyed by it). No `Debug`: its
+/// query may hold a token under a name no rule knows.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct Name {
+    /// `url scheme://host:port/path` (no user information, query or
+    /// fragment), or `key <the builder's cache key>`.
+    file: String,
+    /// The query without its signature and credential parameters (see
+    /// [`is_signature`] and [`is_credential`]), in order; empty under a
+    /// cache key. It tells apart files served at one path
+    /// (`download?id=1`, `download?id=2`).
+    query: String,
+}
+
+impl Name {
+    /// The key of the file's record, and of its seal.
+    fn key(&self) -> [&[u8]; 2] {
+        [self.file.as_bytes(), self.query.as_bytes()]
     }
 }
 
+/// The name a file goes by on disk: the builder's cache key, or its URL
+/// without fragment and user information, cut into the file (scheme, host,
+/// port, path) and its query without signature and credential parameters.
+/// Both name the file's record, so a warm open finds the version seen last
+/// of `download?id=1`, never of `download?id=2`; whether the query also
+/// names its blocks depends on the validator (see [`version`]).
+pub(crate) fn name(url: &url::Url, key: Option<&str>) -> Name {
+    if let Some(k) = key {
+        return Name {
+            file: format!("key {k}"),
+            query: String::new(),
+        };
+    }
+    let mut bare = url.clone();
+    bare.set_query(None);
+    bare.set_fragment(None);
+    let _ = bare.set_password(None);
+    let _ = bare.set_username("");
+    let signed = url.query_pairs().any(|(k, _)| is_signature_itself(&k));
+    let mut query = url::form_urlencoded::Serializer::new(String::new());
+    for (k, v) in url.query_pairs() {
+        if !is_signature(&k, signed) && !is_credential(&k) {
+            query.append_pair(&k, &v);
+        }
+    }
+    Name {
+        file: format!("url {bare}"),
+        query: query.finish(),
+    }
+}
+
+/// Query parameters that are credentials whatever the URL: OAuth 2's
+/// bearer token in a query (RFC 6750, `access_token`) and API keys
+/// (`api_key`, `apikey`). They authorize a request and never say what it
+/// is for, so a new token still finds the file's record and blocks.
+/// (Tokens under other names stay in [`Name::query`]: hashed, never
+/// written, but a new one is then a new name.)
+fn is_credential(key: &str) -> bool {
+    ["access_token", "api_key", "apikey"]
+        .iter()
+        .any(|c| key.eq_ignore_ascii_case(c))
+}
 /// Query parameters that carry a URL's signature itself.
 fn is_signature_itself(key: &str) -> bool {
     ["x-amz-signature", "x-goog-signature", "signature", "sig"]
@@ -102,29 +151,49 @@ fn is_signature(key: &str, signed: bool) -> bool {
     ALWAYS.iter().any(|p| lower.starts_with(p)) || (signed && WHEN_SIGNED.contains(&lower.as_str()))
 }
 
-/// A version of a file, as the disk cache writes it: the file's [`name`],
-/// its validator (a strong ETag, else `Last-Modified`) and its size, one per
-/// line. The text is the version's record and names its directory of
-/// blocks. `None` without a validator to tell versions apart.
-pub(crate) fn encode(name: &str, identity: &Identity) -> Option<String> {
-    let validator = identity
-        .strong_etag()
-        .map(|e| format!("etag {e}"))
-        .or_else(|| {
-            identity
-                .last_modified
-                .as_ref()
-                .map(|m| format!("modified {m}"))
-        })?;
-    Some(format!("{name}\n{validator}\nsize {}", identity.size))
+/// What tells one version of a file from another: its strong ETag, or else
+/// its `Last-Modified`, as the record's text holds it (sealed), and its
+/// size. `None` without a validator to tell versions apart.
+fn validator_text(identity: &Identity) -> Option<String> {
+    let validator = match (identity.strong_etag(), &identity.last_modified) {
+        (Some(e), _) => format!("etag {e}"),
+        (None, Some(m)) => format!("modified {m}"),
+        (None, None) => return None,
+    };
+    Some(format!("{validator}\nsize {}", identity.size))
 }
 
-/// The version `text` encodes, if it is one of the file called `name`.
-fn decode(name: &str, text: &str) -> Option<Identity> {
+/// The digest a version of the file `name` goes by on disk: its directory
+/// of blocks is named by it, and every block file carries it. `None`
+/// without a validator (a strong ETag, or `Last-Modified`).
+///
+/// With a strong ETag it is of the file (scheme, host, port and path, or
+/// the cache key), the ETag and the size, not of the query: a strong ETag
+/// names the bytes, so a URL whose token rotates (under any name) finds
+/// the blocks every earlier one fetched. With `Last-Modified` only, the
+/// query (without signature and credential parameters) is in it too: two
+/// files served at one path (`download?id=1`, `download?id=2`) may share a
+/// date and a size, never their blocks.
+pub(crate) fn version(name: &Name, identity: &Identity) -> Option<Digest> {
+    let size = identity.size.to_le_bytes();
+    let file = name.file.as_bytes();
+    let parts: Vec<&[u8]> = match (identity.strong_etag(), &identity.last_modified) {
+        (Some(e), _) => vec![b"etag", file, e.as_bytes(), &size],
+        (None, Some(m)) => vec![
+            b"modified",
+            file,
+            name.query.as_bytes(),
+            m.as_bytes(),
+            &size,
+        ],
+        (None, None) => return None,
+    };
+    Some(digest::of("remfile version", &parts))
+}
+
+/// The version a record's `text` (see [`validator_text`]) says.
+fn decode(text: &str) -> Option<Identity> {
     let mut lines = text.lines();
-    if lines.next()? != name {
-        return None;
-    }
     let validator = lines.next()?;
     let size = lines.next()?.strip_prefix("size ")?.parse().ok()?;
     let (etag, last_modified) = match validator.split_once(' ')? {
@@ -132,7 +201,7 @@ fn decode(name: &str, text: &str) -> Option<Identity> {
         ("modified", m) => (None, Some(m.to_owned())),
         _ => return None,
     };
-    Some(Identity {
+    lines.next().is_none().then_some(Identity {
         size,
         etag,
         last_modified,
@@ -142,17 +211,17 @@ fn decode(name: &str, text: &str) -> Option<Identity> {
 /// The version of a file seen last, as [`DiskCache::recall`] finds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Recalled {
-    /// Its text (see [`encode`]).
-    pub text: String,
     pub identity: Identity,
+    /// Its [`version`] digest.
+    pub version: Digest,
     /// When it was last confirmed.
     pub seen: SystemTime,
 }
 
 impl DiskCache {
-    fn record_path(&self, name: &str) -> PathBuf {
+    fn record_path(&self, name: &Name) -> PathBuf {
         self.files_dir()
-            .join(format!("{:016x}", fnv1a(name.as_bytes())))
+            .join(digest::hex(&digest::of("remfile record", &name.key())))
     }
 
     /// Claims the first open of the file called `name`, which the disk
@@ -161,7 +230,7 @@ impl DiskCache {
     /// usual (and releases the claim once its first block is on disk, see
     /// [`DiskCache::release_after_writes`]); the others wait for that, then
     /// open it warm.
-    pub(crate) fn claim_first_open(&self, name: &str, deadline: Instant) -> FirstOpen {
+    pub(crate) fn claim_first_open(&self, name: &Name, deadline: Instant) -> FirstOpen {
         let path = self.record_path(name).with_extension("lock");
         match FetchLock::take(&path) {
             Ok(Some(lock)) => FirstOpen::Ours(lock),
@@ -176,29 +245,36 @@ impl DiskCache {
 
     /// Notes that the file called `name` is, as of now, the version
     /// `identity`; forgets the blocks of the version it was before, if
-    /// another.
-    pub(crate) fn remember(&self, name: &str, identity: &str) {
+    /// another. Nothing is noted of a version without a validator.
+    pub(crate) fn remember(&self, name: &Name, identity: &Identity) {
+        let (Some(version), Some(text)) = (version(name, identity), validator_text(identity))
+        else {
+            return;
+        };
         if let Some(old) = self.recall(name) {
-            if old.text != identity {
-                let _ = fs::remove_dir_all(self.version_dir(&old.text));
+            if old.version != version {
+                let _ = fs::remove_dir_all(self.version_dir(&old.version));
             }
         }
-        let path = self.record_path(name);
-        if let Err(e) = self.store_file(&path, identity.as_bytes()) {
+        let mut record = RECORD_SIGNATURE.to_vec();
+        record.extend(digest::seal(&name.key(), text.as_bytes()));
+        if let Err(e) = self.store_file(&self.record_path(name), &record) {
             self.warn_once("cannot note a file's version", &e);
         }
     }
 
     /// The version of the file called `name` seen last, and when.
-    pub(crate) fn recall(&self, name: &str) -> Option<Recalled> {
+    pub(crate) fn recall(&self, name: &Name) -> Option<Recalled> {
         let path = self.record_path(name);
         let file = private::open_regular(&path, MAX_RECORD_LEN).ok()?;
         let seen = file.metadata().and_then(|m| m.modified()).ok()?;
-        let mut text = String::new();
-        file.take(MAX_RECORD_LEN).read_to_string(&mut text).ok()?;
-        let identity = decode(name, &text)?;
+        let mut bytes = Vec::new();
+        file.take(MAX_RECORD_LEN).read_to_end(&mut bytes).ok()?;
+        let sealed = bytes.strip_prefix(RECORD_SIGNATURE)?;
+        let text = String::from_utf8(digest::unseal(&name.key(), sealed)?).ok()?;
+        let identity = decode(&text)?;
         Some(Recalled {
-            text,
+            version: version(name, &identity)?,
             identity,
             seen,
         })
@@ -209,11 +285,23 @@ impl DiskCache {
 mod tests {
     use super::*;
 
+    /// A name's file and query, as text (a test's eyes only).
+    fn n(url: &str) -> (String, String) {
+        let name = name(&url::Url::parse(url).unwrap(), None);
+        (name.file, name.query)
+    }
+
+    fn pair(file: &str, query: &str) -> (String, String) {
+        (file.to_owned(), query.to_owned())
+    }
+
     #[test]
-    fn a_name_drops_signatures_and_keeps_what_names_the_file() {
-        let n = |s: &str| name(&url::Url::parse(s).unwrap(), None);
+    fn a_name_drops_signatures_and_credentials_and_keeps_what_names_the_file() {
         assert_ne!(n("https://h/download?id=1"), n("https://h/download?id=2"));
-        assert_eq!(n("https://h/download?id=1"), "url https://h/download?id=1");
+        assert_eq!(
+            n("https://h/download?id=1"),
+            pair("url https://h/download", "id=1")
+        );
         let s3 = |sig: &str, date: &str| {
             n(&format!(
                 "https://b.s3.amazonaws.com/blobs/x?versionId=7&X-Amz-Algorithm=AWS4-HMAC-SHA256\
@@ -224,19 +312,42 @@ mod tests {
         assert_eq!(s3("ab", "20261201T000000Z"), s3("cd", "20261202T000000Z"));
         assert_eq!(
             s3("ab", "1"),
-            "url https://b.s3.amazonaws.com/blobs/x?versionId=7"
+            pair("url https://b.s3.amazonaws.com/blobs/x", "versionId=7")
         );
         let cloudfront = n("https://d.cloudfront.net/f?Expires=1&Signature=s&Key-Pair-Id=k&part=2");
-        assert_eq!(cloudfront, "url https://d.cloudfront.net/f?part=2");
+        assert_eq!(cloudfront, pair("url https://d.cloudfront.net/f", "part=2"));
         let azure =
             n("https://a.blob.core.windows.net/c/f?sv=2020&se=2026&sr=b&sp=r&sig=x%3D&snapshot=3");
-        assert_eq!(azure, "url https://a.blob.core.windows.net/c/f?snapshot=3");
+        assert_eq!(
+            azure,
+            pair("url https://a.blob.core.windows.net/c/f", "snapshot=3")
+        );
         // Without a signature, short names are the application's own.
-        assert_eq!(n("https://h/f?sp=1&st=2"), "url https://h/f?sp=1&st=2");
-        assert_eq!(n("https://u:pw@h/f#frag"), "url https://h/f");
+        assert_eq!(
+            n("https://h/f?sp=1&st=2"),
+            pair("url https://h/f", "sp=1&st=2")
+        );
+        assert_eq!(
+            n("https://u:pw@h:8443/f#frag"),
+            pair("url https://h:8443/f", "")
+        );
+        // Bearer tokens and API keys, whatever their case.
+        assert_eq!(
+            n("https://h/f?Access_Token=T1&api_key=K&apikey=K2&id=1"),
+            pair("url https://h/f", "id=1")
+        );
+        assert_eq!(
+            n("https://h/f?access_token=T2&id=1"),
+            n("https://h/f?id=1&access_token=T3")
+        );
+        let keyed = name(
+            &url::Url::parse("https://h/a?id=1").unwrap(),
+            Some("asset-1"),
+        );
+        assert_eq!((keyed.file, keyed.query), pair("key asset-1", ""));
     }
 
-    fn version(etag: Option<&str>, last_modified: Option<&str>, size: u64) -> Identity {
+    fn version_of(etag: Option<&str>, last_modified: Option<&str>, size: u64) -> Identity {
         Identity {
             size,
             etag: etag.map(str::to_owned),
@@ -245,41 +356,97 @@ mod tests {
     }
 
     #[test]
-    fn a_version_leaves_out_the_query_and_needs_a_validator() {
+    fn a_strong_etag_leaves_out_the_query_and_a_date_keeps_it() {
         let u = |s: &str| name(&url::Url::parse(s).unwrap(), None);
-        let e = version(Some("\"e\""), None, 9);
-        let a = encode(&u("https://h/f.nwb?X-Amz-Signature=1"), &e);
-        assert_eq!(a, encode(&u("https://h/f.nwb?X-Amz-Signature=2"), &e));
-        assert!(!a.as_ref().unwrap().contains("Signature"));
+        let e = version_of(Some("\"e\""), None, 9);
+        let a = version(&u("https://h/f.nwb?X-Amz-Signature=1"), &e);
+        assert!(a.is_some());
+        // A token under any name, rotated: the same blocks.
+        assert_eq!(a, version(&u("https://h/f.nwb?t=2&access_token=3"), &e));
         let f = u("https://h/f.nwb");
-        assert_ne!(a, encode(&f, &version(Some("\"f\""), None, 9)));
-        assert_ne!(a, encode(&f, &version(Some("\"e\""), None, 10)));
-        assert_eq!(encode(&f, &version(None, None, 9)), None);
+        assert_ne!(a, version(&f, &version_of(Some("\"f\""), None, 9)));
+        assert_ne!(a, version(&f, &version_of(Some("\"e\""), None, 10)));
+        assert_ne!(a, version(&u("https://h/g.nwb"), &e));
+        assert_ne!(a, version(&u("https://h:8443/f.nwb"), &e));
+        assert_ne!(a, version(&u("http://h/f.nwb"), &e));
+        assert_eq!(version(&f, &version_of(None, None, 9)), None);
         assert_eq!(
-            encode(&f, &version(Some("W/\"e\""), None, 9)),
+            version(&f, &version_of(Some("W/\"e\""), None, 9)),
             None,
             "a weak ETag"
         );
-        let lm = encode(&f, &version(None, Some("Mon"), 9)).unwrap();
-        assert!(lm.contains("modified Mon"));
+        // Last-Modified only: one date and size, two files.
+        let lm = version_of(Some("W/\"e\""), Some("Mon"), 9);
+        let one = version(&u("https://h/download?id=1"), &lm);
+        assert!(one.is_some());
+        assert_ne!(one, version(&u("https://h/download?id=2"), &lm));
+        assert_eq!(
+            one,
+            version(&u("https://h/download?id=1&access_token=x"), &lm)
+        );
+        assert_ne!(
+            one,
+            version(
+                &u("https://h/download?id=1"),
+                &version_of(None, Some("Tue"), 9)
+            )
+        );
+        // A cache key names the file whatever its URL.
         let key = |s: &str| name(&url::Url::parse(s).unwrap(), Some("asset-1"));
         assert_eq!(
-            encode(&key("https://h/a"), &e),
-            encode(&key("https://other/b"), &e)
+            version(&key("https://h/a?id=1"), &lm),
+            version(&key("https://other/b"), &lm)
+        );
+        assert_ne!(
+            version(&key("https://h/a"), &e),
+            version(&u("https://h/a"), &e)
         );
     }
 
     #[test]
     fn a_version_reads_back_as_written() {
-        let f = "url https://h/f.nwb";
         for v in [
-            version(Some("\"e\""), None, 9),
-            version(None, Some("Mon, 1 Dec"), 1 << 40),
+            version_of(Some("\"e\""), None, 9),
+            version_of(None, Some("Mon, 1 Dec"), 1 << 40),
         ] {
-            assert_eq!(decode(f, &encode(f, &v).unwrap()), Some(v));
+            assert_eq!(decode(&validator_text(&v).unwrap()), Some(v));
         }
-        let text = encode(f, &version(Some("\"e\""), None, 9)).unwrap();
-        assert_eq!(decode("url https://h/other", &text), None, "another file's");
-        assert_eq!(decode(f, "url https://h/f.nwb\nsize 9"), None, "damaged");
+        assert_eq!(decode("size 9"), None, "damaged");
+        assert_eq!(decode("etag \"e\"\nsize 9\nmore"), None, "damaged");
+    }
+
+    #[test]
+    fn a_record_holds_no_text_of_the_url_or_the_validator() {
+        let dir = std::env::temp_dir().join(format!("remfile-record-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let disk = DiskCache::open(&dir, 1 << 20).unwrap();
+        let url = "https://user:PW@host.example/data/f.nwb?access_token=TOKEN&id=IDENT";
+        let url = url::Url::parse(url).unwrap();
+        let f = name(&url, None);
+        let v = version_of(Some("\"ETAGVALUE\""), None, 12345);
+        disk.remember(&f, &v);
+        let recalled = disk.recall(&f).unwrap();
+        assert_eq!(recalled.identity, v);
+        assert_eq!(Some(recalled.version), version(&f, &v));
+        // Under another name (another query that names a file), nothing.
+        let url = url::Url::parse("https://host.example/data/f.nwb?id=2").unwrap();
+        let other = name(&url, None);
+        assert_eq!(disk.recall(&other), None);
+        let dated = version_of(None, Some("Mon, 30 Nov 2026"), 12345);
+        disk.remember(&other, &dated);
+        assert_eq!(disk.recall(&other).unwrap().identity, dated);
+        let records: Vec<_> = fs::read_dir(dir.join("files")).unwrap().flatten().collect();
+        assert_eq!(records.len(), 2);
+        for record in records {
+            let bytes = fs::read(record.path()).unwrap();
+            let text = String::from_utf8_lossy(&bytes).to_ascii_lowercase();
+            for clear in [
+                "host", "data", "f.nwb", "pw", "token", "ident", "etag", "nov", "12345",
+            ] {
+                assert!(!text.contains(clear), "{clear} in {text:?}");
+            }
+            assert!(digest::is_hex(&record.file_name().to_string_lossy()));
+        }
+        let _ = fs::remove_dir_all(&dir);
     }
 }

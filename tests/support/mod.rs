@@ -612,6 +612,13 @@ pub fn builder() -> remfile::Builder {
         )
 }
 
+/// `len` bytes of `file` from `pos`, which must read.
+pub fn read_at(file: &remfile::RemoteFile, pos: u64, len: usize) -> Vec<u8> {
+    let mut buf = vec![0; len];
+    file.read_exact_at(pos, &mut buf).unwrap();
+    buf
+}
+
 /// The size [`sparse_server`] claims for its file: 1 PiB.
 pub const SPARSE_SIZE: u64 = 1 << 50;
 
