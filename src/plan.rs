@@ -296,6 +296,7 @@ mod tests {
     use proptest::prelude::*;
 
     #[test]
+    #[allow(clippy::single_range_in_vec_init)]
     fn uncached_runs_are_the_reads_bytes_in_missing_blocks_merged() {
         // A read from 5 to 35 over blocks of 10: blocks 0..4.
         assert_eq!(uncached_runs(5, 30, 10, &[false; 4]), [5..35]);

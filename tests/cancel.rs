@@ -20,8 +20,9 @@ use support::{After, RawServer, Reply, raw_serve, test_data};
 
 const PATIENT: Duration = Duration::from_secs(600);
 
-/// Aborts the process if not dropped within `limit` (a hang is a failure).
-struct Watchdog(mpsc::Sender<()>);
+/// Aborts the process if not dropped within `limit` (a hang is a failure):
+/// dropping it drops the sender, which ends the watch.
+struct Watchdog(#[allow(dead_code)] mpsc::Sender<()>);
 
 fn watchdog(limit: Duration) -> Watchdog {
     let (tx, rx) = mpsc::channel::<()>();

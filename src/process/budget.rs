@@ -57,6 +57,7 @@ impl Permits {
 
     /// Waits for a permit of `lane` until `deadline`; `None` if none came,
     /// an error if the work on this thread was stopped meanwhile.
+    #[cfg(test)]
     pub(crate) fn acquire(
         self: &Arc<Self>,
         lane: Lane,
