@@ -1,9 +1,12 @@
 //! The block cache: blocks of many files in one memory budget ([`BlockCache`]),
 //! the table of fetches in flight that keeps concurrent readers from fetching
 //! a block twice ([`flight`]), the evicted buffers new blocks reuse
-//! ([`pool`]), the small ranges a guess fetched exactly ([`pieces`]), and
-//! what a file may keep beside its blocks ([`side_store`]).
+//! ([`pool`]), the small ranges a guess fetched exactly ([`pieces`]), what
+//! a file may keep beside its blocks ([`side_store`]), and the budgets of
+//! memory that pieces and the HDF5 driver's crawl tables take from
+//! ([`budget`]).
 
+pub(crate) mod budget;
 mod flight;
 mod pieces;
 mod pool;
@@ -82,8 +85,9 @@ struct Inner {
     pieces: Arc<PiecesBudget>,
 }
 
-/// The most bytes of pieces the files of one cache keep together: a
-/// quarter of its capacity, at most 64 MiB (some 100,000 object headers).
+/// The most bytes of pieces the files of one cache keep together, their
+/// entries counted: a quarter of its capacity, at most 64 MiB (some
+/// 100,000 object headers).
 fn pieces_capacity(cache_capacity: u64) -> u64 {
     (cache_capacity / 4).min(64 << 20)
 }

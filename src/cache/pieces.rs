@@ -10,19 +10,19 @@
 //! is fetching are fetched, and a piece that arrives next to another joins
 //! it, so a read across both is served whole. The files sharing a block
 //! cache share one budget of bytes for their pieces ([`PiecesBudget`]),
-//! however many are open; past it, ranges are not taken (their readers
-//! fetch blocks), and a closed file's pieces give their bytes back.
+//! however many are open, each piece weighing its bytes and its entry
+//! ([`PIECE_ENTRY`]); past it, ranges are not taken (their readers fetch
+//! blocks), and a closed file's pieces give their bytes back.
 
 #![cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
 
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
-use std::sync::atomic::{
-    AtomicBool, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
-};
+use std::sync::atomic::{AtomicBool, Ordering::Acquire, Ordering::Release};
 use std::time::Instant;
 
+use super::budget::{MemoryBudget, btree_bytes};
 use super::side_store::Served;
 use crate::stats::RoundMark;
 use crate::sync::{Condvar, Mutex};
@@ -41,48 +41,15 @@ pub(crate) struct Pieces {
 }
 
 /// The bytes of pieces the files sharing one block cache may hold (here or
-/// coming) together.
-#[derive(Debug)]
-pub(crate) struct PiecesBudget {
-    capacity: u64,
-    used: AtomicU64,
-}
+/// coming) together, each piece weighing its bytes and its entry
+/// ([`PIECE_ENTRY`]).
+pub(crate) type PiecesBudget = MemoryBudget;
 
-impl PiecesBudget {
-    pub(crate) fn new(capacity: u64) -> PiecesBudget {
-        PiecesBudget {
-            capacity,
-            used: AtomicU64::new(0),
-        }
-    }
-
-    /// Takes `len` bytes of the budget, if it has them.
-    fn take(&self, len: u64) -> bool {
-        self.used
-            .fetch_update(Relaxed, Relaxed, |used| {
-                used.checked_add(len)
-                    .filter(|&after| after <= self.capacity)
-            })
-            .is_ok()
-    }
-
-    fn give(&self, len: u64) {
-        let _ = self
-            .used
-            .fetch_update(Relaxed, Relaxed, |used| Some(used.saturating_sub(len)));
-    }
-
-    /// Whether `len` more bytes fit now (another file may take them first).
-    pub(crate) fn has_room(&self, len: u64) -> bool {
-        self.used.load(Relaxed).saturating_add(len) <= self.capacity
-    }
-
-    /// The bytes taken.
-    #[cfg(test)]
-    fn used(&self) -> u64 {
-        self.used.load(Relaxed)
-    }
-}
+/// What a piece weighs beside its bytes: its entry in its file's B-tree of
+/// pieces, and the counts of its shared buffer. Without it, a budget of
+/// bytes would let a wave of one-byte pieces take a hundred times as much.
+pub(crate) const PIECE_ENTRY: u64 =
+    btree_bytes(2, 8, size_of::<Piece>()) - btree_bytes(1, 8, size_of::<Piece>()) + 16;
 
 impl Drop for Pieces {
     fn drop(&mut self) {
@@ -94,7 +61,7 @@ impl Drop for Pieces {
 struct State {
     /// Each piece by its first byte.
     by_start: BTreeMap<u64, Piece>,
-    /// Bytes of the pieces here and coming.
+    /// What the pieces here and coming weigh: their bytes and entries.
     bytes: u64,
     /// Counts the pieces that arrived (or were put here), so that a copy
     /// of them elsewhere (on disk) knows whether it is behind.
@@ -127,6 +94,14 @@ impl Pieces {
         &self.budget
     }
 
+    /// Joins the piece claimed at `start`, which holds `bytes` now, with
+    /// its neighbours here; the entries that go give their weight back.
+    fn join(&self, state: &mut State, start: u64, bytes: Vec<u8>) {
+        let gone = state.join(start, bytes) * PIECE_ENTRY;
+        state.bytes -= gone;
+        self.budget.give(gone);
+    }
+
     /// Takes the bytes of `ranges` that no piece holds or is fetching,
     /// as many as fit, marking them as coming, the file's readers having
     /// counted `rounds` round trips so far. Returns the ranges taken, which
@@ -137,11 +112,11 @@ impl Pieces {
         let mut taken = Vec::new();
         for range in ranges {
             for gap in state.gaps_in(range.clone()) {
-                let len = gap.end - gap.start;
-                if !self.budget.take(len) {
+                let weight = gap.end - gap.start + PIECE_ENTRY;
+                if !self.budget.take(weight) {
                     continue;
                 }
-                state.bytes += len;
+                state.bytes += weight;
                 state.by_start.insert(
                     gap.start,
                     Piece {
@@ -167,11 +142,12 @@ impl Pieces {
             .is_some_and(|p| p.end == range.end && p.bytes.is_none());
         if claimed {
             match bytes.filter(|b| b.len() as u64 == range.end - range.start) {
-                Some(bytes) => state.join(range.start, bytes),
+                Some(bytes) => self.join(&mut state, range.start, bytes),
                 None => {
                     state.by_start.remove(&range.start);
-                    state.bytes -= range.end - range.start;
-                    self.budget.give(range.end - range.start);
+                    let weight = range.end - range.start + PIECE_ENTRY;
+                    state.bytes -= weight;
+                    self.budget.give(weight);
                 }
             }
         }
@@ -249,11 +225,14 @@ impl Pieces {
         for (start, bytes) in pieces {
             let range = start..start.saturating_add(bytes.len() as u64);
             let len = range.end - range.start;
-            if len == 0 || state.gaps_in(range.clone()) != [range.clone()] || !self.budget.take(len)
+            let fits = |weight| self.budget.take(weight);
+            if len == 0
+                || state.gaps_in(range.clone()) != [range.clone()]
+                || !fits(len + PIECE_ENTRY)
             {
                 continue;
             }
-            state.bytes += len;
+            state.bytes += len + PIECE_ENTRY;
             state.by_start.insert(
                 start,
                 Piece {
@@ -263,7 +242,7 @@ impl Pieces {
                     waited: false,
                 },
             );
-            state.join(start, bytes);
+            self.join(&mut state, start, bytes);
         }
         drop(state);
         self.arrived.notify_all();
@@ -356,8 +335,10 @@ impl State {
     }
 
     /// Makes the piece claimed at `start` hold `bytes`, joined with the
-    /// pieces here just before and just after it.
-    fn join(&mut self, start: u64, bytes: Vec<u8>) {
+    /// pieces here just before and just after it; returns how many entries
+    /// that joined into it.
+    fn join(&mut self, start: u64, bytes: Vec<u8>) -> u64 {
+        let mut joined_entries = 0;
         let mut first = start;
         let mut joined = bytes;
         let before = self.by_start.range(..start).next_back();
@@ -367,18 +348,21 @@ impl State {
             joined = whole;
             self.by_start.remove(&start);
             first = s;
+            joined_entries += 1;
         }
         let end = first + joined.len() as u64;
         let after = self.by_start.get(&end).filter(|p| p.bytes.is_some());
         if let Some(next) = after.and_then(|p| p.bytes.clone()) {
             joined.extend_from_slice(&next);
             self.by_start.remove(&end);
+            joined_entries += 1;
         }
         let end = first + joined.len() as u64;
         let piece = self.by_start.get_mut(&first).expect("claimed or joined");
         piece.end = end;
         piece.bytes = Some(Arc::from(joined));
         self.arrivals += 1;
+        joined_entries
     }
 }
 
@@ -388,13 +372,16 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    /// What a piece weighs beside its bytes.
+    const E: u64 = PIECE_ENTRY;
+
     fn store(capacity: u64) -> Pieces {
         Pieces::new(Arc::new(PiecesBudget::new(capacity)))
     }
 
     #[test]
     fn files_sharing_a_budget_hold_at_most_it_and_a_closed_file_gives_back() {
-        let budget = Arc::new(PiecesBudget::new(100));
+        let budget = Arc::new(PiecesBudget::new(100 + 2 * E));
         let a = Pieces::new(Arc::clone(&budget));
         let b = Pieces::new(Arc::clone(&budget));
         assert_eq!(a.claim(&[0..60], RoundMark(0)), [0..60]);
@@ -406,13 +393,34 @@ mod tests {
         assert!(!budget.has_room(1));
         // A failed fetch gives its bytes back, and so does a closed file.
         b.deliver(0..40, None);
-        assert_eq!(budget.used(), 60);
+        assert_eq!(budget.used(), 60 + E);
         a.deliver(0..60, Some(vec![1; 60]));
         drop(a);
         assert_eq!(budget.used(), 0);
         b.put(vec![(0, vec![2; 100])]);
         assert!(b.holds(0..100));
-        assert_eq!(budget.used(), 100);
+        assert_eq!(budget.used(), 100 + E);
+    }
+
+    #[test]
+    fn a_piece_weighs_its_entry_until_it_joins_a_neighbour() {
+        assert!((64..=256).contains(&E), "{E}");
+        let budget = Arc::new(PiecesBudget::new(1 << 20));
+        let pieces = Pieces::new(Arc::clone(&budget));
+        // A wave of one-byte pieces weighs their entries, not one byte each.
+        let ones: Vec<Range<u64>> = (0..100).map(|i| i * 10..i * 10 + 1).collect();
+        assert_eq!(pieces.claim(&ones, RoundMark(0)).len(), 100);
+        assert_eq!(budget.used(), 100 * (1 + E));
+        drop(pieces);
+        assert_eq!(budget.used(), 0);
+        let pieces = Pieces::new(Arc::clone(&budget));
+        pieces.claim(&[0..10, 10..20, 20..30], RoundMark(0));
+        assert_eq!(budget.used(), 30 + 3 * E);
+        pieces.deliver(0..10, Some(vec![0; 10]));
+        pieces.deliver(20..30, Some(vec![2; 10]));
+        pieces.deliver(10..20, Some(vec![1; 10]));
+        assert!(pieces.holds(0..30));
+        assert_eq!(budget.used(), 30 + E, "one entry left");
     }
 
     fn soon() -> Instant {
@@ -450,7 +458,7 @@ mod tests {
 
     #[test]
     fn a_failed_or_short_piece_serves_nothing_and_frees_its_room() {
-        let pieces = store(100);
+        let pieces = store(100 + E);
         assert_eq!(
             pieces.claim(&[0..60, 100..160], RoundMark(0)),
             vec![0..60],
@@ -503,7 +511,7 @@ mod tests {
         let (arrivals, here) = first.here();
         assert_eq!(arrivals, 1);
         assert_eq!(here.len(), 1, "only the pieces that came");
-        let later = store(150);
+        let later = store(150 + 3 * E);
         later.claim(&[190..195], RoundMark(0));
         let kept: Vec<(u64, Vec<u8>)> = here.iter().map(|(s, b)| (*s, b.to_vec())).collect();
         // One overlaps a piece coming; one does not fit; one of no bytes.

@@ -1,6 +1,7 @@
 //! One block cache per capacity for the files the HDF5 driver opens, so
 //! that the memory of a process holding many files open stays within one
-//! budget rather than one per file.
+//! budget rather than one per file; and one budget for the tables their
+//! metadata crawls keep ([`super::CRAWL_MEMORY`]).
 //!
 //! The table holds weak handles: a cache no open file uses any more is let
 //! go of (its memory with it), and made afresh by the next open. A forked
@@ -9,11 +10,27 @@
 
 use std::collections::BTreeMap;
 
+use crate::cache::budget::MemoryBudget;
 use crate::cache::{BlockCache, WeakBlockCache};
 use crate::sync::{Mutex, Wedged};
 
 static WEDGED: Wedged = Wedged::new();
 static CACHES: Mutex<BTreeMap<(u32, u64), WeakBlockCache>> = Mutex::new(BTreeMap::new());
+
+/// What the crawl tables of every open driver file take from. A count with
+/// no lock: a forked child goes on from its parent's, which counts the
+/// tables it copied.
+static CRAWL_TABLES: MemoryBudget = MemoryBudget::new(super::CRAWL_MEMORY);
+
+/// The budget the crawl tables of the process's driver files share.
+pub(crate) fn crawl_budget() -> &'static MemoryBudget {
+    &CRAWL_TABLES
+}
+
+/// The bytes the crawl tables of the process's open driver files hold now.
+pub(crate) fn crawl_bytes() -> u64 {
+    CRAWL_TABLES.used()
+}
 
 /// The process's shared cache of `capacity` bytes.
 pub(crate) fn of_capacity(capacity: u64) -> BlockCache {
@@ -48,5 +65,17 @@ mod tests {
         let c = of_capacity(capacity);
         let d = of_capacity(capacity);
         assert!(c.is_the_same_cache(&d), "made again, and shared again");
+    }
+
+    #[test]
+    fn a_files_crawl_tables_count_in_the_process_budget() {
+        // Other tests' files count too: the figure is at least this one's.
+        let mut prefetch = crate::vfd::prefetch::Prefetcher::new(true, true);
+        assert!(prefetch.start());
+        let held = prefetch.table_bytes();
+        assert!(held > 0);
+        assert!(crawl_bytes() >= held);
+        assert!(crawl_bytes() <= super::super::CRAWL_MEMORY);
+        assert!(std::ptr::eq(crawl_budget(), &CRAWL_TABLES));
     }
 }

@@ -11,7 +11,7 @@
 //! | `agents` | one HTTP agent (connection pool) per kind of agent: a second file on a host reuses the first's warm connections |
 //! | `budget` | the connections open to each origin at once, with the reads users wait for served before background fetches |
 //! | `workers` | a few threads for background work (read-ahead, the HDF5 metadata crawl), and a bound on the threads concurrent fetches start |
-//! | `caches` | one block cache per capacity for the files the HDF5 driver opens: one memory budget however many are open |
+//! | `caches` | one block cache per capacity for the files the HDF5 driver opens: one memory budget however many are open; and one budget, [`CRAWL_MEMORY`], for the tables their metadata crawls keep |
 //!
 //! Each is made again in a child forked from the process: the parent's
 //! connections, counts and threads are not the child's (a connection used
@@ -22,7 +22,10 @@
 //! in one process"):
 //! [`CONNECTIONS_PER_ORIGIN`] requests in flight to one origin,
 //! [`IDLE_CONNECTIONS`] idle connections kept,
-//! [`BACKGROUND_WORKERS`] + [`FETCH_THREADS`] threads.
+//! [`BACKGROUND_WORKERS`] + [`FETCH_THREADS`] threads, and for the files
+//! the HDF5 driver opens, a block cache per capacity (with a quarter of it,
+//! at most 64 MiB, for the pieces their crawls fetched exactly) and
+//! [`CRAWL_MEMORY`] bytes for the tables their crawls keep.
 
 pub(crate) mod agents;
 pub(crate) mod budget;
@@ -58,6 +61,36 @@ pub const IDLE_WORKER_END: std::time::Duration = std::time::Duration::from_secs(
 /// thread each fetch runs on. Background fetches may take at most
 /// [`BACKGROUND_CONNECTIONS_PER_ORIGIN`] of them.
 pub const FETCH_THREADS: usize = CONNECTIONS_PER_ORIGIN;
+
+/// The most bytes the tables of the HDF5 driver's metadata crawls keep, for
+/// all the process's open files together: the addresses metadata pointed
+/// to, the fractal heaps and version 2 B-trees to read later pieces with,
+/// the targets not yet fetched, the piece of metadata read last, and the
+/// chunk indexes with the chunks a run asked for. Each table weighs what
+/// it allocates (a hash table its buckets, a vector its capacity, a B-tree
+/// entry a fifth of a node) and takes that from this budget before it
+/// grows; one that cannot stops growing, and a closed file gives its bytes
+/// back. Past the budget the crawl predicts less: its fetches are only
+/// ever guesses, so HDF5 still reads every byte it needs.
+///
+/// A quarter of the default block cache, as for the pieces the crawls
+/// fetch: 1,000 open files each with a million-chunk dataset would
+/// otherwise keep some 60 GB of chunk indexes, 200 times the cache. A
+/// chunk weighs about 60 bytes (its B-tree entry and its place in its
+/// leaf), so the indexes' share ([`CRAWL_CHUNK_MEMORY`]) holds some
+/// 850,000 chunks: the indexes of eight open files of 100,000 chunks each.
+/// An address metadata pointed to weighs 38 to 75 bytes (its hash table
+/// between full and just grown), so 1,000 files of up to 850 addresses
+/// each (a few hundred objects) take half the budget.
+///
+/// Besides it, each wave of targets being fetched is the crawl's working
+/// memory (at most [`BACKGROUND_WORKERS`] waves at once).
+pub const CRAWL_MEMORY: u64 = 64 << 20;
+
+/// The most bytes of [`CRAWL_MEMORY`] that the chunk indexes of all files
+/// take together: three quarters, so that the last quarter stays for the
+/// addresses every file's walk needs, however large one file's index.
+pub const CRAWL_CHUNK_MEMORY: u64 = CRAWL_MEMORY / 4 * 3;
 
 /// How long a look-up waits for one of the process-wide tables here: each
 /// is held only to look up or insert, so this is reached only in a child

@@ -18,10 +18,17 @@
 //! chunk costs at most the rest of that chunk), and once the stream has
 //! crossed into a next chunk, the chunks after it come too, so a column
 //! across many chunks takes a few rounds rather than one per piece.
+//!
+//! The index a file's crawl learns is weighed against the process's budget
+//! for crawl tables ([`crate::process::CRAWL_MEMORY`]): a leaf whose chunks
+//! do not fit is left out (its chunks are read without read-ahead), and
+//! the indexes of all files together leave a quarter of the budget to the
+//! tables every file's walk needs ([`crate::process::CRAWL_CHUNK_MEMORY`]).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::ops::Range;
 
+use crate::cache::budget::{Charge, MemoryBudget, Table, btree_bytes, room_for};
 use crate::h5meta::ChunkLeaf;
 
 /// A run reads ahead at least this many chunks of the size of the one just
@@ -35,9 +42,29 @@ pub(crate) const CHUNKS_AHEAD: u64 = 4;
 /// apart.
 const STREAM_GAP: u64 = 64 * 1024;
 
-/// The most chunks remembered; past that, chunks of further leaves are read
-/// without read-ahead.
+/// The most chunks remembered of one file, whatever the budget; past that,
+/// chunks of further leaves are read without read-ahead.
 const MAX_CHUNKS: usize = 1 << 20;
+
+/// The bytes of a budget of `capacity` that chunk indexes leave to the
+/// other tables: a quarter.
+pub(crate) fn chunk_reserve(capacity: u64) -> u64 {
+    capacity - capacity / 4 * 3
+}
+
+/// What the index of `chunks` chunks listed in `leaves` leaves weighs at
+/// most, as [`ChunkAhead`] keeps it: each chunk its place in its leaf's
+/// list and its entry in the map by address; each leaf its place among the
+/// leaves and in the map of them by address, both at their emptiest (just
+/// grown to twice what they hold).
+#[cfg(test)]
+fn index_bytes(chunks: usize, leaves: usize) -> u64 {
+    let lists = Vec::<Range<u64>>::weigh(chunks);
+    let by_address = btree_bytes(chunks, size_of::<u64>(), size_of::<Place>());
+    let room = leaves.saturating_mul(2);
+    let leaf_tables = Vec::<ChunkLeaf>::weigh(room) + HashMap::<u64, u32>::weigh(room);
+    lists + by_address + leaf_tables
+}
 
 /// One read HDF5 made of a chunk's bytes.
 #[derive(Debug, Clone, Copy)]
@@ -48,11 +75,14 @@ pub(crate) struct ChunkRead {
     pub missed: bool,
 }
 
-/// Where a chunk is listed: its leaf (by address) and its position there.
+/// Where a chunk is listed: its leaf (its position among the leaves) and
+/// its position there. Four bytes each: a leaf lists at most
+/// [`crate::h5meta::MAX_TARGETS`] chunks, and a file at most
+/// [`MAX_CHUNKS`] in all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct Place {
-    leaf: u64,
-    index: usize,
+    leaf: u32,
+    index: u32,
 }
 
 /// The run of chunks HDF5 is reading in the index's order.
@@ -74,22 +104,76 @@ struct Run {
 }
 
 /// The chunk index as far as HDF5 has read it, and the run being read.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct ChunkAhead {
-    leaves: HashMap<u64, ChunkLeaf>,
-    /// Chunks by their first byte: their end and where they are listed.
-    chunks: BTreeMap<u64, (u64, Place)>,
+    /// The leaves known, none empty.
+    leaves: Vec<ChunkLeaf>,
+    /// Each leaf's position in `leaves` by its address.
+    leaf_at: HashMap<u64, u32>,
+    /// Chunks by their first byte: where they are listed.
+    chunks: BTreeMap<u64, Place>,
     run: Option<Run>,
     /// The chunks (by first byte) the run asked for that HDF5 has not read.
-    asked: HashSet<u64>,
+    asked: BTreeSet<u64>,
+    weights: Weights,
+}
+
+/// What the tables of a [`ChunkAhead`] hold of the crawl's budget.
+#[derive(Debug)]
+struct Weights {
+    leaves: Charge,
+    leaf_at: Charge,
+    /// The leaves' lists of chunks and the map of chunks by address.
+    chunks: Charge,
+    /// The bytes of the leaves' lists.
+    lists: u64,
+    asked: Charge,
+    /// The bytes of the budget left to other tables.
+    reserve: u64,
+}
+
+/// An index with a budget of its own, as large as the process's.
+#[cfg(test)]
+impl Default for ChunkAhead {
+    fn default() -> ChunkAhead {
+        ChunkAhead::new(crate::cache::budget::leaked(crate::process::CRAWL_MEMORY))
+    }
 }
 
 impl ChunkAhead {
-    /// Takes note of a leaf of a chunk index, read at `addr`. A leaf that
-    /// lists a chunk of no bytes (no index HDF5 writes does) is damaged or
-    /// hostile and left out: its chunks are read without read-ahead.
+    /// An index whose tables take their bytes from `budget`.
+    pub fn new(budget: &'static MemoryBudget) -> ChunkAhead {
+        ChunkAhead {
+            leaves: Vec::new(),
+            leaf_at: HashMap::new(),
+            chunks: BTreeMap::new(),
+            run: None,
+            asked: BTreeSet::new(),
+            weights: Weights {
+                leaves: Charge::new(budget),
+                leaf_at: Charge::new(budget),
+                chunks: Charge::new(budget),
+                lists: 0,
+                asked: Charge::new(budget),
+                reserve: chunk_reserve(budget.capacity()),
+            },
+        }
+    }
+
+    /// The bytes its tables hold of the budget.
+    pub fn bytes(&self) -> u64 {
+        let w = &self.weights;
+        w.leaves.bytes() + w.leaf_at.bytes() + w.chunks.bytes() + w.asked.bytes()
+    }
+
+    /// Takes note of a leaf of a chunk index, read at `addr`, if its chunks
+    /// fit in the budget. A leaf that lists a chunk of no bytes (no index
+    /// HDF5 writes does) is damaged or hostile and left out: its chunks are
+    /// read without read-ahead. So is one of no chunks, which has none to
+    /// read ahead.
     pub fn add_leaf(&mut self, addr: u64, mut leaf: ChunkLeaf) {
-        if self.leaves.contains_key(&addr)
+        if self.leaf_at.contains_key(&addr)
+            || leaf.chunks.is_empty()
             || self.chunks.len() + leaf.chunks.len() > MAX_CHUNKS
             || leaf.chunks.iter().any(|c| c.end <= c.start)
         {
@@ -98,11 +182,35 @@ impl ChunkAhead {
         if leaf.next_leaf == Some(addr) {
             leaf.next_leaf = None;
         }
-        for (index, chunk) in leaf.chunks.iter().enumerate() {
-            let place = Place { leaf: addr, index };
-            self.chunks.insert(chunk.start, (chunk.end, place));
+        leaf.chunks.shrink_to_fit();
+        let w = &mut self.weights;
+        // The leaf's list and an entry for each of its chunks, or nothing.
+        let list = Vec::<Range<u64>>::weigh(leaf.chunks.capacity());
+        let entries = btree_bytes(
+            self.chunks.len() + leaf.chunks.len(),
+            size_of::<u64>(),
+            size_of::<Place>(),
+        );
+        let fits = room_for(&mut self.leaves, 1, &mut w.leaves, w.reserve)
+            && room_for(&mut self.leaf_at, 1, &mut w.leaf_at, w.reserve)
+            && w.chunks.set(w.lists + list + entries, w.reserve);
+        if !fits {
+            return;
         }
-        self.leaves.insert(addr, leaf);
+        let id = self.leaves.len() as u32;
+        for (index, chunk) in leaf.chunks.iter().enumerate() {
+            let place = Place {
+                leaf: id,
+                index: index as u32,
+            };
+            self.chunks.insert(chunk.start, place);
+        }
+        // Chunks some leaf listed already took no entry of their own.
+        w.lists += list;
+        let entries = btree_bytes(self.chunks.len(), size_of::<u64>(), size_of::<Place>());
+        w.chunks.set(w.lists + entries, 0);
+        self.leaf_at.insert(addr, id);
+        self.leaves.push(leaf);
     }
 
     /// Whether a read of `len` bytes at `addr` lies inside one known chunk.
@@ -140,6 +248,10 @@ impl ChunkAhead {
         };
         let end = addr.saturating_add(len);
         let asked = self.asked.remove(&bytes.start);
+        if asked {
+            let left = btree_bytes(self.asked.len(), size_of::<u64>(), 0);
+            self.weights.asked.set(left, 0);
+        }
         match self.run {
             // More of the chunk read last: a piece that follows the last one
             // closely and missed is a stream through a chunk HDF5 reads in
@@ -241,7 +353,7 @@ impl ChunkAhead {
         may_ask: bool,
         (floor, max): (u64, u64),
     ) -> Vec<Range<u64>> {
-        let Some(chunk) = self.bytes(run.last) else {
+        let Some(chunk) = self.chunk(run.last) else {
             return Vec::new();
         };
         let max = max.max(1);
@@ -288,14 +400,25 @@ impl ChunkAhead {
             if !visited.insert(p) {
                 break;
             }
-            let Some(bytes) = self.bytes(p) else { break };
+            let Some(bytes) = self.chunk(p) else { break };
             // Never more than a step may ask for, whatever length a damaged
             // or hostile index gives a chunk: HDF5 reads such a chunk itself.
             if asked + (bytes.end - bytes.start) > max.max(1) {
                 break;
             }
+            // A chunk asked for is remembered until HDF5 reads it: one the
+            // budget has no room to remember is not asked for. The run's
+            // chunks are given back as they are read, so they may take
+            // from the quarter the indexes leave (an index that filled its
+            // share still reads ahead).
+            let more = btree_bytes(self.asked.len() + 1, size_of::<u64>(), 0);
+            if !self.asked.contains(&bytes.start) {
+                if !self.weights.asked.set(more, 0) {
+                    break;
+                }
+                self.asked.insert(bytes.start);
+            }
             asked += bytes.end - bytes.start;
-            self.asked.insert(bytes.start);
             match ahead.last_mut() {
                 Some(last) if last.end == bytes.start => last.end = bytes.end,
                 _ => ahead.push(bytes),
@@ -308,36 +431,38 @@ impl ChunkAhead {
     fn end_run(&mut self) {
         self.run = None;
         self.asked.clear();
+        self.weights.asked.set(0, 0);
     }
 
     /// The chunk containing `addr`, and where it is listed.
     fn chunk_at(&self, addr: u64) -> Option<(Range<u64>, Place)> {
-        let (&start, &(end, place)) = self.chunks.range(..=addr).next_back()?;
-        (addr < end).then_some((start..end, place))
+        let (_, &place) = self.chunks.range(..=addr).next_back()?;
+        let bytes = self.chunk(place)?;
+        (addr < bytes.end).then_some((bytes, place))
     }
 
     /// The chunk listed after `place`, if its leaf is known.
     fn after(&self, place: Place) -> Option<Place> {
-        let leaf = self.leaves.get(&place.leaf)?;
-        if place.index + 1 < leaf.chunks.len() {
+        let leaf = self.leaves.get(place.leaf as usize)?;
+        if (place.index as usize) + 1 < leaf.chunks.len() {
             return Some(Place {
                 index: place.index + 1,
                 ..place
             });
         }
-        let next = leaf.next_leaf?;
-        let following = self.leaves.get(&next)?;
-        (!following.chunks.is_empty()).then_some(Place {
+        let next = *self.leaf_at.get(&leaf.next_leaf?)?;
+        // Every leaf kept lists a chunk.
+        Some(Place {
             leaf: next,
             index: 0,
         })
     }
 
-    fn bytes(&self, place: Place) -> Option<Range<u64>> {
+    fn chunk(&self, place: Place) -> Option<Range<u64>> {
         self.leaves
-            .get(&place.leaf)?
+            .get(place.leaf as usize)?
             .chunks
-            .get(place.index)
+            .get(place.index as usize)
             .cloned()
     }
 }
@@ -417,7 +542,8 @@ mod tests {
                     next_leaf: Some(0),
                 },
             );
-            a.leaves.get_mut(&0).unwrap().next_leaf = Some(10);
+            let first = a.leaf_at[&0] as usize;
+            a.leaves[first].next_leaf = Some(10);
             a.on_read(miss(MIB, 1), 0, 64 * MIB);
             a.on_read(miss(2 * MIB, 1), 0, 64 * MIB)
         });
@@ -721,5 +847,123 @@ mod tests {
         a.on_read(miss(chunk(0, len), len), 0, 64 * MIB);
         let ahead = a.on_read(miss(chunk(1, len), len), 0, 64 * MIB);
         assert_eq!(ahead, [chunk(2, len)..chunk(4, len)]);
+    }
+
+    /// `count` leaves of `per_leaf` chunks of 16 bytes each, one after the
+    /// other from 1 MiB on, each leaf naming the next: an index as a crawl
+    /// finds it.
+    fn leaves(count: u64, per_leaf: u64) -> impl Iterator<Item = (u64, ChunkLeaf)> {
+        (0..count).map(move |l| {
+            let first = l * per_leaf;
+            let chunks = (first..first + per_leaf).map(|i| chunk(i, 16)..chunk(i + 1, 16));
+            let next_leaf = (l + 1 < count).then_some((l + 1) * 4096);
+            let chunks = chunks.collect();
+            (l * 4096, ChunkLeaf { chunks, next_leaf })
+        })
+    }
+
+    #[test]
+    fn an_index_weighs_about_sixty_bytes_a_chunk() {
+        // A million chunks in leaves of 64 (HDF5's default of 2K entries).
+        let per_chunk = index_bytes(1 << 20, 1 << 14) as f64 / (1 << 20) as f64;
+        eprintln!("{per_chunk} bytes a chunk");
+        assert!((58.0..62.0).contains(&per_chunk), "{per_chunk}");
+        let mut a = ChunkAhead::default();
+        for (addr, leaf) in leaves(100, 64) {
+            a.add_leaf(addr, leaf);
+        }
+        assert_eq!(a.chunks.len(), 6400);
+        assert!(a.bytes() <= index_bytes(6400, 100), "{}", a.bytes());
+        assert!(a.bytes() >= index_bytes(6400, 100) / 10 * 9);
+        // A leaf read twice, or listing nothing, adds nothing.
+        let before = a.bytes();
+        let (addr, leaf) = leaves(1, 64).next().unwrap();
+        a.add_leaf(addr, leaf);
+        let empty = ChunkLeaf {
+            chunks: Vec::new(),
+            next_leaf: None,
+        };
+        a.add_leaf(1, empty);
+        assert_eq!(a.bytes(), before);
+    }
+
+    #[test]
+    fn a_million_chunks_stop_at_the_indexes_share_of_the_budget() {
+        use crate::process::{CRAWL_CHUNK_MEMORY, CRAWL_MEMORY};
+        assert_eq!(
+            chunk_reserve(CRAWL_MEMORY),
+            CRAWL_MEMORY - CRAWL_CHUNK_MEMORY
+        );
+        let budget = crate::cache::budget::leaked(CRAWL_MEMORY);
+        let mut a = ChunkAhead::new(budget);
+        for (addr, leaf) in leaves(1 << 14, 64) {
+            a.add_leaf(addr, leaf);
+        }
+        assert_eq!(budget.used(), a.bytes());
+        assert!(a.bytes() <= CRAWL_CHUNK_MEMORY, "{}", a.bytes());
+        let kept = a.chunks.len();
+        eprintln!("{kept} of 2^20 chunks kept in {} bytes", a.bytes());
+        assert!((800_000..1 << 20).contains(&kept), "{kept}");
+        // Within a leaf of the share: the index stopped where it was full.
+        assert!(a.bytes() + 64 * 60 + (64 << 10) > CRAWL_CHUNK_MEMORY);
+        // The chunks kept read ahead, even with the share full; those left
+        // out are not known as chunks, and HDF5 reads them as it asks.
+        assert!(a.on_read(miss(chunk(0, 16), 16), 0, 64 * MIB).is_empty());
+        let ahead = a.on_read(miss(chunk(1, 16), 16), 0, 64 * MIB);
+        assert_eq!(ahead, [chunk(2, 16)..chunk(6, 16)]);
+        assert!(!a.is_chunk(chunk((1 << 20) - 1, 16), 16));
+        drop(a);
+        assert_eq!(budget.used(), 0);
+    }
+
+    #[test]
+    fn files_sharing_the_budget_hold_at_most_it_and_a_closed_one_gives_back() {
+        let budget = crate::cache::budget::leaked(4 << 20);
+        let files: Vec<ChunkAhead> = (0..8)
+            .map(|_| {
+                let mut a = ChunkAhead::new(budget);
+                for (addr, leaf) in leaves(400, 64) {
+                    a.add_leaf(addr, leaf);
+                }
+                a
+            })
+            .collect();
+        let total: u64 = files.iter().map(ChunkAhead::bytes).sum();
+        assert_eq!(total, budget.used());
+        assert!(total <= 3 << 20, "the indexes' share: {total}");
+        let counts: Vec<usize> = files.iter().map(|a| a.chunks.len()).collect();
+        assert_eq!(counts[..2], [25_600, 25_600], "{counts:?}");
+        assert!(counts[2] < 25_600 && counts[7] == 0, "{counts:?}");
+        drop(files);
+        assert_eq!(budget.used(), 0);
+        let mut again = ChunkAhead::new(budget);
+        for (addr, leaf) in leaves(400, 64) {
+            again.add_leaf(addr, leaf);
+        }
+        assert_eq!(again.chunks.len(), 25_600);
+    }
+
+    #[test]
+    fn a_run_remembers_what_it_asked_for_only_within_the_budget() {
+        let budget = crate::cache::budget::leaked(1 << 20);
+        let mut a = ChunkAhead::new(budget);
+        for (addr, leaf) in leaves(10, 64) {
+            a.add_leaf(addr, leaf);
+        }
+        assert_eq!(a.chunks.len(), 640);
+        // Other files took all but 2,000 bytes: room for 75 chunks asked.
+        let mut others = Charge::new(budget);
+        assert!(others.set(budget.capacity() - budget.used() - 2_000, 0));
+        a.on_read(miss(chunk(0, 16), 16), 0, 64 * MIB);
+        // Four chunks' worth, or what the floor asks for: 600 chunks.
+        let ahead = a.on_read(miss(chunk(1, 16), 16), 600 * 16, 64 * MIB);
+        let asked: u64 = ahead.iter().map(|r| r.end - r.start).sum();
+        assert_eq!(asked, 75 * 16);
+        assert_eq!(a.asked.len(), 75);
+        assert!(budget.used() <= budget.capacity());
+        // A jump elsewhere ends the run and gives its chunks back.
+        let held = a.bytes();
+        a.on_read(miss(chunk(500, 16), 16), 0, 64 * MIB);
+        assert!(a.asked.is_empty() && a.bytes() < held);
     }
 }

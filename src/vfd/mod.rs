@@ -29,3 +29,9 @@ pub use ffi::{herr_t, hid_t};
 pub use prefetch::PrefetchStats;
 pub use report::print_reports_with;
 pub use source::{Counters, builder, check, counters_of_handle, remote_of_handle};
+
+/// The bytes the metadata crawls' tables of the process's open driver
+/// files hold now, of [`crate::process::CRAWL_MEMORY`].
+pub fn crawl_table_bytes() -> u64 {
+    crate::process::caches::crawl_bytes()
+}

@@ -13,6 +13,12 @@
 //! needs through the cache. The bytes guessed are bounded by what HDF5 has
 //! read so far plus 16 MiB, or more on a fast link
 //! ([`super::spans::guess_budget`]).
+//!
+//! So do the tables the prefetch keeps (the addresses pointed to, the heaps
+//! and trees, the frontier, the piece read last, the chunk index): each
+//! takes what it allocates from the process's budget for crawl tables
+//! ([`crate::process::CRAWL_MEMORY`]) before it grows, and one that cannot
+//! stops growing. A target left out is only a guess not made.
 
 use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
@@ -21,11 +27,11 @@ use parking_lot::Mutex;
 
 use super::chunk_ahead::{ChunkAhead, ChunkRead};
 use super::spans::Stream;
+use crate::cache::budget::{Charge, MemoryBudget, room_for};
 use crate::h5meta::{self, Context, Found, MemType, Target, What};
 
-/// The most addresses remembered as pointed to (each a few dozen bytes: at
-/// most some 10 MB in all); past that, a file of more objects is walked with
-/// what is known.
+/// The most addresses one file remembers as pointed to, whatever the
+/// budget; past that, a file of more objects is walked with what is known.
 const MAX_KNOWN: usize = 1 << 18;
 
 /// What the prefetch has done, for `hdf5::DriverInfo`.
@@ -51,6 +57,10 @@ pub struct PrefetchStats {
     pub chunk_reads: u64,
     /// Bytes fetched ahead of those reads: the following chunks of a run.
     pub chunk_bytes_ahead: u64,
+    /// Bytes the prefetch's tables hold now (the addresses pointed to, the
+    /// chunk index…), of the budget all open files share
+    /// (`remfile::process::CRAWL_MEMORY`).
+    pub table_bytes: u64,
 }
 
 /// An address some metadata pointed to.
@@ -108,21 +118,43 @@ pub(crate) struct Prefetcher {
     /// The stream of metadata reads nothing pointed to, if any.
     stream: Option<Stream>,
     stats: PrefetchStats,
+    /// What the tables above hold of the crawl's budget (the chunk
+    /// index's own are its own).
+    weights: Weights,
 }
 
+/// What each table of a [`Prefetcher`] holds of the crawl's budget.
+#[derive(Debug)]
+struct Weights {
+    known: Charge,
+    frontier: Charge,
+    heaps: Charge,
+    btrees: Charge,
+    last: Charge,
+}
+
+/// A prefetch with a budget of its own, as large as the process's.
+#[cfg(test)]
 impl Default for Prefetcher {
     fn default() -> Prefetcher {
-        Prefetcher::new(true, true)
+        let budget = crate::cache::budget::leaked(crate::process::CRAWL_MEMORY);
+        Prefetcher::within(true, true, budget)
     }
 }
 
 impl Prefetcher {
     /// A prefetch of metadata (if `metadata`) and of the chunks that follow
-    /// a run of chunk reads (if `chunks`).
+    /// a run of chunk reads (if `chunks`), whose tables take their bytes
+    /// from the process's budget for them.
     pub fn new(metadata: bool, chunks: bool) -> Prefetcher {
+        Prefetcher::within(metadata, chunks, crate::process::caches::crawl_budget())
+    }
+
+    /// As [`new`](Self::new), the tables taking their bytes from `budget`.
+    pub fn within(metadata: bool, chunks: bool, budget: &'static MemoryBudget) -> Prefetcher {
         Prefetcher {
             metadata,
-            chunks: chunks.then(ChunkAhead::default),
+            chunks: chunks.then(|| ChunkAhead::new(budget)),
             context: Context::default(),
             paused: 0,
             last: Last::default(),
@@ -130,21 +162,43 @@ impl Prefetcher {
             frontier: VecDeque::new(),
             stream: None,
             stats: PrefetchStats::default(),
+            weights: Weights {
+                known: Charge::new(budget),
+                frontier: Charge::new(budget),
+                heaps: Charge::new(budget),
+                btrees: Charge::new(budget),
+                last: Charge::new(budget),
+            },
         }
+    }
+
+    /// The bytes the prefetch's tables hold of their budget.
+    pub fn table_bytes(&self) -> u64 {
+        let w = &self.weights;
+        let own = [&w.known, &w.frontier, &w.heaps, &w.btrees, &w.last];
+        let chunks = self.chunks.as_ref().map_or(0, ChunkAhead::bytes);
+        own.iter().map(|c| c.bytes()).sum::<u64>() + chunks
+    }
+
+    /// Adds `target` to the frontier, if it has room (the budget too).
+    fn push(&mut self, target: Target) -> bool {
+        let fits = self.frontier.len() < MAX_KNOWN
+            && room_for(&mut self.frontier, 1, &mut self.weights.frontier, 0);
+        if fits {
+            self.frontier.push_back(target);
+        }
+        fits
     }
 
     /// Starts the crawl at the superblock (at the file's first byte, where
     /// files without a user block have it), before HDF5 asks for anything.
     /// Returns whether the frontier has new targets.
     pub fn start(&mut self) -> bool {
-        if !self.metadata {
-            return false;
-        }
-        self.frontier.push_back(Target {
-            what: What::Superblock,
-            bytes: 0..SUPERBLOCK_READ,
-        });
-        true
+        self.metadata
+            && self.push(Target {
+                what: What::Superblock,
+                bytes: 0..SUPERBLOCK_READ,
+            })
     }
 
     /// Takes note of HDF5's read of a chunk's bytes, which `read` says, and
@@ -187,26 +241,35 @@ impl Prefetcher {
         let room = self.frontier.len() < MAX_KNOWN;
         if !predicted && seen.missed && self.metadata && self.paused == 0 && room {
             if let Some(span) = Stream::on_unforeseen_miss(&mut self.stream, addr, seen.step, len) {
-                self.frontier.push_back(Target {
+                work = self.push(Target {
                     what: What::Unforeseen,
                     bytes: span,
                 });
-                work = true;
             }
         }
         let Last {
             addr,
             expected,
-            bytes,
+            bytes: kept,
             ..
         } = &self.last;
-        let found = h5meta::pointers(bytes, *addr, mem, *expected, &self.context);
+        // A piece the budget had no room to keep is parsed as it was read.
+        let piece = if kept.is_empty() {
+            &bytes[..bytes.len().min(MAX_PIECE)]
+        } else {
+            kept
+        };
+        let found = h5meta::pointers(piece, *addr, mem, *expected, &self.context);
         work | self.absorb(*addr, found, len, false)
     }
 
-    /// The targets to fetch and parse next: the whole frontier.
+    /// The targets to fetch and parse next: the whole frontier, which
+    /// starts afresh (the wave's targets are the crawl's working memory
+    /// until it has fetched them).
     pub fn take_wave(&mut self) -> Vec<Target> {
-        self.frontier.drain(..).collect()
+        let wave = Vec::from(std::mem::take(&mut self.frontier));
+        self.weights.frontier.set(0, 0);
+        wave
     }
 
     /// How many bytes the structure at `target`, which starts with
@@ -234,11 +297,10 @@ impl Prefetcher {
             let whole = whole.min(MAX_PIECE as u64);
             let end = addr.saturating_add(whole).min(len);
             if end > target.bytes.end && (bytes.len() as u64) < end - addr {
-                self.frontier.push_back(Target {
+                work |= self.push(Target {
                     what: target.what,
                     bytes: addr..end,
                 });
-                work = true;
             }
         }
         work
@@ -256,11 +318,17 @@ impl Prefetcher {
             self.context.geometry = g;
         }
         if self.context.heaps.len() + self.context.btrees.len() < MAX_KNOWN {
+            let (heaps, btrees) = (&mut self.context.heaps, &mut self.context.btrees);
+            let w = &mut self.weights;
             if let Some(heap) = found.heap {
-                self.context.heaps.insert(addr, heap);
+                if heaps.contains_key(&addr) || room_for(heaps, 1, &mut w.heaps, 0) {
+                    heaps.insert(addr, heap);
+                }
             }
             if let Some(tree) = found.btree {
-                self.context.btrees.insert(addr, tree);
+                if btrees.contains_key(&addr) || room_for(btrees, 1, &mut w.btrees, 0) {
+                    btrees.insert(addr, tree);
+                }
             }
         }
         // Without fetching ahead, what metadata points to is still noted:
@@ -274,6 +342,15 @@ impl Prefetcher {
             let full = self.known.len() >= MAX_KNOWN || self.frontier.len() >= MAX_KNOWN;
             if !note || bytes.is_empty() || full {
                 continue;
+            }
+            // A new address needs room in both tables, or is left out.
+            if !self.known.contains_key(&bytes.start) {
+                let w = &mut self.weights;
+                let room = room_for(&mut self.known, 1, &mut w.known, 0)
+                    && (!fetch || room_for(&mut self.frontier, 1, &mut w.frontier, 0));
+                if !room {
+                    continue;
+                }
             }
             let known = Known {
                 what: target.what,
@@ -304,15 +381,20 @@ impl Prefetcher {
     /// so a read that starts where the last one (of the same type) ended
     /// continues its piece, unless something pointed to it or it opens with
     /// a signature; otherwise it starts one.
+    ///
+    /// The piece is kept as far as the budget has room: one it has none
+    /// for is parsed as it was read, and the next read starts a piece.
     fn note_piece(&mut self, mem: MemType, addr: u64, bytes: &[u8]) -> bool {
         let last = &mut self.last;
+        let weight = &mut self.weights.last;
         // A structure some piece pointed to, or one that opens with its
         // signature, starts a piece of its own however close it lies.
         let starts_one = self.known.contains_key(&addr) || h5meta::has_signature(bytes);
         let continues = !starts_one
             && last.mem == Some(mem)
             && last.addr.checked_add(last.bytes.len() as u64) == Some(addr)
-            && last.bytes.len() + bytes.len() <= MAX_PIECE;
+            && last.bytes.len() + bytes.len() <= MAX_PIECE
+            && room_for(&mut last.bytes, bytes.len(), weight, 0);
         if continues {
             last.bytes.extend_from_slice(bytes);
             return true;
@@ -335,11 +417,19 @@ impl Prefetcher {
                 None
             }
         };
+        // The last piece's buffer goes: a long header's should not stay.
+        let piece = &bytes[..bytes.len().min(MAX_PIECE)];
+        let mut kept = Vec::new();
+        weight.set(0, 0);
+        let room = room_for(&mut kept, piece.len(), weight, 0);
+        if room {
+            kept.extend_from_slice(piece);
+        }
         *last = Last {
-            mem: Some(mem),
+            mem: room.then_some(mem),
             addr,
             expected,
-            bytes: bytes[..bytes.len().min(MAX_PIECE)].to_vec(),
+            bytes: kept,
         };
         expected.is_some()
     }
@@ -359,7 +449,10 @@ impl Prefetcher {
     }
 
     pub fn stats(&self) -> PrefetchStats {
-        self.stats
+        PrefetchStats {
+            table_bytes: self.table_bytes(),
+            ..self.stats
+        }
     }
 }
 
@@ -377,6 +470,7 @@ impl Drop for Paused<'_> {
 mod tests {
     use super::super::spans::LEAST_BUDGET as SLACK;
     use super::*;
+    use crate::cache::budget::Charge;
 
     fn read(p: &mut Prefetcher, mem: MemType, addr: u64, bytes: &[u8], len: u64) -> Vec<Target> {
         p.on_read(mem, addr, bytes, len, Seen::default());
@@ -512,5 +606,102 @@ mod tests {
         let mut p = Prefetcher::default();
         assert!(read(&mut p, MemType::RawData, 0, b"TREE\x00\x00\x01\x00", 4096).is_empty());
         assert_eq!(p.stats().metadata_bytes, 0);
+    }
+
+    /// What a crawl finds in a group of `count` members: their object
+    /// headers, from `first` on.
+    fn members(first: u64, count: u64) -> Found {
+        let targets = (0..count).map(|i| Target {
+            what: What::ObjectHeader,
+            bytes: first + i * 1024..first + i * 1024 + 512,
+        });
+        Found {
+            targets: targets.collect(),
+            ..Found::default()
+        }
+    }
+
+    #[test]
+    fn a_file_of_many_objects_stops_noting_addresses_at_its_budget() {
+        let budget = crate::cache::budget::leaked(1 << 20);
+        let mut p = Prefetcher::within(true, true, budget);
+        // A hundred groups of a thousand members each, as the crawl finds
+        // them: each new address is noted and joins the frontier.
+        for group in 0..100 {
+            p.absorb(group, members(group << 30, 1000), 1 << 40, true);
+            assert_eq!(budget.used(), p.table_bytes());
+            assert!(budget.used() <= 1 << 20);
+        }
+        let known = p.known.len();
+        assert!((5_000..100_000).contains(&known), "{known}");
+        assert_eq!(p.frontier.len(), known);
+        // The wave taken is the crawl's now: the frontier's bytes go back,
+        // for another file's addresses.
+        let held = p.table_bytes();
+        assert_eq!(p.take_wave().len(), known);
+        assert!(p.table_bytes() < held);
+        let mut other = Prefetcher::within(true, true, budget);
+        other.absorb(0, members(0, 1000), 1 << 40, true);
+        assert!(!other.known.is_empty());
+        assert!(budget.used() <= 1 << 20);
+        drop((p, other));
+        assert_eq!(budget.used(), 0);
+    }
+
+    #[test]
+    fn files_sharing_the_budget_hold_at_most_it() {
+        let budget = crate::cache::budget::leaked(4 << 20);
+        let files: Vec<Prefetcher> = (0..10)
+            .map(|_| {
+                let mut p = Prefetcher::within(true, true, budget);
+                for group in 0..10 {
+                    p.absorb(group, members(group << 30, 1000), 1 << 40, true);
+                }
+                p
+            })
+            .collect();
+        let total: u64 = files.iter().map(Prefetcher::table_bytes).sum();
+        assert_eq!(total, budget.used());
+        assert!(total <= 4 << 20, "{total}");
+        let known: Vec<usize> = files.iter().map(|p| p.known.len()).collect();
+        assert_eq!(known[0], 10_000, "{known:?}");
+        assert!(known[9] < 10_000, "{known:?}");
+        drop(files);
+        assert_eq!(budget.used(), 0);
+    }
+
+    #[test]
+    fn a_read_the_budget_cannot_keep_is_parsed_as_it_came() {
+        let budget = crate::cache::budget::leaked(10_000);
+        // Only noting what metadata points to: no frontier to fill.
+        let mut p = Prefetcher::within(false, false, budget);
+        let node = |child: u64| {
+            let mut node = b"TREE\x00\x00\x01\x00".to_vec();
+            node.extend_from_slice(&[0xff; 16]);
+            node.extend_from_slice(&0u64.to_le_bytes());
+            node.extend_from_slice(&child.to_le_bytes());
+            node.extend_from_slice(&8u64.to_le_bytes());
+            node
+        };
+        read(&mut p, MemType::BTree, 136, &node(1000), 1 << 20);
+        assert!(p.known.contains_key(&1000));
+        // Other files took the rest: the next piece, longer than the last,
+        // cannot be kept, but what it points to is still noted (the table
+        // has room for it).
+        let mut others = Charge::new(budget);
+        assert!(others.set(budget.capacity() - budget.used(), 0));
+        let mut longer = node(2000);
+        longer.resize(400, 0);
+        read(&mut p, MemType::BTree, 4096, &longer, 1 << 20);
+        assert!(p.last.bytes.is_empty() && p.last.mem.is_none());
+        assert!(p.known.contains_key(&2000));
+        assert!(budget.used() <= budget.capacity());
+        // With no room at all (the last piece's bytes taken too), the
+        // prefetch does not even start: HDF5 reads what it needs itself.
+        assert!(others.set(others.bytes() + budget.capacity() - budget.used(), 0));
+        let mut starved = Prefetcher::within(true, true, budget);
+        assert!(!starved.start());
+        assert!(read(&mut starved, MemType::BTree, 136, &node(1000), 1 << 20).is_empty());
+        assert_eq!(starved.table_bytes(), 0);
     }
 }
