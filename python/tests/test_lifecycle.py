@@ -16,6 +16,8 @@ import h5py
 import numpy as np
 import pytest
 
+import remfile_hdf5
+
 # Far more than any of these runs takes; reached only by one that hangs.
 DEADLINE = 90
 
@@ -321,3 +323,36 @@ def test_ctrl_c_stops_a_wait_in_a_child_forked_from_another_thread(holding, file
     t.join()
     """
     assert _run(script, holding.url("blob.bin"), holding.base).strip() == "0"
+
+
+def test_no_token_of_a_url_is_written_to_the_disk_cache_or_shown(server, files, tmp_path):
+    secrets = ["PLANTEDtokenA1", "PLANTEDkeyB2", "PLANTEDheaderC3"]
+    cache = tmp_path / "cache"
+    url = server.url("data.h5") + f"&access_token={secrets[0]}&api_key={secrets[1]}"
+    headers = {"X-Custom-Auth": secrets[2]}
+    with h5py.File(url, "r", driver="remfile", disk_cache=str(cache), headers=headers) as f:
+        assert f.attrs["title"] == "a test file"
+        f["big"][:100]
+    with remfile_hdf5.RemoteFile(server.url("blob.bin") + f"&access_token={secrets[0]}",
+                                 disk_cache=str(cache), headers=headers) as r:
+        r.read_at(0, 1000)
+    found = []
+    for dirpath, dirnames, filenames in os.walk(cache):
+        for name in dirnames + filenames:
+            path = os.path.join(dirpath, name)
+            blob = name.encode()
+            if os.path.isfile(path) and not os.path.islink(path):
+                with open(path, "rb") as fh:
+                    blob += fh.read()
+            found += [(path, s) for s in secrets if s.encode() in blob or s.lower().encode() in blob]
+    assert not found, found
+    # Errors name the file, never its query or headers.
+    missing = server.url("nothing-here.h5") + f"&access_token={secrets[0]}"
+    for opener in (
+        lambda: h5py.File(missing, "r", driver="remfile", headers=headers),
+        lambda: remfile_hdf5.RemoteFile(missing, headers=headers),
+    ):
+        with pytest.raises(OSError) as raised:
+            opener()
+        text = repr(raised.value) + str(raised.value) + str(raised.value.filename)
+        assert not any(s in text for s in secrets), text
