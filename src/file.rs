@@ -255,22 +255,24 @@ impl RemoteFile {
     /// into it, on this thread; a read that must wait runs as the host
     /// wants waits run (see [`wait`]).
     fn read_into(&self, pos: u64, buf: &mut [u8]) -> Result<()> {
-        let range = pos..pos + buf.len() as u64;
-        if self.engine.is_cached(range) {
-            return self.engine.read_into(pos, buf);
+        if self.engine.read_if_cached(pos, buf) {
+            return Ok(());
         }
         self.waiting(|| self.engine.read_into(pos, buf))
     }
 
     /// As [`read_into`](Self::read_into), for several reads at once.
     fn read_many(&self, reads: &mut [(u64, &mut [u8])]) -> Result<()> {
-        let cached = reads
-            .iter()
-            .all(|(pos, buf)| self.engine.is_cached(*pos..*pos + buf.len() as u64));
-        if cached {
-            return self.engine.read_many(reads);
+        let mut left: Vec<(u64, &mut [u8])> = Vec::new();
+        for (pos, buf) in reads.iter_mut() {
+            if !self.engine.read_if_cached(*pos, buf) {
+                left.push((*pos, &mut **buf));
+            }
         }
-        self.waiting(|| self.engine.read_many(reads))
+        if left.is_empty() {
+            return Ok(());
+        }
+        self.waiting(|| self.engine.read_many(&mut left))
     }
 
     /// What the HDF5 driver may ask of the file beyond reads (see

@@ -290,10 +290,80 @@ pub fn uncached_runs(pos: u64, len: u64, block_size: u64, cached: &[bool]) -> Ve
     runs
 }
 
+/// `runs` (sorted, apart) joined across their smallest gaps until at most
+/// `most` are left: a read that must fetch them in one round fetches the
+/// bytes of those gaps again rather than make more requests than it has
+/// lanes (a request costs a round trip; a gap's bytes, little).
+pub fn joined_runs(runs: Vec<Range<u64>>, most: usize) -> Vec<Range<u64>> {
+    let most = most.max(1);
+    if runs.len() <= most {
+        return runs;
+    }
+    let mut gaps: Vec<(u64, usize)> = runs
+        .windows(2)
+        .enumerate()
+        .map(|(i, w)| (w[1].start - w[0].end, i))
+        .collect();
+    gaps.sort_unstable();
+    let mut closed = vec![false; runs.len()];
+    for &(_, i) in &gaps[..runs.len() - most] {
+        closed[i] = true;
+    }
+    let mut out: Vec<Range<u64>> = Vec::with_capacity(most);
+    for (i, run) in runs.into_iter().enumerate() {
+        match out.last_mut() {
+            Some(last) if i > 0 && closed[i - 1] => last.end = run.end,
+            _ => out.push(run),
+        }
+    }
+    out
+}
+
+/// How many parts each of the runs of `lens` bytes is split into, so that
+/// all of them together are at most `lanes` (one round) — every run one at
+/// least — and the longest parts are as short as they can be, none shorter
+/// than `min_part` unless its run is.
+pub fn parts_per_run(lens: &[u64], lanes: u64, min_part: u64) -> Vec<u64> {
+    let mut parts = vec![1u64; lens.len()];
+    let mut spare = lanes.saturating_sub(lens.len() as u64);
+    while spare > 0 {
+        // The run whose parts are longest, if splitting it further leaves
+        // parts of at least `min_part`.
+        let next = (0..lens.len())
+            .filter(|&i| lens[i] / (parts[i] + 1) >= min_part.max(1))
+            .max_by_key(|&i| lens[i].div_ceil(parts[i]));
+        let Some(i) = next else { break };
+        parts[i] += 1;
+        spare -= 1;
+    }
+    parts
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn parts_go_to_the_longest_runs_within_the_lanes() {
+        assert_eq!(parts_per_run(&[970, 10, 10, 10], 4, 1), [1, 1, 1, 1]);
+        assert_eq!(parts_per_run(&[970, 10, 10], 6, 1), [4, 1, 1]);
+        assert_eq!(parts_per_run(&[400], 4, 150), [2]);
+        assert_eq!(parts_per_run(&[400], 4, 1), [4]);
+        assert_eq!(parts_per_run(&[], 4, 1), Vec::<u64>::new());
+    }
+
+    #[test]
+    #[allow(clippy::single_range_in_vec_init)]
+    fn runs_are_joined_across_their_smallest_gaps() {
+        let runs = vec![0..10, 12..20, 50..60, 61..70];
+        assert_eq!(joined_runs(runs.clone(), 4), runs);
+        assert_eq!(joined_runs(runs.clone(), 3), [0..10, 12..20, 50..70]);
+        assert_eq!(joined_runs(runs.clone(), 2), [0..20, 50..70]);
+        assert_eq!(joined_runs(runs.clone(), 1), [0..70]);
+        assert_eq!(joined_runs(runs, 0), [0..70]);
+        assert!(joined_runs(Vec::new(), 3).is_empty());
+    }
 
     #[test]
     #[allow(clippy::single_range_in_vec_init)]

@@ -85,6 +85,12 @@ pub trait Host: Send + Sync + 'static {
         false
     }
 
+    /// Called when a read the host asked to stop ended well all the same
+    /// (its bytes came before the stop took effect), on its thread, after
+    /// [`outside`](Host::outside): an interpreter delivers the stop later
+    /// (Python raises the Ctrl-C at its next chance).
+    fn stop_not_needed(&self) {}
+
     /// Called when a read or an open through the HDF5 driver fails with a
     /// remote error, on the thread HDF5 called the driver on, before the
     /// driver returns the failure to HDF5. An interpreter can raise an
@@ -372,6 +378,16 @@ fn time_to_ask() -> bool {
         .unwrap_or(false)
 }
 
+/// Whether the work on this thread was stopped already, without asking
+/// the host (for code that holds a lock, or decides what others are told).
+pub(crate) fn was_stopped() -> bool {
+    let stopped_in = EVERYTHING_STOPPED_IN.load(Relaxed);
+    if stopped_in != 0 && stopped_in == std::process::id() {
+        return true;
+    }
+    current().is_some_and(|c| c.is_cancelled())
+}
+
 /// Whether the work on this thread should stop now.
 pub(crate) fn should_stop() -> bool {
     why_stop().is_some()
@@ -430,7 +446,11 @@ pub(crate) fn blocking<T>(work: impl FnOnce() -> Result<T>) -> Result<T> {
             outcome = Some(Watch::adopt(Some(watch.clone()), work));
         }
     });
-    outcome.unwrap_or_else(|| Err(interrupted()))
+    let outcome = outcome.unwrap_or_else(|| Err(interrupted()));
+    if outcome.is_ok() && watch.cancel.is_cancelled() {
+        host.stop_not_needed();
+    }
+    outcome
 }
 
 /// Runs `f` as the host wants a wait that cannot be stopped run (a close

@@ -7,6 +7,8 @@
 //! watchdog aborts the test binary if one hangs.
 
 mod support;
+#[path = "support/tls.rs"]
+mod tls;
 
 use std::io::Read;
 use std::net::TcpStream;
@@ -243,4 +245,45 @@ fn a_cancels_deadline_ends_a_held_read_as_a_timeout() {
     signals.arrived.recv().unwrap();
     signals.closed.recv().expect("its connection was closed");
     over.store(true, SeqCst);
+}
+
+#[test]
+fn a_cancelled_read_over_https_ends_and_the_same_read_then_fetches() {
+    // A stop under TLS must not look like a signal's EINTR to rustls, whose
+    // read loop would retry it for ever.
+    let _dog = watchdog(Duration::from_secs(120));
+    let pki = tls::TestPki::new();
+    let data = test_data(2 << 20, 8);
+    let (arrived_tx, arrived) = mpsc::channel();
+    let (release_tx, release) = mpsc::channel::<()>();
+    let (arrived_tx, release) = (Mutex::new(arrived_tx), Mutex::new(release));
+    let used = AtomicBool::new(false);
+    let server = tls::TlsServer::new(&pki, data.clone(), move |req| {
+        let (first, _) = req.range()?;
+        if first > 0 && !used.swap(true, SeqCst) {
+            let _ = arrived_tx.lock().unwrap().send(());
+            // Held until the test ends.
+            let _ = release
+                .lock()
+                .unwrap()
+                .recv_timeout(Duration::from_secs(60));
+        }
+        None
+    });
+    let file = patient()
+        .add_root_certificates(pki.ca_pem.clone())
+        .open(server.url("/secure.bin"))
+        .unwrap();
+    let cancel = Cancel::new();
+    let stoppable = file.with_cancel(cancel.clone());
+    let reader = std::thread::spawn(move || read(&stoppable, 1 << 20, 1000));
+    arrived.recv().unwrap();
+    cancel.cancel();
+    let e = reader.join().unwrap().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Interrupted, "{e}");
+    assert_eq!(
+        read(&file, 1 << 20, 1000).unwrap(),
+        data[1 << 20..(1 << 20) + 1000]
+    );
+    drop(release_tx);
 }

@@ -10,7 +10,7 @@ use std::ffi::{CString, c_void};
 use std::sync::OnceLock;
 
 use parking_lot::Mutex;
-use pyo3::exceptions::{PyInterruptedError, PyOSError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use remfile::vfd::loader::{self, Control, FIRST_VERSION};
@@ -24,13 +24,18 @@ use remfile::{Error, ErrorKind, RemoteFile, Stats, wait};
 /// `ConnectionRefusedError` (Python picks the subclass from the error
 /// number, as for local files); a malformed URL or option a `ValueError`;
 /// a wait stopped by a signal, the exception the signal's handler raised
-/// (`KeyboardInterrupt` for Ctrl-C).
+/// (`KeyboardInterrupt` for Ctrl-C); one stopped otherwise (the process is
+/// ending) an `OSError` with `ECANCELED`.
 fn to_py(e: Error) -> PyErr {
     let message = e.to_string();
     match e.kind() {
         ErrorKind::InvalidUrl | ErrorKind::InvalidConfig => PyValueError::new_err(message),
         ErrorKind::Interrupted => {
-            take_stopped().unwrap_or_else(|| PyInterruptedError::new_err((libc::EINTR, message)))
+            // Not EINTR: Python's io retries a read that fails with it
+            // (PEP 475), and a stop is for good.
+            take_stopped().unwrap_or_else(|| {
+                PyOSError::new_err((libc::ECANCELED, message, e.url().map(str::to_owned)))
+            })
         }
         _ => {
             let errno = vfd::errno_of(&e).unwrap_or(libc::EIO);
@@ -105,12 +110,21 @@ impl wait::Host for PythonHost {
             // SAFETY: callable from any thread, with or without the GIL.
             unsafe { PyErr_SetInterrupt() };
         }
-        if !local::get(&FROM_PYTHON) {
-            if let Some(raised) = take_stopped() {
-                // Through h5py: the exception stays set, and h5py, seeing
-                // one set when HDF5 fails, raises it rather than HDF5's.
-                gil::quietly(|py| raised.restore(py));
-            }
+        // A stop's exception is raised by the failure it causes (see
+        // `to_py`, through `driver_failed` for HDF5), or, if the read ended
+        // well all the same, later (`stop_not_needed`).
+    }
+
+    fn stop_not_needed(&self) {
+        let Some(raised) = take_stopped() else {
+            return;
+        };
+        let interrupt =
+            gil::quietly(|py| raised.is_instance_of::<pyo3::exceptions::PyKeyboardInterrupt>(py));
+        if interrupt {
+            // The Ctrl-C arrives once this call returns.
+            // SAFETY: callable from any thread, with or without the GIL.
+            unsafe { PyErr_SetInterrupt() };
         }
     }
 
@@ -120,7 +134,7 @@ impl wait::Host for PythonHost {
             return false;
         }
         if local::get(&FROM_PYTHON) {
-            return gil::quietly(|py| match py.check_signals() {
+            return gil::attached(|py| match py.check_signals() {
                 Ok(()) => false,
                 Err(raised) => {
                     let _ = STOPPED.try_with(|s| *s.borrow_mut() = Some(raised));
@@ -343,23 +357,31 @@ mod gil {
     /// cyclic garbage collector off, so that no finalizer (`__del__`) runs
     /// inside an HDF5 call.
     pub(super) fn quietly<T>(f: impl FnOnce(Python<'_>) -> T) -> T {
+        attached(|py| without_collection(|_| f(py)))
+    }
+
+    /// Runs `f` with the GIL, taken as [`quietly`] takes it, the collector
+    /// as it is: for Python code outside HDF5 (a signal handler may run).
+    pub(super) fn attached<T>(f: impl FnOnce(Python<'_>) -> T) -> T {
+        // SAFETY (for every `assume_attached` below): the GIL is held there.
+        let f = |()| f(unsafe { Python::assume_attached() });
         let saved = super::local::get(&SAVED);
         if !saved.is_null() {
             // SAFETY: the state `outside` saved on this thread.
             unsafe { pyo3::ffi::PyEval_RestoreThread(saved) };
             super::local::replace(&SAVED, std::ptr::null_mut());
-            let out = without_collection(f);
+            let out = f(());
             // SAFETY: this thread holds the GIL again.
             super::local::replace(&SAVED, unsafe { pyo3::ffi::PyEval_SaveThread() });
             return out;
         }
         if held() {
-            return without_collection(f);
+            return f(());
         }
         // SAFETY: this thread does not hold the GIL; Ensure takes it with
         // its own state, and Release lets go of it as it found it.
         let taken = unsafe { pyo3::ffi::PyGILState_Ensure() };
-        let out = without_collection(f);
+        let out = f(());
         // SAFETY: the state Ensure returned, on the same thread.
         unsafe { pyo3::ffi::PyGILState_Release(taken) };
         out

@@ -356,3 +356,22 @@ def test_no_token_of_a_url_is_written_to_the_disk_cache_or_shown(server, files, 
             opener()
         text = repr(raised.value) + str(raised.value) + str(raised.value.filename)
         assert not any(s in text for s in secrets), text
+
+
+def test_reads_after_every_wait_was_stopped_fail_for_good_not_for_a_retry(server, files):
+    # Python's io retries a read that fails with EINTR (PEP 475): a stop
+    # for good must say ECANCELED, or a buffered read would spin.
+    script = """
+    import errno, io, sys
+    import remfile_hdf5
+    from remfile_hdf5 import _native
+    f = remfile_hdf5.RemoteFile(sys.argv[1], block_size="64k", cache="64k")
+    _native._stop_everything()
+    try:
+        io.BufferedReader(f).read()
+        print("read")
+    except OSError as e:
+        print(errno.errorcode.get(e.errno), type(e).__name__)
+    """
+    out = _run(script, server.url("blob.bin")).split()
+    assert out == ["ECANCELED", "OSError"], out

@@ -182,18 +182,22 @@ impl Pending {
         if let Some(wave) = &self.wave {
             wave.wanted.store(true, Ordering::Relaxed);
         }
-        let mut slot = self.slot.lock();
         loop {
+            let slot = self.slot.lock();
             if let Some(outcome) = slot.as_ref() {
                 return outcome.clone();
             }
-            crate::wait::check_stopped()?;
-            let (waited, _) = self
+            let (slot, _) = self
                 .ready
                 .wait_until(slot, crate::wait::slice_end(deadline));
-            let timed_out = Instant::now() >= deadline;
-            slot = waited;
-            if timed_out && slot.is_none() {
+            if let Some(outcome) = slot.as_ref() {
+                return outcome.clone();
+            }
+            // Asked with no lock held: asking may run a host's code (take
+            // an interpreter's lock, run a signal handler that reads).
+            drop(slot);
+            crate::wait::check_stopped()?;
+            if Instant::now() >= deadline {
                 return Err(Error::new(
                     ErrorKind::Timeout,
                     "timed out waiting for another reader's fetch of the same block",
@@ -269,14 +273,31 @@ impl Claim {
     pub fn fail(&mut self, index: u64, error: &Error) {
         if let Ok(at) = self.owned.binary_search(&index) {
             self.owned.remove(at);
-            self.cache.settle(&self.file, index, Err(error.clone()));
+            // A fetch its own reader stopped (a Ctrl-C, a cancel's
+            // deadline) failed for that reader alone: its waiters fetch the
+            // block themselves.
+            let told = if crate::wait::was_stopped() {
+                gave_up()
+            } else {
+                error.clone()
+            };
+            self.cache.settle(&self.file, index, Err(told));
         }
     }
 }
 
+/// What the waiters of a block are told when its fetcher stopped or gave
+/// up: `Interrupted`, on which they fetch it themselves.
+fn gave_up() -> Error {
+    Error::new(
+        ErrorKind::Interrupted,
+        "the reader fetching this block stopped",
+    )
+}
+
 impl Drop for Claim {
     fn drop(&mut self) {
-        let error = Error::new(ErrorKind::Network, "the reader fetching this block gave up");
+        let error = gave_up();
         for index in std::mem::take(&mut self.owned) {
             self.cache.settle(&self.file, index, Err(error.clone()));
         }
@@ -317,7 +338,8 @@ mod tests {
         let got = second.waiting[0]
             .1
             .wait(Instant::now() + Duration::from_secs(10));
-        assert_eq!(got.unwrap_err().kind(), ErrorKind::Network);
+        // Interrupted: the waiter fetches the block itself.
+        assert_eq!(got.unwrap_err().kind(), ErrorKind::Interrupted);
         assert_eq!(cache.claim(&f, &[1], &[]).owned, [1], "claimable again");
     }
 

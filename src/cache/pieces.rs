@@ -192,14 +192,17 @@ impl Pieces {
                     }
                 }
             }
+            let (waited, _) = self
+                .arrived
+                .wait_until(state, crate::wait::slice_end(deadline));
+            // Asked with no lock held: asking may run a host's code (take
+            // an interpreter's lock, run a signal handler that reads).
+            drop(waited);
             if crate::wait::should_stop() {
                 // The read fetches the bytes itself, which fails at once.
                 return Served::No;
             }
-            let (waited, _) = self
-                .arrived
-                .wait_until(state, crate::wait::slice_end(deadline));
-            state = waited;
+            state = self.state.lock();
             timed_out = Instant::now() >= deadline;
         }
     }

@@ -211,6 +211,29 @@ impl Engine {
         self.read_ahead.lock().on_read(pos, len, missed, floor)
     }
 
+    /// Fills `buf` with the bytes at `pos` if every block covering them is
+    /// cached now (looked up once: no block can go between the look and
+    /// the copy); false, with nothing read, otherwise.
+    pub(crate) fn read_if_cached(&self, pos: u64, buf: &mut [u8]) -> bool {
+        if buf.is_empty() {
+            return true;
+        }
+        let len = buf.len() as u64;
+        let needed = plan::blocks_covering(pos, len, self.options.block_size);
+        let mut blocks = Vec::with_capacity((needed.end - needed.start) as usize);
+        for i in needed.clone() {
+            match self.cache.get(&self.key, i) {
+                Some(block) => blocks.push(block),
+                None => return false,
+            }
+        }
+        copy_out(&blocks, needed.start * self.options.block_size, pos, buf);
+        self.note_read(pos, len, false);
+        Counters::add(&self.counters.cache_hits, blocks.len() as u64);
+        Counters::add(&self.counters.bytes_read, len);
+        true
+    }
+
     /// Whether every block covering `range` is cached.
     pub(crate) fn is_cached(&self, range: Range<u64>) -> bool {
         let in_store = |r| self.side_store.as_ref().is_some_and(|s| s.holds(r));
@@ -324,13 +347,14 @@ impl Engine {
         Counters::add(&self.counters.cache_misses, cached.len() as u64 - hits);
         let min_part = self.link_sizes().min_part_blocks.saturating_mul(bs);
         let lanes = self.options.max_concurrency;
-        let runs = plan::uncached_runs(pos, len, bs, &cached);
-        // Parts of about a lane's share of all the runs: one round.
-        let missing: u64 = runs.iter().map(|r| r.end - r.start).sum();
-        let share = missing.div_ceil(lanes.max(1)).max(min_part);
+        // No more runs than lanes: one round, cached blocks between close
+        // runs fetched again.
+        let runs = plan::joined_runs(plan::uncached_runs(pos, len, bs, &cached), lanes as usize);
+        let lens: Vec<u64> = runs.iter().map(|r| r.end - r.start).collect();
         let parts: Vec<Range<u64>> = runs
             .into_iter()
-            .flat_map(|run| plan::split(run.clone(), (run.end - run.start) / share, min_part))
+            .zip(plan::parts_per_run(&lens, lanes, min_part))
+            .flat_map(|(run, n)| plan::split(run, n, min_part))
             .collect();
         let deadline = Instant::now() + self.options.read_timeout;
         // The first failure in the order of the parts, as a sequential read

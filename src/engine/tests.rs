@@ -426,3 +426,28 @@ fn a_cancelled_read_lets_go_of_its_claim_and_a_reader_waiting_for_it_fetches_at_
         bytes[9 * BLOCK as usize..][..10]
     );
 }
+
+#[test]
+fn a_readers_own_deadline_fails_that_reader_alone_and_its_waiter_fetches() {
+    let (bytes, source, file) = file_over(16, &builder().read_ahead_max(0));
+    let at = 6 * BLOCK;
+    let hurried = file.with_cancel(crate::wait::Cancel::after(Duration::from_secs(5)));
+    source.shut();
+    std::thread::scope(|s| {
+        let first = s.spawn(|| read(&hurried, at, 100));
+        source.wait_until_holding(1);
+        let second = s.spawn(|| read(&file, at, 100));
+        wait_until_waiting(&file, 6, 1);
+        // The first reader's deadline passes while its fetch is held.
+        let e = first.join().unwrap().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+        source.wait_until_holding(1);
+        source.open();
+        let got = second.join().unwrap();
+        assert_eq!(
+            got.unwrap(),
+            bytes[at as usize..][..100],
+            "not the other's deadline"
+        );
+    });
+}

@@ -38,12 +38,10 @@ impl<In: Transport> Connector<In> for StoppableConnector {
 pub(crate) struct Stoppable<T>(T);
 
 /// The error a stopped wait gives ureq; the request's caller reports the
-/// stop itself (see `with_retries`).
+/// stop itself (see `with_retries`). Never of kind `Interrupted`: rustls's
+/// and std's read loops retry that kind, and the stop would never end them.
 fn stopped() -> Error {
-    Error::Io(io::Error::new(
-        io::ErrorKind::Interrupted,
-        "the read was stopped",
-    ))
+    Error::Io(io::Error::other("the read was stopped"))
 }
 
 impl<T: Transport> Transport for Stoppable<T> {

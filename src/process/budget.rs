@@ -99,19 +99,22 @@ impl Permits {
             if may {
                 break;
             }
-            let stopped = crate::wait::check_stopped();
-            if stopped.is_err() || Instant::now() >= deadline {
-                if lane == Lane::Read {
-                    state.reads_waiting -= 1;
-                }
-                // A permit this waiter was woken for goes to another.
-                self.returned.notify_all();
-                return stopped.map(|()| None);
+            if Instant::now() >= deadline {
+                return Ok(self.give_up(state, lane));
             }
             state = self
                 .returned
                 .wait_until(state, crate::wait::slice_end(deadline))
                 .0;
+            // Asked with no lock held: asking may run a host's code (take
+            // an interpreter's lock, run a signal handler that reads).
+            drop(state);
+            let stopped = crate::wait::check_stopped();
+            state = self.state.lock();
+            if let Err(stopped) = stopped {
+                self.give_up(state, lane);
+                return Err(stopped);
+            }
         }
         state.free -= 1;
         match lane {
@@ -126,6 +129,17 @@ impl Permits {
             permits: Arc::clone(self),
             lane,
         }))
+    }
+
+    /// Leaves the wait of a waiter of `lane` that takes no permit.
+    fn give_up(&self, mut state: crate::sync::MutexGuard<'_, State>, lane: Lane) -> Option<Permit> {
+        if lane == Lane::Read {
+            state.reads_waiting -= 1;
+        }
+        drop(state);
+        // A permit this waiter was woken for goes to another.
+        self.returned.notify_all();
+        None
     }
 
     /// Permits not held now.

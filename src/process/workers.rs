@@ -58,7 +58,10 @@ thread_local! {
 /// The flag that turns this thread's background work into a read's (see
 /// [`wanted_by_readers`]), if it has one.
 pub(crate) fn wanted() -> Option<Arc<AtomicBool>> {
-    CONTEXT.with(|c| c.borrow().wanted.clone())
+    CONTEXT
+        .try_with(|c| c.borrow().wanted.clone())
+        .ok()
+        .flatten()
 }
 
 /// Runs `f`, a background fetch, whose requests wait for connections as a
@@ -72,12 +75,16 @@ pub(crate) fn wanted_by_readers<T>(wanted: Option<Arc<AtomicBool>>, f: impl FnOn
 
 /// The lane of the work this thread does now.
 pub(crate) fn lane() -> Lane {
-    CONTEXT.with(|c| c.borrow().lane)
+    CONTEXT.try_with(|c| c.borrow().lane).unwrap_or(Lane::Read)
 }
 
 /// The context of this thread's work, for a thread that works for it.
 pub(crate) fn context() -> Context {
-    CONTEXT.with(|c| c.borrow().clone())
+    CONTEXT.try_with(|c| c.borrow().clone()).unwrap_or(Context {
+        lane: Lane::Read,
+        closed: None,
+        wanted: None,
+    })
 }
 
 /// Runs `f` in `context` (this thread's own restored after, even if `f`
@@ -87,11 +94,15 @@ pub(crate) fn within<T>(context: Context, f: impl FnOnce() -> T) -> T {
     impl Drop for Restore {
         fn drop(&mut self) {
             if let Some(previous) = self.0.take() {
-                CONTEXT.with(|c| *c.borrow_mut() = previous);
+                let _ = CONTEXT.try_with(|c| *c.borrow_mut() = previous);
             }
         }
     }
-    let previous = CONTEXT.with(|c| std::mem::replace(&mut *c.borrow_mut(), context));
+    // After this thread's locals are gone (C's `exit`), work in no context.
+    let Ok(previous) = CONTEXT.try_with(|c| std::mem::replace(&mut *c.borrow_mut(), context))
+    else {
+        return f();
+    };
     let _restore = Restore(Some(previous));
     f()
 }
@@ -153,7 +164,9 @@ impl Closing {
 /// An error if this thread does background work of a file that was closed:
 /// checked before each request.
 pub(crate) fn check_file_open() -> crate::Result<()> {
-    let closed = CONTEXT.with(|c| c.borrow().closed.as_ref().is_some_and(|f| f.load(Relaxed)));
+    let closed = CONTEXT
+        .try_with(|c| c.borrow().closed.as_ref().is_some_and(|f| f.load(Relaxed)))
+        .unwrap_or(false);
     if closed {
         return Err(crate::Error::new(
             crate::ErrorKind::Interrupted,

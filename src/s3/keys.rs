@@ -231,7 +231,6 @@ impl Keys {
         mut state: MutexGuard<'a, State>,
         deadline: Instant,
     ) -> Result<MutexGuard<'a, State>> {
-        check_stopped()?;
         if Instant::now() >= deadline {
             return Err(Error::new(
                 ErrorKind::Timeout,
@@ -245,7 +244,11 @@ impl Keys {
         let slice = deadline.min(Instant::now() + POLL);
         let (mut state, _) = self.load_ended.wait_until(state, slice);
         state.waiting -= 1;
-        Ok(state)
+        // Asked with no lock held: asking may run a host's code (take an
+        // interpreter's lock, run a signal handler that reads).
+        drop(state);
+        check_stopped()?;
+        Ok(self.state.lock())
     }
 
     /// Loads new keys after S3 refused the current ones as expired.
