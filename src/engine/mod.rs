@@ -219,6 +219,22 @@ impl Engine {
             return true;
         }
         let len = buf.len() as u64;
+        if let Some(store) = &self.side_store {
+            // Bytes the store holds now, served without a wait (a deadline
+            // of now: a piece still coming is no hit).
+            let now = self.counters.round_mark();
+            if store.holds(pos..pos + len)
+                && matches!(
+                    store.read(pos, buf, Instant::now(), now),
+                    Served::Yes { .. }
+                )
+            {
+                self.note_read(pos, len, false);
+                Counters::add(&self.counters.cache_hits, 1);
+                Counters::add(&self.counters.bytes_read, len);
+                return true;
+            }
+        }
         let needed = plan::blocks_covering(pos, len, self.options.block_size);
         let mut blocks = Vec::with_capacity((needed.end - needed.start) as usize);
         for i in needed.clone() {
@@ -234,7 +250,9 @@ impl Engine {
         true
     }
 
-    /// Whether every block covering `range` is cached.
+    /// Whether every block covering `range` is cached (or the side store
+    /// holds it).
+    #[cfg(any(feature = "hdf5", feature = "vfd"))]
     pub(crate) fn is_cached(&self, range: Range<u64>) -> bool {
         let in_store = |r| self.side_store.as_ref().is_some_and(|s| s.holds(r));
         in_store(range.clone()) || self.missing([range]).next().is_none()

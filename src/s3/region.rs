@@ -4,9 +4,11 @@
 //! process, so that only a bucket's first request may go to the wrong one.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
-use parking_lot::Mutex;
 use ureq::http::HeaderMap;
+
+use crate::sync::{Mutex, MutexGuard, Wedged};
 
 use super::location::Endpoint;
 
@@ -44,15 +46,26 @@ pub(crate) fn error_code_is(body: &[u8], code: &str) -> bool {
     std::str::from_utf8(body).is_ok_and(|t| t.contains(&format!("<Code>{code}</Code>")))
 }
 
-static LEARNT: Mutex<Option<HashMap<(Endpoint, String), String>>> = Mutex::new(None);
+/// Buckets' regions, a fact about the buckets a forked child keeps; behind
+/// a lock a child may find held for good (by a parent thread it does not
+/// have), which it then stops waiting for.
+static LEARNT: Mutex<Option<Regions>> = Mutex::new(None);
+static WEDGED: Wedged = Wedged::new();
+
+/// The region of each bucket, by its endpoint and name.
+type Regions = HashMap<(Endpoint, String), String>;
+
+/// The table, unless its lock is held for good in this process.
+fn learnt() -> Option<MutexGuard<'static, Option<Regions>>> {
+    LEARNT.lock_unless_wedged(&WEDGED, Duration::from_millis(500))
+}
 
 /// The most buckets remembered; past it the memory starts again.
 const MAX_REMEMBERED: usize = 10_000;
 
 /// The region learnt for `bucket` at `endpoint`, if any.
 pub(crate) fn remembered(endpoint: &Endpoint, bucket: &str) -> Option<String> {
-    LEARNT
-        .lock()
+    learnt()?
         .as_ref()?
         .get(&(endpoint.clone(), bucket.to_owned()))
         .cloned()
@@ -60,7 +73,9 @@ pub(crate) fn remembered(endpoint: &Endpoint, bucket: &str) -> Option<String> {
 
 /// Notes `region` as `bucket`'s.
 pub(crate) fn remember(endpoint: &Endpoint, bucket: &str, region: &str) {
-    let mut learnt = LEARNT.lock();
+    let Some(mut learnt) = learnt() else {
+        return;
+    };
     let map = learnt.get_or_insert_with(HashMap::new);
     if map.len() >= MAX_REMEMBERED {
         map.clear();
