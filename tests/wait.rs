@@ -1,32 +1,48 @@
 //! A host runtime's part in network waits (`remfile::wait`): reads that wait
-//! run outside the host's lock, a stop request ends the wait within a few
-//! polls, and the file stays usable afterwards.
+//! run inside the host's `outside`, on the calling thread, which asks the
+//! host for a stop between the slices of each wait; a stop ends the read,
+//! and the file stays usable afterwards.
 //!
 //! A test binary of its own: the host is installed for the whole process.
+//! Threads are ordered by the server's word that it holds a request, never
+//! by sleeps; a watchdog aborts the binary if a read never ends.
 
 mod support;
 
+use std::io::Read;
+use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
 
 use remfile::ErrorKind;
 use remfile::wait::{self, Host};
 use support::{After, RawServer, raw_serve, test_data};
 
-/// A host that counts the waits it ran and stops them when told.
+/// A host that counts the waits it ran and the reads on other threads
+/// than the one it ran them on, and stops them when told.
 struct TestHost {
     outside: AtomicUsize,
     stop: AtomicBool,
+    asked_elsewhere: AtomicUsize,
     failures: Mutex<Vec<ErrorKind>>,
+}
+
+thread_local! {
+    static INSIDE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 impl Host for TestHost {
     fn outside(&self, wait: &mut dyn FnMut()) {
         self.outside.fetch_add(1, SeqCst);
-        wait()
+        INSIDE.with(|i| i.set(true));
+        wait();
+        INSIDE.with(|i| i.set(false));
     }
     fn stop_requested(&self) -> bool {
+        if !INSIDE.with(|i| i.get()) {
+            self.asked_elsewhere.fetch_add(1, SeqCst);
+        }
         self.stop.load(SeqCst)
     }
     fn driver_failed(&self, error: &remfile::Error) {
@@ -37,6 +53,7 @@ impl Host for TestHost {
 static HOST: TestHost = TestHost {
     outside: AtomicUsize::new(0),
     stop: AtomicBool::new(false),
+    asked_elsewhere: AtomicUsize::new(0),
     failures: Mutex::new(Vec::new()),
 };
 
@@ -49,55 +66,94 @@ fn host() -> std::sync::MutexGuard<'static, ()> {
     guard
 }
 
-/// A server of `data` that, while `stall` is set, answers nothing (the
-/// connection stays open) for requests past the first block.
-fn stalling_server(data: Arc<Vec<u8>>, stall: Arc<AtomicBool>) -> RawServer {
-    RawServer::new(move |req, out| {
-        let (first, _) = req.range().expect("a range request");
-        if first > 0 && stall.load(SeqCst) {
-            let until = Instant::now() + Duration::from_secs(30);
-            while stall.load(SeqCst) && Instant::now() < until {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            return After::Close;
+/// Aborts the process if not dropped within `limit` (a hang is a failure):
+/// dropping it drops the sender, which ends the watch.
+struct Watchdog(#[allow(dead_code)] mpsc::Sender<()>);
+
+fn watchdog() -> Watchdog {
+    let (tx, rx) = mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(Duration::from_secs(120)) {
+            eprintln!("watchdog: a test hung");
+            std::process::abort();
         }
-        raw_serve(&data, req, out)
+    });
+    Watchdog(tx)
+}
+
+/// A server of `data` that, while `hold` is set, holds every request for
+/// bytes past `from` without an answer until the client hangs up (telling
+/// `arrived` first), and answers the others.
+fn holding_server(
+    data: Arc<Vec<u8>>,
+    from: u64,
+    hold: Arc<AtomicBool>,
+) -> (RawServer, mpsc::Receiver<()>) {
+    let (tx, arrived) = mpsc::channel();
+    let tx = Mutex::new(tx);
+    let server = RawServer::new(move |req, out| {
+        let (first, _) = req.range().expect("a range request");
+        if first < from || !hold.load(SeqCst) {
+            return raw_serve(&data, req, out);
+        }
+        let _ = tx.lock().unwrap().send(());
+        hold_until_hung_up(out);
+        After::Close
+    });
+    (server, arrived)
+}
+
+fn hold_until_hung_up(out: &mut TcpStream) {
+    out.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let _ = out.read(&mut [0u8; 1]);
+}
+
+/// Sets the host's stop once the server holds a request.
+fn stop_when_held(arrived: mpsc::Receiver<()>) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        arrived.recv().unwrap();
+        HOST.stop.store(true, SeqCst);
     })
 }
 
+fn patient() -> remfile::Builder {
+    support::builder()
+        .idle_timeout(Duration::from_secs(600))
+        .read_timeout(Duration::from_secs(600))
+}
+
 #[test]
-fn a_stop_request_ends_a_stalled_read_and_the_file_reads_right_afterwards() {
+fn a_stop_request_ends_a_held_read_on_its_own_thread_and_the_file_reads_right_afterwards() {
     let _host = host();
+    let _dog = watchdog();
     let data = Arc::new(test_data(4 << 20, 7));
-    let stall = Arc::new(AtomicBool::new(true));
-    let server = stalling_server(data.clone(), stall.clone());
-    let file = support::builder()
+    let hold = Arc::new(AtomicBool::new(true));
+    let (server, arrived) = holding_server(data.clone(), 256 * 1024, hold.clone());
+    let file = patient()
         .block_size(256 * 1024)
-        .idle_timeout(Duration::from_secs(20))
         .open(server.url("/f"))
         .unwrap();
-    let before = HOST.outside.load(SeqCst);
+    let (before, elsewhere) = (HOST.outside.load(SeqCst), HOST.asked_elsewhere.load(SeqCst));
 
-    let stopper = std::thread::spawn(|| {
-        std::thread::sleep(Duration::from_millis(300));
-        HOST.stop.store(true, SeqCst);
-        Instant::now()
-    });
+    let stopper = stop_when_held(arrived);
     let mut buf = vec![0u8; 1 << 20];
     let e = file.read_exact_at(2 << 20, &mut buf).unwrap_err();
-    let stopped_at = stopper.join().unwrap();
-    let latency = stopped_at.elapsed();
+    stopper.join().unwrap();
     assert_eq!(e.kind(), ErrorKind::Interrupted, "{e}");
     assert!(
-        latency < Duration::from_secs(2),
-        "the wait ended {latency:?} after the stop request"
+        HOST.outside.load(SeqCst) > before,
+        "the wait ran inside the host's outside"
     );
-    assert!(HOST.outside.load(SeqCst) > before, "the wait ran outside");
+    assert_eq!(
+        HOST.asked_elsewhere.load(SeqCst),
+        elsewhere,
+        "the host is asked only on the thread it ran the read on"
+    );
 
     // The server answers again: the same bytes read right, and a read of
     // cached bytes needs no wait at all.
     HOST.stop.store(false, SeqCst);
-    stall.store(false, SeqCst);
+    hold.store(false, SeqCst);
     file.read_exact_at(2 << 20, &mut buf).unwrap();
     assert_eq!(buf[..], data[2 << 20..3 << 20]);
     let waits = HOST.outside.load(SeqCst);
@@ -112,19 +168,17 @@ fn a_stop_request_ends_a_stalled_read_and_the_file_reads_right_afterwards() {
 }
 
 #[test]
-fn a_stop_request_ends_an_open_and_a_vectored_read() {
+fn a_stop_request_ends_a_vectored_read_and_an_open() {
     let _host = host();
+    let _dog = watchdog();
     let data = Arc::new(test_data(2 << 20, 8));
-    let stall = Arc::new(AtomicBool::new(true));
-    let server = stalling_server(data.clone(), stall.clone());
-    let file = support::builder()
+    let hold = Arc::new(AtomicBool::new(true));
+    let (server, arrived) = holding_server(data.clone(), 64 * 1024, hold.clone());
+    let file = patient()
         .block_size(64 * 1024)
         .open(server.url("/f"))
         .unwrap();
-    let stopper = std::thread::spawn(|| {
-        std::thread::sleep(Duration::from_millis(200));
-        HOST.stop.store(true, SeqCst);
-    });
+    let stopper = stop_when_held(arrived);
     let e = file
         .read_ranges(&[100_000..100_100, 1_500_000..1_600_000])
         .unwrap_err();
@@ -132,17 +186,15 @@ fn a_stop_request_ends_an_open_and_a_vectored_read() {
     assert_eq!(e.kind(), ErrorKind::Interrupted, "{e}");
 
     // An open whose first answer never comes.
-    let silent = RawServer::new(|_, _| {
-        std::thread::sleep(Duration::from_secs(5));
-        After::Close
-    });
-    let started = Instant::now();
-    let e = support::builder().open(silent.url("/g")).unwrap_err();
+    HOST.stop.store(false, SeqCst);
+    let (silent, arrived) = holding_server(data.clone(), 0, Arc::new(AtomicBool::new(true)));
+    let stopper = stop_when_held(arrived);
+    let e = patient().open(silent.url("/g")).unwrap_err();
+    stopper.join().unwrap();
     assert_eq!(e.kind(), ErrorKind::Interrupted, "{e}");
-    assert!(started.elapsed() < Duration::from_secs(2));
 
     HOST.stop.store(false, SeqCst);
-    stall.store(false, SeqCst);
+    hold.store(false, SeqCst);
     let parts = file
         .read_ranges(&[100_000..100_100, 1_500_000..1_600_000])
         .unwrap();
@@ -151,28 +203,27 @@ fn a_stop_request_ends_an_open_and_a_vectored_read() {
 }
 
 #[test]
-fn another_reader_of_the_blocks_a_stopped_read_left_fetches_them_itself() {
+fn a_reader_of_the_blocks_a_stopped_read_held_fetches_them_while_that_request_is_still_held() {
     let _host = host();
+    let _dog = watchdog();
     let data = Arc::new(test_data(2 << 20, 9));
-    let stall = Arc::new(AtomicBool::new(true));
-    let server = stalling_server(data.clone(), stall.clone());
-    let file = support::builder()
+    let hold = Arc::new(AtomicBool::new(true));
+    let (server, arrived) = holding_server(data.clone(), 64 * 1024, hold.clone());
+    let file = patient()
         .block_size(64 * 1024)
         .open(server.url("/f"))
         .unwrap();
-    // A stopped read leaves its fetch (and its claim on the blocks) behind.
-    let stopper = std::thread::spawn(|| {
-        std::thread::sleep(Duration::from_millis(200));
-        HOST.stop.store(true, SeqCst);
-    });
+    let stopper = stop_when_held(arrived);
     let mut buf = vec![0u8; 100_000];
     let e = file.read_exact_at(1_000_000, &mut buf).unwrap_err();
     stopper.join().unwrap();
     assert_eq!(e.kind(), ErrorKind::Interrupted);
-    // The server recovers at once; a new read of the same bytes gets them
-    // (from the fetch left behind, or its own) rather than its interruption.
+    // New requests are answered; a held one would still be held. The same
+    // read gets its bytes by a request of its own.
     HOST.stop.store(false, SeqCst);
-    stall.store(false, SeqCst);
+    hold.store(false, SeqCst);
+    let asked = server.requests();
     file.read_exact_at(1_000_000, &mut buf).unwrap();
     assert_eq!(buf[..], data[1_000_000..1_100_000]);
+    assert!(server.requests() > asked);
 }
