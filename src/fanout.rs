@@ -110,10 +110,11 @@ pub(crate) fn fan_out<P: Send, R: Send>(
                 Err(mpsc::RecvTimeoutError::Timeout) => {
                     // The workers watch the read's cancel; asking here (the
                     // read's own thread) is what sets it when the host asks
-                    // for a stop. Their parts then end within a poll.
-                    if crate::wait::should_stop() {
-                        stop.store(true, Relaxed);
-                    }
+                    // for a stop. Their parts then end within a poll, and
+                    // the parts not started yet fail at once when they
+                    // start: every part's outcome reaches the caller (one
+                    // never run would read as one that brought nothing).
+                    let _ = crate::wait::should_stop();
                     continue;
                 }
             };

@@ -255,7 +255,7 @@ impl RemoteFile {
     /// into it, on this thread; a read that must wait runs as the host
     /// wants waits run (see [`wait`]).
     fn read_into(&self, pos: u64, buf: &mut [u8]) -> Result<()> {
-        if self.engine.read_if_cached(pos, buf) {
+        if self.engine.read_if_cached(pos, buf, true) {
             return Ok(());
         }
         self.waiting(|| self.engine.read_into(pos, buf))
@@ -265,7 +265,7 @@ impl RemoteFile {
     fn read_many(&self, reads: &mut [(u64, &mut [u8])]) -> Result<()> {
         let mut left: Vec<(u64, &mut [u8])> = Vec::new();
         for (pos, buf) in reads.iter_mut() {
-            if !self.engine.read_if_cached(*pos, buf) {
+            if !self.engine.read_if_cached(*pos, buf, false) {
                 left.push((*pos, &mut **buf));
             }
         }

@@ -27,15 +27,18 @@ use remfile::{Error, ErrorKind, RemoteFile, Stats, wait};
 /// (`KeyboardInterrupt` for Ctrl-C); one stopped otherwise (the process is
 /// ending) an `OSError` with `ECANCELED`.
 fn to_py(e: Error) -> PyErr {
+    // A signal handler's exception, raised during the wait, is the call's
+    // whatever the read then failed with.
+    if let Some(raised) = take_stopped() {
+        return raised;
+    }
     let message = e.to_string();
     match e.kind() {
         ErrorKind::InvalidUrl | ErrorKind::InvalidConfig => PyValueError::new_err(message),
+        // Not EINTR: Python's io retries a read that fails with it (PEP
+        // 475), and a stop is for good.
         ErrorKind::Interrupted => {
-            // Not EINTR: Python's io retries a read that fails with it
-            // (PEP 475), and a stop is for good.
-            take_stopped().unwrap_or_else(|| {
-                PyOSError::new_err((libc::ECANCELED, message, e.url().map(str::to_owned)))
-            })
+            PyOSError::new_err((libc::ECANCELED, message, e.url().map(str::to_owned)))
         }
         _ => {
             let errno = vfd::errno_of(&e).unwrap_or(libc::EIO);
@@ -116,6 +119,11 @@ impl wait::Host for PythonHost {
     }
 
     fn stop_not_needed(&self) {
+        if local::get(&FROM_PYTHON) {
+            // The package's own method raises the handler's exception once
+            // the read is done (see `finished`).
+            return;
+        }
         let Some(raised) = take_stopped() else {
             return;
         };
@@ -165,6 +173,10 @@ impl wait::Host for PythonHost {
         // Cython's own `nogil` functions do), and h5py, once it has the GIL
         // again, finds it set.
         gil::quietly(|py| {
+            if let Some(raised) = take_stopped() {
+                raised.restore(py);
+                return;
+            }
             if PyErr::occurred(py) {
                 return;
             }
@@ -225,6 +237,18 @@ impl WaitingInsideHdf5 {
 impl Drop for WaitingInsideHdf5 {
     fn drop(&mut self) {
         local::replace(&INSIDE_HDF5, local::get(&INSIDE_HDF5).saturating_sub(1));
+    }
+}
+
+/// The outcome of a read a method of the package's made: its error as
+/// Python's, or the exception a signal handler raised during it even if
+/// the read then ended well (a handler's exception ends the blocking call,
+/// as for any of Python's own).
+fn finished<T>(outcome: Result<T, Error>) -> PyResult<T> {
+    let value = outcome.map_err(to_py)?;
+    match take_stopped() {
+        Some(raised) => Err(raised),
+        None => Ok(value),
     }
 }
 
@@ -512,7 +536,7 @@ impl Remote {
         }
         // The driver's defaults, so that one table of defaults holds for both.
         let builder = vfd::builder(&parsed).map_err(config_error)?;
-        let file = from_python(|| py.detach(|| builder.open(url))).map_err(to_py)?;
+        let file = finished(from_python(|| py.detach(|| builder.open(url))))?;
         Ok(Remote::of(file))
     }
 
@@ -539,7 +563,7 @@ impl Remote {
             wanted.push(offset..end);
         }
         let file = self.file()?;
-        from_python(|| py.detach(|| file.prefetch(wanted))).map_err(to_py)
+        finished(from_python(|| py.detach(|| file.prefetch(wanted))))
     }
 
     /// Up to `n` bytes at `pos` (fewer only at the end of the file).
@@ -552,7 +576,7 @@ impl Remote {
             if buf.is_empty() {
                 return Ok(());
             }
-            from_python(|| py.detach(|| file.read_exact_at(pos, buf))).map_err(to_py)
+            finished(from_python(|| py.detach(|| file.read_exact_at(pos, buf))))
         })
     }
 
@@ -577,7 +601,7 @@ impl Remote {
     ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
         let file = self.file()?;
         let ranges: Vec<std::ops::Range<u64>> = ranges.into_iter().map(|(a, b)| a..b).collect();
-        let parts = from_python(|| py.detach(|| file.read_ranges(&ranges))).map_err(to_py)?;
+        let parts = finished(from_python(|| py.detach(|| file.read_ranges(&ranges))))?;
         Ok(parts.iter().map(|p| PyBytes::new(py, p)).collect())
     }
 

@@ -213,8 +213,9 @@ impl Engine {
 
     /// Fills `buf` with the bytes at `pos` if every block covering them is
     /// cached now (looked up once: no block can go between the look and
-    /// the copy); false, with nothing read, otherwise.
-    pub(crate) fn read_if_cached(&self, pos: u64, buf: &mut [u8]) -> bool {
+    /// the copy); false, with nothing read, otherwise. `note`: the read
+    /// counts for read-ahead (a vectored read's ranges do not).
+    pub(crate) fn read_if_cached(&self, pos: u64, buf: &mut [u8], note: bool) -> bool {
         if buf.is_empty() {
             return true;
         }
@@ -244,7 +245,9 @@ impl Engine {
             }
         }
         copy_out(&blocks, needed.start * self.options.block_size, pos, buf);
-        self.note_read(pos, len, false);
+        if note {
+            self.note_read(pos, len, false);
+        }
         Counters::add(&self.counters.cache_hits, blocks.len() as u64);
         Counters::add(&self.counters.bytes_read, len);
         true
@@ -719,8 +722,11 @@ impl Engine {
             waited_on_guess |= pending.costs_a_round(self.counters.round_mark());
             match pending.wait(fetch.deadline) {
                 Ok(block) => fetch.got.push((i, block)),
-                // This read was stopped: it fetches nothing more.
-                Err(e) if crate::wait::should_stop() => return Err(e),
+                // This read was stopped: it fetches nothing more, and says
+                // why (not what the other reader's fetch met).
+                Err(_) if crate::wait::was_stopped() => {
+                    return crate::wait::check_stopped().map(|()| false);
+                }
                 // A guess or a read-ahead that failed, or a read another
                 // caller stopped, leaves its blocks to be fetched here.
                 Err(e) if optional || e.kind() == ErrorKind::Interrupted => {

@@ -275,7 +275,7 @@ fn a_fetch_of_missing_blocks_that_takes_a_queued_fetch_returns_only_its_own() {
     assert!(got[0].1[..] == bytes[3 * BLOCK as usize..4 * BLOCK as usize]);
     // The rest of the taken fetch went to the cache.
     let mut rest = vec![0u8; 4 * BLOCK as usize];
-    assert!(engine.read_if_cached(2 * BLOCK, &mut rest));
+    assert!(engine.read_if_cached(2 * BLOCK, &mut rest, false));
     assert!(rest[..] == bytes[2 * BLOCK as usize..6 * BLOCK as usize]);
 }
 

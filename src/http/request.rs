@@ -72,6 +72,8 @@ impl Transport {
         let mut url = self.target.read().clone();
         let mut hops = 0;
         loop {
+            // No hop after a stop (draining the last one may have hidden it).
+            crate::wait::check_stopped().map_err(Failure::fatal)?;
             let mut resp = self.send_once(&url, &want, condition, deadline, &mut at)?;
             let status = resp.status().as_u16();
             if !REDIRECT_STATUSES.contains(&status) {

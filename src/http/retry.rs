@@ -259,6 +259,8 @@ impl Transport {
                 Retry::Renew => self.renew_keys(&mut so_far, failure.error),
             };
             if let Err(e) = again {
+                // A stop met while renewing keys or re-resolving says so.
+                crate::wait::check_stopped().map_err(|e| e.with_attempts(so_far.made))?;
                 return Err(e.with_attempts(so_far.made));
             }
             // Sending a request where the file is is no retry.
