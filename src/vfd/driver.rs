@@ -125,7 +125,8 @@ pub fn errno_of(error: &Error) -> Option<i32> {
             ErrorKind::HttpStatus(404 | 410) => Errno::NOENT,
             ErrorKind::HttpStatus(401 | 403) | ErrorKind::Credentials => Errno::ACCESS,
             ErrorKind::Timeout => Errno::TIMEDOUT,
-            ErrorKind::Interrupted => Errno::INTR,
+            // Not EINTR: a stop is for good, and EINTR asks to be retried.
+            ErrorKind::Interrupted => Errno::CANCELED,
             ErrorKind::RemoteChanged => Errno::STALE,
             ErrorKind::Network => match error.io_kind() {
                 Io::ConnectionRefused => Errno::CONNREFUSED,
