@@ -44,6 +44,7 @@ connection a ``ConnectionError``.
 from __future__ import annotations
 
 import atexit
+import ctypes
 import datetime
 import difflib
 import inspect
@@ -668,10 +669,18 @@ class RemoteFile(io.RawIOBase):
             raise TypeError("readinto() needs a writable buffer")
         remote, lock = self._own()
         with lock:
-            data = remote.read_at(self._pos, len(view))
-            self._pos += len(data)
-        view[: len(data)] = data
-        return len(data)
+            n = min(len(view), max(remote.size - self._pos, 0))
+            if n:
+                # Straight into the caller's buffer (no second copy of a
+                # large read): the ctypes array keeps it exported, so it
+                # can be neither resized nor freed during the call.
+                target = (ctypes.c_char * n).from_buffer(view)
+                try:
+                    remote._read_into_address(self._pos, ctypes.addressof(target), n)
+                finally:
+                    del target
+            self._pos += n
+        return n
 
     def read(self, size: Optional[int] = -1) -> bytes:
         self._checkClosed()

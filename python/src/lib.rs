@@ -566,6 +566,38 @@ impl Remote {
         finished(from_python(|| py.detach(|| file.prefetch(wanted))))
     }
 
+    /// Fills the `n` bytes at `address` with the file's bytes at `pos`
+    /// (inside the file), straight from the network or the cache: no
+    /// second buffer. The caller keeps a writable buffer of at least `n`
+    /// bytes at `address` exported (locked in place) for the whole call,
+    /// and lets no other code touch it meanwhile.
+    fn _read_into_address(
+        &self,
+        py: Python<'_>,
+        pos: u64,
+        address: usize,
+        n: usize,
+    ) -> PyResult<()> {
+        let file = self.file()?;
+        let end = pos.checked_add(n as u64).filter(|&end| end <= self.size);
+        if end.is_none() {
+            return Err(PyValueError::new_err(format!(
+                "{n} bytes at {pos} lie past the end of the file ({} bytes)",
+                self.size
+            )));
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        if address == 0 {
+            return Err(PyValueError::new_err("a null address"));
+        }
+        // SAFETY: the caller's promise above: `n` writable bytes at
+        // `address`, which nothing else reads or writes during the call.
+        let buf = unsafe { std::slice::from_raw_parts_mut(address as *mut u8, n) };
+        finished(from_python(|| py.detach(|| file.read_exact_at(pos, buf))))
+    }
+
     /// Up to `n` bytes at `pos` (fewer only at the end of the file).
     fn read_at<'py>(&self, py: Python<'py>, pos: u64, n: usize) -> PyResult<Bound<'py, PyBytes>> {
         let file = self.file()?;

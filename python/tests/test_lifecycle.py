@@ -283,17 +283,27 @@ def test_a_large_read_costs_its_buffer_once(server, files):
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     data = f.read_at(0, f.size)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(len(data), (peak - base) * 1024)
+    del data
+    # Into a buffer of the caller's, through io: nothing beside it.
+    g = remfile_hdf5.RemoteFile(url)
+    into = bytearray(g.size)
+    into[::4096] = b"x" * len(into[::4096])
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    n = g.readinto(memoryview(into)[1:])
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    assert n == g.size - 1 and into[1:4097] == bytes(4096), n
+    print(len(into), (peak - base) * 1024, (after - before) * 1024)
     """
     size = 256 << 20
     with open(os.path.join(files, "big256.bin"), "wb") as out:
         out.truncate(size)
     try:
-        n, grew = map(int, _run(script, server.url("big256.bin")).split())
+        n, grew, grew_into = map(int, _run(script, server.url("big256.bin")).split())
     finally:
         os.remove(os.path.join(files, "big256.bin"))
     assert n == size
     assert grew < size * 1.25, f"peak grew by {grew / size:.2f}x the read"
+    assert grew_into < size * 0.25, f"readinto grew the peak by {grew_into / size:.2f}x"
 
 
 def test_ctrl_c_stops_a_wait_in_a_child_forked_from_another_thread(holding, files):
