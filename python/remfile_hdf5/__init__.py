@@ -29,10 +29,14 @@ from S3, and ``s3_endpoint`` names an S3-compatible store.
 ``REMFILE_OPTIONS`` in the environment (a configuration
 string, ``"cache=1GiB;timeout=60s"``) sets defaults for the whole process.
 
-Reads wait on the network without holding the GIL, also through h5py, so
-other threads run meanwhile; Ctrl-C (any signal whose handler raises) stops
-a wait within a tenth of a second with the handler's exception
-(``KeyboardInterrupt``), and the file stays usable.
+Reads wait on the network without holding the GIL (through h5py, when its
+HDF5 is its own private copy, as in its wheels), so other threads run
+meanwhile. Ctrl-C stops a wait within a tenth of a second with
+``KeyboardInterrupt``; the stopped read lets go of what it held, so the same
+read again fetches at once, and the file stays usable. Inside h5py's calls no
+other signal handler or finalizer runs (HDF5 is not re-entrant): they run
+once the call returns. At interpreter exit every read stops (``OSError``
+with ``ECANCELED`` in threads still reading), so scripts end.
 
 Errors are ``OSError``\\ s with ``errno``, ``strerror`` and ``filename`` (the
 URL without its query string) set, through h5py as from :class:`RemoteFile`:
