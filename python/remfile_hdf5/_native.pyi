@@ -14,6 +14,10 @@ __all__ = [
     "_file_stats",
     "_remote_of_file",
     "_hdf5_version",
+    "_stop_everything",
+    "_releases_gil_inside_hdf5",
+    "_waiting_inside_hdf5",
+    "_forked",
 ]
 
 __version__: str
