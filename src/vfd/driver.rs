@@ -339,15 +339,19 @@ unsafe extern "C" fn close(file: *mut H5FD_t) -> herr_t {
                 crawler.stop();
             }
             // Guesses and the crawl send no further request. Those in
-            // flight are waited for only if what they bring goes to a disk
-            // cache, for the next run (and never past the process's exit
-            // bound); whatever is left then is stopped.
+            // flight are stopped, unless what they bring goes to a disk
+            // cache, for the next run: then the close waits for them (never
+            // past the process's exit bound).
             file.reader.closing.close();
             if file.reader.file.extension().has_disk_cache() {
+                // What they bring is wanted on disk: those still under way
+                // after the wait end on their own (no new request), unless
+                // the process is ending (then every wait is stopped).
                 file.reader.file.wait_for_background_fetches(CLOSE_WAIT);
+            } else {
+                // Wanted by nobody now.
+                file.reader.closing.cancel();
             }
-            // What is still under way is wanted by nobody now.
-            file.reader.closing.cancel();
             drop(file);
         });
         if let Some(host) = wait::host() {
