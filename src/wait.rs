@@ -184,8 +184,7 @@ impl Cancel {
     /// # Ok::<(), remfile::Error>(())
     /// ```
     pub fn run<T>(&self, f: impl FnOnce() -> T) -> T {
-        let outer = CURRENT.try_with(|c| c.borrow().clone()).ok().flatten();
-        let watch = match outer {
+        let watch = match current_watch() {
             None => Watch {
                 cancel: self.clone(),
                 polls_host: false,
@@ -260,15 +259,7 @@ impl Watch {
     /// What this thread watches, for a thread that works for the same read
     /// (which never asks the host: the read's own thread does).
     pub(crate) fn for_helper() -> Option<Watch> {
-        CURRENT
-            .try_with(|c| {
-                c.borrow().as_ref().map(|w| Watch {
-                    cancel: w.cancel.clone(),
-                    polls_host: false,
-                })
-            })
-            .ok()
-            .flatten()
+        current_watch().map(|w| Watch::of(w.cancel))
     }
 
     /// A watch of `cancel` alone, for background work (closing its file
@@ -301,12 +292,15 @@ impl Watch {
     }
 }
 
+/// What the work on this thread watches, if anything (nothing once the
+/// thread's locals are gone).
+fn current_watch() -> Option<Watch> {
+    CURRENT.try_with(|c| c.borrow().clone()).ok().flatten()
+}
+
 /// The cancel the work on this thread watches, if any.
 fn current() -> Option<Cancel> {
-    CURRENT
-        .try_with(|c| c.borrow().as_ref().map(|w| w.cancel.clone()))
-        .ok()
-        .flatten()
+    current_watch().map(|w| w.cancel)
 }
 
 /// The process in which [`stop_everything`] was called (0: none): a child
@@ -344,11 +338,10 @@ pub(crate) fn within_exit_bound(deadline: Instant) -> Instant {
 /// Why the work on this thread should stop, if it should: asks the host
 /// (at most every [`POLL`] / 2) on the thread the host ran the read on.
 fn why_stop() -> Option<Stopped> {
-    let stopped_in = EVERYTHING_STOPPED_IN.load(Relaxed);
-    if stopped_in != 0 && stopped_in == std::process::id() {
+    if process_ending() {
         return Some(Stopped::ProcessEnding);
     }
-    let watch = CURRENT.try_with(|c| c.borrow().clone()).ok().flatten()?;
+    let watch = current_watch()?;
     if let Some(why) = watch.cancel.why_stopped() {
         return Some(why);
     }
@@ -381,11 +374,22 @@ fn time_to_ask() -> bool {
 /// Whether the work on this thread was stopped already, without asking
 /// the host (for code that holds a lock, or decides what others are told).
 pub(crate) fn was_stopped() -> bool {
-    let stopped_in = EVERYTHING_STOPPED_IN.load(Relaxed);
-    if stopped_in != 0 && stopped_in == std::process::id() {
-        return true;
+    why_stopped_already().is_some()
+}
+
+/// Why the work on this thread is stopped already, the host not asked:
+/// the process is ending, or a cancel it watches was cancelled.
+fn why_stopped_already() -> Option<Stopped> {
+    if process_ending() {
+        return Some(Stopped::ProcessEnding);
     }
-    current().is_some_and(|c| c.is_cancelled())
+    current()?.why_stopped()
+}
+
+/// Whether [`stop_everything`] was called in this process.
+fn process_ending() -> bool {
+    let stopped_in = EVERYTHING_STOPPED_IN.load(Relaxed);
+    stopped_in != 0 && stopped_in == std::process::id()
 }
 
 /// Whether the work on this thread should stop now.

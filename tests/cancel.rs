@@ -10,32 +10,15 @@ mod support;
 #[path = "support/tls.rs"]
 mod tls;
 
-use std::io::Read;
-use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
 use remfile::wait::Cancel;
 use remfile::{ErrorKind, RemoteFile};
-use support::{After, RawServer, Reply, raw_serve, test_data};
+use support::{After, RawServer, Reply, hold_until_hung_up, raw_serve, test_data, watchdog};
 
 const PATIENT: Duration = Duration::from_secs(600);
-
-/// Aborts the process if not dropped within `limit` (a hang is a failure):
-/// dropping it drops the sender, which ends the watch.
-struct Watchdog(#[allow(dead_code)] mpsc::Sender<()>);
-
-fn watchdog(limit: Duration) -> Watchdog {
-    let (tx, rx) = mpsc::channel::<()>();
-    std::thread::spawn(move || {
-        if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(limit) {
-            eprintln!("watchdog: a test hung for {limit:?}");
-            std::process::abort();
-        }
-    });
-    Watchdog(tx)
-}
 
 /// A builder whose reads only a cancel can end.
 fn patient() -> remfile::Builder {
@@ -74,30 +57,6 @@ fn stall_first(data: Arc<Vec<u8>>, over: Arc<AtomicBool>) -> (RawServer, Signals
         After::Close
     });
     (server, Signals { arrived, closed })
-}
-
-/// Reads nothing until the client closes the connection (true) or `over`.
-fn hold_until_hung_up(out: &mut TcpStream, over: &AtomicBool) -> bool {
-    out.set_read_timeout(Some(Duration::from_millis(20)))
-        .unwrap();
-    let mut byte = [0u8; 1];
-    loop {
-        match out.read(&mut byte) {
-            Ok(0) => return true,
-            Ok(_) => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                if over.load(SeqCst) {
-                    return false;
-                }
-            }
-            Err(_) => return true,
-        }
-    }
 }
 
 fn read(file: &RemoteFile, pos: u64, len: usize) -> remfile::Result<Vec<u8>> {

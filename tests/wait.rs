@@ -9,15 +9,13 @@
 
 mod support;
 
-use std::io::Read;
-use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
 use remfile::ErrorKind;
 use remfile::wait::{self, Host};
-use support::{After, RawServer, raw_serve, test_data};
+use support::{After, RawServer, hold_until_hung_up, raw_serve, test_data, watchdog};
 
 /// A host that counts the waits it ran and the reads on other threads
 /// than the one it ran them on, and stops them when told.
@@ -66,21 +64,6 @@ fn host() -> std::sync::MutexGuard<'static, ()> {
     guard
 }
 
-/// Aborts the process if not dropped within `limit` (a hang is a failure):
-/// dropping it drops the sender, which ends the watch.
-struct Watchdog(#[allow(dead_code)] mpsc::Sender<()>);
-
-fn watchdog() -> Watchdog {
-    let (tx, rx) = mpsc::channel::<()>();
-    std::thread::spawn(move || {
-        if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(Duration::from_secs(120)) {
-            eprintln!("watchdog: a test hung");
-            std::process::abort();
-        }
-    });
-    Watchdog(tx)
-}
-
 /// A server of `data` that, while `hold` is set, holds every request for
 /// bytes past `from` without an answer until the client hangs up (telling
 /// `arrived` first), and answers the others.
@@ -97,15 +80,12 @@ fn holding_server(
             return raw_serve(&data, req, out);
         }
         let _ = tx.lock().unwrap().send(());
-        hold_until_hung_up(out);
+        // Until the client hangs up: lifting `hold` serves new requests only.
+        static NEVER: AtomicBool = AtomicBool::new(false);
+        hold_until_hung_up(out, &NEVER);
         After::Close
     });
     (server, arrived)
-}
-
-fn hold_until_hung_up(out: &mut TcpStream) {
-    out.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    let _ = out.read(&mut [0u8; 1]);
 }
 
 /// Sets the host's stop once the server holds a request.
@@ -125,7 +105,7 @@ fn patient() -> remfile::Builder {
 #[test]
 fn a_stop_request_ends_a_held_read_on_its_own_thread_and_the_file_reads_right_afterwards() {
     let _host = host();
-    let _dog = watchdog();
+    let _dog = watchdog(Duration::from_secs(120));
     let data = Arc::new(test_data(4 << 20, 7));
     let hold = Arc::new(AtomicBool::new(true));
     let (server, arrived) = holding_server(data.clone(), 256 * 1024, hold.clone());
@@ -170,7 +150,7 @@ fn a_stop_request_ends_a_held_read_on_its_own_thread_and_the_file_reads_right_af
 #[test]
 fn a_stop_request_ends_a_vectored_read_and_an_open() {
     let _host = host();
-    let _dog = watchdog();
+    let _dog = watchdog(Duration::from_secs(120));
     let data = Arc::new(test_data(2 << 20, 8));
     let hold = Arc::new(AtomicBool::new(true));
     let (server, arrived) = holding_server(data.clone(), 64 * 1024, hold.clone());
@@ -205,7 +185,7 @@ fn a_stop_request_ends_a_vectored_read_and_an_open() {
 #[test]
 fn a_reader_of_the_blocks_a_stopped_read_held_fetches_them_while_that_request_is_still_held() {
     let _host = host();
-    let _dog = watchdog();
+    let _dog = watchdog(Duration::from_secs(120));
     let data = Arc::new(test_data(2 << 20, 9));
     let hold = Arc::new(AtomicBool::new(true));
     let (server, arrived) = holding_server(data.clone(), 64 * 1024, hold.clone());

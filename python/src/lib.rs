@@ -121,7 +121,7 @@ impl wait::Host for PythonHost {
     fn stop_not_needed(&self) {
         if local::get(&FROM_PYTHON) {
             // The package's own method raises the handler's exception once
-            // the read is done (see `finished`).
+            // the read is done (see `from_python`).
             return;
         }
         let Some(raised) = take_stopped() else {
@@ -240,24 +240,23 @@ impl Drop for WaitingInsideHdf5 {
     }
 }
 
-/// The outcome of a read a method of the package's made: its error as
-/// Python's, or the exception a signal handler raised during it even if
-/// the read then ended well (a handler's exception ends the blocking call,
-/// as for any of Python's own).
-fn finished<T>(outcome: Result<T, Error>) -> PyResult<T> {
+/// Runs `read`, a read (or open) one of the package's own methods asks
+/// for, without the GIL and with every signal handler allowed to run (see
+/// `PythonHost`). Its error as Python's; or the exception a signal handler
+/// raised meanwhile, even if the read then ended well (a handler's
+/// exception ends the blocking call, as for any of Python's own).
+fn from_python<T: Send>(
+    py: Python<'_>,
+    read: impl FnOnce() -> Result<T, Error> + Send,
+) -> PyResult<T> {
+    let outer = local::replace(&FROM_PYTHON, true);
+    let outcome = py.detach(read);
+    local::replace(&FROM_PYTHON, outer);
     let value = outcome.map_err(to_py)?;
     match take_stopped() {
         Some(raised) => Err(raised),
         None => Ok(value),
     }
-}
-
-/// Runs `f` as a read the package's own Python-facing method asked for.
-fn from_python<T>(f: impl FnOnce() -> T) -> T {
-    let outer = local::replace(&FROM_PYTHON, true);
-    let out = f();
-    local::replace(&FROM_PYTHON, outer);
-    out
 }
 
 /// Whether SIGINT's handler is Python's own (`signal.default_int_handler`,
@@ -309,15 +308,20 @@ mod gil {
     /// it held (see [`release_inside_hdf5`]).
     static RELEASE_INSIDE_HDF5: AtomicBool = AtomicBool::new(false);
 
+    /// The address of the function `name` among the process's global
+    /// symbols (the interpreter's), if it has one: for what the limited API
+    /// PyO3 binds for abi3 modules leaves out.
+    fn global(name: &std::ffi::CStr) -> Option<*mut c_void> {
+        // SAFETY: a look-up in the process's global symbols.
+        let f = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+        (!f.is_null()).then_some(f)
+    }
+
     /// Learns how to read the thread state on this Python (`version` is
     /// `sys.version_info[:2]`).
     pub(super) fn init(version: (u32, u32)) {
-        let found = |name: &std::ffi::CStr| {
-            // SAFETY: a look-up in the process's global symbols.
-            let f = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
-            // SAFETY: both symbols have this signature.
-            (!f.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, Unchecked>(f) })
-        };
+        // SAFETY: both symbols have this signature.
+        let found = |name| global(name).map(|f| unsafe { std::mem::transmute::<_, Unchecked>(f) });
         let current =
             found(c"PyThreadState_GetUnchecked").or_else(|| found(c"_PyThreadState_UncheckedGet"));
         let _ = PROBE.set(Probe {
@@ -416,13 +420,9 @@ mod gil {
         type Switch = unsafe extern "C" fn() -> std::ffi::c_int;
         static SWITCHES: OnceLock<Option<(Switch, Switch)>> = OnceLock::new();
         let switches = SWITCHES.get_or_init(|| {
-            let found = |name: &std::ffi::CStr| {
-                // SAFETY: a look-up in the process's global symbols.
-                let f = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
-                // SAFETY: PyGC_Disable and PyGC_Enable (3.10+) both have
-                // this signature.
-                (!f.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, Switch>(f) })
-            };
+            // SAFETY: PyGC_Disable and PyGC_Enable (3.10+) both have this
+            // signature.
+            let found = |name| global(name).map(|f| unsafe { std::mem::transmute::<_, Switch>(f) });
             Some((found(c"PyGC_Disable")?, found(c"PyGC_Enable")?))
         });
         // SAFETY: the caller holds the GIL.
@@ -536,7 +536,7 @@ impl Remote {
         }
         // The driver's defaults, so that one table of defaults holds for both.
         let builder = vfd::builder(&parsed).map_err(config_error)?;
-        let file = finished(from_python(|| py.detach(|| builder.open(url))))?;
+        let file = from_python(py, || builder.open(url))?;
         Ok(Remote::of(file))
     }
 
@@ -563,7 +563,7 @@ impl Remote {
             wanted.push(offset..end);
         }
         let file = self.file()?;
-        finished(from_python(|| py.detach(|| file.prefetch(wanted))))
+        from_python(py, || file.prefetch(wanted))
     }
 
     /// Fills the `n` bytes at `address` with the file's bytes at `pos`
@@ -595,7 +595,7 @@ impl Remote {
         // SAFETY: the caller's promise above: `n` writable bytes at
         // `address`, which nothing else reads or writes during the call.
         let buf = unsafe { std::slice::from_raw_parts_mut(address as *mut u8, n) };
-        finished(from_python(|| py.detach(|| file.read_exact_at(pos, buf))))
+        from_python(py, || file.read_exact_at(pos, buf))
     }
 
     /// Up to `n` bytes at `pos` (fewer only at the end of the file).
@@ -608,7 +608,7 @@ impl Remote {
             if buf.is_empty() {
                 return Ok(());
             }
-            finished(from_python(|| py.detach(|| file.read_exact_at(pos, buf))))
+            from_python(py, || file.read_exact_at(pos, buf))
         })
     }
 
@@ -633,7 +633,7 @@ impl Remote {
     ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
         let file = self.file()?;
         let ranges: Vec<std::ops::Range<u64>> = ranges.into_iter().map(|(a, b)| a..b).collect();
-        let parts = finished(from_python(|| py.detach(|| file.read_ranges(&ranges))))?;
+        let parts = from_python(py, || file.read_ranges(&ranges))?;
         Ok(parts.iter().map(|p| PyBytes::new(py, p)).collect())
     }
 

@@ -59,18 +59,24 @@ _HELD = """
             time.sleep(0.01)
 """
 
-
-def test_ctrl_c_then_the_same_read_through_the_same_file_fetches_at_once(holding, files):
-    # The first read's request is held by the server until its client
-    # hangs up; the stall is then lifted for new requests only. The second
-    # read must make its own request, not wait for the first's.
-    script = _HELD + """
-    import os, signal, sys, threading
+# Opens the served data.h5 through the driver (`ds`, its contiguous
+# dataset), then has the server hold every later request past its start.
+_HELD_DATASET = _HELD + """
+    import sys, threading
     import h5py, remfile_hdf5
     url, base = sys.argv[1:]
     f = h5py.File(url, "r", driver="remfile", metadata_prefetch=False, timeout=600)
     ds = f["contiguous"]
     urllib.request.urlopen(base + "/__stall?hold").read()
+"""
+
+
+def test_ctrl_c_then_the_same_read_through_the_same_file_fetches_at_once(holding, files):
+    # The first read's request is held by the server until its client
+    # hangs up; the stall is then lifted for new requests only. The second
+    # read must make its own request, not wait for the first's.
+    script = _HELD_DATASET + """
+    import os, signal
     def interrupt():
         wait_until_held(base)
         os.kill(os.getpid(), signal.SIGINT)
@@ -98,13 +104,7 @@ def test_ctrl_c_then_the_same_read_through_the_same_file_fetches_at_once(holding
 
 
 def test_a_script_ends_while_a_daemon_thread_reads_through_the_driver(holding, files):
-    script = _HELD + """
-    import sys, threading
-    import h5py, remfile_hdf5
-    url, base = sys.argv[1:]
-    f = h5py.File(url, "r", driver="remfile", metadata_prefetch=False, timeout=600)
-    ds = f["contiguous"]
-    urllib.request.urlopen(base + "/__stall?hold").read()
+    script = _HELD_DATASET + """
     def reader():
         while True:
             try:

@@ -213,42 +213,45 @@ impl Engine {
 
     /// Fills `buf` with the bytes at `pos` if every block covering them is
     /// cached now (looked up once: no block can go between the look and
-    /// the copy); false, with nothing read, otherwise. `note`: the read
-    /// counts for read-ahead (a vectored read's ranges do not).
+    /// the copy), or the side store holds them now; false, with nothing
+    /// read, otherwise. `note`: the read counts for read-ahead (a vectored
+    /// read's ranges do not).
     pub(crate) fn read_if_cached(&self, pos: u64, buf: &mut [u8], note: bool) -> bool {
         if buf.is_empty() {
             return true;
         }
+        let served = self.copy_if_cached(pos, buf) || self.read_from_side_store(pos, buf, false);
+        if served && note {
+            self.note_read(pos, buf.len() as u64, false);
+        }
+        served
+    }
+
+    /// Copies the bytes at `pos` out of the cache if every block covering
+    /// them is there (a small read inside one block, the common case,
+    /// without an allocation).
+    fn copy_if_cached(&self, pos: u64, buf: &mut [u8]) -> bool {
         let len = buf.len() as u64;
-        if let Some(store) = &self.side_store {
-            // Bytes the store holds now, served without a wait (a deadline
-            // of now: a piece still coming is no hit).
-            let now = self.counters.round_mark();
-            if store.holds(pos..pos + len)
-                && matches!(
-                    store.read(pos, buf, Instant::now(), now),
-                    Served::Yes { .. }
-                )
-            {
-                self.note_read(pos, len, false);
-                Counters::add(&self.counters.cache_hits, 1);
-                Counters::add(&self.counters.bytes_read, len);
-                return true;
+        let bs = self.options.block_size;
+        let needed = plan::blocks_covering(pos, len, bs);
+        let count = needed.end - needed.start;
+        if count == 1 {
+            let Some(block) = self.cache.get(&self.key, needed.start) else {
+                return false;
+            };
+            let offset = (pos - needed.start * bs) as usize;
+            buf.copy_from_slice(&block[offset..offset + buf.len()]);
+        } else {
+            let mut blocks = Vec::with_capacity(count as usize);
+            for i in needed.clone() {
+                match self.cache.get(&self.key, i) {
+                    Some(block) => blocks.push(block),
+                    None => return false,
+                }
             }
+            copy_out(&blocks, needed.start * bs, pos, buf);
         }
-        let needed = plan::blocks_covering(pos, len, self.options.block_size);
-        let mut blocks = Vec::with_capacity((needed.end - needed.start) as usize);
-        for i in needed.clone() {
-            match self.cache.get(&self.key, i) {
-                Some(block) => blocks.push(block),
-                None => return false,
-            }
-        }
-        copy_out(&blocks, needed.start * self.options.block_size, pos, buf);
-        if note {
-            self.note_read(pos, len, false);
-        }
-        Counters::add(&self.counters.cache_hits, blocks.len() as u64);
+        Counters::add(&self.counters.cache_hits, count);
         Counters::add(&self.counters.bytes_read, len);
         true
     }
@@ -266,10 +269,9 @@ impl Engine {
         let len = buf.len() as u64;
         let bs = self.options.block_size;
         let needed = plan::blocks_covering(pos, len, bs);
-        if needed.end - needed.start == 1 && self.read_one_cached(pos, buf, needed.start) {
-            return Ok(());
-        }
-        if self.read_from_side_store(pos, buf) {
+        // (What the caches held when the caller looked it served itself:
+        // see `read_if_cached`. Pieces still coming are waited for here.)
+        if self.read_from_side_store(pos, buf, true) {
             self.note_read(pos, len, false);
             return Ok(());
         }
@@ -309,27 +311,23 @@ impl Engine {
         Ok(())
     }
 
-    /// The common case of a small read inside one cached block, served
-    /// without an allocation. False if the block is not cached.
-    fn read_one_cached(&self, pos: u64, buf: &mut [u8], index: u64) -> bool {
-        let Some(block) = self.cache.get(&self.key, index) else {
-            return false;
-        };
-        let offset = (pos - index * self.options.block_size) as usize;
-        buf.copy_from_slice(&block[offset..offset + buf.len()]);
-        self.note_read(pos, buf.len() as u64, false);
-        Counters::add(&self.counters.cache_hits, 1);
-        Counters::add(&self.counters.bytes_read, buf.len() as u64);
-        true
-    }
-
     /// Serves a read from the side store, if it holds the bytes (waiting for
-    /// those it was promised). False unless it holds them all.
-    fn read_from_side_store(&self, pos: u64, buf: &mut [u8]) -> bool {
+    /// those it was promised, if `wait`). False unless it holds them all.
+    fn read_from_side_store(&self, pos: u64, buf: &mut [u8], wait: bool) -> bool {
         let Some(store) = &self.side_store else {
             return false;
         };
-        let deadline = Instant::now() + self.options.read_timeout;
+        let range = pos..pos + buf.len() as u64;
+        // Without a wait, only bytes here now: a piece still coming is
+        // neither waited for nor marked as waited for.
+        if !wait && !store.holds(range) {
+            return false;
+        }
+        let deadline = if wait {
+            Instant::now() + self.options.read_timeout
+        } else {
+            Instant::now()
+        };
         let now = self.counters.round_mark();
         let Served::Yes { cost_a_round } = store.read(pos, buf, deadline, now) else {
             return false;
@@ -418,7 +416,7 @@ impl Engine {
         let mut reads: Vec<(u64, &mut [u8])> = reads
             .iter_mut()
             .filter_map(|(pos, buf)| {
-                let served = !buf.is_empty() && self.read_from_side_store(*pos, buf);
+                let served = !buf.is_empty() && self.read_from_side_store(*pos, buf, true);
                 (!served).then_some((*pos, &mut **buf))
             })
             .collect();

@@ -648,3 +648,45 @@ pub fn sparse_server(head: Vec<u8>) -> (RawServer, Arc<std::sync::atomic::Atomic
     });
     (server, sent)
 }
+
+/// Aborts the test binary if not dropped within `limit`: a test that hangs
+/// fails rather than freezing the run. Dropping it drops the sender, which
+/// ends the watch.
+pub struct Watchdog(#[allow(dead_code)] std::sync::mpsc::Sender<()>);
+
+pub fn watchdog(limit: Duration) -> Watchdog {
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(limit) {
+            eprintln!("watchdog: a test hung for {limit:?}");
+            std::process::abort();
+        }
+    });
+    Watchdog(tx)
+}
+
+/// Answers nothing on `out` until the client closes the connection (true)
+/// or `over` is set (false): a request held for as long as its client waits.
+pub fn hold_until_hung_up(out: &mut TcpStream, over: &AtomicBool) -> bool {
+    use std::io::Read;
+    out.set_read_timeout(Some(Duration::from_millis(20)))
+        .unwrap();
+    let mut byte = [0u8; 1];
+    loop {
+        match out.read(&mut byte) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                if over.load(Ordering::SeqCst) {
+                    return false;
+                }
+            }
+            Err(_) => return true,
+        }
+    }
+}
