@@ -797,3 +797,110 @@ fn read_hyperslab_fetches_exactly_the_selections_chunks_in_one_round() {
     let ahead = h5::driver_info(&ds.file().unwrap()).unwrap().prefetch;
     assert_eq!(ahead.chunk_bytes_ahead, 0, "nothing guessed: {ahead:?}");
 }
+
+/// The HDF5 builder with the test builder's timeouts and a link that does
+/// not depend on timing; a cache of `capacity` bytes for the files to share.
+fn many_files_builder(capacity: u64) -> remfile::Builder {
+    h5::builder()
+        .proxy_from_env(false)
+        .link(remfile::Link::Ignored)
+        .read_timeout(Duration::from_secs(20))
+        .cache(remfile::BlockCache::new(capacity))
+}
+
+/// Bytes the server sent bodies of, by its log.
+fn bytes_served(server: &RangeServer) -> u64 {
+    server
+        .ranges()
+        .iter()
+        .map(|(first, last)| last + 1 - first)
+        .sum()
+}
+
+#[test]
+fn files_prefetched_together_open_and_walk_with_no_request() {
+    let server = serve(nwb_file()).with_hook(|req, reply| {
+        if req.path == "/gone.nwb" {
+            Reply::new(404)
+        } else {
+            reply
+        }
+    });
+    let local = h5::File::open(nwb_file()).unwrap();
+    let urls: Vec<String> = ["/a.nwb", "/gone.nwb", "/b.nwb", "/c.nwb"]
+        .iter()
+        .map(|p| server.url(p))
+        .collect();
+    let ahead = h5::OpenOptions::new()
+        .remote(many_files_builder(256 << 20))
+        .prefetch_files(&urls);
+    let progress = ahead.wait().unwrap();
+    assert_eq!((progress.crawled, progress.failed), (3, 1), "{progress:?}");
+    let errors = ahead.errors();
+    assert_eq!(errors.len(), 1);
+    assert_eq!(errors[0].0, urls[1]);
+    assert_eq!(errors[0].1.kind(), remfile::ErrorKind::HttpStatus(404));
+    let before = server.requests();
+    for url in [&urls[0], &urls[2], &urls[3]] {
+        let file = ahead.open(url).unwrap();
+        assert_eq!(
+            h5files::walk_metadata(&file).unwrap(),
+            h5files::walk_metadata(&local).unwrap()
+        );
+    }
+    assert_eq!(server.requests(), before, "opens and walks sent requests");
+    // The failed file fails at its own open, with its own error.
+    let failed = ahead.open(&urls[1]).unwrap_err();
+    assert_eq!(
+        failed.remote().map(|e| e.kind()),
+        Some(remfile::ErrorKind::HttpStatus(404))
+    );
+    assert_eq!(ahead.progress().opened, 4);
+}
+
+#[test]
+fn a_batch_of_files_stays_within_its_bound_until_they_are_opened() {
+    let server = serve(nwb_file());
+    let local = h5::File::open(nwb_file()).unwrap();
+    let fetched_by = |file: &h5::File| {
+        let info = h5::driver_info(file).unwrap();
+        info.remote.stats().bytes_fetched
+    };
+    // What one file's open, crawl and walk fetch, alone.
+    let one = h5::OpenOptions::new()
+        .remote(many_files_builder(256 << 20))
+        .prefetch_files([server.url("/alone.nwb")]);
+    one.wait().unwrap();
+    let file = one.open(server.url("/alone.nwb")).unwrap();
+    h5files::walk_metadata(&file).unwrap();
+    let per_file = fetched_by(&file);
+    drop((file, one));
+    // Half of the cache, the batch's bound, holds about three such files.
+    let capacity = 7 * per_file;
+    let urls: Vec<String> = (0..12).map(|i| server.url(&format!("/{i}.nwb"))).collect();
+    let ahead = h5::OpenOptions::new()
+        .remote(many_files_builder(capacity))
+        .prefetch_files(&urls);
+    let progress = ahead.wait().unwrap();
+    assert!(progress.waiting_for_opens, "{progress:?}");
+    assert!(
+        (1..=4).contains(&progress.crawled) && progress.pending > 0,
+        "{progress:?}"
+    );
+    assert!(progress.bytes_ahead <= capacity / 2, "{progress:?}");
+    // Each open gives room back: the batch goes on ahead of the opens, and
+    // nothing it fetched is evicted before its file is opened.
+    let mut fetched = 0;
+    for url in &urls {
+        let file = ahead.open(url).unwrap();
+        assert_eq!(
+            h5files::walk_metadata(&file).unwrap(),
+            h5files::walk_metadata(&local).unwrap()
+        );
+        fetched += fetched_by(&file);
+    }
+    assert!(
+        fetched <= 12 * per_file + per_file / 2,
+        "{fetched} bytes for 12 files of {per_file}"
+    );
+}

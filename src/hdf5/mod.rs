@@ -57,6 +57,7 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 mod chunks;
+mod many;
 mod register;
 
 use std::ffi::{CString, c_void};
@@ -90,6 +91,7 @@ pub use crate::vfd::prefetch::PrefetchStats;
 use crate::vfd::prefetch::Prefetcher;
 use crate::vfd::source::{self, Source};
 use crate::{Builder, RemoteFile};
+pub use many::{PrefetchProgress, PrefetchedFiles, prefetch_files};
 
 /// Options for opening a remote HDF5 file: HDF5's caches, and a hook for any
 /// other file-access setting.
@@ -256,7 +258,15 @@ impl OpenOptions {
     /// Opens `file` as HDF5, read-only. The file (and its connections and
     /// cache) stays alive until the last HDF5 object using it is dropped.
     pub fn open(&self, file: RemoteFile) -> Result<File, OpenError> {
-        let reader = Source::new(file, self.metadata_prefetch, self.chunk_read_ahead);
+        self.open_reader(Source::new(
+            file,
+            self.metadata_prefetch,
+            self.chunk_read_ahead,
+        ))
+    }
+
+    /// Opens what `reader` reads as HDF5.
+    fn open_reader(&self, reader: Arc<Source>) -> Result<File, OpenError> {
         let name = CString::new(reader.file.url().replace('\0', "")).unwrap_or_default();
         let result = hdf5_metno::sync::sync(|| self.open_locked(&reader, &name));
         result.map_err(|hdf5| {

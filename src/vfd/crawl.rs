@@ -164,101 +164,104 @@ impl Shared {
         Shared::queue(&self, &mut signal);
     }
 
-    /// Crawls one wave: parses the frontier's cached targets (and what they
-    /// point to that is cached, and so on), then fetches the others (in one
-    /// round where the connections allow) and parses them. Returns whether the frontier had targets.
     fn wave(&self) -> bool {
-        let mut missing = Vec::new();
-        let mut any = false;
-        loop {
-            let wave = self.prefetch.lock().take_wave();
-            if wave.is_empty() {
-                break;
-            }
-            any = true;
-            missing.extend(wave.into_iter().filter(|t| !self.parse(t)));
-        }
-        if missing.is_empty() {
-            return any;
-        }
-        // A chunk index's nodes lie among its chunks: the gaps between them
-        // are raw data, never worth fetching with them.
-        let (among_data, clustered): (Vec<&Target>, Vec<&Target>) =
-            missing.iter().partition(|t| t.what.lies_among_raw_data());
-        let ranges = |ts: Vec<&Target>| ts.iter().map(|t| t.bytes.clone()).collect::<Vec<_>>();
-        let gap = spans::gap_worth_filling(self.file.link_estimate());
-        // A fast link whose bodies all come at once has no ordinary
-        // estimate, but it carries guesses at least as fast as they came.
-        let budget = spans::guess_budget(
-            self.file.extension().guess_link_estimate(),
-            self.file.extension().guess_concurrency(),
-            self.file.cache().capacity(),
-        );
-        let allowed = self.prefetch.lock().allowance(budget);
-        let block_size = self.file.block_size();
-        let wanted = spans::within_budget(
-            &ranges(clustered),
-            &ranges(among_data),
-            gap,
-            allowed,
-            block_size,
-        );
-        // More spans than lanes take more than one round: merge the closest
-        // while the gaps cost less than the round they save.
-        let room = (allowed / 2).saturating_sub(spans::cost(&wanted, block_size));
-        let fitted = spans::fit_lanes(
-            wanted.clone(),
-            self.file.extension().guess_concurrency(),
-            gap,
-            room,
-        );
-        // Merging the sparse spans may turn the wave from pieces into whole
-        // blocks, priced differently: kept only if it still fits.
-        let wanted = if spans::cost(&fitted, block_size) <= allowed / 2 {
-            fitted
-        } else {
-            wanted
-        };
-        if self.signal.lock().stop {
-            return false;
-        }
-        let fetched = if spans::as_pieces(&wanted, self.file.block_size()) {
-            self.file.extension().guess_pieces(wanted, allowed)
-        } else {
-            self.file.extension().prefetch_here(wanted, allowed)
-        };
-        self.prefetch.lock().fetched(fetched);
-        for target in &missing {
-            self.parse(target);
-        }
-        true
+        wave(&self.prefetch, &self.file, || self.signal.lock().stop)
     }
+}
 
-    /// Parses `target` if its bytes are cached (a target only fetched
-    /// counts as parsed once they are); false if they are not.
-    fn parse(&self, target: &Target) -> bool {
-        if !target.what.is_parsed() {
-            return self.file.extension().is_cached(target.bytes.clone());
+/// Crawls one wave: parses the frontier's cached targets (and what they
+/// point to that is cached, and so on), then fetches the others (in one
+/// round where the connections allow) and parses them. Returns whether the frontier had targets.
+pub(crate) fn wave(
+    prefetch: &DataMutex<Prefetcher>,
+    file: &RemoteFile,
+    stopped: impl Fn() -> bool,
+) -> bool {
+    let mut missing = Vec::new();
+    let mut any = false;
+    loop {
+        let wave = prefetch.lock().take_wave();
+        if wave.is_empty() {
+            break;
         }
-        let start = target.bytes.start;
-        // Bounded whatever the bytes that pointed here said.
-        let guessed = ((target.bytes.end - start) as usize).min(MAX_PIECE);
-        let mut bytes = self.file.extension().cached_from(start, guessed);
-        if bytes.is_empty() {
-            return false;
-        }
-        // A structure longer than guessed is parsed whole if the rest is
-        // at hand (else the prefetch fetches it).
-        let whole = self.prefetch.lock().declared_len(target, &bytes);
-        if let Some(whole) = whole.filter(|&w| w > bytes.len()) {
-            bytes = self
-                .file
-                .extension()
-                .cached_from(start, whole.min(MAX_PIECE));
-        }
-        self.prefetch
-            .lock()
-            .on_crawled(target, &bytes, self.file.len());
-        true
+        any = true;
+        missing.extend(wave.into_iter().filter(|t| !parse(prefetch, file, t)));
     }
+    if missing.is_empty() {
+        return any;
+    }
+    // A chunk index's nodes lie among its chunks: the gaps between them
+    // are raw data, never worth fetching with them.
+    let (among_data, clustered): (Vec<&Target>, Vec<&Target>) =
+        missing.iter().partition(|t| t.what.lies_among_raw_data());
+    let ranges = |ts: Vec<&Target>| ts.iter().map(|t| t.bytes.clone()).collect::<Vec<_>>();
+    let gap = spans::gap_worth_filling(file.link_estimate());
+    // A fast link whose bodies all come at once has no ordinary
+    // estimate, but it carries guesses at least as fast as they came.
+    let budget = spans::guess_budget(
+        file.extension().guess_link_estimate(),
+        file.extension().guess_concurrency(),
+        file.cache().capacity(),
+    );
+    let allowed = prefetch.lock().allowance(budget);
+    let block_size = file.block_size();
+    let wanted = spans::within_budget(
+        &ranges(clustered),
+        &ranges(among_data),
+        gap,
+        allowed,
+        block_size,
+    );
+    // More spans than lanes take more than one round: merge the closest
+    // while the gaps cost less than the round they save.
+    let room = (allowed / 2).saturating_sub(spans::cost(&wanted, block_size));
+    let fitted = spans::fit_lanes(
+        wanted.clone(),
+        file.extension().guess_concurrency(),
+        gap,
+        room,
+    );
+    // Merging the sparse spans may turn the wave from pieces into whole
+    // blocks, priced differently: kept only if it still fits.
+    let wanted = if spans::cost(&fitted, block_size) <= allowed / 2 {
+        fitted
+    } else {
+        wanted
+    };
+    if stopped() {
+        return false;
+    }
+    let fetched = if spans::as_pieces(&wanted, file.block_size()) {
+        file.extension().guess_pieces(wanted, allowed)
+    } else {
+        file.extension().prefetch_here(wanted, allowed)
+    };
+    prefetch.lock().fetched(fetched);
+    for target in &missing {
+        parse(prefetch, file, target);
+    }
+    true
+}
+
+/// Parses `target` if its bytes are cached (a target only fetched
+/// counts as parsed once they are); false if they are not.
+fn parse(prefetch: &DataMutex<Prefetcher>, file: &RemoteFile, target: &Target) -> bool {
+    if !target.what.is_parsed() {
+        return file.extension().is_cached(target.bytes.clone());
+    }
+    let start = target.bytes.start;
+    // Bounded whatever the bytes that pointed here said.
+    let guessed = ((target.bytes.end - start) as usize).min(MAX_PIECE);
+    let mut bytes = file.extension().cached_from(start, guessed);
+    if bytes.is_empty() {
+        return false;
+    }
+    // A structure longer than guessed is parsed whole if the rest is
+    // at hand (else the prefetch fetches it).
+    let whole = prefetch.lock().declared_len(target, &bytes);
+    if let Some(whole) = whole.filter(|&w| w > bytes.len()) {
+        bytes = file.extension().cached_from(start, whole.min(MAX_PIECE));
+    }
+    prefetch.lock().on_crawled(target, &bytes, file.len());
+    true
 }

@@ -16,6 +16,7 @@ pub(crate) mod driver;
 pub(crate) mod ffi;
 #[cfg(all(feature = "vfd", unix))]
 pub mod loader;
+pub mod many;
 pub(crate) mod prefetch;
 mod report;
 pub(crate) mod source;

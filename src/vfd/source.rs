@@ -11,6 +11,7 @@ use parking_lot::Mutex;
 
 use super::config::{self, Config, ConfigError, Setting};
 use super::crawl::Crawler;
+use super::many::Prefetched;
 use super::prefetch::{PrefetchStats, Prefetcher};
 use crate::process::workers::Closing;
 use crate::s3::KeyPart;
@@ -43,24 +44,45 @@ static LIVE_READERS: AtomicUsize = AtomicUsize::new(0);
 
 impl Source {
     pub fn new(file: RemoteFile, metadata: bool, chunks: bool) -> Arc<Source> {
+        Source::prefetched(
+            Prefetched {
+                file,
+                prefetch: None,
+            },
+            metadata,
+            chunks,
+        )
+    }
+
+    /// As [`new`](Self::new), for a file that a batch of many files opened
+    /// and crawled ([`super::many`]): its crawl goes on from what that one
+    /// found.
+    pub fn prefetched(prefetched: Prefetched, metadata: bool, chunks: bool) -> Arc<Source> {
         LIVE_READERS.fetch_add(1, Relaxed);
+        let Prefetched {
+            file,
+            prefetch: found,
+        } = prefetched;
         let closing = Closing::default();
-        let prefetch = (metadata || chunks).then(|| {
-            let mut prefetch = Prefetcher::new(metadata, chunks);
-            // What an earlier run's crawl guessed, kept on disk, counts as
-            // guessed by this one: a warm run guesses no further than the
-            // cold one did.
-            prefetch.fetched(file.extension().pieces_from_disk());
-            Arc::new(Mutex::new(prefetch))
+        let started = found.is_some();
+        let prefetch = found.or_else(|| {
+            (metadata || chunks).then(|| {
+                let mut prefetch = Prefetcher::new(metadata, chunks);
+                // What an earlier run's crawl guessed, kept on disk, counts as
+                // guessed by this one: a warm run guesses no further than the
+                // cold one did.
+                prefetch.fetched(file.extension().pieces_from_disk());
+                Arc::new(Mutex::new(prefetch))
+            })
         });
         let crawler = match &prefetch {
             Some(p) if metadata => Some(Crawler::new(Arc::clone(p), file.clone(), closing.clone())),
             _ => None,
         };
         // The crawl starts now, from what opening the file fetched, while
-        // HDF5 is still setting up.
+        // HDF5 is still setting up (or goes on with what the batch's left).
         if let (Some(p), Some(crawler)) = (&prefetch, &crawler) {
-            if p.lock().start() {
+            if started || p.lock().start() {
                 crawler.wake();
             }
         }
@@ -357,6 +379,17 @@ pub(crate) fn open_source(url: &str, config: &str) -> Result<Arc<Source>, String
              open local files with another driver (in h5py, driver=\"sec2\")"
         ));
     }
+    if let Some(prefetched) = super::many::take_registered(url, &config) {
+        let source = Source::prefetched(
+            prefetched,
+            config.metadata_prefetch(),
+            config.chunk_read_ahead(),
+        );
+        if config.stats() || stats_from_env() {
+            source.report_at_close();
+        }
+        return Ok(source);
+    }
     let file = builder(&config)
         .map_err(|e| e.to_string())?
         .open(url)
@@ -369,12 +402,15 @@ pub(crate) fn open_source(url: &str, config: &str) -> Result<Arc<Source>, String
             super::driver::with_errno(format!("cannot open the remote file: {e}"), &e)
         })?;
     let source = Source::new(file, config.metadata_prefetch(), config.chunk_read_ahead());
-    let from_env =
-        std::env::var("REMFILE_STATS").is_ok_and(|v| config::parse_switch(&v) == Some(true));
-    if config.stats() || from_env {
+    if config.stats() || stats_from_env() {
         source.report_at_close();
     }
     Ok(source)
+}
+
+/// Whether `REMFILE_STATS` asks for every file's statistics at close.
+fn stats_from_env() -> bool {
+    std::env::var("REMFILE_STATS").is_ok_and(|v| config::parse_switch(&v) == Some(true))
 }
 
 /// Whether `name` is an `http://`, `https://` or `s3://` URL.

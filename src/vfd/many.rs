@@ -1,0 +1,565 @@
+//! The metadata of many files, fetched at once ahead of their opens.
+//!
+//! A survey opens file after file, and HDF5 opens each one read by
+//! dependent read: however few rounds one open costs, N files cost N times
+//! that. The crawl's parsers need no HDF5, so a [`Batch`] opens the files
+//! and crawls their metadata graphs side by side, [`FILES_AT_ONCE`] at a
+//! time, into the process's shared block cache (and the disk cache, if one
+//! is given). An open of one of them then takes its remote file, already
+//! opened, with what its crawl found, and HDF5 reads its metadata from
+//! memory.
+//!
+//! A batch runs ahead of the opens, never without bound: it starts no
+//! further file while the files it crawled that are not opened yet hold
+//! half of the cache (their blocks would push each other out before they
+//! were read) or number [`FILES_AHEAD`]. Each open gives room back, so a
+//! survey of 10,000 URLs keeps at most that much ahead of its reader.
+//!
+//! A file that fails here fails only here: its open (if it comes) opens it
+//! afresh and reports its own error.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex as DataMutex;
+
+use super::config::Config;
+use super::crawl;
+use super::prefetch::Prefetcher;
+use crate::process::workers::Closing;
+use crate::sync::{Condvar, Mutex, Wedged};
+use crate::{Builder, Error, RemoteFile};
+
+/// The most files a batch opens and crawls at once (a thread each).
+pub const FILES_AT_ONCE: usize = 16;
+
+/// The most files a batch keeps crawled ahead of their opens.
+pub const FILES_AHEAD: usize = 64;
+
+/// The files of a batch being opened and crawled: a thread each, which
+/// sends its requests as background work.
+pub(crate) type SharedPrefetch = Arc<DataMutex<Prefetcher>>;
+
+/// What one open of a batch's file takes: the remote file, opened, and the
+/// prefetch its crawl filled (which the open's own crawl goes on with).
+pub(crate) struct Prefetched {
+    pub file: RemoteFile,
+    pub prefetch: Option<SharedPrefetch>,
+}
+
+/// How far a batch has gone.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Progress {
+    /// The files it was given (a URL given twice counts once).
+    pub files: usize,
+    /// Files opened and crawled, waiting for their opens.
+    pub crawled: usize,
+    /// Files taken by their opens (crawled or not).
+    pub opened: usize,
+    /// Files that failed here (their opens try again).
+    pub failed: usize,
+    /// Files not started or under way.
+    pub pending: usize,
+    /// Whether the batch waits for opens before it starts another file:
+    /// the files crawled ahead fill its bound.
+    pub waiting_for_opens: bool,
+    /// Bytes the batch fetched for the files not opened yet.
+    pub bytes_ahead: u64,
+}
+
+impl Progress {
+    /// Whether the batch has nothing left to do before more files are
+    /// opened: every file crawled, failed or opened, or its bound reached.
+    pub fn is_settled(&self) -> bool {
+        self.pending == 0 || self.waiting_for_opens
+    }
+}
+
+/// Many files' metadata being fetched. Cloning gives another handle on
+/// the same batch; [`cancel`](Batch::cancel) stops it for all.
+#[derive(Clone)]
+pub struct Batch {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    builder: Builder,
+    /// The driver settings the files are opened with, for a driver open
+    /// to find its file by (see [`register`]).
+    settings: Option<Config>,
+    metadata: bool,
+    chunks: bool,
+    /// Bytes fetched for files not opened yet past which no file starts.
+    ahead_bytes: u64,
+    closing: Closing,
+    state: Mutex<State>,
+    changed: Condvar,
+    pid: u32,
+}
+
+struct State {
+    files: Vec<File>,
+    by_url: HashMap<String, usize>,
+    /// The next file to start.
+    next: usize,
+    /// Files opened or being opened here and not taken yet.
+    files_ahead: usize,
+    bytes_ahead: u64,
+    /// Files being opened or crawled by the threads.
+    in_flight: usize,
+    /// What a file's crawl fetched, on average so far (a prior before the
+    /// first): the bound counts the files in flight at that.
+    per_file: Average,
+    /// Threads still working, and how many of them wait for room.
+    threads: usize,
+    waiting_for_room: usize,
+}
+
+struct File {
+    url: String,
+    stage: Stage,
+    /// Bytes it counts in [`State::bytes_ahead`].
+    counted: u64,
+}
+
+enum Stage {
+    Queued,
+    Opening,
+    Open {
+        file: RemoteFile,
+        prefetch: Option<SharedPrefetch>,
+        crawled: bool,
+    },
+    Failed(Error),
+    Taken,
+}
+
+/// How long an open waits for a batch's open of its file under way
+/// beyond the file's own timeouts, at most.
+const OPENING_WAIT: Duration = Duration::from_secs(60);
+
+impl Batch {
+    /// Starts fetching the metadata of `urls`, opened with `builder` (whose
+    /// cache the files share: give it one, or each file gets its own) and,
+    /// through the driver, `settings`; `metadata`: crawl each file's
+    /// metadata graph (else the files are only opened); `chunks`: the
+    /// chunk read-ahead of their opens.
+    pub(crate) fn start(
+        urls: impl IntoIterator<Item = String>,
+        builder: Builder,
+        settings: Option<Config>,
+        (metadata, chunks): (bool, bool),
+    ) -> Batch {
+        let mut files = Vec::new();
+        let mut by_url = HashMap::new();
+        for url in urls {
+            if by_url.contains_key(&url) {
+                continue;
+            }
+            by_url.insert(url.clone(), files.len());
+            files.push(File {
+                url,
+                stage: Stage::Queued,
+                counted: 0,
+            });
+        }
+        let capacity = builder
+            .cache
+            .as_ref()
+            .map_or(builder.cache_capacity, |c| c.capacity());
+        let threads = files.len().min(FILES_AT_ONCE);
+        // An open fetches the first block and the tail; the crawl a few
+        // blocks more.
+        let prior = builder
+            .open_tail
+            .saturating_add(4u64.saturating_mul(builder.block_size));
+        let shared = Arc::new(Shared {
+            builder,
+            settings,
+            metadata,
+            chunks,
+            ahead_bytes: capacity / 2,
+            closing: Closing::default(),
+            state: Mutex::new(State {
+                files,
+                by_url,
+                next: 0,
+                files_ahead: 0,
+                bytes_ahead: 0,
+                in_flight: 0,
+                per_file: Average::with_prior(prior),
+                threads,
+                waiting_for_room: 0,
+            }),
+            changed: Condvar::new(),
+            pid: std::process::id(),
+        });
+        for _ in 0..threads {
+            let worker = Arc::clone(&shared);
+            let spawned = std::thread::Builder::new()
+                .name("remfile-files".into())
+                .spawn(move || worker.work());
+            if spawned.is_err() {
+                // Fewer threads: the files wait for the others, or for
+                // their opens.
+                shared.state.lock().threads -= 1;
+                tracing::debug!("no thread for the prefetch of many files");
+            }
+        }
+        Batch { shared }
+    }
+
+    /// How far the batch has gone.
+    pub fn progress(&self) -> Progress {
+        self.shared.state.lock().progress()
+    }
+
+    /// Waits until the batch is settled ([`Progress::is_settled`]), or
+    /// `timeout` (if any) has passed, or the wait is stopped (a
+    /// [`Cancel`](crate::wait::Cancel) this thread runs under, the host's
+    /// interrupt: then `Interrupted`). Returns the progress then.
+    pub fn wait(&self, timeout: Option<Duration>) -> crate::Result<Progress> {
+        let deadline = timeout.map(|t| crate::deadline::after(t));
+        let mut state = self.shared.state.lock();
+        loop {
+            let progress = state.progress();
+            if progress.is_settled() || state.threads == 0 {
+                return Ok(progress);
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(progress);
+            }
+            drop(state);
+            crate::wait::check_stopped()?;
+            state = self.shared.state.lock();
+            let slice = crate::wait::slice_end(deadline.unwrap_or_else(far_future));
+            state = self.shared.changed.wait_until(state, slice).0;
+        }
+    }
+
+    /// The files that failed here, with why (their opens try again).
+    pub fn errors(&self) -> Vec<(String, Error)> {
+        let state = self.shared.state.lock();
+        state
+            .files
+            .iter()
+            .filter_map(|f| match &f.stage {
+                Stage::Failed(e) => Some((f.url.clone(), e.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Stops the batch: no further file starts, the requests under way
+    /// end at once, and the files crawled and not opened yet are let go
+    /// of (their blocks stay in the cache until evicted).
+    pub fn cancel(&self) {
+        self.shared.cancel();
+        unregister(&self.shared);
+    }
+
+    /// Takes the file at `url`, if the batch has it: opened (and crawled,
+    /// or being crawled) here. A file not started yet is left to its open
+    /// (the batch will not start it); one being opened is waited for.
+    pub(crate) fn take(&self, url: &str) -> Option<Prefetched> {
+        self.shared.take(url)
+    }
+
+    /// The cache the batch's files share, if its builder has one.
+    pub(crate) fn cache(&self) -> Option<crate::cache::BlockCache> {
+        self.shared.builder.cache.clone()
+    }
+
+    /// Whether the batch opens `url` with `settings`.
+    fn serves(&self, url: &str, settings: &Config) -> bool {
+        let shared = &self.shared;
+        shared.pid == std::process::id()
+            && shared
+                .settings
+                .as_ref()
+                .is_some_and(|s| same_settings(s, settings))
+            && shared.state.lock().by_url.contains_key(url)
+    }
+}
+
+fn far_future() -> Instant {
+    crate::deadline::after(Duration::from_secs(365 * 24 * 3600))
+}
+
+impl State {
+    fn progress(&self) -> Progress {
+        let mut p = Progress {
+            files: self.files.len(),
+            bytes_ahead: self.bytes_ahead,
+            ..Progress::default()
+        };
+        for file in &self.files {
+            match &file.stage {
+                Stage::Queued | Stage::Opening | Stage::Open { crawled: false, .. } => {
+                    p.pending += 1
+                }
+                Stage::Open { crawled: true, .. } => p.crawled += 1,
+                Stage::Failed(_) => p.failed += 1,
+                Stage::Taken => p.opened += 1,
+            }
+        }
+        p.waiting_for_opens = self.threads > 0 && self.waiting_for_room == self.threads;
+        p
+    }
+
+    /// Whether one more file may start with `limit` bytes ahead at most:
+    /// the files crawled and not opened, with those in flight and this one
+    /// counted at the average so far. One file at a time always may.
+    fn has_room(&self, limit: u64) -> bool {
+        if self.files_ahead == 0 && self.in_flight == 0 {
+            return true;
+        }
+        let coming = (self.in_flight as u64 + 1).saturating_mul(self.per_file.mean());
+        self.files_ahead < FILES_AHEAD && self.bytes_ahead.saturating_add(coming) <= limit
+    }
+}
+
+impl Shared {
+    /// One thread's part: files one after the other until none is left or
+    /// the batch is cancelled.
+    fn work(self: Arc<Self>) {
+        while let Some(index) = self.next_file() {
+            self.open_and_crawl(index);
+        }
+        let mut state = self.state.lock();
+        state.threads -= 1;
+        drop(state);
+        self.changed.notify_all();
+    }
+
+    /// The next file to start, once there is room for it; `None` when
+    /// there is none or the batch was cancelled.
+    fn next_file(&self) -> Option<usize> {
+        let mut state = self.state.lock();
+        loop {
+            if self.closing.is_closed() || crate::wait::was_stopped() {
+                return None;
+            }
+            // Files taken before they started are left to their opens.
+            while state
+                .files
+                .get(state.next)
+                .is_some_and(|f| !matches!(f.stage, Stage::Queued))
+            {
+                state.next += 1;
+            }
+            if state.next >= state.files.len() {
+                return None;
+            }
+            if state.has_room(self.ahead_bytes) {
+                let index = state.next;
+                state.next += 1;
+                state.files[index].stage = Stage::Opening;
+                state.files_ahead += 1;
+                state.in_flight += 1;
+                return Some(index);
+            }
+            state.waiting_for_room += 1;
+            self.changed.notify_all();
+            let slice = Instant::now() + crate::wait::POLL;
+            state = self.changed.wait_until(state, slice).0;
+            state.waiting_for_room -= 1;
+        }
+    }
+
+    fn open_and_crawl(&self, index: usize) {
+        let url = self.state.lock().files[index].url.clone();
+        let opened = self.closing.run(|| self.builder.open(&url));
+        let file = match opened {
+            Ok(file) => file,
+            Err(e) => {
+                tracing::debug!(error = %e, "a file of a batch did not open");
+                let mut state = self.state.lock();
+                state.files[index].stage = Stage::Failed(e);
+                state.files_ahead -= 1;
+                state.in_flight -= 1;
+                drop(state);
+                self.changed.notify_all();
+                return;
+            }
+        };
+        let prefetch = (self.metadata || self.chunks).then(|| {
+            let mut prefetch = Prefetcher::new(self.metadata, self.chunks);
+            prefetch.fetched(file.extension().pieces_from_disk());
+            Arc::new(DataMutex::new(prefetch))
+        });
+        {
+            let mut state = self.state.lock();
+            state.files[index].stage = Stage::Open {
+                file: file.clone(),
+                prefetch: prefetch.clone(),
+                crawled: false,
+            };
+        }
+        self.changed.notify_all();
+        if let Some(prefetch) = prefetch.as_ref().filter(|_| self.metadata) {
+            let _work = file.extension().background_work();
+            if prefetch.lock().start() {
+                let stopped = || self.closing.is_closed();
+                while !stopped() && self.closing.run(|| crawl::wave(prefetch, &file, stopped)) {}
+            }
+            file.extension().keep_pieces();
+        }
+        let fetched = file.stats().bytes_fetched;
+        let mut state = self.state.lock();
+        state.in_flight -= 1;
+        state.per_file.add(fetched);
+        if let Stage::Open { crawled, .. } = &mut state.files[index].stage {
+            *crawled = true;
+            state.files[index].counted = fetched;
+            state.bytes_ahead += fetched;
+        }
+        drop(state);
+        self.changed.notify_all();
+    }
+
+    fn take(&self, url: &str) -> Option<Prefetched> {
+        if self.pid != std::process::id() {
+            return None;
+        }
+        let deadline = Instant::now() + self.builder.read_timeout.min(OPENING_WAIT);
+        let mut state = self.state.lock();
+        let index = *state.by_url.get(url)?;
+        loop {
+            match &state.files[index].stage {
+                Stage::Opening => {
+                    if Instant::now() >= deadline || crate::wait::check_stopped().is_err() {
+                        return None;
+                    }
+                    let slice = crate::wait::slice_end(deadline);
+                    state = self.changed.wait_until(state, slice).0;
+                }
+                Stage::Queued | Stage::Failed(_) => {
+                    state.files[index].stage = Stage::Taken;
+                    return None;
+                }
+                Stage::Taken => return None,
+                Stage::Open { .. } => break,
+            }
+        }
+        let taken = std::mem::replace(&mut state.files[index].stage, Stage::Taken);
+        let counted = std::mem::take(&mut state.files[index].counted);
+        state.bytes_ahead -= counted;
+        state.files_ahead -= 1;
+        drop(state);
+        self.changed.notify_all();
+        match taken {
+            Stage::Open { file, prefetch, .. } => Some(Prefetched { file, prefetch }),
+            _ => None,
+        }
+    }
+
+    fn cancel(&self) {
+        self.closing.cancel();
+        let mut state = self.state.lock();
+        let State {
+            files,
+            files_ahead,
+            bytes_ahead,
+            ..
+        } = &mut *state;
+        for file in files.iter_mut() {
+            if matches!(file.stage, Stage::Open { .. }) {
+                file.stage = Stage::Taken;
+                *bytes_ahead -= std::mem::take(&mut file.counted);
+                *files_ahead -= 1;
+            }
+        }
+        drop(state);
+        self.changed.notify_all();
+    }
+}
+
+/// A mean of byte counts, with a prior that counts until the first.
+#[derive(Debug, Clone, Copy)]
+struct Average {
+    sum: u64,
+    count: u64,
+    prior: u64,
+}
+
+impl Average {
+    fn with_prior(prior: u64) -> Average {
+        Average {
+            sum: 0,
+            count: 0,
+            prior,
+        }
+    }
+
+    fn add(&mut self, bytes: u64) {
+        self.sum = self.sum.saturating_add(bytes);
+        self.count += 1;
+    }
+
+    fn mean(&self) -> u64 {
+        self.sum.checked_div(self.count).unwrap_or(self.prior)
+    }
+}
+
+/// Whether two driver configurations say the same, whatever their order.
+fn same_settings(a: &Config, b: &Config) -> bool {
+    a.settings.len() == b.settings.len()
+        && a.settings.iter().all(|s| b.settings.contains(s))
+        && b.settings.iter().all(|s| a.settings.contains(s))
+}
+
+/// The batches the driver's opens look in (the Python package's). A child
+/// forked while a thread held the lock finds it wedged, and its opens open
+/// their files afresh.
+static REGISTERED: Mutex<Vec<Batch>> = Mutex::new(Vec::new());
+static WEDGED: Wedged = Wedged::new();
+
+fn registered() -> Option<crate::sync::MutexGuard<'static, Vec<Batch>>> {
+    REGISTERED.lock_unless_wedged(&WEDGED, crate::process::TABLE_WAIT)
+}
+
+/// Lets the driver's opens of the batch's files (with its settings) take
+/// them, until it is cancelled.
+pub fn register(batch: &Batch) {
+    let Some(mut registered) = registered() else {
+        return;
+    };
+    let me = std::process::id();
+    registered.retain(|b| b.shared.pid == me && !b.shared.closing.is_closed());
+    registered.push(batch.clone());
+}
+
+fn unregister(shared: &Arc<Shared>) {
+    if let Some(mut registered) = registered() {
+        registered.retain(|b| !Arc::ptr_eq(&b.shared, shared));
+    }
+}
+
+/// The file at `url` a registered batch opened with `settings`, if any.
+pub(crate) fn take_registered(url: &str, settings: &Config) -> Option<Prefetched> {
+    let batch = {
+        let registered = registered()?;
+        registered.iter().find(|b| b.serves(url, settings)).cloned()
+    }?;
+    batch.take(url)
+}
+
+/// Starts fetching the metadata of `urls` for the driver's opens with the
+/// configuration string `config` (as `HDF5_DRIVER_CONFIG` takes it): a
+/// driver open of one of them with the same settings, in any order, takes
+/// it from the batch. A bad key or value is an error naming it.
+pub fn prefetch_files(
+    urls: impl IntoIterator<Item = String>,
+    config: &str,
+) -> Result<Batch, super::config::ConfigError> {
+    let config = super::config::parse(config)?;
+    super::source::check(&config)?;
+    let builder = super::source::builder(&config)?;
+    let switches = (config.metadata_prefetch(), config.chunk_read_ahead());
+    let batch = Batch::start(urls, builder, Some(config), switches);
+    register(&batch);
+    Ok(batch)
+}
