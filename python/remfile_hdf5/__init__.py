@@ -75,6 +75,8 @@ __all__ = [
     "open",
     "stats",
     "prefetch",
+    "prefetch_files",
+    "PrefetchedFiles",
     "read",
     "set_defaults",
     "defaults",
@@ -568,6 +570,94 @@ def read(dataset, selection: Any = Ellipsis):
     return dataset[selection]
 
 
+class PrefetchedFiles:
+    """The metadata of many files being fetched at once, ahead of their opens:
+    what :func:`prefetch_files` returns.
+
+    Its files are taken by their opens (``h5py.File(url, "r", driver="remfile",
+    **options)`` or :func:`open` with the same options, in any order), which
+    then read their metadata from memory. A file that failed here is opened
+    afresh by its open, which raises its own error. :meth:`cancel` (or leaving a
+    ``with`` block) stops what is under way and lets go of the files not
+    opened; their blocks stay in the cache until evicted.
+    """
+
+    def __init__(self, native: "_native.Files", urls: list) -> None:
+        self._native = native
+        self.urls = urls
+
+    def wait(self, timeout: Optional[float] = None) -> dict:
+        """Waits until every file is crawled, failed or opened, or the batch
+        waits for opens (the files crawled ahead fill its bound), or
+        ``timeout`` seconds; returns :attr:`progress` then. Ctrl-C stops the
+        wait (not the batch)."""
+        return self._native.wait(timeout)
+
+    @property
+    def progress(self) -> dict:
+        """``files``, ``crawled`` (waiting for their opens), ``opened``,
+        ``failed``, ``pending`` (not started or under way),
+        ``waiting_for_opens`` and ``bytes_ahead`` (fetched for the files not
+        opened yet)."""
+        return self._native.progress()
+
+    @property
+    def errors(self) -> dict:
+        """The files that failed here: URL to message (their opens try again)."""
+        return dict(self._native.errors())
+
+    def cancel(self) -> None:
+        """Stops the batch: no further file starts, requests under way end,
+        and the files not opened yet are opened afresh by their opens."""
+        self._native.cancel()
+
+    def __enter__(self) -> "PrefetchedFiles":
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self.cancel()
+
+    def __repr__(self) -> str:
+        p = self.progress
+        return (
+            f"<PrefetchedFiles: {p['files']} files, {p['crawled']} crawled, "
+            f"{p['opened']} opened, {p['failed']} failed, {p['pending']} pending>"
+        )
+
+
+def prefetch_files(urls: Iterable[Union[str, bytes, "os.PathLike[str]"]], *,
+                   wait: bool = False, **options: Unpack[Options]) -> PrefetchedFiles:
+    """Starts fetching the metadata of many HDF5 files at once, in the
+    background, for a survey: ``h5py.File(url, "r", driver="remfile",
+    **options)`` (or :func:`open`) of each, with the same options, then opens
+    it from memory.
+
+    Opening files one after another costs each file's round trips in turn;
+    here up to 16 files are opened and their metadata crawled side by side
+    (no HDF5 is involved), within the process's connections, into the
+    driver's shared cache (and the ``disk_cache``, if given). The batch runs
+    ahead of the opens within a bound: it starts no further file while the
+    files crawled and not opened yet hold half of the cache (``cache``) or
+    number 64; each open gives room back, so 10,000 URLs never fetch more
+    than that ahead of the opens. Errors stay per file: a file that fails
+    here raises only at its own open. ``wait=True`` waits for the batch
+    (:meth:`PrefetchedFiles.wait`) before returning.
+
+    >>> ahead = remfile_hdf5.prefetch_files(urls)  # doctest: +SKIP
+    >>> for url in urls:  # doctest: +SKIP
+    ...     with h5py.File(url, "r", driver="remfile") as f:
+    ...         print(url, dict(f.attrs))
+    """
+    if isinstance(urls, (str, bytes)):
+        raise TypeError("prefetch_files takes a list of URLs, not one URL")
+    text = _with_defaults(options, "prefetch_files")
+    listed = [_url(url) for url in urls]
+    batch = PrefetchedFiles(_native.Files(listed, text), listed)
+    if wait:
+        batch.wait()
+    return batch
+
+
 class RemoteFile(io.RawIOBase):
     """A file on an HTTP(S) server or in S3 as a read-only, seekable binary file object.
 
@@ -772,6 +862,7 @@ if hasattr(os, "register_at_fork"):
 
 _shows_options(open, then_others=True)
 _shows_options(RemoteFile.__init__)
+_shows_options(prefetch_files)
 _shows_options(set_defaults)
 _shows_options(options_string)
 

@@ -402,3 +402,73 @@ def test_read_takes_what_h5py_takes_and_fetches_no_span_for_a_column(server, fil
         # A stride over a contiguous dataset: no span of all of it.
         assert remfile_hdf5.prefetch(f["contiguous"], slice(None, None, 1000)) == 0
         np.testing.assert_array_equal(remfile_hdf5.read(f["contiguous"], slice(None, None, 1000)), tail)
+
+
+def survey(f):
+    """The root's attributes and its members' two levels down, with each
+    dataset's shape and type: what a survey of a dataset reads."""
+    out = {"/": sorted((k, repr(v)) for k, v in f.attrs.items())}
+    for name, first in f.items():
+        out[name] = sorted((k, repr(v)) for k, v in first.attrs.items())
+        if isinstance(first, h5py.Group):
+            for inner, second in first.items():
+                entry = sorted((k, repr(v)) for k, v in second.attrs.items())
+                if isinstance(second, h5py.Dataset):
+                    entry += [second.shape, str(second.dtype)]
+                out[f"{name}/{inner}"] = entry
+        else:
+            out[name] += [first.shape, str(first.dtype)]
+    return out
+
+
+def test_files_prefetched_together_open_and_survey_with_no_request(server, files):
+    names = ["session.nwb", "data.h5", "local.nc"]
+    urls = [server.url(name) for name in names]
+    gone = server.url("gone.h5")
+    expected = {}
+    for name in names:
+        with h5py.File(os.path.join(files, name), "r") as f:
+            expected[name] = (survey(f), walk(f))
+    # A cache of their own: no block of another test's opens is found there.
+    options = dict(cache="97MiB")
+    ahead = remfile_hdf5.prefetch_files(urls + [gone], wait=True, **options)
+    progress = ahead.progress
+    assert (progress["crawled"], progress["failed"], progress["pending"]) == (3, 1, 0)
+    assert list(ahead.errors) == [gone]
+    assert "404" in ahead.errors[gone] and "secret" not in ahead.errors[gone]
+    mark = server.mark()
+    for name, url in zip(names, urls):
+        with remfile_hdf5.open(url, **options) as f:
+            assert survey(f) == expected[name][0]
+    assert server.requests_since(mark) == []
+    assert ahead.progress["opened"] == 3
+    # The failed file raises at its own open only.
+    with pytest.raises(OSError, match="404"):
+        remfile_hdf5.open(gone, **options)
+    # Opened again, a file is opened afresh, its blocks still cached.
+    with remfile_hdf5.open(urls[0], **options) as f:
+        assert walk(f) == expected[names[0]][1]
+    ahead.cancel()
+
+
+def test_prefetch_files_checks_what_it_is_given(server):
+    with pytest.raises(TypeError, match="list of URLs"):
+        remfile_hdf5.prefetch_files(server.url("data.h5"))
+    with pytest.raises(TypeError, match="cahce"):
+        remfile_hdf5.prefetch_files([server.url("data.h5")], cahce="1GiB")
+    with pytest.raises(ValueError, match="timeout"):
+        remfile_hdf5.prefetch_files([]).wait(-1)
+
+
+def test_files_of_a_batch_opened_with_other_options_open_afresh(server, files):
+    url = server.url("session.nwb")
+    ahead = remfile_hdf5.prefetch_files([url], wait=True, cache="98MiB")
+    mark = server.mark()
+    with remfile_hdf5.open(url, cache="99MiB") as f:
+        with h5py.File(os.path.join(files, "session.nwb"), "r") as local:
+            assert survey(f) == survey(local)
+    # Its own open: the batch's file, with other options, is not taken.
+    assert len(server.requests_since(mark)) >= 1
+    assert ahead.progress["crawled"] == 1
+    ahead.cancel()
+    assert ahead.progress["crawled"] == 0

@@ -213,6 +213,9 @@ impl Batch {
 
     /// How far the batch has gone.
     pub fn progress(&self) -> Progress {
+        if self.shared.pid != std::process::id() {
+            return Progress::default();
+        }
         self.shared.state.lock().progress()
     }
 
@@ -221,7 +224,12 @@ impl Batch {
     /// [`Cancel`](crate::wait::Cancel) this thread runs under, the host's
     /// interrupt: then `Interrupted`). Returns the progress then.
     pub fn wait(&self, timeout: Option<Duration>) -> crate::Result<Progress> {
-        let deadline = timeout.map(|t| crate::deadline::after(t));
+        let deadline = timeout.map(crate::deadline::after);
+        if self.shared.pid != std::process::id() {
+            // Forked: the threads are the parent's, and its lock may be
+            // held for good by one of them.
+            return Ok(Progress::default());
+        }
         let mut state = self.shared.state.lock();
         loop {
             let progress = state.progress();
@@ -241,6 +249,9 @@ impl Batch {
 
     /// The files that failed here, with why (their opens try again).
     pub fn errors(&self) -> Vec<(String, Error)> {
+        if self.shared.pid != std::process::id() {
+            return Vec::new();
+        }
         let state = self.shared.state.lock();
         state
             .files
@@ -268,6 +279,7 @@ impl Batch {
     }
 
     /// The cache the batch's files share, if its builder has one.
+    #[cfg_attr(not(feature = "hdf5"), allow(dead_code))]
     pub(crate) fn cache(&self) -> Option<crate::cache::BlockCache> {
         self.shared.builder.cache.clone()
     }
@@ -458,6 +470,9 @@ impl Shared {
 
     fn cancel(&self) {
         self.closing.cancel();
+        if self.pid != std::process::id() {
+            return;
+        }
         let mut state = self.state.lock();
         let State {
             files,
