@@ -971,7 +971,14 @@ fn survey() {
     for (label, cap) in [("30 ms", None), ("30 ms, 25 MB/s", Some(25e6))] {
         let server = ServerProcess::start(&dir, 30, cap);
         let base = server.url.trim_end_matches('/');
-        for reader in ["local", "wheel", "wheel-fileobj", "fsspec", "remfile-py"] {
+        for reader in [
+            "local",
+            "wheel",
+            "wheel-prefetch",
+            "wheel-fileobj",
+            "fsspec",
+            "remfile-py",
+        ] {
             for _ in 0..2 {
                 let out = Command::new(&python)
                     .arg(root.join("benches/survey.py"))

@@ -6,6 +6,8 @@
 For each file of DIR (served at BASE_URL/NAME), in one process: open it, read
 the root's attributes and those of its members two levels down, close it.
 READER is one of: local, wheel (the remfile_hdf5 package's driver="remfile"),
+wheel-prefetch (the same, every file's metadata fetched at once first with
+remfile_hdf5.prefetch_files),
 wheel-fileobj (its RemoteFile under h5py), fsspec (one HTTPFileSystem with a
 block cache for every file), remfile-py (Python remfile). Prints one JSON
 line: wall and CPU seconds for all files, the requests, rounds, bytes and new
@@ -58,6 +60,10 @@ def opener(reader, base):
         import remfile_hdf5  # noqa: F401
 
         return lambda name, path: h5py.File(f"{base}/{name}", "r", driver="remfile")
+    if reader == "wheel-prefetch":
+        import remfile_hdf5
+
+        return lambda name, path: h5py.File(f"{base}/{name}", "r", driver="remfile")
     if reader == "wheel-fileobj":
         import remfile_hdf5
 
@@ -88,6 +94,11 @@ def main():
     digest = hashlib.sha256()
     logged = len(server_log(remote))
     before, c0, t0 = server_stats(remote), cpu(), time.perf_counter()
+    if reader == "wheel-prefetch":
+        import remfile_hdf5
+
+        # Every file's metadata at once; each open below takes its file.
+        remfile_hdf5.prefetch_files([f"{base}/{name}" for name in names])
     for name in names:
         with open_file(name, os.path.join(folder, name)) as f:
             survey(f, digest)
