@@ -808,15 +808,6 @@ fn many_files_builder(capacity: u64) -> remfile::Builder {
         .cache(remfile::BlockCache::new(capacity))
 }
 
-/// Bytes the server sent bodies of, by its log.
-fn bytes_served(server: &RangeServer) -> u64 {
-    server
-        .ranges()
-        .iter()
-        .map(|(first, last)| last + 1 - first)
-        .sum()
-}
-
 #[test]
 fn files_prefetched_together_open_and_walk_with_no_request() {
     let server = serve(nwb_file()).with_hook(|req, reply| {

@@ -578,3 +578,81 @@ pub fn prefetch_files(
     register(&batch);
     Ok(batch)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(files_ahead: usize, bytes_ahead: u64, in_flight: usize, per_file: u64) -> State {
+        State {
+            files: Vec::new(),
+            by_url: HashMap::new(),
+            next: 0,
+            files_ahead,
+            bytes_ahead,
+            in_flight,
+            per_file: Average::with_prior(per_file),
+            threads: 1,
+            waiting_for_room: 0,
+        }
+    }
+
+    #[test]
+    fn the_files_in_flight_count_at_the_average_against_the_bound() {
+        // Nothing ahead: one file always starts, whatever the bound.
+        assert!(state(0, 0, 0, 100).has_room(10));
+        // Two in flight at 30 each, a third fits in 100; a fourth does not.
+        assert!(state(2, 0, 2, 30).has_room(100));
+        assert!(!state(3, 0, 3, 30).has_room(100));
+        // Bytes crawled ahead count as they are.
+        assert!(!state(2, 80, 1, 30).has_room(100));
+        assert!(state(2, 40, 1, 30).has_room(100));
+        // However small the files, at most FILES_AHEAD.
+        assert!(!state(FILES_AHEAD, 0, 0, 0).has_room(u64::MAX));
+        // Hostile numbers saturate rather than wrap.
+        assert!(!state(1, u64::MAX, usize::MAX - 1, u64::MAX).has_room(u64::MAX - 1));
+    }
+
+    #[test]
+    fn the_average_starts_from_its_prior() {
+        let mut a = Average::with_prior(7);
+        assert_eq!(a.mean(), 7);
+        a.add(10);
+        a.add(20);
+        assert_eq!(a.mean(), 15);
+        a.add(u64::MAX);
+        assert_eq!(a.mean(), u64::MAX / 3);
+    }
+
+    #[test]
+    fn settings_are_the_same_in_any_order() {
+        let parse = |text| super::super::config::parse(text).unwrap();
+        let a = parse("cache=1GiB;block_size=64KiB");
+        assert!(same_settings(&a, &parse("block_size=64KiB;cache=1GiB")));
+        assert!(!same_settings(&a, &parse("cache=1GiB")));
+        assert!(!same_settings(&a, &parse("cache=2GiB;block_size=64KiB")));
+    }
+
+    #[test]
+    fn progress_counts_each_stage() {
+        let mut s = state(1, 5, 0, 0);
+        let stages = [Stage::Queued, Stage::Opening, Stage::Taken];
+        for (i, stage) in stages.into_iter().enumerate() {
+            s.files.push(File {
+                url: i.to_string(),
+                stage,
+                counted: 0,
+            });
+        }
+        s.files.push(File {
+            url: "failed".into(),
+            stage: Stage::Failed(Error::new(crate::ErrorKind::Network, "refused")),
+            counted: 0,
+        });
+        let p = s.progress();
+        assert_eq!((p.files, p.pending, p.opened, p.failed), (4, 2, 1, 1));
+        assert!(!p.is_settled() && !p.waiting_for_opens);
+        s.waiting_for_room = 1;
+        assert!(s.progress().is_settled());
+    }
+}
