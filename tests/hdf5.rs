@@ -895,3 +895,59 @@ fn a_batch_of_files_stays_within_its_bound_until_they_are_opened() {
         "{fetched} bytes for 12 files of {per_file}"
     );
 }
+
+#[test]
+fn cancelling_a_batch_ends_its_requests_and_leaves_its_files_to_their_opens() {
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    use std::sync::{Arc, Mutex, mpsc};
+    use support::{After, RawServer, hold_until_hung_up, raw_serve};
+
+    let _dog = support::watchdog(Duration::from_secs(300));
+    let data = std::fs::read(nwb_file()).unwrap();
+    let holding = Arc::new(AtomicBool::new(true));
+    let over = Arc::new(AtomicBool::new(false));
+    let (arrived_tx, arrived) = mpsc::channel();
+    let (closed_tx, closed) = mpsc::channel();
+    let (arrived_tx, closed_tx) = (Mutex::new(arrived_tx), Mutex::new(closed_tx));
+    let server = {
+        let (holding, over) = (holding.clone(), over.clone());
+        RawServer::new(move |req, out| {
+            if !holding.load(SeqCst) {
+                return raw_serve(&data, req, out);
+            }
+            let _ = arrived_tx.lock().unwrap().send(());
+            if hold_until_hung_up(out, &over) {
+                let _ = closed_tx.lock().unwrap().send(());
+            }
+            After::Close
+        })
+    };
+    // Only a cancel can end these opens.
+    let patient = many_files_builder(256 << 20)
+        .idle_timeout(Duration::from_secs(600))
+        .read_timeout(Duration::from_secs(600));
+    let urls: Vec<String> = (0..3).map(|i| server.url(&format!("/{i}.nwb"))).collect();
+    let ahead = h5::OpenOptions::new().remote(patient).prefetch_files(&urls);
+    // Each open sends its first request and its tail's, and waits.
+    for _ in 0..6 {
+        arrived.recv().unwrap();
+    }
+    ahead.cancel();
+    for _ in 0..6 {
+        closed.recv().unwrap();
+    }
+    let progress = ahead.wait().unwrap();
+    assert_eq!((progress.failed, progress.pending), (3, 0), "{progress:?}");
+    for (_, e) in ahead.errors() {
+        assert_eq!(e.kind(), remfile::ErrorKind::Interrupted, "{e}");
+    }
+    // Each file opens afresh at its own open.
+    holding.store(false, SeqCst);
+    let local = h5::File::open(nwb_file()).unwrap();
+    let file = ahead.open(&urls[1]).unwrap();
+    assert_eq!(
+        h5files::walk_metadata(&file).unwrap(),
+        h5files::walk_metadata(&local).unwrap()
+    );
+    over.store(true, SeqCst);
+}
