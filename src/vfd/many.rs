@@ -278,6 +278,16 @@ impl Batch {
         self.shared.take(url)
     }
 
+    /// Whether the batch holds nothing more for any open: every file
+    /// taken or failed.
+    fn is_spent(&self) -> bool {
+        let state = self.shared.state.lock();
+        state
+            .files
+            .iter()
+            .all(|f| matches!(f.stage, Stage::Taken | Stage::Failed(_)))
+    }
+
     /// The cache the batch's files share, if its builder has one.
     #[cfg_attr(not(feature = "hdf5"), allow(dead_code))]
     pub(crate) fn cache(&self) -> Option<crate::cache::BlockCache> {
@@ -543,7 +553,7 @@ pub fn register(batch: &Batch) {
         return;
     };
     let me = std::process::id();
-    registered.retain(|b| b.shared.pid == me && !b.shared.closing.is_closed());
+    registered.retain(|b| b.shared.pid == me && !b.shared.closing.is_closed() && !b.is_spent());
     registered.push(batch.clone());
 }
 
