@@ -348,10 +348,36 @@ impl Shared {
     /// the batch is cancelled.
     fn work(self: Arc<Self>) {
         while let Some(index) = self.next_file() {
-            self.open_and_crawl(index);
+            let step = std::panic::AssertUnwindSafe(|| self.open_and_crawl(index));
+            if std::panic::catch_unwind(step).is_err() {
+                // A bug, not the file's fault: its open opens it afresh.
+                self.give_up(index);
+            }
         }
         let mut state = self.state.lock();
         state.threads -= 1;
+        drop(state);
+        self.changed.notify_all();
+    }
+
+    /// Leaves the file at `index` to its open, whatever stage this thread
+    /// left it in.
+    fn give_up(&self, index: usize) {
+        let mut state = self.state.lock();
+        let State {
+            files,
+            files_ahead,
+            bytes_ahead,
+            in_flight,
+            ..
+        } = &mut *state;
+        let file = &mut files[index];
+        if matches!(file.stage, Stage::Opening | Stage::Open { .. }) {
+            file.stage = Stage::Taken;
+            *bytes_ahead -= std::mem::take(&mut file.counted);
+            *files_ahead -= 1;
+        }
+        *in_flight = in_flight.saturating_sub(1);
         drop(state);
         self.changed.notify_all();
     }
