@@ -1,7 +1,9 @@
 //! Opening a file: from checked options and a URL to a running engine. The
 //! agent and transport are made, the first block is fetched (learning the
-//! file's size and validators) with the tail beside it, the cache and the
-//! file's key in it are chosen, and the fetched blocks are cached.
+//! file's size and validators) with the tail beside it — or, with a disk
+//! cache that holds the file, taken from there, with one request that asks
+//! whether it changed or none where the version is trusted — the cache and
+//! the file's key in it are chosen, and the fetched blocks are cached.
 
 use std::sync::Arc;
 
@@ -12,7 +14,8 @@ use crate::disk::{self, DiskFile, FirstOpen};
 use crate::engine::{Engine, ReadOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::file::RemoteFile;
-use crate::http::{self, Opened, Service, Tail, Timeouts, Transport, TransportConfig};
+use crate::freshness::{self, Freshness, Trust};
+use crate::http::{self, Opened, Revalidated, Service, Tail, Timeouts, Transport, TransportConfig};
 use crate::identity::Identity;
 use crate::link::LinkMeter;
 use crate::options::Builder;
@@ -69,8 +72,9 @@ pub(crate) fn open(builder: &Builder, text: &str) -> Result<RemoteFile> {
         }
     };
     let tail = tail.and_then(|t| matching_tail(t, &opened.identity, &transport));
+    let confirmed = asked.then_some(opened.freshness);
     let meters = (link, counters);
-    let engine = engine_over(builder, &url, transport, opened.identity, meters, asked);
+    let engine = engine_over(builder, &url, transport, opened.identity, meters, confirmed);
     engine.seed(0, opened.first);
     if let (Some(lock), Some(disk)) = (first_open, &builder.disk_cache) {
         disk.release_after_writes(vec![lock]);
@@ -98,27 +102,31 @@ pub(crate) fn open_over(
     let identity = source.identity();
     let meters = (Arc::new(LinkMeter::new(builder.link)), source.counters());
     source.measure_with(Arc::clone(&meters.0));
-    RemoteFile::new(engine_over(builder, &url, source, identity, meters, true))
+    let confirmed = Some(crate::freshness::Freshness::Ask);
+    RemoteFile::new(engine_over(
+        builder, &url, source, identity, meters, confirmed,
+    ))
 }
 
 /// The engine of the file at `url`, version `identity`, read through
 /// `source`: its memory and disk caches as `builder` says (the disk notes
-/// the version as confirmed now if the server was `asked`), and in driver
-/// builds the driver's side store.
+/// the version as confirmed now, with the freshness the server gave, if it
+/// was `confirmed` by an answer), and in driver builds the driver's side
+/// store.
 fn engine_over(
     builder: &Builder,
     url: &Url,
     source: impl crate::range_source::RangeSource,
     identity: Identity,
     (link, counters): (Arc<LinkMeter>, Arc<Counters>),
-    asked: bool,
+    confirmed: Option<Freshness>,
 ) -> Engine {
     let cache = builder
         .cache
         .clone()
         .unwrap_or_else(|| BlockCache::new(builder.cache_capacity));
     let key = file_key(&cache, url, &identity, builder.block_size);
-    let disk = disk_file(builder, url, &identity, asked);
+    let disk = disk_file(builder, url, &identity, confirmed);
     let options = read_options(builder, &cache);
     let engine = Engine::new(
         source,
@@ -135,8 +143,14 @@ fn engine_over(
 
 /// Where the file's blocks go on disk, if the builder has a disk cache and
 /// the file a validator to tell its versions apart; notes the version as
-/// the file's latest, confirmed now if the server was `asked`.
-fn disk_file(builder: &Builder, url: &Url, identity: &Identity, asked: bool) -> Option<DiskFile> {
+/// the file's latest, confirmed now, if an answer of the server
+/// `confirmed` it (with how long it said the version stays good).
+fn disk_file(
+    builder: &Builder,
+    url: &Url,
+    identity: &Identity,
+    confirmed: Option<Freshness>,
+) -> Option<DiskFile> {
     let disk = builder.disk_cache.as_ref()?;
     let name = disk::name(url, builder.cache_key.as_deref());
     let Some(version) = disk::version(&name, identity) else {
@@ -146,18 +160,18 @@ fn disk_file(builder: &Builder, url: &Url, identity: &Identity, asked: bool) -> 
         );
         return None;
     };
-    if asked {
-        disk.remember(&name, identity);
+    if let Some(freshness) = confirmed {
+        disk.remember(&name, identity, freshness);
     }
     Some(disk.file(version, builder.block_size))
 }
 
 /// Opens a file whose last version seen, and its first block, are on disk:
-/// one request that asks the server to send nothing if the file is still
-/// that version (`304 Not Modified`), or none at all within
-/// [`revalidate_after`](Builder::revalidate_after). `None` when the disk
-/// knows nothing of the file; the file as the server sends it when it
-/// changed. With whether the server was asked.
+/// with no request if that version is trusted (see [`freshness`]), else
+/// with one that asks the server to send nothing if the file is still that
+/// version (`304 Not Modified`). `None` when the disk knows nothing of the
+/// file; the file as the server sends it when it changed. With whether the
+/// server was asked.
 fn warm_open(
     builder: &Builder,
     url: &Url,
@@ -174,17 +188,39 @@ fn warm_open(
     let Some(first) = blocks.read(0, first_len) else {
         return Ok(None);
     };
-    let identity = known.identity;
-    let age = known.seen.elapsed().unwrap_or(std::time::Duration::MAX);
-    if age < builder.revalidate_after {
-        return Ok(Some((Opened { identity, first }, false)));
+    let trust = Trust {
+        immutable: builder.immutable,
+        revalidate_after: builder.revalidate_after,
+    };
+    // A time in the future (a clock set back) says nothing of when.
+    let since = known.seen.elapsed().ok();
+    let on_disk = Opened {
+        identity: known.identity,
+        first,
+        freshness: known.freshness,
+    };
+    if freshness::is_trusted(trust, known.freshness, since) {
+        return Ok(Some((on_disk, false)));
     }
     // A whole first block is asked for, not the known version's: if the
     // file changed, its size may have too.
-    match transport.open_unless(builder.block_size, &identity)? {
-        None => Ok(Some((Opened { identity, first }, true))),
-        Some(changed) => Ok(Some((changed, true))),
-    }
+    Ok(Some(
+        match transport.open_unless(builder.block_size, &on_disk.identity)? {
+            Revalidated::Unchanged(said) => {
+                // A 304 that says nothing of freshness leaves what was said
+                // before standing.
+                let freshness = said.unwrap_or(on_disk.freshness);
+                (
+                    Opened {
+                        freshness,
+                        ..on_disk
+                    },
+                    true,
+                )
+            }
+            Revalidated::Changed(changed) => (changed, true),
+        },
+    ))
 }
 
 /// The transport for `url`, with the builder's agent, headers, timeouts and

@@ -75,7 +75,8 @@ const STALE_TEMPORARY: Duration = Duration::from_secs(3600);
 /// `download?id=1` and `download?id=2` of one date and size never share a
 /// block. The query (without those parameters) also names the record of
 /// the version seen last, which lets an open cost one request with no body
-/// (or none, see [`revalidate_after`](crate::Builder::revalidate_after)):
+/// (or none, see [`revalidate_after`](crate::Builder::revalidate_after) and
+/// [`immutable`](crate::Builder::immutable)):
 /// a token under a name no rule knows makes a new name, whose first open
 /// fetches the file's first block again (with a strong ETag, the others
 /// still come from disk). A [`cache_key`](crate::Builder::cache_key)
@@ -94,6 +95,8 @@ const STALE_TEMPORARY: Duration = Duration::from_secs(3600);
 /// directory is as private as the files it caches, see below), SHA-256
 /// digests, sizes, block sizes and indices, CRC-32Cs, modification times
 /// (for eviction and [`revalidate_after`](crate::Builder::revalidate_after)),
+/// how long the server said a version stays good (its `Cache-Control`,
+/// sealed with the validator),
 /// and, in a lock file while a block is fetched, the host's name, the PID
 /// namespace and the process id. Directories and files are named by
 /// digests, a block file's header carries the digest of its version (of
