@@ -27,7 +27,7 @@ mod record;
 mod shared;
 mod writer;
 
-pub(crate) use record::{FirstOpen, name, version};
+pub(crate) use record::{FirstOpen, Recalled, name, version};
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -296,10 +296,16 @@ impl DiskCache {
     /// Releases `locks` once the blocks queued so far are on disk, so that
     /// a process waiting for one finds it there.
     pub(crate) fn release_after_writes(&self, locks: Vec<FetchLock>) {
+        self.release_after_writes_then(locks, None);
+    }
+
+    /// As [`release_after_writes`](Self::release_after_writes), taking the
+    /// step `then` (on the writing thread) before the locks go.
+    fn release_after_writes_then(&self, locks: Vec<FetchLock>, then: Option<writer::Then>) {
         let cache = self.clone();
         self.inner
             .writer
-            .release_after_writes(locks, || Box::new(cache));
+            .release_after_writes(locks, then, || Box::new(cache));
     }
 
     fn files_dir(&self) -> PathBuf {

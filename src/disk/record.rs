@@ -254,9 +254,9 @@ impl DiskCache {
     /// Claims the first open of the file called `name`, which the disk
     /// knows nothing of, so that processes opening it at the same moment
     /// fetch its first block once: the one that gets the claim opens it as
-    /// usual (and releases the claim once its first block is on disk, see
-    /// [`DiskCache::release_after_writes`]); the others wait for that, then
-    /// open it warm.
+    /// usual (and notes the version it got and releases the claim once its
+    /// first blocks are on disk, see [`DiskCache::remember_after_writes`]);
+    /// the others wait for that, then open it warm.
     pub(crate) fn claim_first_open(&self, name: &Name, deadline: Instant) -> FirstOpen {
         let path = self.record_path(name).with_extension("lock");
         match FetchLock::take(&path) {
@@ -289,6 +289,23 @@ impl DiskCache {
         if let Err(e) = self.store_file(&self.record_path(name), &record) {
             self.warn_once("cannot note a file's version", &e);
         }
+    }
+
+    /// As [`remember`](Self::remember), once the blocks queued so far (the
+    /// file's first blocks) are on disk; then releases `claim`, the file's
+    /// first-open claim. So a record on disk comes with the blocks fetched
+    /// with it, and a process that waited for the claim finds the record
+    /// new: the server's answer to this open, given while it waited.
+    pub(crate) fn remember_after_writes(
+        &self,
+        name: &Name,
+        identity: &Identity,
+        freshness: Freshness,
+        claim: FetchLock,
+    ) {
+        let (cache, name, identity) = (self.clone(), name.clone(), identity.clone());
+        let note = move || cache.remember(&name, &identity, freshness);
+        self.release_after_writes_then(vec![claim], Some(Box::new(note)));
     }
 
     /// The version of the file called `name` seen last, and when.
