@@ -211,6 +211,7 @@ mod error;
 mod extension;
 mod fanout;
 mod file;
+mod freshness;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;

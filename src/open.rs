@@ -1,18 +1,21 @@
 //! Opening a file: from checked options and a URL to a running engine. The
 //! agent and transport are made, the first block is fetched (learning the
-//! file's size and validators) with the tail beside it, the cache and the
-//! file's key in it are chosen, and the fetched blocks are cached.
+//! file's size and validators) with the tail beside it — or, with a disk
+//! cache that holds the file, taken from there, with one request that asks
+//! whether it changed or none where the version is trusted — the cache and
+//! the file's key in it are chosen, and the fetched blocks are cached.
 
 use std::sync::Arc;
 
 use url::Url;
 
 use crate::cache::{BlockCache, FileKey};
-use crate::disk::{self, DiskFile, FirstOpen};
+use crate::disk::{self, DiskFile, FetchLock, FirstOpen, Recalled};
 use crate::engine::{Engine, ReadOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::file::RemoteFile;
-use crate::http::{self, Opened, Service, Tail, Timeouts, Transport, TransportConfig};
+use crate::freshness::{self, Freshness, Trust};
+use crate::http::{self, Opened, Revalidated, Service, Tail, Timeouts, Transport, TransportConfig};
 use crate::identity::Identity;
 use crate::link::LinkMeter;
 use crate::options::Builder;
@@ -41,49 +44,45 @@ pub(crate) fn open(builder: &Builder, text: &str) -> Result<RemoteFile> {
     let counters = Arc::new(Counters::default());
     let link = Arc::new(LinkMeter::new(builder.link));
     let transport = transport(builder, request_url, service, &link, &counters)?;
-    let mut first_open = None;
-    let mut warm = warm_open(builder, &url, &transport)?;
-    if let (None, Some(disk)) = (&warm, &builder.disk_cache) {
-        // Processes opening a file at the same moment fetch it once: the
-        // others open it warm from what the first put on disk.
-        let name = disk::name(&url, builder.cache_key.as_deref());
-        let deadline = std::time::Instant::now() + builder.read_timeout;
-        match disk.claim_first_open(&name, deadline) {
-            FirstOpen::Ours(lock) => {
-                // The claim may have been let go just before it was
-                // asked for, the first block on disk by then.
-                warm = warm_open(builder, &url, &transport)?;
-                if warm.is_none() {
-                    first_open = Some(lock);
-                }
-            }
-            FirstOpen::Waited => warm = warm_open(builder, &url, &transport)?,
-            FirstOpen::Unclaimed => {}
-        }
-    }
+    let (warm, first_open) = look_on_disk(builder, &url);
     let (opened, tail, asked) = match warm {
-        Some((opened, asked)) => (opened, None, asked),
+        Some(warm) => {
+            let (opened, asked) = warm_open(builder, &transport, warm)?;
+            (opened, None, asked)
+        }
         None => {
             let (opened, tail) = first_request(&transport, builder.block_size, builder.open_tail);
             (opened?, tail, true)
         }
     };
     let tail = tail.and_then(|t| matching_tail(t, &opened.identity, &transport));
+    // The first open of a file notes its version once its first blocks are
+    // on disk (below); any other answer, now.
+    let confirmed = (asked && first_open.is_none()).then_some(opened.freshness);
+    let (identity, freshness) = (opened.identity.clone(), opened.freshness);
     let meters = (link, counters);
-    let engine = engine_over(builder, &url, transport, opened.identity, meters, asked);
-    engine.seed(0, opened.first);
-    if let (Some(lock), Some(disk)) = (first_open, &builder.disk_cache) {
-        disk.release_after_writes(vec![lock]);
-    }
-    if let Some(tail) = tail {
-        for (index, block) in tail_blocks(tail, builder.block_size) {
-            // The first block came with the opening request.
-            if index > 0 {
-                engine.seed(index, block);
-            }
-        }
+    let engine = engine_over(builder, &url, transport, opened.identity, meters, confirmed);
+    seed(&engine, opened.first, tail, builder.block_size);
+    if let (Some(claim), Some(disk)) = (first_open, &builder.disk_cache) {
+        // The blocks fetched at open (the tail's too) on disk, then the
+        // version noted, then the claim let go: the processes waiting for
+        // it find all three.
+        let name = disk::name(&url, builder.cache_key.as_deref());
+        disk.remember_after_writes(&name, &identity, freshness, claim);
     }
     Ok(RemoteFile::new(engine))
+}
+
+/// Caches the blocks fetched at open: the first, and the tail's whole
+/// blocks, if a tail came.
+fn seed(engine: &Engine, first: Vec<u8>, tail: Option<Tail>, block_size: u64) {
+    engine.seed(0, first);
+    for (index, block) in tail.map(|t| tail_blocks(t, block_size)).unwrap_or_default() {
+        // The first block came with the opening request.
+        if index > 0 {
+            engine.seed(index, block);
+        }
+    }
 }
 
 /// A file over `source` (an in-memory one, in unit tests), opened as
@@ -98,27 +97,31 @@ pub(crate) fn open_over(
     let identity = source.identity();
     let meters = (Arc::new(LinkMeter::new(builder.link)), source.counters());
     source.measure_with(Arc::clone(&meters.0));
-    RemoteFile::new(engine_over(builder, &url, source, identity, meters, true))
+    let confirmed = Some(crate::freshness::Freshness::Ask);
+    RemoteFile::new(engine_over(
+        builder, &url, source, identity, meters, confirmed,
+    ))
 }
 
 /// The engine of the file at `url`, version `identity`, read through
 /// `source`: its memory and disk caches as `builder` says (the disk notes
-/// the version as confirmed now if the server was `asked`), and in driver
-/// builds the driver's side store.
+/// the version as confirmed now, with the freshness the server gave, if it
+/// was `confirmed` by an answer), and in driver builds the driver's side
+/// store.
 fn engine_over(
     builder: &Builder,
     url: &Url,
     source: impl crate::range_source::RangeSource,
     identity: Identity,
     (link, counters): (Arc<LinkMeter>, Arc<Counters>),
-    asked: bool,
+    confirmed: Option<Freshness>,
 ) -> Engine {
     let cache = builder
         .cache
         .clone()
         .unwrap_or_else(|| BlockCache::new(builder.cache_capacity));
     let key = file_key(&cache, url, &identity, builder.block_size);
-    let disk = disk_file(builder, url, &identity, asked);
+    let disk = disk_file(builder, url, &identity, confirmed);
     let options = read_options(builder, &cache);
     let engine = Engine::new(
         source,
@@ -135,8 +138,14 @@ fn engine_over(
 
 /// Where the file's blocks go on disk, if the builder has a disk cache and
 /// the file a validator to tell its versions apart; notes the version as
-/// the file's latest, confirmed now if the server was `asked`.
-fn disk_file(builder: &Builder, url: &Url, identity: &Identity, asked: bool) -> Option<DiskFile> {
+/// the file's latest, confirmed now, if an answer of the server
+/// `confirmed` it (with how long it said the version stays good).
+fn disk_file(
+    builder: &Builder,
+    url: &Url,
+    identity: &Identity,
+    confirmed: Option<Freshness>,
+) -> Option<DiskFile> {
     let disk = builder.disk_cache.as_ref()?;
     let name = disk::name(url, builder.cache_key.as_deref());
     let Some(version) = disk::version(&name, identity) else {
@@ -146,45 +155,116 @@ fn disk_file(builder: &Builder, url: &Url, identity: &Identity, asked: bool) -> 
         );
         return None;
     };
-    if asked {
-        disk.remember(&name, identity);
+    if let Some(freshness) = confirmed {
+        disk.remember(&name, identity, freshness);
     }
     Some(disk.file(version, builder.block_size))
 }
 
-/// Opens a file whose last version seen, and its first block, are on disk:
-/// one request that asks the server to send nothing if the file is still
-/// that version (`304 Not Modified`), or none at all within
-/// [`revalidate_after`](Builder::revalidate_after). `None` when the disk
-/// knows nothing of the file; the file as the server sends it when it
-/// changed. With whether the server was asked.
-fn warm_open(
-    builder: &Builder,
-    url: &Url,
-    transport: &Transport,
-) -> Result<Option<(Opened, bool)>> {
+/// What the disk holds of a file for a warm open: the version seen last and
+/// its first block.
+struct Warm {
+    known: Recalled,
+    first: Vec<u8>,
+    /// The version was confirmed by the server while this open waited for
+    /// another process's first open of the file (its record was written
+    /// meanwhile): as good as an answer to a request of this open's own,
+    /// which would have come no earlier.
+    confirmed_meanwhile: bool,
+}
+
+/// What the disk holds of the file at `url` for a warm open, if anything;
+/// if nothing, this open's claim on the file's first open, if it has it.
+///
+/// Processes opening a file the disk does not hold at the same moment fetch
+/// it once: one claims the first open and fetches, the others wait until
+/// its first blocks are on disk and open it warm, without a request of
+/// their own (the version was confirmed during their open).
+fn look_on_disk(builder: &Builder, url: &Url) -> (Option<Warm>, Option<FetchLock>) {
     let Some(disk) = builder.disk_cache.as_ref() else {
-        return Ok(None);
+        return (None, None);
     };
-    let Some(known) = disk.recall(&disk::name(url, builder.cache_key.as_deref())) else {
-        return Ok(None);
+    let name = disk::name(url, builder.cache_key.as_deref());
+    let first_block = |known: Recalled, confirmed_meanwhile| {
+        let first_len = builder.block_size.min(known.identity.size);
+        let first = disk
+            .file(known.version, builder.block_size)
+            .read(0, first_len)?;
+        Some(Warm {
+            known,
+            first,
+            confirmed_meanwhile,
+        })
     };
-    let first_len = builder.block_size.min(known.identity.size);
-    let blocks = disk.file(known.version, builder.block_size);
-    let Some(first) = blocks.read(0, first_len) else {
-        return Ok(None);
+    let before = disk.recall(&name);
+    if let Some(warm) = before.clone().and_then(|known| first_block(known, false)) {
+        return (Some(warm), None);
+    }
+    let deadline = std::time::Instant::now() + builder.read_timeout;
+    let lock = match disk.claim_first_open(&name, deadline) {
+        FirstOpen::Ours(lock) => Some(lock),
+        FirstOpen::Waited => None,
+        FirstOpen::Unclaimed => return (None, None),
     };
-    let identity = known.identity;
-    let age = known.seen.elapsed().unwrap_or(std::time::Duration::MAX);
-    if age < builder.revalidate_after {
-        return Ok(Some((Opened { identity, first }, false)));
+    // Looked at again: the claim may have been let go just before it was
+    // asked for, the first block on disk by then.
+    let after = disk.recall(&name);
+    let meanwhile = confirmed_meanwhile(before.as_ref(), after.as_ref());
+    match after.and_then(|known| first_block(known, meanwhile)) {
+        // The claim, if taken, is let go at once: nothing to fetch.
+        Some(warm) => (Some(warm), None),
+        None => (None, lock),
+    }
+}
+
+/// Whether the record `after` a wait for another process's first open
+/// (or a claim of it) was written meanwhile, rather than being the one
+/// seen `before` (or none): then the server confirmed its version during
+/// this open. The first open writes its record only once its first blocks
+/// are on disk, just before it lets go of its claim (see
+/// [`DiskCache::remember_after_writes`](crate::disk::DiskCache::remember_after_writes)),
+/// so a process that waited for it finds the record new.
+fn confirmed_meanwhile(before: Option<&Recalled>, after: Option<&Recalled>) -> bool {
+    after.is_some() && after != before
+}
+
+/// Opens a file whose last version seen, and its first block, are on disk:
+/// with no request if that version is trusted (see [`freshness`]), else
+/// with one that asks the server to send nothing if the file is still that
+/// version (`304 Not Modified`), and gives the file as the server sends it
+/// if it changed. With whether the server was asked.
+fn warm_open(builder: &Builder, transport: &Transport, warm: Warm) -> Result<(Opened, bool)> {
+    let Warm {
+        known,
+        first,
+        confirmed_meanwhile,
+    } = warm;
+    let trust = Trust {
+        immutable: builder.immutable,
+        revalidate_after: builder.revalidate_after,
+    };
+    // A time in the future (a clock set back) says nothing of when.
+    let since = known.seen.elapsed().ok();
+    let on_disk = Opened {
+        identity: known.identity,
+        first,
+        freshness: known.freshness,
+    };
+    if confirmed_meanwhile || freshness::is_trusted(trust, known.freshness, since) {
+        return Ok((on_disk, false));
     }
     // A whole first block is asked for, not the known version's: if the
     // file changed, its size may have too.
-    match transport.open_unless(builder.block_size, &identity)? {
-        None => Ok(Some((Opened { identity, first }, true))),
-        Some(changed) => Ok(Some((changed, true))),
-    }
+    let opened = match transport.open_unless(builder.block_size, &on_disk.identity)? {
+        // A 304 that says nothing of freshness leaves what was said before
+        // standing.
+        Revalidated::Unchanged(said) => Opened {
+            freshness: said.unwrap_or(on_disk.freshness),
+            ..on_disk
+        },
+        Revalidated::Changed(changed) => changed,
+    };
+    Ok((opened, true))
 }
 
 /// The transport for `url`, with the builder's agent, headers, timeouts and
@@ -358,6 +438,32 @@ mod tests {
             etag: etag.map(str::to_owned),
             last_modified: None,
         }
+    }
+
+    #[test]
+    fn a_record_written_while_an_open_waited_was_confirmed_meanwhile() {
+        let at = |secs| Recalled {
+            identity: identity(10, Some("\"a\"")),
+            version: [0; 32],
+            seen: std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs),
+            freshness: Freshness::Ask,
+        };
+        let (old, new) = (at(1), at(2));
+        assert!(confirmed_meanwhile(None, Some(&new)), "the first record");
+        assert!(confirmed_meanwhile(Some(&old), Some(&new)), "written again");
+        let changed = Recalled {
+            version: [1; 32],
+            ..new.clone()
+        };
+        assert!(
+            confirmed_meanwhile(Some(&new), Some(&changed)),
+            "another version"
+        );
+        // The holder gave up, or wrote nothing: the version seen is asked
+        // about as ever.
+        assert!(!confirmed_meanwhile(Some(&old), Some(&old)));
+        assert!(!confirmed_meanwhile(None, None));
+        assert!(!confirmed_meanwhile(Some(&old), None));
     }
 
     #[test]

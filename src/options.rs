@@ -34,7 +34,8 @@ pub const MAX_BLOCK_SIZE: u64 = 256 * MIB;
 /// | [`block_size`](Builder::block_size) | 1 MiB |
 /// | [`cache_capacity`](Builder::cache_capacity) | 256 MiB, private to the file |
 /// | [`disk_cache`](Builder::disk_cache) / [`cache_key`](Builder::cache_key) | none / the URL without its signature and credential parameters (only digests of it are written) |
-/// | [`revalidate_after`](Builder::revalidate_after) | 0 (every open asks the server) |
+/// | [`revalidate_after`](Builder::revalidate_after) | 0 (every open asks the server, unless its `Cache-Control` said otherwise) |
+/// | [`immutable`](Builder::immutable) | `false` |
 /// | [`read_ahead_min`](Builder::read_ahead_min) / [`read_ahead_max`](Builder::read_ahead_max) | 1 MiB / 64 MiB (at most a quarter of the cache) |
 /// | [`max_concurrent_requests`](Builder::max_concurrent_requests) | 4 |
 /// | [`max_connections`](Builder::max_connections) | 16 |
@@ -78,6 +79,7 @@ pub struct Builder {
     pub(crate) disk_cache: Option<DiskCache>,
     pub(crate) cache_key: Option<String>,
     pub(crate) revalidate_after: Duration,
+    pub(crate) immutable: bool,
     pub(crate) read_ahead_min: u64,
     pub(crate) read_ahead_max: u64,
     pub(crate) max_concurrent_requests: u64,
@@ -112,6 +114,7 @@ impl Default for Builder {
             disk_cache: None,
             cache_key: None,
             revalidate_after: Duration::ZERO,
+            immutable: false,
             read_ahead_min: MIB,
             read_ahead_max: 64 * MIB,
             max_concurrent_requests: 4,
@@ -149,6 +152,7 @@ impl fmt::Debug for Builder {
             .field("disk_cache", &self.disk_cache)
             .field("cache_key", &self.cache_key)
             .field("revalidate_after", &self.revalidate_after)
+            .field("immutable", &self.immutable)
             .field("read_ahead_min", &self.read_ahead_min)
             .field("read_ahead_max", &self.read_ahead_max)
             .field("max_concurrent_requests", &self.max_concurrent_requests)
@@ -243,6 +247,13 @@ impl Builder {
     /// body (`If-None-Match`, answered `304 Not Modified`); within this time
     /// of the last confirmation, none at all — for data known not to change.
     ///
+    /// The server may say so itself: a version whose confirming answer
+    /// carried `Cache-Control: max-age=N` is trusted for `N` seconds (less
+    /// its `Age`), one with `Cache-Control: immutable` for good, whatever
+    /// this option says; `no-cache` or `no-store` mean ask. The longer of
+    /// this and what the server said holds. See also
+    /// [`immutable`](Builder::immutable).
+    ///
     /// ```no_run
     /// # use std::time::Duration;
     /// # let disk = remfile::DiskCache::open("/tmp/cache", 1 << 30)?;
@@ -254,6 +265,38 @@ impl Builder {
     /// ```
     pub fn revalidate_after(mut self, age: Duration) -> Self {
         self.revalidate_after = age;
+        self
+    }
+
+    /// Whether the object at this URL never changes (default `false`): a
+    /// version the disk cache has seen is then trusted for good, and a warm
+    /// open — a file whose version and first block are on disk — sends no
+    /// request at all, so that opening and walking a file the disk holds
+    /// costs nothing on the network. Without a disk cache it changes
+    /// nothing (a first open must learn the file's size).
+    ///
+    /// The trade: if the object at the URL (or [`cache_key`](Builder::cache_key))
+    /// did change, this reads the version on disk, stale, for as long as
+    /// its blocks are there, and a block not on disk then fails with
+    /// [`ErrorKind::RemoteChanged`] (reads are pinned to the version
+    /// opened), never with the new bytes mixed in. So set it only for
+    /// content-addressed archives (DANDI's blobs, a key named by its
+    /// checksum) and versioned URLs (an S3 `versionId`, a release tag),
+    /// whose bytes never change; a server that knows its objects never
+    /// change may say so itself (`Cache-Control: immutable`), which needs
+    /// no option.
+    ///
+    /// ```no_run
+    /// # let disk = remfile::DiskCache::open("/tmp/cache", 1 << 30)?;
+    /// // A DANDI asset: the blob behind it never changes.
+    /// let file = remfile::RemoteFile::builder()
+    ///     .disk_cache(disk)
+    ///     .immutable(true)
+    ///     .open("https://dandiarchive.s3.amazonaws.com/blobs/2a3/4b5/2a34b5c6")?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn immutable(mut self, never_changes: bool) -> Self {
+        self.immutable = never_changes;
         self
     }
 

@@ -116,6 +116,7 @@ class Options(TypedDict, total=False):
     disk_capacity: Size
     cache_key: str
     revalidate_after: Duration
+    immutable: bool
     stats: bool
     headers: Mapping[str, str]
     s3_region: str

@@ -135,23 +135,37 @@ def test_options_reach_the_driver(server):
     assert tiny > roomy, (tiny, roomy)
 
 
-def test_a_disk_cache_makes_the_second_process_cost_one_request(server, tmp_path):
+def test_a_disk_cache_makes_the_second_process_cost_one_request_and_an_immutable_one_none(
+    server, tmp_path
+):
     script = textwrap.dedent(
         """
         import sys, h5py, remfile_hdf5
-        with h5py.File(sys.argv[1], "r", driver="remfile", disk_cache=sys.argv[2]) as f:
+        url, cache, how = sys.argv[1:]
+        if how == "asking":
+            f = h5py.File(url, "r", driver="remfile", disk_cache=cache)
+        elif how == "immutable":
+            f = h5py.File(url, "r", driver="remfile", disk_cache=cache, immutable=True)
+        else:
+            f = remfile_hdf5.open(url, disk_cache=cache, immutable=True)
+        with f:
             print(float(f["big"][:].sum()))
         """
     )
-    run = lambda: subprocess.run(  # noqa: E731
-        [sys.executable, "-c", script, server.url("data.h5"), str(tmp_path / "cache")],
+    run = lambda how: subprocess.run(  # noqa: E731
+        [sys.executable, "-c", script, server.url("data.h5"), str(tmp_path / "cache"), how],
         capture_output=True, text=True, check=True, env=_env_without_driver(),
     ).stdout
-    first = run()
+    first = run("asking")
     mark = server.mark()
-    assert run() == first
+    assert run("asking") == first
     assert len(server.requests_since(mark)) == 1, server.requests_since(mark)
     assert oct(os.stat(tmp_path / "cache").st_mode & 0o777) == oct(0o700)
+    # The object never changes: the version on disk is trusted, no request.
+    for how in ["immutable", "open"]:
+        mark = server.mark()
+        assert run(how) == first
+        assert server.requests_since(mark) == [], how
 
 
 @pytest.mark.parametrize(

@@ -27,7 +27,7 @@ mod record;
 mod shared;
 mod writer;
 
-pub(crate) use record::{FirstOpen, name, version};
+pub(crate) use record::{FirstOpen, Recalled, name, version};
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -75,7 +75,8 @@ const STALE_TEMPORARY: Duration = Duration::from_secs(3600);
 /// `download?id=1` and `download?id=2` of one date and size never share a
 /// block. The query (without those parameters) also names the record of
 /// the version seen last, which lets an open cost one request with no body
-/// (or none, see [`revalidate_after`](crate::Builder::revalidate_after)):
+/// (or none, see [`revalidate_after`](crate::Builder::revalidate_after) and
+/// [`immutable`](crate::Builder::immutable)):
 /// a token under a name no rule knows makes a new name, whose first open
 /// fetches the file's first block again (with a strong ETag, the others
 /// still come from disk). A [`cache_key`](crate::Builder::cache_key)
@@ -94,6 +95,8 @@ const STALE_TEMPORARY: Duration = Duration::from_secs(3600);
 /// directory is as private as the files it caches, see below), SHA-256
 /// digests, sizes, block sizes and indices, CRC-32Cs, modification times
 /// (for eviction and [`revalidate_after`](crate::Builder::revalidate_after)),
+/// how long the server said a version stays good (its `Cache-Control`,
+/// sealed with the validator),
 /// and, in a lock file while a block is fetched, the host's name, the PID
 /// namespace and the process id. Directories and files are named by
 /// digests, a block file's header carries the digest of its version (of
@@ -293,10 +296,16 @@ impl DiskCache {
     /// Releases `locks` once the blocks queued so far are on disk, so that
     /// a process waiting for one finds it there.
     pub(crate) fn release_after_writes(&self, locks: Vec<FetchLock>) {
+        self.release_after_writes_then(locks, None);
+    }
+
+    /// As [`release_after_writes`](Self::release_after_writes), taking the
+    /// step `then` (on the writing thread) before the locks go.
+    fn release_after_writes_then(&self, locks: Vec<FetchLock>, then: Option<writer::Then>) {
         let cache = self.clone();
         self.inner
             .writer
-            .release_after_writes(locks, || Box::new(cache));
+            .release_after_writes(locks, then, || Box::new(cache));
     }
 
     fn files_dir(&self) -> PathBuf {

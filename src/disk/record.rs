@@ -1,5 +1,6 @@
 //! Version records: for each remote file (by its name on disk), the version
-//! seen last and when, so that a warm open can trust it for a while and a
+//! seen last, when, and for how long the server said it stays good (its
+//! [`Freshness`]), so that a warm open can trust it for a while and a
 //! changed file's old blocks are dropped.
 //!
 //! Nothing of a file's URL or cache key is written (see [`digest`]): a
@@ -15,6 +16,7 @@ use std::time::{Instant, SystemTime};
 use super::digest::{self, Digest};
 use super::lock::{FetchLock, WAIT_AT_MOST, look_while_held};
 use super::{DiskCache, private};
+use crate::freshness::{Freshness, MAX_FRESH};
 use crate::identity::Identity;
 
 /// How the first open of a file the disk knows nothing of went.
@@ -151,16 +153,27 @@ fn is_signature(key: &str, signed: bool) -> bool {
     ALWAYS.iter().any(|p| lower.starts_with(p)) || (signed && WHEN_SIGNED.contains(&lower.as_str()))
 }
 
-/// What tells one version of a file from another: its strong ETag, or else
-/// its `Last-Modified`, as the record's text holds it (sealed), and its
-/// size. `None` without a validator to tell versions apart.
-fn validator_text(identity: &Identity) -> Option<String> {
+/// What tells one version of a file from another — its strong ETag, or
+/// else its `Last-Modified`, and its size — and how long the server said it
+/// stays good, as the record's text holds them (sealed). `None` without a
+/// validator to tell versions apart.
+///
+/// The freshness is a third line, `fresh forever` or `fresh <seconds>`,
+/// and only when there is one to keep: a record that says to ask is as
+/// earlier versions of the crate wrote it, and read it (they take a record
+/// with a third line for none, and open the file as new).
+fn record_text(identity: &Identity, freshness: Freshness) -> Option<String> {
     let validator = match (identity.strong_etag(), &identity.last_modified) {
         (Some(e), _) => format!("etag {e}"),
         (None, Some(m)) => format!("modified {m}"),
         (None, None) => return None,
     };
-    Some(format!("{validator}\nsize {}", identity.size))
+    let fresh = match freshness {
+        Freshness::Ask => String::new(),
+        Freshness::For(d) => format!("\nfresh {}", d.as_secs()),
+        Freshness::Forever => "\nfresh forever".to_owned(),
+    };
+    Some(format!("{validator}\nsize {}{fresh}", identity.size))
 }
 
 /// The digest a version of the file `name` goes by on disk: its directory
@@ -191,8 +204,10 @@ pub(crate) fn version(name: &Name, identity: &Identity) -> Option<Digest> {
     Some(digest::of("remfile version", &parts))
 }
 
-/// The version a record's `text` (see [`validator_text`]) says.
-fn decode(text: &str) -> Option<Identity> {
+/// The version a record's `text` (see [`record_text`]) says, and its
+/// freshness. A freshness line that does not parse makes the record none:
+/// never trusted for longer than the server said.
+fn decode(text: &str) -> Option<(Identity, Freshness)> {
     let mut lines = text.lines();
     let validator = lines.next()?;
     let size = lines.next()?.strip_prefix("size ")?.parse().ok()?;
@@ -201,11 +216,21 @@ fn decode(text: &str) -> Option<Identity> {
         ("modified", m) => (None, Some(m.to_owned())),
         _ => return None,
     };
-    lines.next().is_none().then_some(Identity {
+    let freshness = match lines.next().map(|l| l.strip_prefix("fresh ")) {
+        None => Freshness::Ask,
+        Some(Some("forever")) => Freshness::Forever,
+        Some(Some(secs)) if !secs.is_empty() && secs.bytes().all(|b| b.is_ascii_digit()) => {
+            let secs = std::time::Duration::from_secs(secs.parse().ok()?);
+            Freshness::For(secs.min(MAX_FRESH))
+        }
+        Some(_) => return None,
+    };
+    let identity = Identity {
         size,
         etag,
         last_modified,
-    })
+    };
+    lines.next().is_none().then_some((identity, freshness))
 }
 
 /// The version of a file seen last, as [`DiskCache::recall`] finds it.
@@ -216,6 +241,8 @@ pub(crate) struct Recalled {
     pub version: Digest,
     /// When it was last confirmed.
     pub seen: SystemTime,
+    /// How long the server said it stays good after that.
+    pub freshness: Freshness,
 }
 
 impl DiskCache {
@@ -227,9 +254,9 @@ impl DiskCache {
     /// Claims the first open of the file called `name`, which the disk
     /// knows nothing of, so that processes opening it at the same moment
     /// fetch its first block once: the one that gets the claim opens it as
-    /// usual (and releases the claim once its first block is on disk, see
-    /// [`DiskCache::release_after_writes`]); the others wait for that, then
-    /// open it warm.
+    /// usual (and notes the version it got and releases the claim once its
+    /// first blocks are on disk, see [`DiskCache::remember_after_writes`]);
+    /// the others wait for that, then open it warm.
     pub(crate) fn claim_first_open(&self, name: &Name, deadline: Instant) -> FirstOpen {
         let path = self.record_path(name).with_extension("lock");
         match FetchLock::take(&path) {
@@ -244,11 +271,12 @@ impl DiskCache {
     }
 
     /// Notes that the file called `name` is, as of now, the version
-    /// `identity`; forgets the blocks of the version it was before, if
-    /// another. Nothing is noted of a version without a validator.
-    pub(crate) fn remember(&self, name: &Name, identity: &Identity) {
-        let (Some(version), Some(text)) = (version(name, identity), validator_text(identity))
-        else {
+    /// `identity`, good for as long as `freshness` says; forgets the blocks
+    /// of the version it was before, if another. Nothing is noted of a
+    /// version without a validator.
+    pub(crate) fn remember(&self, name: &Name, identity: &Identity, freshness: Freshness) {
+        let text = record_text(identity, freshness);
+        let (Some(version), Some(text)) = (version(name, identity), text) else {
             return;
         };
         if let Some(old) = self.recall(name) {
@@ -263,6 +291,23 @@ impl DiskCache {
         }
     }
 
+    /// As [`remember`](Self::remember), once the blocks queued so far (the
+    /// file's first blocks) are on disk; then releases `claim`, the file's
+    /// first-open claim. So a record on disk comes with the blocks fetched
+    /// with it, and a process that waited for the claim finds the record
+    /// new: the server's answer to this open, given while it waited.
+    pub(crate) fn remember_after_writes(
+        &self,
+        name: &Name,
+        identity: &Identity,
+        freshness: Freshness,
+        claim: FetchLock,
+    ) {
+        let (cache, name, identity) = (self.clone(), name.clone(), identity.clone());
+        let note = move || cache.remember(&name, &identity, freshness);
+        self.release_after_writes_then(vec![claim], Some(Box::new(note)));
+    }
+
     /// The version of the file called `name` seen last, and when.
     pub(crate) fn recall(&self, name: &Name) -> Option<Recalled> {
         let path = self.record_path(name);
@@ -272,11 +317,12 @@ impl DiskCache {
         file.take(MAX_RECORD_LEN).read_to_end(&mut bytes).ok()?;
         let sealed = bytes.strip_prefix(RECORD_SIGNATURE)?;
         let text = String::from_utf8(digest::unseal(&name.key(), sealed)?).ok()?;
-        let identity = decode(&text)?;
+        let (identity, freshness) = decode(&text)?;
         Some(Recalled {
             version: version(name, &identity)?,
             identity,
             seen,
+            freshness,
         })
     }
 }
@@ -405,14 +451,27 @@ mod tests {
 
     #[test]
     fn a_version_reads_back_as_written() {
+        let hour = Freshness::For(std::time::Duration::from_secs(3600));
         for v in [
             version_of(Some("\"e\""), None, 9),
             version_of(None, Some("Mon, 1 Dec"), 1 << 40),
         ] {
-            assert_eq!(decode(&validator_text(&v).unwrap()), Some(v));
+            for f in [Freshness::Ask, hour, Freshness::Forever] {
+                assert_eq!(decode(&record_text(&v, f).unwrap()), Some((v.clone(), f)));
+            }
         }
+        // As earlier versions wrote (and read) it: no freshness, ask.
+        let asking = record_text(&version_of(Some("\"e\""), None, 9), Freshness::Ask);
+        assert_eq!(asking.as_deref(), Some("etag \"e\"\nsize 9"));
         assert_eq!(decode("size 9"), None, "damaged");
         assert_eq!(decode("etag \"e\"\nsize 9\nmore"), None, "damaged");
+        assert_eq!(decode("etag \"e\"\nsize 9\nfresh "), None, "damaged");
+        assert_eq!(decode("etag \"e\"\nsize 9\nfresh -1"), None, "damaged");
+        assert_eq!(decode("etag \"e\"\nsize 9\nfresh 1\nx"), None, "damaged");
+        let long = format!("etag \"e\"\nsize 9\nfresh {}", "9".repeat(40));
+        assert_eq!(decode(&long), None, "damaged");
+        let clamped = decode("etag \"e\"\nsize 9\nfresh 99999999999").unwrap();
+        assert_eq!(clamped.1, Freshness::For(MAX_FRESH));
     }
 
     #[test]
@@ -424,16 +483,17 @@ mod tests {
         let url = url::Url::parse(url).unwrap();
         let f = name(&url, None);
         let v = version_of(Some("\"ETAGVALUE\""), None, 12345);
-        disk.remember(&f, &v);
+        disk.remember(&f, &v, Freshness::Forever);
         let recalled = disk.recall(&f).unwrap();
         assert_eq!(recalled.identity, v);
+        assert_eq!(recalled.freshness, Freshness::Forever);
         assert_eq!(Some(recalled.version), version(&f, &v));
         // Under another name (another query that names a file), nothing.
         let url = url::Url::parse("https://host.example/data/f.nwb?id=2").unwrap();
         let other = name(&url, None);
         assert_eq!(disk.recall(&other), None);
         let dated = version_of(None, Some("Mon, 30 Nov 2026"), 12345);
-        disk.remember(&other, &dated);
+        disk.remember(&other, &dated, Freshness::Ask);
         assert_eq!(disk.recall(&other).unwrap().identity, dated);
         let records: Vec<_> = fs::read_dir(dir.join("files")).unwrap().flatten().collect();
         assert_eq!(records.len(), 2);
@@ -441,7 +501,7 @@ mod tests {
             let bytes = fs::read(record.path()).unwrap();
             let text = String::from_utf8_lossy(&bytes).to_ascii_lowercase();
             for clear in [
-                "host", "data", "f.nwb", "pw", "token", "ident", "etag", "nov", "12345",
+                "host", "data", "f.nwb", "pw", "token", "ident", "etag", "nov", "12345", "fresh",
             ] {
                 assert!(!text.contains(clear), "{clear} in {text:?}");
             }

@@ -2,7 +2,8 @@
 //! queue and goes on; one thread per disk cache writes them, at once, in
 //! the order queued. A block waiting in the queue is read from there, and a
 //! fetch lock handed over after its blocks is released once they are
-//! written, so that another process waiting for them finds them on disk.
+//! written (after a last step, if one goes with it: noting the file's
+//! version), so that another process waiting for them finds them on disk.
 //!
 //! The queue is bounded in bytes ([`MAX_QUEUED`]) and in time: the writes
 //! are timed, and a block is queued only if everything queued, it
@@ -79,12 +80,17 @@ fn has_room(queued: u64, len: u64, pace: &Pace) -> bool {
     after <= MAX_QUEUED && (queued == 0 || pace.time_for(after).is_none_or(|t| t <= MAX_WAIT))
 }
 
+/// A last step before locks are released, on the writing thread.
+pub(crate) type Then = Box<dyn FnOnce() + Send>;
+
 /// What the writing thread does next.
 enum Job {
     /// Writes a block file's bytes at a path.
     Write(PathBuf),
-    /// Releases fetch locks (their blocks, queued before, are written).
-    Release(Vec<FetchLock>),
+    /// Takes its step, if any, then releases fetch locks (their blocks,
+    /// queued before, are written). A job dropped undone releases its
+    /// locks without the step.
+    Release(Vec<FetchLock>, Option<Then>),
 }
 
 #[derive(Default)]
@@ -135,7 +141,7 @@ impl Queue {
 
     fn adopt_after_fork(&mut self) {
         for job in self.jobs.drain(..) {
-            if let Job::Release(locks) = job {
+            if let Job::Release(locks, _) = job {
                 std::mem::forget(locks);
             }
         }
@@ -201,24 +207,28 @@ impl Writer {
         self.start(queue, to);
     }
 
-    /// Releases `locks` once the blocks queued so far are written (at once
-    /// if none are).
+    /// Once the blocks queued so far are written (at once if none are),
+    /// takes the step `then`, if any, and releases `locks`.
     pub(crate) fn release_after_writes(
         self: &Arc<Self>,
         locks: Vec<FetchLock>,
+        then: Option<Then>,
         to: impl FnOnce() -> Box<dyn WriteFile>,
     ) {
-        if locks.is_empty() {
+        if locks.is_empty() && then.is_none() {
             return;
         }
         let mut guard = self.queue.lock();
         let queue = guard.own();
         if queue.done == queue.queued {
             drop(guard);
+            if let Some(then) = then {
+                then();
+            }
             drop(locks);
             return;
         }
-        queue.push(Job::Release(locks));
+        queue.push(Job::Release(locks, then));
         self.start(queue, to);
     }
 
@@ -332,8 +342,11 @@ impl Writer {
                         }
                     }
                 }
-                Job::Release(locks) => {
+                Job::Release(locks, then) => {
                     drop(queue);
+                    if let Some(then) = then {
+                        then();
+                    }
                     drop(locks);
                     queue = self.queue.lock();
                 }
@@ -408,7 +421,7 @@ mod tests {
             let mut queue = writer.queue.lock();
             queue.waiting.insert("parent".into(), Arc::new(vec![1]));
             queue.push(Job::Write("parent".into()));
-            queue.push(Job::Release(vec![lock]));
+            queue.push(Job::Release(vec![lock], None));
             queue.thread_of = Some(std::process::id().wrapping_add(1));
         }
         let rec = Recorder::default();
@@ -441,6 +454,43 @@ mod tests {
         assert!(written.len() < 4, "waited for later writes: {written:?}");
         assert!(writer.flush(Instant::now() + Duration::from_secs(10)));
         assert_eq!(rec.written.lock().len(), 4);
+    }
+
+    #[test]
+    fn a_step_before_a_release_comes_after_the_writes_and_before_the_locks_go() {
+        let dir = std::env::temp_dir().join(format!("remfile-writer-step-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let lock_path = dir.join("0.lock");
+        let lock = FetchLock::take(&lock_path).unwrap().unwrap();
+        let writer = Arc::new(Writer::default());
+        let rec = Recorder::default();
+        let to = || Box::new(rec.clone()) as Box<dyn WriteFile>;
+        let closed = rec.gate.lock();
+        writer.write("block".into(), vec![1; 10], to);
+        let (written, held) = (Arc::clone(&rec.written), lock_path.clone());
+        let step = move || {
+            // As the first open notes a file's version: its blocks are on
+            // disk, and the processes waiting for its lock still wait.
+            assert_eq!(written.lock().len(), 1, "after the block");
+            assert!(held.exists(), "before the lock goes");
+            written.lock().push(("step".into(), 0));
+        };
+        writer.release_after_writes(vec![lock], Some(Box::new(step)), to);
+        assert!(lock_path.exists(), "held while the block waits");
+        drop(closed);
+        assert!(writer.flush(Instant::now() + Duration::from_secs(5)));
+        let names: Vec<PathBuf> = rec.written.lock().iter().map(|w| w.0.clone()).collect();
+        assert_eq!(names, [PathBuf::from("block"), PathBuf::from("step")]);
+        assert!(!lock_path.exists(), "released");
+        // With nothing queued, the step is taken at once, then the lock goes.
+        let lock = FetchLock::take(&lock_path).unwrap().unwrap();
+        let taken = Arc::new(Mutex::new(false));
+        let flag = Arc::clone(&taken);
+        let step = move || *flag.lock() = true;
+        writer.release_after_writes(vec![lock], Some(Box::new(step)), to);
+        assert!(*taken.lock() && !lock_path.exists());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

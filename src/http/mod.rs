@@ -47,7 +47,7 @@ use crate::process::workers;
 use crate::stats::Counters;
 
 pub(crate) use self::agent::{AgentSettings, FileAgent, agent};
-pub(crate) use self::response::{Opened, Tail};
+pub(crate) use self::response::{Opened, Revalidated, Tail};
 pub use self::retry::RetryPolicy;
 pub(crate) use self::sink::Sink;
 
@@ -198,14 +198,16 @@ impl Transport {
     /// Learns the size and validators and fetches the first `first_len` bytes,
     /// in one request: `Range: bytes=0-{first_len-1}`.
     pub fn open(&self, first_len: u64) -> Result<Opened, Error> {
-        self.open_with(first_len, None)
-            .map(|opened| opened.expect("no 304 without a precondition"))
+        self.open_with(first_len, None).map(|answer| match answer {
+            Revalidated::Changed(opened) => opened,
+            Revalidated::Unchanged(_) => unreachable!("no 304 without a precondition"),
+        })
     }
 
     /// As [`open`](Self::open), unless the file is still the version
     /// `known` describes: then the server says so (`304 Not Modified`) with
-    /// no body, and this returns `None`.
-    pub fn open_unless(&self, first_len: u64, known: &Identity) -> Result<Option<Opened>, Error> {
+    /// no body.
+    pub fn open_unless(&self, first_len: u64, known: &Identity) -> Result<Revalidated, Error> {
         let condition = known
             .strong_etag()
             .map(Precondition::NoneMatch)
@@ -222,7 +224,7 @@ impl Transport {
         &self,
         first_len: u64,
         condition: Option<Precondition<'_>>,
-    ) -> Result<Option<Opened>, Error> {
+    ) -> Result<Revalidated, Error> {
         let deadline = Instant::now() + self.timeouts.per_read;
         let mut in_sequence = 0;
         let result = self.with_retries(0..first_len, deadline, &mut in_sequence, |t, at| {

@@ -8,7 +8,9 @@ use std::ops::Range;
 use std::time::Instant;
 
 use ureq::Body;
-use ureq::http::header::{CONTENT_ENCODING, CONTENT_RANGE, ETAG, LAST_MODIFIED, RETRY_AFTER};
+use ureq::http::header::{
+    AGE, CACHE_CONTROL, CONTENT_ENCODING, CONTENT_RANGE, ETAG, LAST_MODIFIED, RETRY_AFTER,
+};
 use ureq::http::{HeaderMap, Response, StatusCode};
 use url::Url;
 
@@ -19,6 +21,7 @@ use super::retry::{Failure, Retry};
 use super::sink::Sink;
 use super::{Reaction, Transport, header};
 use crate::error::{BODY_EXCERPT_LEN, Error, ErrorKind};
+use crate::freshness::{self, Freshness};
 use crate::identity::Identity;
 use crate::stats::Counters;
 
@@ -47,11 +50,38 @@ fn identity_from(size: u64, headers: &HeaderMap) -> Identity {
     }
 }
 
-/// The answer to the opening request: the file's identity and its first bytes.
+/// How long the server says the version an answer describes stays good
+/// (its `Cache-Control`, every line of it, and its `Age`); `None` if it
+/// sent no `Cache-Control` (a `304` without one leaves what was said
+/// before standing, as RFC 9111 has it).
+fn freshness_said(headers: &HeaderMap) -> Option<Freshness> {
+    let mut lines = headers
+        .get_all(CACHE_CONTROL)
+        .iter()
+        // A line that is not text says nothing (as an unparsable one).
+        .map(|v| v.to_str().unwrap_or(""))
+        .peekable();
+    lines.peek()?;
+    Some(freshness::from_headers(lines, header::get(headers, AGE)))
+}
+
+/// The answer to the opening request: the file's identity, its first
+/// bytes, and how long the server says that version stays good.
 #[derive(Debug)]
 pub(crate) struct Opened {
     pub identity: Identity,
     pub first: Vec<u8>,
+    pub freshness: Freshness,
+}
+
+/// The answer to a conditional opening request.
+#[derive(Debug)]
+pub(crate) enum Revalidated {
+    /// The file is still the version known (`304 Not Modified`); with how
+    /// long the server now says it stays good, if it said.
+    Unchanged(Option<Freshness>),
+    /// It is not: the answer as [`Transport::open`] gives it.
+    Changed(Opened),
 }
 
 /// The end of a file, fetched beside the opening request.
@@ -71,15 +101,16 @@ impl Transport {
         url: Url,
         first_len: u64,
         conditional: bool,
-    ) -> Result<Option<Opened>, Failure> {
+    ) -> Result<Revalidated, Failure> {
         let headers = resp.headers().clone();
         reject_encoded(&headers)?;
+        let freshness = freshness_said(&headers).unwrap_or_default();
         let opened = match resp.status().as_u16() {
             // The version the caller knows is still the file's.
             304 if conditional => {
                 drain(&mut resp);
                 self.remember(url);
-                return Ok(None);
+                return Ok(Revalidated::Unchanged(freshness_said(&headers)));
             }
             206 => {
                 let (first, last, total) = bytes_with_size(&headers)?;
@@ -95,9 +126,10 @@ impl Transport {
                 self.remember(url);
                 let mut first = vec![0; (last + 1) as usize];
                 self.read_body(&mut resp, &mut Sink::over(&mut first))?;
-                return Ok(Some(Opened {
+                return Ok(Revalidated::Changed(Opened {
                     identity: identity_from(total, &headers),
                     first,
+                    freshness,
                 }));
             }
             // Either a small file sent whole, or a server ignoring Range.
@@ -108,6 +140,7 @@ impl Transport {
                     Opened {
                         identity: identity_from(0, &headers),
                         first: Vec::new(),
+                        freshness,
                     }
                 }
                 _ => {
@@ -119,7 +152,7 @@ impl Transport {
             status => return Err(self.status_failure(status, resp, &url)),
         };
         self.remember(url);
-        Ok(Some(opened))
+        Ok(Revalidated::Changed(opened))
     }
 
     /// A `200` to the opening request: the whole file if it is no longer than
@@ -145,6 +178,7 @@ impl Transport {
         Ok(Opened {
             identity: identity_from(body.len() as u64, resp.headers()),
             first: body,
+            freshness: freshness_said(resp.headers()).unwrap_or_default(),
         })
     }
 

@@ -294,6 +294,14 @@ pub const KEYS: &[Key] = &[
         read: |v| duration(v).map(Setting::RevalidateAfter),
     },
     Key {
+        name: "immutable",
+        aliases: &[],
+        kind: Kind::Switch,
+        default: Some("off"),
+        help: "the object at the URL never changes (a content-addressed blob, a versioned key): a version on disk is trusted for good, so a warm open sends no request; a changed object would be read stale",
+        read: |v| switch(v).map(Setting::Immutable),
+    },
+    Key {
         name: "header",
         aliases: &[],
         kind: Kind::Text,
@@ -487,6 +495,8 @@ pub(crate) enum Setting {
     CacheKey(String),
     /// `revalidate_after`.
     RevalidateAfter(Duration),
+    /// `immutable`.
+    Immutable(bool),
     /// `stats`.
     Stats(bool),
     /// `header`: its name and value.

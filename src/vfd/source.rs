@@ -324,6 +324,7 @@ fn apply_one(config: &Config, setting: Setting, b: Builder) -> Result<Builder, C
         },
         Setting::CacheKey(key) => b.cache_key(key),
         Setting::RevalidateAfter(d) => b.revalidate_after(d),
+        Setting::Immutable(yes) => b.immutable(yes),
         Setting::CaFile(path) => {
             let pem = std::fs::read(&path).map_err(|e| ConfigError {
                 key: "ca_file".into(),
@@ -443,7 +444,7 @@ mod tests {
         assert!(builder(&parse("block_size=4096").unwrap()).is_ok());
         let dir = std::env::temp_dir().join(format!("remfile-config-{}", std::process::id()));
         let c = parse(&format!(
-            "disk_cache={};disk_capacity=1GiB;cache_key=asset-1;revalidate_after=1d",
+            "disk_cache={};disk_capacity=1GiB;cache_key=asset-1;revalidate_after=1d;immutable=on",
             dir.display()
         ))
         .unwrap();
@@ -451,7 +452,12 @@ mod tests {
             c.settings
                 .contains(&Setting::RevalidateAfter(Duration::from_secs(86_400)))
         );
-        assert!(builder(&c).unwrap().disk_cache.is_some());
+        let b = builder(&c).unwrap();
+        assert!(b.disk_cache.is_some() && b.immutable);
+        assert!(
+            !builder(&parse("").unwrap()).unwrap().immutable,
+            "off by default"
+        );
         assert!(dir.join("blocks").is_dir(), "the disk cache opened");
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -13,7 +13,7 @@ use std::io::{BufRead, BufReader, Write};
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -192,8 +192,11 @@ struct State {
     data: Mutex<Arc<Vec<u8>>>,
     etag: Mutex<Option<String>>,
     last_modified: Mutex<Option<String>>,
+    cache_control: Mutex<Option<String>>,
     log: Mutex<Vec<Req>>,
     hook: Mutex<Option<Arc<Hook>>>,
+    /// Bytes of the bodies of the answers written (after the hook).
+    body_bytes: AtomicU64,
 }
 
 /// A range server for one file, served at every path.
@@ -209,8 +212,10 @@ impl RangeServer {
             data: Mutex::new(Arc::new(data)),
             etag: Mutex::new(Some("\"v1\"".to_owned())),
             last_modified: Mutex::new(None),
+            cache_control: Mutex::new(None),
             log: Mutex::new(Vec::new()),
             hook: Mutex::new(None),
+            body_bytes: AtomicU64::new(0),
         });
         let st = state.clone();
         let raw = RawServer::new(move |req, out| {
@@ -220,6 +225,8 @@ impl RangeServer {
             if let Some(hook) = hook {
                 reply = hook(req, reply);
             }
+            st.body_bytes
+                .fetch_add(reply.body.len() as u64, Ordering::SeqCst);
             match out.write_all(&reply.to_bytes()) {
                 Ok(()) => After::KeepAlive,
                 Err(_) => After::Close,
@@ -246,6 +253,12 @@ impl RangeServer {
         *self.state.last_modified.lock() = lm.map(str::to_owned);
     }
 
+    /// Sends `Cache-Control: {value}` with every `200`, `206` and `304`
+    /// (`None`: no such header, as at first).
+    pub fn set_cache_control(&self, value: Option<&str>) {
+        *self.state.cache_control.lock() = value.map(str::to_owned);
+    }
+
     pub fn set_data(&self, data: Vec<u8>) {
         *self.state.data.lock() = Arc::new(data);
     }
@@ -265,6 +278,12 @@ impl RangeServer {
 
     pub fn requests(&self) -> usize {
         self.state.log.lock().len()
+    }
+
+    /// The bytes of every answer's body so far (a `304` has none): what
+    /// the server sent of the file, and of error texts.
+    pub fn body_bytes(&self) -> u64 {
+        self.state.body_bytes.load(Ordering::SeqCst)
     }
 
     /// The ranges of all requests so far, in order of arrival.
@@ -293,7 +312,13 @@ fn normal_reply(state: &State, req: &Req) -> Reply {
     let data = state.data.lock().clone();
     let etag = state.etag.lock().clone();
     let last_modified = state.last_modified.lock().clone();
-    range_reply(&data, etag.as_deref(), last_modified.as_deref(), req)
+    let reply = range_reply(&data, etag.as_deref(), last_modified.as_deref(), req);
+    match state.cache_control.lock().as_deref() {
+        Some(value) if matches!(reply.status, 200 | 206 | 304) => {
+            reply.header("Cache-Control", value)
+        }
+        _ => reply,
+    }
 }
 
 /// The answer of a correct range server holding `data`: `206` for a range,
