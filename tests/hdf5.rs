@@ -954,3 +954,41 @@ fn cancelling_a_batch_ends_its_requests_and_leaves_its_files_to_their_opens() {
     );
     over.store(true, SeqCst);
 }
+
+#[test]
+fn a_survey_of_immutable_files_on_disk_sends_no_request() {
+    let server = serve(nwb_file());
+    let local = h5::File::open(nwb_file()).unwrap();
+    let dir = temp_path("survey-on-disk");
+    let _ = std::fs::remove_dir_all(&dir);
+    let urls: Vec<String> = (0..4).map(|i| server.url(&format!("/{i}.nwb"))).collect();
+    let mut requests = Vec::new();
+    for _run in ["cold", "warm"] {
+        let before = server.requests();
+        let disk = remfile::DiskCache::open(&dir, 1 << 30).unwrap();
+        // A cache of its own each run: the warm run finds nothing in memory.
+        let remote = many_files_builder(256 << 20)
+            .disk_cache(disk.clone())
+            .immutable(true);
+        let ahead = h5::OpenOptions::new().remote(remote).prefetch_files(&urls);
+        for url in &urls {
+            let file = ahead.open(url).unwrap();
+            assert_eq!(
+                h5files::walk_metadata(&file).unwrap(),
+                h5files::walk_metadata(&local).unwrap()
+            );
+            let info = h5::driver_info(&file).unwrap();
+            drop(file);
+            assert!(
+                info.remote
+                    .wait_for_background_fetches(Duration::from_secs(20))
+            );
+        }
+        drop(ahead);
+        assert!(disk.flush(Duration::from_secs(20)));
+        requests.push(server.requests() - before);
+    }
+    assert!(requests[0] >= 4, "{requests:?}");
+    assert_eq!(requests[1], 0, "{requests:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
