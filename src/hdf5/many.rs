@@ -37,7 +37,7 @@ impl std::fmt::Debug for PrefetchedFiles {
 ///     let file = ahead.open(url)?;
 ///     println!("{url}: {:?}", file.member_names()?);
 /// }
-/// # Ok::<(), remfile::hdf5::OpenError>(())
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn prefetch_files<I>(urls: I) -> PrefetchedFiles
 where
