@@ -143,6 +143,9 @@ pub(crate) enum What {
     HeapIndirect {
         rows: u16,
     },
+    /// A fractal heap's free-space manager's header (`FSHD`), which HDF5
+    /// reads to tell the heap's size: fetched, not parsed.
+    FreeSpace,
     /// A version 2 B-tree's header (`BTHD`).
     BTree2Header,
     /// A version 2 B-tree's node at `level` (0 for a leaf) holding
@@ -180,7 +183,11 @@ impl What {
     pub fn is_parsed(self) -> bool {
         !matches!(
             self,
-            What::HeapData | What::ArrayPage | What::GlobalHeap | What::Unforeseen
+            What::HeapData
+                | What::ArrayPage
+                | What::FreeSpace
+                | What::GlobalHeap
+                | What::Unforeseen
         )
     }
 
@@ -362,9 +369,10 @@ pub(crate) fn declared_len(bytes: &[u8], what: What, context: &Context) -> Optio
 
 /// The signatures HDF5's structures open with (the superblock's first
 /// four bytes among them).
-pub(crate) const SIGNATURES: [&[u8; 4]; 19] = [
+pub(crate) const SIGNATURES: [&[u8; 4]; 21] = [
     b"\x89HDF", b"TREE", b"SNOD", b"HEAP", b"GCOL", b"OHDR", b"OCHK", b"FRHP", b"FHDB", b"FHIB",
-    b"BTHD", b"BTIN", b"BTLF", b"FAHD", b"FADB", b"EAHD", b"EAIB", b"EASB", b"EADB",
+    b"FSHD", b"FSSE", b"BTHD", b"BTIN", b"BTLF", b"FAHD", b"FADB", b"EAHD", b"EAIB", b"EASB",
+    b"EADB",
 ];
 
 /// Whether `bytes` open with the signature of an HDF5 structure.

@@ -65,9 +65,9 @@ pub(super) fn header(c: &mut Cursor<'_>, links: bool, found: &mut Found) -> Opti
     let flags = c.u8()?;
     c.skip(4)?; // largest managed object
     c.length()?; // next huge object ID
-    c.addr()?; // huge objects' B-tree
+    let huge = c.addr()?;
     c.length()?; // free space
-    c.addr()?; // free-space manager
+    let free_space = c.addr()?;
     for _ in 0..8 {
         c.length()?; // managed, allocated and iterator offsets; object counts and sizes
     }
@@ -94,6 +94,12 @@ pub(super) fn header(c: &mut Cursor<'_>, links: bool, found: &mut Found) -> Opti
         checksummed: flags & 0x02 != 0,
         filtered: filter_len > 0,
     };
+    // What HDF5 reads besides to tell the heap's size (an object's info
+    // with the sizes of its metadata, as h5py's walks ask): the B-tree of
+    // objects too large for a block, and the free-space manager's header.
+    found.add(What::BTree2Header, huge, SMALL_HEADER);
+    let free_space_len = 18 + 7 * u64::from(g.lengths) + u64::from(g.offsets);
+    found.add(What::FreeSpace, free_space, free_space_len);
     if rows == 0 {
         found.add(What::HeapDirect, root, start_block);
     } else {

@@ -375,6 +375,22 @@ fn a_fractal_heap_header_gives_its_root_block_and_layout() {
         (heap.direct_rows, heap.offset_bytes, heap.links),
         (9, 4, true)
     );
+    // A heap with objects too large for its blocks and free space: HDF5
+    // reads their B-tree and the free-space manager's header (82 bytes)
+    // to tell the heap's size.
+    let mut bytes = fractal_heap(0);
+    bytes[22..30].copy_from_slice(&5000u64.to_le_bytes());
+    bytes[38..46].copy_from_slice(&6000u64.to_le_bytes());
+    let header = found(&bytes, 8000, MemType::Other, links);
+    assert_eq!(
+        starts(&header),
+        [
+            (What::BTree2Header, 5000),
+            (What::FreeSpace, 6000),
+            (What::HeapDirect, 9000)
+        ]
+    );
+    assert_eq!(header.targets[1].bytes, 6000..6082);
 }
 
 /// A context that knows the heap of [`fractal_heap`] at 8000.

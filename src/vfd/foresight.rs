@@ -6,7 +6,9 @@
 //! the wave that found a read's target is about the round it arrives in.
 //!
 //! `REMFILE_FORESIGHT=FILE[:FILE…] cargo test --features hdf5 --lib
-//! foresight -- --ignored --nocapture` prints both for any files.
+//! foresight -- --ignored --nocapture` prints both for any files;
+//! `REMFILE_FORESIGHT_LOG` names another reader's read log of one file
+//! (HDF5's logging driver with `H5FD_LOG_LOC_READ`) to use instead.
 
 use std::ops::Range;
 use std::path::Path;
@@ -211,7 +213,15 @@ pub(crate) fn unread(crawled: &[Found], reads: &[Read]) -> Vec<(String, usize)> 
 /// The crawl against HDF5's walk of the file at `path`.
 pub(crate) fn measure(path: &Path) -> (Foresight, Vec<Found>, Vec<Read>) {
     let crawled = crawl(&std::fs::read(path).unwrap());
-    let reads = hdf5_reads(path);
+    // Another reader's log of the same file (h5py's through its logging
+    // driver, say) in place of the Rust walk's.
+    let reads = match std::env::var_os("REMFILE_FORESIGHT_LOG") {
+        Some(log) => {
+            let text = std::fs::read_to_string(log).unwrap();
+            text.lines().filter_map(parse_log_line).collect()
+        }
+        None => hdf5_reads(path),
+    };
     (foresight(&crawled, &reads), crawled, reads)
 }
 
