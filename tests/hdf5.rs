@@ -833,13 +833,18 @@ fn walk_far_away(path: &PathBuf, builder: remfile::Builder) -> (remfile::Stats, 
 }
 
 #[test]
-fn a_file_of_array_and_btree_chunk_indexes_and_dense_groups_walks_in_three_rounds() {
+fn a_file_of_array_and_btree_chunk_indexes_and_dense_groups_walks_a_round_a_level() {
     let quiet = || h5::builder().proxy_from_env(false);
+    // HDF5 2.x writes an extensible array's index block among the data (as
+    // every structure it places when it flushes its cache), not with the
+    // definitions at the head: index block, super block and data block are
+    // then three levels among the data, a round each.
+    let deeper = u64::from(h5::library_version().0 >= 2);
     // As opened by default: the crawl follows every index to its last
     // block, page and node, each level in one round.
     let (walked, did) = walk_far_away(appended_file(), quiet().link(remfile::Link::Ignored));
     eprintln!("default: {walked:?}; {did:?}");
-    assert!(walked.round_trips <= 3, "{walked:?}");
+    assert!(walked.round_trips <= 3 + deeper, "{walked:?}");
     assert!(did.unpredicted_reads <= 2, "{did:?}");
     // In 64 KiB blocks at 25 MB/s, the half MB of definitions at the head
     // take two rounds, and an extensible array's index block then points to
@@ -848,7 +853,7 @@ fn a_file_of_array_and_btree_chunk_indexes_and_dense_groups_walks_in_three_round
     let small_blocks = quiet().block_size(64 << 10).open_tail(64 << 10);
     let (walked, did) = walk_far_away(appended_file(), small_blocks.link(slow));
     eprintln!("64 KiB blocks, 25 MB/s: {walked:?}; {did:?}");
-    assert!(walked.round_trips <= 4, "{walked:?}");
+    assert!(walked.round_trips <= 4 + deeper, "{walked:?}");
     assert!(did.unpredicted_reads <= 2, "{did:?}");
     assert!(
         did.speculative_bytes <= did.metadata_bytes + (16 << 20),
