@@ -34,7 +34,9 @@
 //! ```
 //!
 //! runs the corpus instead: files of a few hundred MB from nine writers
-//! (`benches/corpus.py`, written once under `target/bench-data/corpus`), each
+//! (`benches/corpus.py`, written once under `target/bench-data/corpus`), and
+//! nwb_deep rewritten in the latest format by `h5repack -L` (and the files
+//! `REMFILE_BENCH_CORPUS_EXTRA` names, paths separated by `:`), each
 //! with the workloads users run — the walk asking for every object's info
 //! and every attribute, then a slice of the largest chunked dataset, and for
 //! NWB files pynwb's `read()` — through the Rust adapter, the plugin in h5py,
@@ -1064,6 +1066,9 @@ fn print_survey_line(label: &str, line: &str) {
     );
 }
 
+/// The corpus's nwb_deep rewritten by `h5repack -L`.
+const LATEST_NWB: &str = "nwb_deep_latest.nwb";
+
 /// The corpus table: every file, workload and reader, at 30 ms per request
 /// and at 25 MB/s per connection too.
 fn corpus() {
@@ -1078,13 +1083,28 @@ fn corpus() {
         "{:<32} {:<16} {:>8} {:>5} {:>6} {:>7} {:>5} {:>7} {:>5}",
         "server, file", "phase", "wall ms", "reqs", "rounds", "MB", "over", "cpu ms", "conns"
     );
+    // Beside the writers' own files, the pynwb session rewritten in the
+    // latest format (v2 B-trees, dense storage, array chunk indexes).
+    let mut names: Vec<String> = python::CORPUS.iter().map(|&n| n.to_owned()).collect();
+    if let Some(latest) = latest_format(&dir.join("nwb_deep.nwb"), LATEST_NWB) {
+        names.extend(latest.file_name().map(|n| n.to_string_lossy().into_owned()));
+    }
+    // And any file the user names (`REMFILE_BENCH_CORPUS_EXTRA`, paths
+    // separated by `:`).
+    if let Some(extra) = std::env::var_os("REMFILE_BENCH_CORPUS_EXTRA") {
+        names.extend(std::env::split_paths(&extra).map(|p| p.to_string_lossy().into_owned()));
+    }
     for (label, delay_ms, cap) in [("30 ms", 30, None), ("30 ms, 25 MB/s", 30, Some(25e6))] {
-        for name in python::CORPUS {
-            let row = format!("{label}, {name}");
+        for name in &names {
+            // A file named by its path shows its name alone.
+            let path = dir.join(name);
+            let short = path
+                .file_name()
+                .map_or_else(|| name.clone(), |n| n.to_string_lossy().into());
+            let row = format!("{label}, {short}");
             if std::env::var("REMFILE_BENCH_ONLY").is_ok_and(|only| !row.contains(&only)) {
                 continue;
             }
-            let path = dir.join(name);
             let server = ServerProcess::start(&path, delay_ms, cap);
             for _ in 0..repeats() {
                 corpus_walk(&row, &path, &server.url);

@@ -135,8 +135,12 @@ pub fn hdf5_metadata(data: &[u8]) {
             header: 0,
             level: high.into(),
             records: u16::from(high) * 3,
+            chunks: high & 1 != 0,
         }),
         11 => Some(What::GlobalHeap),
+        12 => Some(What::ArrayIndex),
+        13 => Some(What::ArraySuper),
+        14 => Some(What::ArrayData),
         _ => Some(What::HeapDirect),
     };
     let size = |bits: u8| [2, 4, 8, 8][usize::from(bits & 3)];
@@ -163,6 +167,12 @@ pub fn hdf5_metadata(data: &[u8]) {
     );
     if let Some(tree) = h5meta::BTree2::for_fuzzing(*sizes) {
         context.btrees.insert(0, tree);
+    }
+    // Arrays at address 0 and 1, which a block's header field may name.
+    let (fixed, extensible) = h5meta::ArrayIndex::for_fuzzing(*sizes);
+    context.arrays.insert(0, fixed);
+    if let Some(extensible) = extensible {
+        context.arrays.insert(1, extensible);
     }
     let mem = MemType::from_c(i32::from(*mem));
     let found = h5meta::pointers(rest, 4096, mem, expected, &context);

@@ -992,3 +992,66 @@ fn a_survey_of_immutable_files_on_disk_sends_no_request() {
     assert_eq!(requests[1], 0, "{requests:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A file of the latest format laid out as netCDF-4 and logger files are
+/// (`h5files::write_appended`): extensible and fixed array chunk indexes, a
+/// version 2 B-tree of chunks, whose blocks and nodes lie among the data,
+/// and dense groups (fractal heaps, name and creation-order indexes).
+fn appended_file() -> &'static PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let p = temp_path("appended.h5");
+        h5files::write_appended(&p, 600).expect("write the appended test file");
+        p
+    })
+}
+
+/// Opens `path` served 20 ms away with `builder`, walks it as users do
+/// (every object's info and attributes, every chunk index) and compares it
+/// with the local file: what the walk cost, and what the prefetch did.
+fn walk_far_away(path: &PathBuf, builder: remfile::Builder) -> (remfile::Stats, h5::PrefetchStats) {
+    let server = serve(path).with_hook(|_, reply| {
+        std::thread::sleep(Duration::from_millis(20));
+        reply
+    });
+    let file = h5::OpenOptions::new()
+        .remote(builder)
+        .open_url(server.url("/appended.h5"))
+        .unwrap();
+    let remote = h5::driver_info(&file).unwrap().remote;
+    h5files::walk_all_info(&file).unwrap();
+    let walked = remote.stats();
+    assert!(remote.wait_for_background_fetches(Duration::from_secs(30)));
+    let local = h5::File::open(path).unwrap();
+    assert_eq!(describe(&file).unwrap(), describe(&local).unwrap());
+    (walked, h5::driver_info(&file).unwrap().prefetch)
+}
+
+#[test]
+fn a_file_of_array_and_btree_chunk_indexes_and_dense_groups_walks_a_round_a_level() {
+    let quiet = || h5::builder().proxy_from_env(false);
+    // HDF5 2.x writes an extensible array's index block among the data (as
+    // every structure it places when it flushes its cache), not with the
+    // definitions at the head: index block, super block and data block are
+    // then three levels among the data, a round each.
+    let deeper = u64::from(h5::library_version().0 >= 2);
+    // As opened by default: the crawl follows every index to its last
+    // block, page and node, each level in one round.
+    let (walked, did) = walk_far_away(appended_file(), quiet().link(remfile::Link::Ignored));
+    eprintln!("default: {walked:?}; {did:?}");
+    assert!(walked.round_trips <= 3 + deeper, "{walked:?}");
+    assert!(did.unpredicted_reads <= 2, "{did:?}");
+    // In 64 KiB blocks at 25 MB/s, the half MB of definitions at the head
+    // take two rounds, and an extensible array's index block then points to
+    // a super block that points to a data block: one round more.
+    let slow = remfile::Link::known(Duration::from_millis(30), 25_000_000);
+    let small_blocks = quiet().block_size(64 << 10).open_tail(64 << 10);
+    let (walked, did) = walk_far_away(appended_file(), small_blocks.link(slow));
+    eprintln!("64 KiB blocks, 25 MB/s: {walked:?}; {did:?}");
+    assert!(walked.round_trips <= 4 + deeper, "{walked:?}");
+    assert!(did.unpredicted_reads <= 2, "{did:?}");
+    assert!(
+        did.speculative_bytes <= did.metadata_bytes + (16 << 20),
+        "{did:?}"
+    );
+}

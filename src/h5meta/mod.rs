@@ -15,11 +15,14 @@
 //! both file formats: of the earliest (what h5py and pynwb write by
 //! default), version 1 B-tree nodes of groups and of chunk indexes, symbol
 //! table nodes and local heaps; of the latest, fractal heaps (the links of
-//! dense groups and the attributes of dense objects), version 2 B-trees
-//! (header and internal nodes), and the headers of fixed and extensible
-//! array chunk indexes, whose block they find. They never panic, allocate at most a bounded amount, and a wrong
-//! guess costs only bytes: HDF5 still reads everything it needs itself.
+//! dense groups and the attributes of dense objects, direct and indirect
+//! blocks), version 2 B-trees (of names, of creation orders, of chunks:
+//! header and internal nodes), and fixed and extensible array chunk indexes
+//! to their last block and page ([`arrays`]). They never panic, allocate at
+//! most a bounded amount, and a wrong guess costs only bytes: HDF5 still
+//! reads everything it needs itself.
 
+mod arrays;
 mod cursor;
 mod newer;
 mod nodes;
@@ -28,6 +31,7 @@ mod object_header;
 use std::collections::HashMap;
 use std::ops::Range;
 
+pub(crate) use self::arrays::ArrayIndex;
 use self::cursor::Cursor;
 pub(crate) use self::newer::{BTree2, FractalHeap};
 
@@ -139,19 +143,31 @@ pub(crate) enum What {
     HeapIndirect {
         rows: u16,
     },
+    /// A fractal heap's free-space manager's header (`FSHD`), which HDF5
+    /// reads to tell the heap's size: fetched, not parsed.
+    FreeSpace,
     /// A version 2 B-tree's header (`BTHD`).
     BTree2Header,
     /// A version 2 B-tree's node at `level` (0 for a leaf) holding
-    /// `records` records, of the tree whose header is at `header`.
+    /// `records` records, of the tree whose header is at `header`; `chunks`
+    /// if the tree is a chunk index.
     BTree2Node {
         header: u64,
         level: u16,
         records: u16,
+        chunks: bool,
     },
     /// A fixed or extensible array chunk index's header (`FAHD`, `EAHD`).
     ArrayHeader,
-    /// An array's data or index block: fetched, not parsed.
-    ArrayBlock,
+    /// An extensible array's index block (`EAIB`).
+    ArrayIndex,
+    /// An extensible array's super block (`EASB`).
+    ArraySuper,
+    /// An array's data block (`FADB`, `EADB`), or the prefix of a paged
+    /// one.
+    ArrayData,
+    /// A page of a paged data block: fetched, not parsed.
+    ArrayPage,
     /// A global heap collection (`GCOL`), which variable-length attribute
     /// values point into: fetched, not parsed.
     GlobalHeap,
@@ -167,14 +183,27 @@ impl What {
     pub fn is_parsed(self) -> bool {
         !matches!(
             self,
-            What::HeapData | What::ArrayBlock | What::GlobalHeap | What::Unforeseen
+            What::HeapData
+                | What::ArrayPage
+                | What::FreeSpace
+                | What::GlobalHeap
+                | What::Unforeseen
         )
     }
 
-    /// Whether it is a node of a chunk index, which a writer allocates as
-    /// chunks are written, among them.
+    /// Whether it is a node or block of a chunk index, which a writer
+    /// allocates as chunks are written, among them (the index's header
+    /// comes with the dataset's).
     pub fn lies_among_raw_data(self) -> bool {
-        matches!(self, What::ChunkNode { .. } | What::ArrayBlock)
+        matches!(
+            self,
+            What::ChunkNode { .. }
+                | What::BTree2Node { chunks: true, .. }
+                | What::ArrayIndex
+                | What::ArraySuper
+                | What::ArrayData
+                | What::ArrayPage
+        )
     }
 }
 
@@ -196,6 +225,9 @@ pub(crate) struct Found {
     pub heap: Option<FractalHeap>,
     /// How to read a version 2 B-tree's nodes, if the piece was its header.
     pub btree: Option<BTree2>,
+    /// How to read an array chunk index's blocks, if the piece was its
+    /// header.
+    pub array: Option<ArrayIndex>,
     /// The chunks a chunk index's leaf lists, if the piece was one.
     pub chunks: Option<ChunkLeaf>,
 }
@@ -218,6 +250,8 @@ pub(crate) struct Context {
     pub heaps: HashMap<u64, FractalHeap>,
     /// Version 2 B-trees by the address of their header.
     pub btrees: HashMap<u64, BTree2>,
+    /// Fixed and extensible arrays by the address of their header.
+    pub arrays: HashMap<u64, ArrayIndex>,
 }
 
 impl Found {
@@ -280,13 +314,28 @@ pub(crate) fn pointers(
                 header,
                 level,
                 records,
+                ..
             }) => context.btrees.get(&header).and_then(|tree| {
                 newer::btree_internal(&mut c, tree, (header, level, records), &mut found)
             }),
             _ => None,
         },
-        b"FAHD" => newer::array_header(&mut c, false, &mut found),
-        b"EAHD" => newer::array_header(&mut c, true, &mut found),
+        b"FAHD" | b"EAHD" => {
+            found.array = arrays::header(&mut c, bytes.starts_with(b"EAHD"), &mut found);
+            Some(())
+        }
+        b"FADB" => match array_of(bytes, context) {
+            Some(ArrayIndex::Fixed(a)) => arrays::fixed_data_block(&mut c, &a, addr, &mut found),
+            _ => None,
+        },
+        b"EAIB" => match array_of(bytes, context) {
+            Some(ArrayIndex::Extensible(a)) => arrays::index_block(&mut c, &a, &mut found),
+            _ => None,
+        },
+        b"EASB" => match array_of(bytes, context) {
+            Some(ArrayIndex::Extensible(a)) => arrays::super_block(&mut c, &a, &mut found),
+            _ => None,
+        },
         _ => match expected {
             Some(What::ContinuationV1) => object_header::v1_messages(&mut c, &mut found),
             Some(What::ObjectHeader) => object_header::v1(&mut c, &mut found),
@@ -320,9 +369,10 @@ pub(crate) fn declared_len(bytes: &[u8], what: What, context: &Context) -> Optio
 
 /// The signatures HDF5's structures open with (the superblock's first
 /// four bytes among them).
-pub(crate) const SIGNATURES: [&[u8; 4]; 19] = [
+pub(crate) const SIGNATURES: [&[u8; 4]; 21] = [
     b"\x89HDF", b"TREE", b"SNOD", b"HEAP", b"GCOL", b"OHDR", b"OCHK", b"FRHP", b"FHDB", b"FHIB",
-    b"BTHD", b"BTIN", b"BTLF", b"FAHD", b"FADB", b"EAHD", b"EAIB", b"EASB", b"EADB",
+    b"FSHD", b"FSSE", b"BTHD", b"BTIN", b"BTLF", b"FAHD", b"FADB", b"EAHD", b"EAIB", b"EASB",
+    b"EADB",
 ];
 
 /// Whether `bytes` open with the signature of an HDF5 structure.
@@ -331,6 +381,13 @@ pub(crate) fn has_signature(bytes: &[u8]) -> bool {
     bytes
         .get(..4)
         .is_some_and(|head| SIGNATURES.iter().any(|s| head == &s[..]))
+}
+
+/// The array a fixed or extensible array's block belongs to, by the
+/// header's address the block names.
+fn array_of(bytes: &[u8], context: &Context) -> Option<ArrayIndex> {
+    let mut c = Cursor::new(bytes, context.geometry);
+    context.arrays.get(&arrays::owner(&mut c)?).copied()
 }
 
 /// The heap a fractal heap block belongs to: its header's address follows

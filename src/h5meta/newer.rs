@@ -1,6 +1,7 @@
 //! The newer structures: fractal heaps (where dense groups keep their links
-//! and dense objects their attributes), the headers of version 2 B-trees,
-//! and the headers of fixed and extensible array chunk indexes.
+//! and dense objects their attributes) and version 2 B-trees (a dense
+//! group's or object's index of names and of creation orders, a chunk
+//! index of a dataset with more than one unlimited dimension).
 
 use super::cursor::Cursor;
 use super::object_header::link;
@@ -64,9 +65,9 @@ pub(super) fn header(c: &mut Cursor<'_>, links: bool, found: &mut Found) -> Opti
     let flags = c.u8()?;
     c.skip(4)?; // largest managed object
     c.length()?; // next huge object ID
-    c.addr()?; // huge objects' B-tree
+    let huge = c.addr()?;
     c.length()?; // free space
-    c.addr()?; // free-space manager
+    let free_space = c.addr()?;
     for _ in 0..8 {
         c.length()?; // managed, allocated and iterator offsets; object counts and sizes
     }
@@ -93,6 +94,12 @@ pub(super) fn header(c: &mut Cursor<'_>, links: bool, found: &mut Found) -> Opti
         checksummed: flags & 0x02 != 0,
         filtered: filter_len > 0,
     };
+    // What HDF5 reads besides to tell the heap's size (an object's info
+    // with the sizes of its metadata, as h5py's walks ask): the B-tree of
+    // objects too large for a block, and the free-space manager's header.
+    found.add(What::BTree2Header, huge, SMALL_HEADER);
+    let free_space_len = 18 + 7 * u64::from(g.lengths) + u64::from(g.offsets);
+    found.add(What::FreeSpace, free_space, free_space_len);
     if rows == 0 {
         found.add(What::HeapDirect, root, start_block);
     } else {
@@ -161,6 +168,9 @@ pub(crate) struct BTree2 {
     /// Bytes of the total record count below a child, by the child's
     /// level (0 for leaves, which have no such field).
     total_bytes: [u8; MAX_BTREE_DEPTH],
+    /// Whether its records are chunks (types 10 and 11): a chunk index,
+    /// whose nodes the writer allocates among the chunks.
+    chunks: bool,
 }
 
 /// The deepest version 2 B-tree followed (HDF5's are a few levels deep).
@@ -177,7 +187,13 @@ fn width_of(n: u64) -> u8 {
 impl BTree2 {
     /// The layout of a tree of nodes of `node_size` bytes holding records
     /// of `record_size` bytes, `depth` levels deep (HDF5's own arithmetic).
-    fn new(node_size: u32, record_size: u16, depth: u16, offsets: u8) -> Option<BTree2> {
+    fn new(
+        node_size: u32,
+        record_size: u16,
+        depth: u16,
+        offsets: u8,
+        chunks: bool,
+    ) -> Option<BTree2> {
         let (size, record) = (u64::from(node_size), u64::from(record_size));
         if record == 0 || usize::from(depth) >= MAX_BTREE_DEPTH {
             return None;
@@ -201,6 +217,7 @@ impl BTree2 {
             record_size,
             count_bytes,
             total_bytes,
+            chunks,
         })
     }
 }
@@ -214,6 +231,7 @@ impl BTree2 {
             1 + u16::from(seed >> 3),
             u16::from(seed & 3),
             8,
+            seed & 0x80 != 0,
         )
     }
 }
@@ -222,18 +240,20 @@ impl BTree2 {
 /// internal nodes (returned, to be remembered by the header's address).
 pub(super) fn btree_header(c: &mut Cursor<'_>, at: u64, found: &mut Found) -> Option<BTree2> {
     c.signature_and_version(0)?;
-    c.skip(1)?; // type
+    // Records of types 10 and 11 are chunks (unfiltered, filtered).
+    let chunks = matches!(c.u8()?, 10 | 11);
     let node_size = c.u32()?;
     let record_size = c.u16()?;
     let depth = c.u16()?;
     c.skip(2)?; // split and merge percents
     let root = c.addr()?;
     let records = c.u16()?;
-    let tree = BTree2::new(node_size, record_size, depth, c.geometry.offsets)?;
+    let tree = BTree2::new(node_size, record_size, depth, c.geometry.offsets, chunks)?;
     let what = What::BTree2Node {
         header: at,
         level: depth,
         records,
+        chunks,
     };
     found.add(what, root, u64::from(node_size));
     Some(tree)
@@ -265,36 +285,9 @@ pub(super) fn btree_internal(
             header,
             level: level - 1,
             records: child_records,
+            chunks: tree.chunks,
         };
         found.add(what, child, u64::from(tree.node_size));
-    }
-    Some(())
-}
-
-/// A fixed array (`FAHD`) or extensible array (`EAHD`) header: the block
-/// that holds (or indexes) the chunk addresses.
-pub(super) fn array_header(c: &mut Cursor<'_>, extensible: bool, found: &mut Found) -> Option<()> {
-    c.signature_and_version(0)?;
-    c.skip(1)?; // client
-    if extensible {
-        let element = u64::from(c.u8()?);
-        c.skip(1)?; // bits of the most elements
-        let in_index = u64::from(c.u8()?);
-        c.skip(3)?; // data and secondary block sizes, page size
-        for _ in 0..6 {
-            c.length()?;
-        }
-        let len = 64 + in_index * element + 64 * u64::from(c.geometry.offsets);
-        found.add(What::ArrayBlock, c.addr()?, len);
-    } else {
-        let entry = u64::from(c.u8()?);
-        let page_bits = c.u8()?;
-        let entries = c.length()?;
-        // A paged array's block holds one page's bitmap and the first page
-        // is read on its own: the start suffices.
-        let in_block = entries.min(1u64 << u32::from(page_bits).min(32));
-        let len = 64 + in_block.saturating_mul(entry).min(1 << 20);
-        found.add(What::ArrayBlock, c.addr()?, len);
     }
     Some(())
 }

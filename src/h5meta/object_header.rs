@@ -189,7 +189,8 @@ fn layout(c: &mut Cursor<'_>, found: &mut Found) -> Option<()> {
             let len = chunk_node_len(&c.geometry, dims);
             found.add(What::ChunkNode { dims }, c.addr()?, len);
         }
-        4 => {
+        // Version 5 differs only in how filtered chunks' sizes are kept.
+        4 | 5 => {
             if c.u8()? != 2 {
                 return None;
             }

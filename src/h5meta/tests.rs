@@ -375,6 +375,22 @@ fn a_fractal_heap_header_gives_its_root_block_and_layout() {
         (heap.direct_rows, heap.offset_bytes, heap.links),
         (9, 4, true)
     );
+    // A heap with objects too large for its blocks and free space: HDF5
+    // reads their B-tree and the free-space manager's header (82 bytes)
+    // to tell the heap's size.
+    let mut bytes = fractal_heap(0);
+    bytes[22..30].copy_from_slice(&5000u64.to_le_bytes());
+    bytes[38..46].copy_from_slice(&6000u64.to_le_bytes());
+    let header = found(&bytes, 8000, MemType::Other, links);
+    assert_eq!(
+        starts(&header),
+        [
+            (What::BTree2Header, 5000),
+            (What::FreeSpace, 6000),
+            (What::HeapDirect, 9000)
+        ]
+    );
+    assert_eq!(header.targets[1].bytes, 6000..6082);
 }
 
 /// A context that knows the heap of [`fractal_heap`] at 8000.
@@ -509,6 +525,7 @@ fn newer_index_headers_point_to_their_root() {
         header: 60_000,
         level: 1,
         records: 3,
+        chunks: false,
     };
     assert_eq!(
         f.targets,
@@ -531,6 +548,7 @@ fn newer_index_headers_point_to_their_root() {
         header: 60_000,
         level: 0,
         records,
+        chunks: false,
     };
     assert_eq!(
         starts(&f),
@@ -552,8 +570,69 @@ fn newer_index_headers_point_to_their_root() {
         .u64(80_000)
         .u32(0);
     let f = found(&fahd.0, 60_000, MemType::Other, Some(What::ArrayHeader));
-    assert_eq!(starts(&f), [(What::ArrayBlock, 80_000)]);
-    assert_eq!(f.targets[0].bytes.end, 80_000 + 64 + 123 * 8);
+    assert_eq!(starts(&f), [(What::ArrayData, 80_000)]);
+    // Its prefix (signature, version, client, header address, checksum)
+    // and 123 elements.
+    assert_eq!(f.targets[0].bytes.end, 80_000 + 18 + 123 * 8);
+}
+
+#[test]
+fn a_version_2_btree_of_chunks_lies_among_them() {
+    // Type 10: chunks without filters, whose nodes the writer allocates
+    // among the chunks; the children of its internal nodes are of the
+    // same tree.
+    let mut header = btree2_header(2048);
+    header[5] = 10;
+    let f = found(&header, 60_000, MemType::Other, Some(What::BTree2Header));
+    let root = What::BTree2Node {
+        header: 60_000,
+        level: 1,
+        records: 3,
+        chunks: true,
+    };
+    assert_eq!(starts(&f), [(root, 70_000)]);
+    assert!(root.lies_among_raw_data());
+    let mut context = Context::default();
+    context.btrees.insert(60_000, f.btree.unwrap());
+    let mut node = Le::default().bytes(b"BTIN").u8(0).u8(10).zeros(33);
+    for (child, count) in [(1000u64, 10u16), (2000, 20), (3000, 30), (4000, 40)] {
+        node = node.u64(child).u16(count);
+    }
+    let f = pointers(&node.0, 70_000, MemType::Other, Some(root), &context);
+    assert_eq!(f.targets.len(), 4);
+    assert!(f.targets.iter().all(|t| t.what.lies_among_raw_data()));
+    // A group's index of names is not.
+    let f = found(&btree2_header(2048), 60_000, MemType::Other, None);
+    assert!(!f.targets[0].what.lies_among_raw_data());
+}
+
+#[test]
+fn a_layout_of_version_5_names_its_chunk_index() {
+    // HDF5 2.x's latest layout: as version 4, an extensible array index
+    // (type 4) of five creation parameters.
+    for version in [4u8, 5] {
+        let layout = Le::default()
+            .u8(version)
+            .u8(2) // chunked
+            .u8(0) // flags
+            .u8(3) // dimensions
+            .u8(2) // bytes per dimension
+            .u16(64)
+            .u16(64)
+            .u16(2)
+            .u8(4)
+            .bytes(&[32, 4, 16, 4, 10])
+            .u64(7000)
+            .0;
+        let header = bounds::header_with_message(&layout);
+        let f = found(
+            &header,
+            100,
+            MemType::ObjectHeader,
+            Some(What::ObjectHeader),
+        );
+        assert_eq!(starts(&f), [(What::ArrayHeader, 7000)], "version {version}");
+    }
 }
 
 /// The parsers alone, on files the tests write: crawling from the
@@ -836,6 +915,11 @@ mod bounds {
             .u64(9000)
             .zeros(4 * usize::from(dims))
             .0;
+        header_with_message(&layout)
+    }
+
+    /// A version 1 object header holding one layout message.
+    pub(super) fn header_with_message(layout: &[u8]) -> Vec<u8> {
         Le::default()
             .u8(1)
             .u8(0)
@@ -843,7 +927,7 @@ mod bounds {
             .u32(1)
             .u32(8 + layout.len().div_ceil(8) as u32 * 8)
             .zeros(4)
-            .message_v1(0x0008, &layout)
+            .message_v1(0x0008, layout)
             .0
     }
 

@@ -14,6 +14,8 @@ pub mod config;
 mod crawl;
 pub(crate) mod driver;
 pub(crate) mod ffi;
+#[cfg(all(test, feature = "hdf5"))]
+mod foresight;
 #[cfg(all(feature = "vfd", unix))]
 pub mod loader;
 pub mod many;

@@ -105,7 +105,7 @@ pub(crate) struct Prefetcher {
     /// The chunk index read so far and the run of chunks being read, if
     /// chunks are read ahead.
     chunks: Option<ChunkAhead>,
-    /// The file's sizes and the fractal heaps seen.
+    /// The file's sizes and the fractal heaps, B-trees and arrays seen.
     context: Context,
     /// While positive, reads are noted but nothing is fetched ahead.
     paused: u32,
@@ -130,6 +130,7 @@ struct Weights {
     frontier: Charge,
     heaps: Charge,
     btrees: Charge,
+    arrays: Charge,
     last: Charge,
 }
 
@@ -167,6 +168,7 @@ impl Prefetcher {
                 frontier: Charge::new(budget),
                 heaps: Charge::new(budget),
                 btrees: Charge::new(budget),
+                arrays: Charge::new(budget),
                 last: Charge::new(budget),
             },
         }
@@ -175,7 +177,14 @@ impl Prefetcher {
     /// The bytes the prefetch's tables hold of their budget.
     pub fn table_bytes(&self) -> u64 {
         let w = &self.weights;
-        let own = [&w.known, &w.frontier, &w.heaps, &w.btrees, &w.last];
+        let own = [
+            &w.known,
+            &w.frontier,
+            &w.heaps,
+            &w.btrees,
+            &w.arrays,
+            &w.last,
+        ];
         let chunks = self.chunks.as_ref().map_or(0, ChunkAhead::bytes);
         own.iter().map(|c| c.bytes()).sum::<u64>() + chunks
     }
@@ -306,8 +315,8 @@ impl Prefetcher {
         work
     }
 
-    /// Takes in what the piece at `addr` said: the file's sizes, heaps and
-    /// trees to read later pieces with, a chunk index's leaf, and targets,
+    /// Takes in what the piece at `addr` said: the file's sizes, heaps,
+    /// trees and arrays to read later pieces with, a chunk index's leaf, and targets,
     /// which join the frontier if they are new (`crawled`: found by the
     /// crawl, which a pause does not stop). Returns whether any did.
     fn absorb(&mut self, addr: u64, mut found: Found, len: u64, crawled: bool) -> bool {
@@ -317,8 +326,10 @@ impl Prefetcher {
         if let Some(g) = found.geometry {
             self.context.geometry = g;
         }
-        if self.context.heaps.len() + self.context.btrees.len() < MAX_KNOWN {
+        let c = &self.context;
+        if c.heaps.len() + c.btrees.len() + c.arrays.len() < MAX_KNOWN {
             let (heaps, btrees) = (&mut self.context.heaps, &mut self.context.btrees);
+            let arrays = &mut self.context.arrays;
             let w = &mut self.weights;
             if let Some(heap) = found.heap {
                 if heaps.contains_key(&addr) || room_for(heaps, 1, &mut w.heaps, 0) {
@@ -328,6 +339,11 @@ impl Prefetcher {
             if let Some(tree) = found.btree {
                 if btrees.contains_key(&addr) || room_for(btrees, 1, &mut w.btrees, 0) {
                     btrees.insert(addr, tree);
+                }
+            }
+            if let Some(array) = found.array {
+                if arrays.contains_key(&addr) || room_for(arrays, 1, &mut w.arrays, 0) {
+                    arrays.insert(addr, array);
                 }
             }
         }

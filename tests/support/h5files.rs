@@ -304,6 +304,99 @@ pub fn write_nwb(path: &Path, shape: NwbShape) -> h5lib::Result<()> {
     Ok(())
 }
 
+/// Rows each step of [`write_appended`] adds to each series (one chunk's),
+/// and the series' columns.
+pub const APPEND_ROWS: usize = 64;
+pub const APPEND_COLS: usize = 64;
+
+/// A file of the latest format laid out as netCDF-4 and logger files are:
+/// its groups, variables and attributes defined first, then its data
+/// appended in `steps` steps of one chunk per variable. Three series grow
+/// along one unlimited dimension (extensible array chunk indexes, one
+/// deflated), a grid along two (a version 2 B-tree of chunks), and a table
+/// of fixed size is filled a few chunks a step (a fixed array of 2,048
+/// chunks, in two pages). The writer allocates each index's blocks and
+/// nodes as their chunks come, so they lie among the data. The groups keep
+/// their links and attributes in dense storage (fractal heaps, name and
+/// creation-order indexes).
+pub fn write_appended(path: &Path, steps: usize) -> h5lib::Result<()> {
+    use h5lib::plist::file_create::{AttrCreationOrder, LinkCreationOrder};
+    let file = h5::File::with_options()
+        .with_fapl(|fapl| fapl.libver_latest())
+        .with_fcpl(|fcpl| fcpl.link_creation_order(LinkCreationOrder::Indexed))
+        .create(path)?;
+    let dense = |parent: &Group, name: &str| {
+        parent
+            .create_group_builder()
+            .with_gcpl(|gcpl| {
+                gcpl.link_creation_order(LinkCreationOrder::Indexed)
+                    .attr_creation_order(AttrCreationOrder::Indexed)
+            })
+            .create(name)
+    };
+    let series = dense(&file, "series")?;
+    let mut appended = Vec::new();
+    for (i, name) in ["voltage", "current", "temperature"].iter().enumerate() {
+        let mut builder = series
+            .new_dataset::<i16>()
+            .chunk((APPEND_ROWS, APPEND_COLS))
+            .shape((0.., APPEND_COLS));
+        if i == 2 {
+            builder = builder.deflate(4);
+        }
+        appended.push(builder.create(*name)?);
+    }
+    let grid = series
+        .new_dataset::<i16>()
+        .chunk((32, 32))
+        .shape((0.., 0..))
+        .create("grid")?;
+    let (table_rows, table_chunk) = (2048 * 8, 8);
+    let table = series
+        .new_dataset::<i16>()
+        .chunk((table_chunk, 8))
+        .shape((table_rows, 8))
+        .create("table")?;
+    for ds in appended.iter().chain([&grid, &table]) {
+        for a in 0..12 {
+            str_attr(ds, &format!("attr{a:02}"), &format!("value {a}"))?;
+        }
+    }
+    // A group of many members (its links in a fractal heap of several
+    // blocks, under an indirect block), each member's attributes dense.
+    let events = dense(&file, "events")?;
+    for e in 0..100 {
+        let event = dense(&events, &format!("event{e:03}"))?;
+        for a in 0..10 {
+            str_attr(&event, &format!("note{a}"), &format!("event {e}, note {a}"))?;
+        }
+    }
+    str_attr(&file, "title", "appended step by step")?;
+    let per_step = table_rows.div_ceil(steps.max(1));
+    for step in 0..steps {
+        let rows = step * APPEND_ROWS..(step + 1) * APPEND_ROWS;
+        for (i, ds) in appended.iter().enumerate() {
+            ds.resize((rows.end, APPEND_COLS))?;
+            let slab = ndarray::Array2::from_shape_fn((APPEND_ROWS, APPEND_COLS), |(r, c)| {
+                nwb_value(rows.start + r, c + i)
+            });
+            ds.write_slice(&slab, (rows.clone(), ..))?;
+        }
+        // One more row of chunks, two columns of them.
+        grid.resize(((step + 1) * 32, 64))?;
+        let slab = ndarray::Array2::from_shape_fn((32, 64), |(r, c)| nwb_value(step * 32 + r, c));
+        grid.write_slice(&slab, (step * 32..(step + 1) * 32, ..))?;
+        let filled = (step * per_step).min(table_rows)..((step + 1) * per_step).min(table_rows);
+        if !filled.is_empty() {
+            let slab = ndarray::Array2::from_shape_fn((filled.len(), 8), |(r, c)| {
+                nwb_value(filled.start + r, c)
+            });
+            table.write_slice(&slab, (filled, ..))?;
+        }
+    }
+    Ok(())
+}
+
 /// Describes every group, dataset and attribute with all values (large data
 /// as a checksum), in a stable order.
 pub fn describe(file: &h5::File) -> h5lib::Result<Vec<String>> {

@@ -1,0 +1,319 @@
+//! Whether the metadata crawl foresees the reads HDF5 makes, measured with
+//! no network and no timing: the crawl run to its end over a file whose
+//! bytes are all at hand ([`crawl`]), beside the metadata reads HDF5 makes
+//! walking the same file through its logging driver ([`hdf5_reads`]). A
+//! read no target of the crawl covers is one HDF5 waits a round trip for;
+//! the wave that found a read's target is about the round it arrives in.
+//!
+//! `REMFILE_FORESIGHT=FILE[:FILE…] cargo test --features hdf5 --lib
+//! foresight -- --ignored --nocapture` prints both for any files;
+//! `REMFILE_FORESIGHT_LOG` names another reader's read log of one file
+//! (HDF5's logging driver with `H5FD_LOG_LOC_READ`) to use instead.
+
+use std::ops::Range;
+use std::path::Path;
+
+use super::prefetch::{MAX_PIECE, Prefetcher};
+use crate::h5meta::{MemType, Target, What};
+use crate::hdf5::hdf5_metno as h5lib;
+use crate::test_h5files as h5files;
+
+/// A target the crawl found, in which wave (the superblock's is 0), and
+/// which target pointed to it (by its place in the crawl's list).
+#[derive(Debug, Clone)]
+pub(crate) struct Found {
+    pub target: Target,
+    pub wave: usize,
+    pub parent: Option<usize>,
+}
+
+/// Crawls `file` from its superblock to the end, as the driver's crawl
+/// does (each target's guessed bytes, longer if the structure says so),
+/// with every byte at hand.
+pub(crate) fn crawl(file: &[u8]) -> Vec<Found> {
+    let len = file.len() as u64;
+    let mut prefetch = Prefetcher::default();
+    prefetch.start();
+    let mut found: Vec<Found> = prefetch
+        .take_wave()
+        .into_iter()
+        .map(|target| Found {
+            target,
+            wave: 0,
+            parent: None,
+        })
+        .collect();
+    // Breadth-first, each target parsed alone so that what it points to
+    // is known to come from it.
+    let mut next = 0;
+    while next < found.len() {
+        let Found { target, wave, .. } = found[next].clone();
+        if target.what.is_parsed() {
+            let bytes = piece(file, &target, &prefetch);
+            prefetch.on_crawled(&target, bytes, len);
+            // The crawl fetches a structure longer than guessed whole.
+            let end = target.bytes.start + bytes.len() as u64;
+            let bytes = &mut found[next].target.bytes;
+            bytes.end = bytes.end.max(end);
+        }
+        for child in prefetch.take_wave() {
+            found.push(Found {
+                target: child,
+                wave: wave + 1,
+                parent: Some(next),
+            });
+        }
+        next += 1;
+    }
+    found
+}
+
+/// The bytes the crawl parses for `target`: as guessed, or as long as the
+/// structure declares (at most [`MAX_PIECE`]).
+fn piece<'a>(file: &'a [u8], target: &Target, prefetch: &Prefetcher) -> &'a [u8] {
+    let start = usize::try_from(target.bytes.start).unwrap_or(usize::MAX);
+    let at = |n: usize| &file[start.min(file.len())..start.saturating_add(n).min(file.len())];
+    let guessed = at(((target.bytes.end - target.bytes.start) as usize).min(MAX_PIECE));
+    match prefetch.declared_len(target, guessed) {
+        Some(whole) if whole > guessed.len() => at(whole.min(MAX_PIECE)),
+        _ => guessed,
+    }
+}
+
+/// One read HDF5 made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Read {
+    pub mem: MemType,
+    pub bytes: Range<u64>,
+}
+
+/// The reads HDF5 makes opening the file at `path` and walking it as users
+/// do (every object's info and attributes, every chunk index), through its
+/// logging driver.
+pub(crate) fn hdf5_reads(path: &Path) -> Vec<Read> {
+    let log = h5files::temp_path(&format!(
+        "foresight-{}.log",
+        path.file_name().unwrap().to_string_lossy()
+    ));
+    {
+        let file = h5lib::File::with_options()
+            .with_fapl(|fapl| {
+                fapl.log_options(
+                    Some(log.to_str().unwrap()),
+                    h5lib::file::LogFlags::LOC_READ,
+                    0,
+                )
+            })
+            .open(path)
+            .unwrap();
+        h5files::walk_all_info(&file).unwrap();
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    if std::env::var_os("REMFILE_FORESIGHT_KEEP").is_none() {
+        let _ = std::fs::remove_file(&log);
+    }
+    text.lines().filter_map(parse_log_line).collect()
+}
+
+/// A line of HDF5's read log: `FIRST-LAST (N bytes) (FLAVOR) Read…`.
+fn parse_log_line(line: &str) -> Option<Read> {
+    let (range, rest) = line.split_once('(')?;
+    if !rest.contains("Read") {
+        return None;
+    }
+    let (first, last) = range.split_once('-')?;
+    let (first, last): (u64, u64) = (first.trim().parse().ok()?, last.trim().parse().ok()?);
+    let flavor = rest.split(['(', ')']).find(|s| s.starts_with("H5FD_MEM"))?;
+    let mem = match flavor {
+        "H5FD_MEM_SUPER" => MemType::Superblock,
+        "H5FD_MEM_BTREE" => MemType::BTree,
+        "H5FD_MEM_DRAW" => MemType::RawData,
+        "H5FD_MEM_GHEAP" => MemType::GlobalHeap,
+        "H5FD_MEM_LHEAP" => MemType::LocalHeap,
+        "H5FD_MEM_OHDR" => MemType::ObjectHeader,
+        _ => MemType::Other,
+    };
+    Some(Read {
+        mem,
+        bytes: first..last.checked_add(1)?,
+    })
+}
+
+/// How the crawl fared against HDF5's reads.
+#[derive(Debug, Default)]
+pub(crate) struct Foresight {
+    /// Metadata reads (global heap collections among them) that start
+    /// inside a target the crawl found.
+    pub foreseen: usize,
+    /// The others: HDF5's reads the crawl did not see coming.
+    pub unforeseen: Vec<Read>,
+    /// The last wave that found a target one of HDF5's reads starts in.
+    pub waves: usize,
+    /// Reads that start where a target starts but run past its end: a
+    /// structure the crawl guessed too short.
+    pub short: Vec<(Read, Target)>,
+}
+
+/// Which of `reads` (other than raw data) start inside a target of
+/// `crawled`.
+pub(crate) fn foresight(crawled: &[Found], reads: &[Read]) -> Foresight {
+    let mut sorted: Vec<&Found> = crawled.iter().collect();
+    sorted.sort_by_key(|f| f.target.bytes.start);
+    // For each prefix, the target reaching furthest, and its wave.
+    let mut reach: Vec<(u64, usize)> = Vec::with_capacity(sorted.len());
+    for f in &sorted {
+        let last = reach.last().copied().unwrap_or((0, 0));
+        reach.push(if f.target.bytes.end > last.0 {
+            (f.target.bytes.end, f.wave)
+        } else {
+            last
+        });
+    }
+    let mut out = Foresight::default();
+    let by_start: std::collections::HashMap<u64, &Target> = crawled
+        .iter()
+        .map(|f| (f.target.bytes.start, &f.target))
+        .collect();
+    for read in reads.iter().filter(|r| r.mem != MemType::RawData) {
+        if let Some(t) = by_start.get(&read.bytes.start) {
+            if t.bytes.end < read.bytes.end {
+                out.short.push((read.clone(), (*t).clone()));
+            }
+        }
+        let at = read.bytes.start;
+        let n = sorted.partition_point(|f| f.target.bytes.start <= at);
+        match n.checked_sub(1).map(|i| reach[i]) {
+            Some((end, wave)) if end > at => {
+                out.foreseen += 1;
+                out.waves = out.waves.max(wave);
+            }
+            _ => out.unforeseen.push(read.clone()),
+        }
+    }
+    out
+}
+
+/// The targets of `crawled` no read of `reads` starts in, by kind: the
+/// crawl's guesses HDF5 did not need.
+pub(crate) fn unread(crawled: &[Found], reads: &[Read]) -> Vec<(String, usize)> {
+    let mut starts: Vec<u64> = reads.iter().map(|r| r.bytes.start).collect();
+    starts.sort_unstable();
+    let mut kinds = std::collections::BTreeMap::new();
+    for f in crawled {
+        let first = starts.partition_point(|&s| s < f.target.bytes.start);
+        if starts.get(first).is_none_or(|&s| s >= f.target.bytes.end) {
+            let kind = format!("{:?}", f.target.what);
+            let kind = kind.split([' ', '{']).next().unwrap_or_default().to_owned();
+            *kinds.entry(kind).or_insert(0) += 1;
+        }
+    }
+    kinds.into_iter().collect()
+}
+
+/// The crawl against HDF5's walk of the file at `path`.
+pub(crate) fn measure(path: &Path) -> (Foresight, Vec<Found>, Vec<Read>) {
+    let crawled = crawl(&std::fs::read(path).unwrap());
+    // Another reader's log of the same file (h5py's through its logging
+    // driver, say) in place of the Rust walk's.
+    let reads = match std::env::var_os("REMFILE_FORESIGHT_LOG") {
+        Some(log) => {
+            let text = std::fs::read_to_string(log).unwrap();
+            text.lines().filter_map(parse_log_line).collect()
+        }
+        None => hdf5_reads(path),
+    };
+    (foresight(&crawled, &reads), crawled, reads)
+}
+
+#[test]
+fn the_read_log_parses() {
+    let read = parse_log_line("      2048-      2559 (       512 bytes) (H5FD_MEM_OHDR) Read");
+    assert_eq!(
+        read,
+        Some(Read {
+            mem: MemType::ObjectHeader,
+            bytes: 2048..2560
+        })
+    );
+    assert_eq!(parse_log_line("Dumping read I/O information:"), None);
+}
+
+/// Prints the crawl against HDF5's walk for each file `REMFILE_FORESIGHT`
+/// names.
+#[test]
+#[ignore = "a tool: REMFILE_FORESIGHT names the files"]
+fn report() {
+    let Some(files) = std::env::var_os("REMFILE_FORESIGHT") else {
+        return;
+    };
+    for path in std::env::split_paths(&files) {
+        let (f, crawled, reads) = measure(&path);
+        let waves = crawled.iter().map(|f| f.wave).max().unwrap_or(0);
+        eprintln!(
+            "{}: {} foreseen, {} unforeseen; HDF5's reads found by wave {}; the crawl: {} targets in {} waves",
+            path.display(),
+            f.foreseen,
+            f.unforeseen.len(),
+            f.waves,
+            crawled.len(),
+            waves + 1
+        );
+        eprintln!(
+            "    guesses HDF5 did not read: {:?}",
+            unread(&crawled, &reads)
+        );
+        for (read, target) in f.short.iter().take(20) {
+            eprintln!("    short: {:?} read {:?}", target, read.bytes);
+        }
+        for read in f.unforeseen.iter().take(60) {
+            eprintln!("    unforeseen {:?} {:?}", read.mem, read.bytes);
+        }
+        if std::env::var_os("REMFILE_FORESIGHT_TARGETS").is_some() {
+            for (i, t) in crawled.iter().enumerate() {
+                let parent = t.parent.map_or(0, |p| crawled[p].target.bytes.start);
+                eprintln!(
+                    "    #{i} wave {} {:?} {:?} from {parent} (#{:?})",
+                    t.wave, t.target.what, t.target.bytes, t.parent
+                );
+            }
+        }
+    }
+}
+
+/// A file grown step by step in the latest format: every metadata read of
+/// HDF5's walk starts in a target of the crawl (array blocks, B-tree
+/// nodes, heap blocks among the data).
+#[test]
+fn the_crawl_foresees_every_read_of_a_file_grown_step_by_step() {
+    let path = h5files::temp_path("foresight-appended.h5");
+    h5files::write_appended(&path, 600).unwrap();
+    let (f, crawled, reads) = measure(&path);
+    eprintln!(
+        "{} foreseen, {:?} unforeseen, by wave {}; unread guesses {:?}; {} targets",
+        f.foreseen,
+        f.unforeseen,
+        f.waves,
+        unread(&crawled, &reads),
+        crawled.len()
+    );
+    let _ = std::fs::remove_file(&path);
+    assert!(f.unforeseen.is_empty(), "{:?}", f.unforeseen);
+    assert!(f.short.is_empty(), "{:?}", f.short);
+    // The file has every structure the test is for.
+    let found = |what: fn(&What) -> bool| crawled.iter().filter(|t| what(&t.target.what)).count();
+    assert!(found(|w| *w == What::ArrayIndex) >= 3);
+    assert!(found(|w| *w == What::ArraySuper) >= 3);
+    assert!(found(|w| *w == What::ArrayData) >= 20);
+    assert!(found(|w| *w == What::ArrayPage) == 2);
+    assert!(
+        found(|w| matches!(
+            w,
+            What::BTree2Node {
+                chunks: true,
+                level: 1..,
+                ..
+            }
+        )) >= 1
+    );
+    assert!(found(|w| matches!(w, What::HeapIndirect { .. })) >= 1);
+}
