@@ -170,11 +170,12 @@ impl Batch {
             .as_ref()
             .map_or(builder.cache_capacity, |c| c.capacity());
         let threads = files.len().min(FILES_AT_ONCE);
-        // An open fetches the first block and the tail; the crawl a few
-        // blocks more.
+        // An open fetches the first block and the tail, the crawl some
+        // blocks more: a guess on the high side, as the files that start
+        // before the first one ends are counted at it.
         let prior = builder
             .open_tail
-            .saturating_add(4u64.saturating_mul(builder.block_size));
+            .saturating_add(16u64.saturating_mul(builder.block_size));
         let shared = Arc::new(Shared {
             builder,
             settings,
