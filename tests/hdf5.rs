@@ -849,7 +849,9 @@ fn files_prefetched_together_open_and_walk_with_no_request() {
         failed.remote().map(|e| e.kind()),
         Some(remfile::ErrorKind::HttpStatus(404))
     );
-    assert_eq!(ahead.progress().opened, 4);
+    let progress = ahead.progress();
+    assert_eq!((progress.opened, progress.failed), (3, 1), "{progress:?}");
+    assert_eq!(ahead.errors().len(), 1);
 }
 
 #[test]
@@ -1058,4 +1060,49 @@ fn a_file_of_array_and_btree_chunk_indexes_and_dense_groups_walks_a_round_a_leve
         did.speculative_bytes <= did.metadata_bytes + (16 << 20),
         "{did:?}"
     );
+}
+
+#[test]
+fn an_open_waits_for_the_batch_opening_its_file_and_takes_it() {
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    use std::sync::{Mutex, mpsc};
+
+    let _dog = support::watchdog(Duration::from_secs(300));
+    let (arrived_tx, arrived) = mpsc::channel();
+    let (go_tx, go) = mpsc::channel::<()>();
+    let (arrived_tx, go) = (Mutex::new(arrived_tx), Mutex::new(go));
+    let first = AtomicBool::new(true);
+    // The batch's opening request waits at the server until let go.
+    let server = serve(nwb_file()).with_hook(move |req, reply| {
+        if req.range().is_some_and(|(at, _)| at == 0) && first.swap(false, SeqCst) {
+            let _ = arrived_tx.lock().unwrap().send(());
+            let _ = go.lock().unwrap().recv();
+        }
+        reply
+    });
+    let url = server.url("/f.nwb");
+    let ahead = h5::OpenOptions::new()
+        .remote(many_files_builder(256 << 20))
+        .prefetch_files([&url]);
+    arrived.recv().unwrap();
+    let local = h5::File::open(nwb_file()).unwrap();
+    std::thread::scope(|s| {
+        let opener = s.spawn(|| {
+            let file = ahead.open(&url).unwrap();
+            h5files::walk_metadata(&file).unwrap()
+        });
+        go_tx.send(()).unwrap();
+        assert_eq!(
+            opener.join().unwrap(),
+            h5files::walk_metadata(&local).unwrap()
+        );
+    });
+    // One open of the file: the batch's, taken by the open.
+    let opening_requests = server
+        .log()
+        .iter()
+        .filter(|r| r.range().is_some_and(|(at, _)| at == 0))
+        .count();
+    assert_eq!(opening_requests, 1);
+    assert_eq!(ahead.progress().opened, 1);
 }

@@ -68,7 +68,7 @@ def main():
             shown = url.split("?")[0]
             try:
                 print(shown, describe(url, options), flush=True)
-            except OSError as e:
+            except Exception as e:  # noqa: BLE001  (one session's failure ends no survey)
                 print(shown, "failed:", e, file=sys.stderr, flush=True)
         print(f"{len(urls)} files; the batch: {ahead.progress}", file=sys.stderr)
 

@@ -597,14 +597,17 @@ class PrefetchedFiles:
     @property
     def progress(self) -> dict:
         """``files``, ``crawled`` (waiting for their opens), ``opened``,
-        ``failed``, ``pending`` (not started or under way),
+        ``failed``, ``dropped`` (let go of by :meth:`cancel`: their opens open
+        them afresh), ``pending`` (not started or under way),
         ``waiting_for_opens`` and ``bytes_ahead`` (fetched for the files not
         opened yet)."""
         return self._native.progress()
 
     @property
     def errors(self) -> dict:
-        """The files that failed here: URL to message (their opens try again)."""
+        """The files that failed here: each URL as given (with its query, if it
+        had one: mind signatures before printing the keys) to a message that
+        shows none (their opens try again)."""
         return dict(self._native.errors())
 
     def cancel(self) -> None:
@@ -638,11 +641,15 @@ def prefetch_files(urls: Iterable[Union[str, bytes, "os.PathLike[str]"]], *,
     (no HDF5 is involved), within the process's connections, into the
     driver's shared cache (and the ``disk_cache``, if given). The batch runs
     ahead of the opens within a bound: it starts no further file while the
-    files crawled and not opened yet hold half of the cache (``cache``) or
-    number 64; each open gives room back, so 10,000 URLs never fetch more
-    than that ahead of the opens. Errors stay per file: a file that fails
-    here raises only at its own open. ``wait=True`` waits for the batch
-    (:meth:`PrefetchedFiles.wait`) before returning.
+    files crawled and not opened yet (those under way counted at the average
+    so far) would hold more than half of the cache (``cache``) or number 64;
+    each open gives room back, so 10,000 URLs keep about that much ahead of
+    the opens. The batch lives on after the returned object is gone, until
+    its files are opened or it is cancelled (files never opened keep their
+    room until then: cancel a batch you leave, or use ``with``). Errors stay
+    per file: a file that fails here raises only at its own open.
+    ``wait=True`` waits for the batch (:meth:`PrefetchedFiles.wait`) before
+    returning.
 
     >>> ahead = remfile_hdf5.prefetch_files(urls)  # doctest: +SKIP
     >>> for url in urls:  # doctest: +SKIP

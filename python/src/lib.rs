@@ -708,6 +708,7 @@ fn progress_dict<'py>(py: Python<'py>, p: &vfd::many::Progress) -> PyResult<Boun
     out.set_item("crawled", p.crawled)?;
     out.set_item("opened", p.opened)?;
     out.set_item("failed", p.failed)?;
+    out.set_item("dropped", p.dropped)?;
     out.set_item("pending", p.pending)?;
     out.set_item("waiting_for_opens", p.waiting_for_opens)?;
     out.set_item("bytes_ahead", p.bytes_ahead)?;

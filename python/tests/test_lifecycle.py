@@ -385,3 +385,41 @@ def test_reads_after_every_wait_was_stopped_fail_for_good_not_for_a_retry(server
     """
     out = _run(script, server.url("blob.bin")).split()
     assert out == ["ECANCELED", "OSError"], out
+
+
+def test_ctrl_c_stops_a_wait_for_a_batch_and_cancel_ends_its_requests(holding, files):
+    # Requests past the file's first 128 KiB are held: the batch's crawl
+    # waits for them, and so does `wait()`.
+    script = _HELD + """
+    import os, signal, sys, threading
+    import remfile_hdf5
+    url, base = sys.argv[1:]
+    urllib.request.urlopen(base + "/__stall?hold").read()
+    ahead = remfile_hdf5.prefetch_files([url], timeout=600)
+    def interrupt():
+        wait_until_held(base)
+        os.kill(os.getpid(), signal.SIGINT)
+    threading.Thread(target=interrupt).start()
+    try:
+        ahead.wait()
+        print(json.dumps("no exception"))
+    except KeyboardInterrupt:
+        print(json.dumps("KeyboardInterrupt"))
+    ahead.cancel()
+    progress = ahead.wait()
+    # The server sees the hang-up when it next looks at the connection.
+    for _ in range(3000):
+        if held(base)["hung_up"] >= 1:
+            break
+        time.sleep(0.01)
+    print(json.dumps({"progress": progress, "errors": list(ahead.errors.values()),
+                      "held": held(base)}))
+    """
+    out = _run(script, holding.url("data.h5"), holding.base).splitlines()
+    assert json.loads(out[0]) == "KeyboardInterrupt"
+    result = json.loads(out[1])
+    # Opened, its tail's request stopped (the tail is only a guess), and let
+    # go of: its open opens it afresh.
+    assert result["progress"]["pending"] == 0 and result["progress"]["dropped"] == 1, result
+    assert result["held"]["hung_up"] >= 1, "the held request was not ended"
+    assert result["errors"] == []

@@ -10,16 +10,20 @@
 //! memory.
 //!
 //! A batch runs ahead of the opens, never without bound: it starts no
-//! further file while the files it crawled that are not opened yet hold
+//! further file while the files it crawled that are not opened yet, with
+//! those in flight counted at the average so far, would hold more than
 //! half of the cache (their blocks would push each other out before they
-//! were read) or number [`FILES_AHEAD`]. Each open gives room back, so a
-//! survey of 10,000 URLs keeps at most that much ahead of its reader.
+//! were read) or number [`FILES_AHEAD`]. Its threads end when there is no
+//! room; each open gives room back and starts them again, so a survey of
+//! 10,000 URLs keeps about that much ahead of its reader. Files never
+//! opened hold their room until the batch is cancelled.
 //!
 //! A file that fails here fails only here: its open (if it comes) opens it
 //! afresh and reports its own error.
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex as DataMutex;
@@ -60,6 +64,8 @@ pub struct Progress {
     pub opened: usize,
     /// Files that failed here (their opens try again).
     pub failed: usize,
+    /// Files the batch let go of, cancelled: their opens open them afresh.
+    pub dropped: usize,
     /// Files not started or under way.
     pub pending: usize,
     /// Whether the batch waits for opens before it starts another file:
@@ -112,9 +118,8 @@ struct State {
     /// What a file's crawl fetched, on average so far (a prior before the
     /// first): the bound counts the files in flight at that.
     per_file: Average,
-    /// Threads still working, and how many of them wait for room.
+    /// Threads working for the batch.
     threads: usize,
-    waiting_for_room: usize,
 }
 
 struct File {
@@ -131,9 +136,13 @@ enum Stage {
         file: RemoteFile,
         prefetch: Option<SharedPrefetch>,
         crawled: bool,
+        /// Set when an open took it: the batch's crawl of it stops.
+        taken: Arc<AtomicBool>,
     },
     Failed(Error),
     Taken,
+    /// Let go of by the batch (cancelled): left to its open.
+    Dropped,
 }
 
 /// How long an open waits for a batch's open of its file under way
@@ -169,7 +178,6 @@ impl Batch {
             .cache
             .as_ref()
             .map_or(builder.cache_capacity, |c| c.capacity());
-        let threads = files.len().min(FILES_AT_ONCE);
         // An open fetches the first block and the tail, the crawl some
         // blocks more: a guess on the high side, as the files that start
         // before the first one ends are counted at it.
@@ -191,24 +199,12 @@ impl Batch {
                 bytes_ahead: 0,
                 in_flight: 0,
                 per_file: Average::with_prior(prior),
-                threads,
-                waiting_for_room: 0,
+                threads: 0,
             }),
             changed: Condvar::new(),
             pid: std::process::id(),
         });
-        for _ in 0..threads {
-            let worker = Arc::clone(&shared);
-            let spawned = std::thread::Builder::new()
-                .name("remfile-files".into())
-                .spawn(move || worker.work());
-            if spawned.is_err() {
-                // Fewer threads: the files wait for the others, or for
-                // their opens.
-                shared.state.lock().threads -= 1;
-                tracing::debug!("no thread for the prefetch of many files");
-            }
-        }
+        shared.spawn_workers();
         Batch { shared }
     }
 
@@ -225,6 +221,11 @@ impl Batch {
     /// [`Cancel`](crate::wait::Cancel) this thread runs under, the host's
     /// interrupt: then `Interrupted`). Returns the progress then.
     pub fn wait(&self, timeout: Option<Duration>) -> crate::Result<Progress> {
+        // As any wait: stoppable by the host (Ctrl-C), its lock let go of.
+        crate::wait::blocking(|| self.wait_here(timeout))
+    }
+
+    fn wait_here(&self, timeout: Option<Duration>) -> crate::Result<Progress> {
         let deadline = timeout.map(crate::deadline::after);
         if self.shared.pid != std::process::id() {
             // Forked: the threads are the parent's, and its lock may be
@@ -286,7 +287,7 @@ impl Batch {
         state
             .files
             .iter()
-            .all(|f| matches!(f.stage, Stage::Taken | Stage::Failed(_)))
+            .all(|f| matches!(f.stage, Stage::Taken | Stage::Failed(_) | Stage::Dropped))
     }
 
     /// The cache the batch's files share, if its builder has one.
@@ -326,9 +327,14 @@ impl State {
                 Stage::Open { crawled: true, .. } => p.crawled += 1,
                 Stage::Failed(_) => p.failed += 1,
                 Stage::Taken => p.opened += 1,
+                Stage::Dropped => p.dropped += 1,
             }
         }
-        p.waiting_for_opens = self.threads > 0 && self.waiting_for_room == self.threads;
+        // No thread, files queued: none had room to start.
+        p.waiting_for_opens = self.threads == 0
+            && self.files[self.next.min(self.files.len())..]
+                .iter()
+                .any(|f| matches!(f.stage, Stage::Queued));
         p
     }
 
@@ -345,20 +351,58 @@ impl State {
 }
 
 impl Shared {
-    /// One thread's part: files one after the other until none is left or
-    /// the batch is cancelled.
+    /// Starts threads for the files queued, as many as may start now (one
+    /// at least while nothing is ahead), up to [`FILES_AT_ONCE`] in all.
+    fn spawn_workers(self: &Arc<Self>) {
+        let wanted = {
+            let mut state = self.state.lock();
+            if self.closing.is_closed() || !state.has_room(self.ahead_bytes) {
+                return;
+            }
+            let queued = state.files[state.next..]
+                .iter()
+                .filter(|f| matches!(f.stage, Stage::Queued))
+                .count();
+            let wanted = queued.min(FILES_AT_ONCE).saturating_sub(state.threads);
+            state.threads += wanted;
+            wanted
+        };
+        for _ in 0..wanted {
+            let worker = Arc::clone(self);
+            let spawned = std::thread::Builder::new()
+                .name("remfile-files".into())
+                .spawn(move || worker.work());
+            if spawned.is_err() {
+                // Fewer threads: the files wait for the others, or for
+                // their opens.
+                self.state.lock().threads -= 1;
+                tracing::debug!("no thread for the prefetch of many files");
+            }
+        }
+        self.changed.notify_all();
+    }
+
+    /// One thread's part: files one after the other while there is room
+    /// for them, until none is left or the batch is cancelled. A thread
+    /// that finds no room ends: an open that gives room back starts one.
     fn work(self: Arc<Self>) {
+        struct Leaving<'a>(&'a Shared);
+        impl Drop for Leaving<'_> {
+            fn drop(&mut self) {
+                self.0.state.lock().threads -= 1;
+                self.0.changed.notify_all();
+            }
+        }
+        let _leaving = Leaving(&self);
         while let Some(index) = self.next_file() {
             let step = std::panic::AssertUnwindSafe(|| self.open_and_crawl(index));
             if std::panic::catch_unwind(step).is_err() {
                 // A bug, not the file's fault: its open opens it afresh.
                 self.give_up(index);
             }
+            // What this file cost may make room for more at once.
+            self.spawn_workers();
         }
-        let mut state = self.state.lock();
-        state.threads -= 1;
-        drop(state);
-        self.changed.notify_all();
     }
 
     /// Leaves the file at `index` to its open, whatever stage this thread
@@ -374,7 +418,7 @@ impl Shared {
         } = &mut *state;
         let file = &mut files[index];
         if matches!(file.stage, Stage::Opening | Stage::Open { .. }) {
-            file.stage = Stage::Taken;
+            file.stage = Stage::Dropped;
             *bytes_ahead -= std::mem::take(&mut file.counted);
             *files_ahead -= 1;
         }
@@ -383,75 +427,79 @@ impl Shared {
         self.changed.notify_all();
     }
 
-    /// The next file to start, once there is room for it; `None` when
-    /// there is none or the batch was cancelled.
+    /// The next file to start, if there is room for it; `None` when there
+    /// is none or no room, or the batch was cancelled.
     fn next_file(&self) -> Option<usize> {
         let mut state = self.state.lock();
-        loop {
-            if self.closing.is_closed() || crate::wait::was_stopped() {
-                return None;
-            }
-            // Files taken before they started are left to their opens.
-            while state
-                .files
-                .get(state.next)
-                .is_some_and(|f| !matches!(f.stage, Stage::Queued))
-            {
-                state.next += 1;
-            }
-            if state.next >= state.files.len() {
-                return None;
-            }
-            if state.has_room(self.ahead_bytes) {
-                let index = state.next;
-                state.next += 1;
-                state.files[index].stage = Stage::Opening;
-                state.files_ahead += 1;
-                state.in_flight += 1;
-                return Some(index);
-            }
-            state.waiting_for_room += 1;
-            self.changed.notify_all();
-            let slice = Instant::now() + crate::wait::POLL;
-            state = self.changed.wait_until(state, slice).0;
-            state.waiting_for_room -= 1;
+        if self.closing.is_closed() || crate::wait::was_stopped() {
+            return None;
         }
+        // Files taken before they started are left to their opens.
+        while state
+            .files
+            .get(state.next)
+            .is_some_and(|f| !matches!(f.stage, Stage::Queued))
+        {
+            state.next += 1;
+        }
+        if state.next >= state.files.len() || !state.has_room(self.ahead_bytes) {
+            return None;
+        }
+        let index = state.next;
+        state.next += 1;
+        state.files[index].stage = Stage::Opening;
+        state.files_ahead += 1;
+        state.in_flight += 1;
+        Some(index)
     }
 
     fn open_and_crawl(&self, index: usize) {
         let url = self.state.lock().files[index].url.clone();
         let opened = self.closing.run(|| self.builder.open(&url));
+        let mut state = self.state.lock();
+        state.in_flight -= 1;
+        let still_ours = matches!(state.files[index].stage, Stage::Opening);
         let file = match opened {
-            Ok(file) => file,
-            Err(e) => {
-                tracing::debug!(error = %e, "a file of a batch did not open");
-                let mut state = self.state.lock();
-                state.files[index].stage = Stage::Failed(e);
-                state.files_ahead -= 1;
-                state.in_flight -= 1;
+            Ok(file) if still_ours && !self.closing.is_closed() => file,
+            outcome => {
+                if still_ours {
+                    // Failed, or opened once the batch was cancelled: left
+                    // to its open (a failure with why).
+                    state.files[index].stage = match outcome {
+                        Err(e) => {
+                            tracing::debug!(error = %e, "a file of a batch did not open");
+                            Stage::Failed(e)
+                        }
+                        Ok(_) => Stage::Dropped,
+                    };
+                    state.files_ahead -= 1;
+                }
                 drop(state);
                 self.changed.notify_all();
                 return;
             }
         };
+        state.in_flight += 1;
         let prefetch = (self.metadata || self.chunks).then(|| {
             let mut prefetch = Prefetcher::new(self.metadata, self.chunks);
             prefetch.fetched(file.extension().pieces_from_disk());
             Arc::new(DataMutex::new(prefetch))
         });
-        {
-            let mut state = self.state.lock();
-            state.files[index].stage = Stage::Open {
-                file: file.clone(),
-                prefetch: prefetch.clone(),
-                crawled: false,
-            };
-        }
+        let taken = Arc::new(AtomicBool::new(false));
+        state.files[index].stage = Stage::Open {
+            file: file.clone(),
+            prefetch: prefetch.clone(),
+            crawled: false,
+            taken: Arc::clone(&taken),
+        };
+        drop(state);
         self.changed.notify_all();
         if let Some(prefetch) = prefetch.as_ref().filter(|_| self.metadata) {
             let _work = file.extension().background_work();
             if prefetch.lock().start() {
-                let stopped = || self.closing.is_closed();
+                // A file taken by its open is crawled by the open's own
+                // crawl from here (which stops when the file closes).
+                let stopped = || self.closing.is_closed() || taken.load(Relaxed);
                 while !stopped() && self.closing.run(|| crawl::wave(prefetch, &file, stopped)) {}
             }
             file.extension().keep_pieces();
@@ -459,9 +507,10 @@ impl Shared {
         let fetched = file.stats().bytes_fetched;
         let mut state = self.state.lock();
         state.in_flight -= 1;
-        state.per_file.add(fetched);
         if let Stage::Open { crawled, .. } = &mut state.files[index].stage {
             *crawled = true;
+            // Only a file no open has read yet says what a crawl costs.
+            state.per_file.add(fetched);
             state.files[index].counted = fetched;
             state.bytes_ahead += fetched;
         }
@@ -469,29 +518,31 @@ impl Shared {
         self.changed.notify_all();
     }
 
-    fn take(&self, url: &str) -> Option<Prefetched> {
+    fn take(self: &Arc<Self>, url: &str) -> Option<Prefetched> {
         if self.pid != std::process::id() {
             return None;
         }
-        let deadline = Instant::now() + self.builder.read_timeout.min(OPENING_WAIT);
+        let index = *self.state.lock().by_url.get(url)?;
+        let opening = matches!(self.state.lock().files[index].stage, Stage::Opening);
+        if opening {
+            // As any wait of an open: stoppable, the interpreter's lock let
+            // go of meanwhile (a driver open runs inside HDF5).
+            let deadline = Instant::now() + self.builder.read_timeout.min(OPENING_WAIT);
+            let _ = crate::wait::blocking(|| self.wait_opened(index, deadline));
+        }
         let mut state = self.state.lock();
-        let index = *state.by_url.get(url)?;
-        loop {
-            match &state.files[index].stage {
-                Stage::Opening => {
-                    if Instant::now() >= deadline || crate::wait::check_stopped().is_err() {
-                        return None;
-                    }
-                    let slice = crate::wait::slice_end(deadline);
-                    state = self.changed.wait_until(state, slice).0;
+        match &state.files[index].stage {
+            Stage::Open { .. } => {}
+            Stage::Opening | Stage::Queued => {
+                // Given up waiting, or not started: opened afresh by its
+                // open, and let go of here.
+                if matches!(state.files[index].stage, Stage::Opening) {
+                    state.files_ahead -= 1;
                 }
-                Stage::Queued | Stage::Failed(_) => {
-                    state.files[index].stage = Stage::Taken;
-                    return None;
-                }
-                Stage::Taken => return None,
-                Stage::Open { .. } => break,
+                state.files[index].stage = Stage::Taken;
+                return None;
             }
+            Stage::Failed(_) | Stage::Taken | Stage::Dropped => return None,
         }
         let taken = std::mem::replace(&mut state.files[index].stage, Stage::Taken);
         let counted = std::mem::take(&mut state.files[index].counted);
@@ -499,9 +550,39 @@ impl Shared {
         state.files_ahead -= 1;
         drop(state);
         self.changed.notify_all();
+        // The room given back.
+        self.spawn_workers();
         match taken {
-            Stage::Open { file, prefetch, .. } => Some(Prefetched { file, prefetch }),
+            Stage::Open {
+                file,
+                prefetch,
+                taken,
+                ..
+            } => {
+                taken.store(true, Relaxed);
+                Some(Prefetched { file, prefetch })
+            }
             _ => None,
+        }
+    }
+
+    /// Waits until the file at `index` is no longer being opened, or
+    /// `deadline`; the lock is never held while a stop is looked for (the
+    /// host may take the interpreter's lock to look).
+    fn wait_opened(&self, index: usize, deadline: Instant) -> crate::Result<()> {
+        loop {
+            {
+                let state = self.state.lock();
+                if !matches!(state.files[index].stage, Stage::Opening) {
+                    return Ok(());
+                }
+                let slice = crate::wait::slice_end(deadline);
+                let _ = self.changed.wait_until(state, slice);
+            }
+            crate::wait::check_stopped()?;
+            if Instant::now() >= deadline {
+                return Ok(());
+            }
         }
     }
 
@@ -518,10 +599,15 @@ impl Shared {
             ..
         } = &mut *state;
         for file in files.iter_mut() {
-            if matches!(file.stage, Stage::Open { .. }) {
-                file.stage = Stage::Taken;
-                *bytes_ahead -= std::mem::take(&mut file.counted);
-                *files_ahead -= 1;
+            match file.stage {
+                Stage::Open { .. } => {
+                    file.stage = Stage::Dropped;
+                    *bytes_ahead -= std::mem::take(&mut file.counted);
+                    *files_ahead -= 1;
+                }
+                // Left to their opens.
+                Stage::Queued => file.stage = Stage::Dropped,
+                _ => {}
             }
         }
         drop(state);
@@ -580,13 +666,30 @@ pub fn register(batch: &Batch) {
         return;
     };
     let me = std::process::id();
-    registered.retain(|b| b.shared.pid == me && !b.shared.closing.is_closed() && !b.is_spent());
+    let listed = std::mem::take(&mut *registered);
+    for b in listed {
+        if b.shared.pid != me {
+            // A parent's (this process is a fork): dropping it could free
+            // what the parent's threads hold.
+            std::mem::forget(b);
+        } else if !b.shared.closing.is_closed() && !b.is_spent() {
+            registered.push(b);
+        }
+    }
     registered.push(batch.clone());
 }
 
 fn unregister(shared: &Arc<Shared>) {
     if let Some(mut registered) = registered() {
-        registered.retain(|b| !Arc::ptr_eq(&b.shared, shared));
+        if let Some(at) = registered
+            .iter()
+            .position(|b| Arc::ptr_eq(&b.shared, shared))
+        {
+            let gone = registered.swap_remove(at);
+            if gone.shared.pid != std::process::id() {
+                std::mem::forget(gone);
+            }
+        }
     }
 }
 
@@ -596,7 +699,21 @@ pub(crate) fn take_registered(url: &str, settings: &Config) -> Option<Prefetched
         let registered = registered()?;
         registered.iter().find(|b| b.serves(url, settings)).cloned()
     }?;
-    batch.take(url)
+    let taken = batch.take(url);
+    if batch.is_spent() {
+        unregister(&batch.shared);
+    }
+    taken
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        if self.pid != std::process::id() {
+            // Inherited by a fork: the files' engines may wait on, or free,
+            // what the parent's threads hold.
+            std::mem::forget(std::mem::take(&mut self.state.get_mut().files));
+        }
+    }
 }
 
 /// Starts fetching the metadata of `urls` for the driver's opens with the
@@ -630,7 +747,6 @@ mod tests {
             in_flight,
             per_file: Average::with_prior(per_file),
             threads: 1,
-            waiting_for_room: 0,
         }
     }
 
@@ -689,7 +805,8 @@ mod tests {
         let p = s.progress();
         assert_eq!((p.files, p.pending, p.opened, p.failed), (4, 2, 1, 1));
         assert!(!p.is_settled() && !p.waiting_for_opens);
-        s.waiting_for_room = 1;
-        assert!(s.progress().is_settled());
+        // No thread left and a file queued: it waits for an open's room.
+        s.threads = 0;
+        assert!(s.progress().waiting_for_opens && s.progress().is_settled());
     }
 }
