@@ -138,6 +138,8 @@ enum Stage {
         crawled: bool,
         /// Set when an open took it: the batch's crawl of it stops.
         taken: Arc<AtomicBool>,
+        /// When the server last confirmed its version.
+        opened_at: Instant,
     },
     Failed(Error),
     Taken,
@@ -148,6 +150,12 @@ enum Stage {
 /// How long an open waits for a batch's open of its file under way
 /// beyond the file's own timeouts, at most.
 const OPENING_WAIT: Duration = Duration::from_secs(60);
+
+/// How long a file opened here is handed to its open as it is; an older one
+/// is opened afresh, which asks the server whether it changed (its blocks
+/// stay cached for that version), unless the file is immutable or trusted
+/// longer (`revalidate_after`).
+pub const HELD_TRUSTED: Duration = Duration::from_secs(600);
 
 impl Batch {
     /// Starts fetching the metadata of `urls`, opened with `builder` (whose
@@ -491,6 +499,7 @@ impl Shared {
             prefetch: prefetch.clone(),
             crawled: false,
             taken: Arc::clone(&taken),
+            opened_at: Instant::now(),
         };
         drop(state);
         self.changed.notify_all();
@@ -530,8 +539,28 @@ impl Shared {
             let deadline = Instant::now() + self.builder.read_timeout.min(OPENING_WAIT);
             let _ = crate::wait::blocking(|| self.wait_opened(index, deadline));
         }
+        let builder = &self.builder;
         let mut state = self.state.lock();
         match &state.files[index].stage {
+            Stage::Open {
+                opened_at, taken, ..
+            } if !handed_over(
+                opened_at.elapsed(),
+                builder.immutable,
+                builder.revalidate_after,
+            ) =>
+            {
+                // Held too long to hand over unasked: opened afresh.
+                taken.store(true, Relaxed);
+                let counted = std::mem::take(&mut state.files[index].counted);
+                state.bytes_ahead -= counted;
+                state.files_ahead -= 1;
+                state.files[index].stage = Stage::Dropped;
+                drop(state);
+                self.changed.notify_all();
+                self.spawn_workers();
+                return None;
+            }
             Stage::Open { .. } => {}
             Stage::Opening | Stage::Queued => {
                 // Given up waiting, or not started: opened afresh by its
@@ -613,6 +642,13 @@ impl Shared {
         drop(state);
         self.changed.notify_all();
     }
+}
+
+/// Whether a file opened `age` ago is handed to its open as it is (else it
+/// is opened afresh, asking the server): always if `immutable`, otherwise
+/// within [`HELD_TRUSTED`] or the `revalidate_after` the user trusts longer.
+fn handed_over(age: Duration, immutable: bool, revalidate_after: Duration) -> bool {
+    immutable || age <= revalidate_after.max(HELD_TRUSTED)
 }
 
 /// A mean of byte counts, with a prior that counts until the first.
@@ -764,6 +800,16 @@ mod tests {
         assert!(!state(FILES_AHEAD, 0, 0, 0).has_room(u64::MAX));
         // Hostile numbers saturate rather than wrap.
         assert!(!state(1, u64::MAX, usize::MAX - 1, u64::MAX).has_room(u64::MAX - 1));
+    }
+
+    #[test]
+    fn a_file_held_long_is_opened_afresh_unless_it_cannot_change() {
+        let minute = Duration::from_secs(60);
+        assert!(handed_over(minute, false, Duration::ZERO));
+        assert!(!handed_over(HELD_TRUSTED + minute, false, Duration::ZERO));
+        assert!(handed_over(HELD_TRUSTED + minute, true, Duration::ZERO));
+        assert!(handed_over(HELD_TRUSTED + minute, false, 2 * HELD_TRUSTED));
+        assert!(!handed_over(Duration::MAX, false, 2 * HELD_TRUSTED));
     }
 
     #[test]
