@@ -56,8 +56,13 @@ fn serve(path: &PathBuf) -> RangeServer {
 /// HDF5 is then decided by the network, as on a real link, not by which
 /// thread a busy machine runs first.
 fn serve_far_away(path: &PathBuf) -> RangeServer {
-    serve(path).with_hook(|_, reply| {
-        std::thread::sleep(Duration::from_millis(10));
+    serve_at_distance(path, Duration::from_millis(10))
+}
+
+/// As [`serve`], each answer `delay` late (a link's round trip).
+fn serve_at_distance(path: &PathBuf, delay: Duration) -> RangeServer {
+    serve(path).with_hook(move |_, reply| {
+        std::thread::sleep(delay);
         reply
     })
 }
@@ -1016,10 +1021,7 @@ fn appended_file() -> &'static PathBuf {
 fn walk_far_away(path: &PathBuf, builder: remfile::Builder) -> (remfile::Stats, h5::PrefetchStats) {
     // Far enough that a busy machine's late thread (the tests run side by
     // side on two cores) still sends its request within the round.
-    let server = serve(path).with_hook(|_, reply| {
-        std::thread::sleep(Duration::from_millis(100));
-        reply
-    });
+    let server = serve_at_distance(path, Duration::from_millis(100));
     let file = h5::OpenOptions::new()
         .remote(builder)
         .open_url(server.url("/appended.h5"))

@@ -57,6 +57,10 @@ _HELD = """
     def wait_until_held(base, n=1):
         while held(base)["now"] < n:
             time.sleep(0.01)
+    def wait_until_hung_up(base, n=1):
+        # The server sees a hang-up when it next looks at the connection.
+        while held(base)["hung_up"] < n:
+            time.sleep(0.01)
 """
 
 # Opens the served data.h5 through the driver (`ds`, its contiguous
@@ -407,11 +411,7 @@ def test_ctrl_c_stops_a_wait_for_a_batch_and_cancel_ends_its_requests(holding, f
         print(json.dumps("KeyboardInterrupt"))
     ahead.cancel()
     progress = ahead.wait()
-    # The server sees the hang-up when it next looks at the connection.
-    for _ in range(3000):
-        if held(base)["hung_up"] >= 1:
-            break
-        time.sleep(0.01)
+    wait_until_hung_up(base)
     print(json.dumps({"progress": progress, "errors": list(ahead.errors.values()),
                       "held": held(base)}))
     """

@@ -113,12 +113,9 @@ impl PrefetchedFiles {
         match self.batch.take(url) {
             Some(prefetched) => options.open_reader(prefetched_source(prefetched, options)),
             None => {
-                let mut remote = options.remote.clone().unwrap_or_else(builder);
-                if let Some(cache) = self.batch.cache() {
-                    remote = remote.cache(cache);
-                }
-                let file = remote.open(url).map_err(OpenError::from_remote)?;
-                options.open(file)
+                // With the batch's builder: into the cache its files share.
+                let file = self.batch.builder().open(url);
+                options.open(file.map_err(OpenError::from_remote)?)
             }
         }
     }

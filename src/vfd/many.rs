@@ -218,7 +218,7 @@ impl Batch {
 
     /// How far the batch has gone.
     pub fn progress(&self) -> Progress {
-        if self.shared.pid != std::process::id() {
+        if self.shared.inherited() {
             return Progress::default();
         }
         self.shared.state.lock().progress()
@@ -235,7 +235,7 @@ impl Batch {
 
     fn wait_here(&self, timeout: Option<Duration>) -> crate::Result<Progress> {
         let deadline = timeout.map(crate::deadline::after);
-        if self.shared.pid != std::process::id() {
+        if self.shared.inherited() {
             // Forked: the threads are the parent's, and its lock may be
             // held for good by one of them.
             return Ok(Progress::default());
@@ -252,14 +252,17 @@ impl Batch {
             drop(state);
             crate::wait::check_stopped()?;
             state = self.shared.state.lock();
-            let slice = crate::wait::slice_end(deadline.unwrap_or_else(far_future));
+            let slice = deadline.map_or_else(
+                || Instant::now() + crate::wait::POLL,
+                crate::wait::slice_end,
+            );
             state = self.shared.changed.wait_until(state, slice).0;
         }
     }
 
     /// The files that failed here, with why (their opens try again).
     pub fn errors(&self) -> Vec<(String, Error)> {
-        if self.shared.pid != std::process::id() {
+        if self.shared.inherited() {
             return Vec::new();
         }
         let state = self.shared.state.lock();
@@ -298,26 +301,22 @@ impl Batch {
             .all(|f| matches!(f.stage, Stage::Taken | Stage::Failed(_) | Stage::Dropped))
     }
 
-    /// The cache the batch's files share, if its builder has one.
+    /// What the batch opens its files with.
     #[cfg_attr(not(feature = "hdf5"), allow(dead_code))]
-    pub(crate) fn cache(&self) -> Option<crate::cache::BlockCache> {
-        self.shared.builder.cache.clone()
+    pub(crate) fn builder(&self) -> &Builder {
+        &self.shared.builder
     }
 
     /// Whether the batch opens `url` with `settings`.
     fn serves(&self, url: &str, settings: &Config) -> bool {
         let shared = &self.shared;
-        shared.pid == std::process::id()
+        !shared.inherited()
             && shared
                 .settings
                 .as_ref()
                 .is_some_and(|s| same_settings(s, settings))
             && shared.state.lock().by_url.contains_key(url)
     }
-}
-
-fn far_future() -> Instant {
-    crate::deadline::after(Duration::from_secs(365 * 24 * 3600))
 }
 
 impl State {
@@ -346,6 +345,18 @@ impl State {
         p
     }
 
+    /// Moves the file at `index` to `next`, and gives back what it counted
+    /// ahead if it was being opened or held; its stage before.
+    fn let_go(&mut self, index: usize, next: Stage) -> Stage {
+        let file = &mut self.files[index];
+        let before = std::mem::replace(&mut file.stage, next);
+        if matches!(before, Stage::Opening | Stage::Open { .. }) {
+            self.bytes_ahead -= std::mem::take(&mut file.counted);
+            self.files_ahead -= 1;
+        }
+        before
+    }
+
     /// Whether one more file may start with `limit` bytes ahead at most:
     /// the files crawled and not opened, with those in flight and this one
     /// counted at the average so far. One file at a time always may.
@@ -359,6 +370,13 @@ impl State {
 }
 
 impl Shared {
+    /// Whether this process only inherited the batch (a fork of the one
+    /// that started it): its threads and the holders of its lock are the
+    /// parent's.
+    fn inherited(&self) -> bool {
+        self.pid != std::process::id()
+    }
+
     /// Starts threads for the files queued, as many as may start now (one
     /// at least while nothing is ahead), up to [`FILES_AT_ONCE`] in all.
     fn spawn_workers(self: &Arc<Self>) {
@@ -417,20 +435,13 @@ impl Shared {
     /// left it in.
     fn give_up(&self, index: usize) {
         let mut state = self.state.lock();
-        let State {
-            files,
-            files_ahead,
-            bytes_ahead,
-            in_flight,
-            ..
-        } = &mut *state;
-        let file = &mut files[index];
-        if matches!(file.stage, Stage::Opening | Stage::Open { .. }) {
-            file.stage = Stage::Dropped;
-            *bytes_ahead -= std::mem::take(&mut file.counted);
-            *files_ahead -= 1;
+        if matches!(
+            state.files[index].stage,
+            Stage::Opening | Stage::Open { .. }
+        ) {
+            state.let_go(index, Stage::Dropped);
         }
-        *in_flight = in_flight.saturating_sub(1);
+        state.in_flight = state.in_flight.saturating_sub(1);
         drop(state);
         self.changed.notify_all();
     }
@@ -473,14 +484,14 @@ impl Shared {
                 if still_ours {
                     // Failed, or opened once the batch was cancelled: left
                     // to its open (a failure with why).
-                    state.files[index].stage = match outcome {
+                    let next = match outcome {
                         Err(e) => {
                             tracing::debug!(error = %e, "a file of a batch did not open");
                             Stage::Failed(e)
                         }
                         Ok(_) => Stage::Dropped,
                     };
-                    state.files_ahead -= 1;
+                    state.let_go(index, next);
                 }
                 drop(state);
                 self.changed.notify_all();
@@ -488,11 +499,7 @@ impl Shared {
             }
         };
         state.in_flight += 1;
-        let prefetch = (self.metadata || self.chunks).then(|| {
-            let mut prefetch = Prefetcher::new(self.metadata, self.chunks);
-            prefetch.fetched(file.extension().pieces_from_disk());
-            Arc::new(DataMutex::new(prefetch))
-        });
+        let prefetch = super::source::new_prefetch(&file, self.metadata, self.chunks);
         let taken = Arc::new(AtomicBool::new(false));
         state.files[index].stage = Stage::Open {
             file: file.clone(),
@@ -528,7 +535,7 @@ impl Shared {
     }
 
     fn take(self: &Arc<Self>, url: &str) -> Option<Prefetched> {
-        if self.pid != std::process::id() {
+        if self.inherited() {
             return None;
         }
         let index = *self.state.lock().by_url.get(url)?;
@@ -541,58 +548,40 @@ impl Shared {
         }
         let builder = &self.builder;
         let mut state = self.state.lock();
-        match &state.files[index].stage {
-            Stage::Open {
-                opened_at, taken, ..
-            } if !handed_over(
-                opened_at.elapsed(),
-                builder.immutable,
-                builder.revalidate_after,
-            ) =>
+        let next = match &state.files[index].stage {
+            // Held too long to hand over unasked: opened afresh.
+            Stage::Open { opened_at, .. }
+                if !handed_over(
+                    opened_at.elapsed(),
+                    builder.immutable,
+                    builder.revalidate_after,
+                ) =>
             {
-                // Held too long to hand over unasked: opened afresh.
-                taken.store(true, Relaxed);
-                let counted = std::mem::take(&mut state.files[index].counted);
-                state.bytes_ahead -= counted;
-                state.files_ahead -= 1;
-                state.files[index].stage = Stage::Dropped;
-                drop(state);
-                self.changed.notify_all();
-                self.spawn_workers();
-                return None;
+                Stage::Dropped
             }
-            Stage::Open { .. } => {}
-            Stage::Opening | Stage::Queued => {
-                // Given up waiting, or not started: opened afresh by its
-                // open, and let go of here.
-                if matches!(state.files[index].stage, Stage::Opening) {
-                    state.files_ahead -= 1;
-                }
-                state.files[index].stage = Stage::Taken;
-                return None;
-            }
+            // Held, or being opened still (the wait gave up), or not
+            // started: taken by this open (which opens the last two afresh).
+            Stage::Open { .. } | Stage::Opening | Stage::Queued => Stage::Taken,
             Stage::Failed(_) | Stage::Taken | Stage::Dropped => return None,
-        }
-        let taken = std::mem::replace(&mut state.files[index].stage, Stage::Taken);
-        let counted = std::mem::take(&mut state.files[index].counted);
-        state.bytes_ahead -= counted;
-        state.files_ahead -= 1;
+        };
+        let handing_over = matches!(next, Stage::Taken);
+        let before = state.let_go(index, next);
         drop(state);
+        let Stage::Open {
+            file,
+            prefetch,
+            taken,
+            ..
+        } = before
+        else {
+            return None;
+        };
+        // Its crawl is its open's from here, or no one's.
+        taken.store(true, Relaxed);
         self.changed.notify_all();
         // The room given back.
         self.spawn_workers();
-        match taken {
-            Stage::Open {
-                file,
-                prefetch,
-                taken,
-                ..
-            } => {
-                taken.store(true, Relaxed);
-                Some(Prefetched { file, prefetch })
-            }
-            _ => None,
-        }
+        handing_over.then_some(Prefetched { file, prefetch })
     }
 
     /// Waits until the file at `index` is no longer being opened, or
@@ -617,26 +606,14 @@ impl Shared {
 
     fn cancel(&self) {
         self.closing.cancel();
-        if self.pid != std::process::id() {
+        if self.inherited() {
             return;
         }
         let mut state = self.state.lock();
-        let State {
-            files,
-            files_ahead,
-            bytes_ahead,
-            ..
-        } = &mut *state;
-        for file in files.iter_mut() {
-            match file.stage {
-                Stage::Open { .. } => {
-                    file.stage = Stage::Dropped;
-                    *bytes_ahead -= std::mem::take(&mut file.counted);
-                    *files_ahead -= 1;
-                }
-                // Left to their opens.
-                Stage::Queued => file.stage = Stage::Dropped,
-                _ => {}
+        for index in 0..state.files.len() {
+            // Left to their opens.
+            if matches!(state.files[index].stage, Stage::Open { .. } | Stage::Queued) {
+                state.let_go(index, Stage::Dropped);
             }
         }
         drop(state);
@@ -701,10 +678,9 @@ pub fn register(batch: &Batch) {
     let Some(mut registered) = registered() else {
         return;
     };
-    let me = std::process::id();
     let listed = std::mem::take(&mut *registered);
     for b in listed {
-        if b.shared.pid != me {
+        if b.shared.inherited() {
             // A parent's (this process is a fork): dropping it could free
             // what the parent's threads hold.
             std::mem::forget(b);
@@ -722,7 +698,7 @@ fn unregister(shared: &Arc<Shared>) {
             .position(|b| Arc::ptr_eq(&b.shared, shared))
         {
             let gone = registered.swap_remove(at);
-            if gone.shared.pid != std::process::id() {
+            if gone.shared.inherited() {
                 std::mem::forget(gone);
             }
         }
@@ -744,7 +720,7 @@ pub(crate) fn take_registered(url: &str, settings: &Config) -> Option<Prefetched
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        if self.pid != std::process::id() {
+        if self.inherited() {
             // Inherited by a fork: the files' engines may wait on, or free,
             // what the parent's threads hold.
             std::mem::forget(std::mem::take(&mut self.state.get_mut().files));

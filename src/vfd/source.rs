@@ -65,16 +65,7 @@ impl Source {
         } = prefetched;
         let closing = Closing::default();
         let started = found.is_some();
-        let prefetch = found.or_else(|| {
-            (metadata || chunks).then(|| {
-                let mut prefetch = Prefetcher::new(metadata, chunks);
-                // What an earlier run's crawl guessed, kept on disk, counts as
-                // guessed by this one: a warm run guesses no further than the
-                // cold one did.
-                prefetch.fetched(file.extension().pieces_from_disk());
-                Arc::new(Mutex::new(prefetch))
-            })
-        });
+        let prefetch = found.or_else(|| new_prefetch(&file, metadata, chunks));
         let crawler = match &prefetch {
             Some(p) if metadata => Some(Crawler::new(Arc::clone(p), file.clone(), closing.clone())),
             _ => None,
@@ -111,6 +102,22 @@ impl Source {
     pub fn report_at_close(&self) {
         self.report.store(true, Relaxed);
     }
+}
+
+/// A prefetch of `file` (if `metadata` or `chunks`), for its first crawl.
+pub(crate) fn new_prefetch(
+    file: &RemoteFile,
+    metadata: bool,
+    chunks: bool,
+) -> Option<Arc<Mutex<Prefetcher>>> {
+    (metadata || chunks).then(|| {
+        let mut prefetch = Prefetcher::new(metadata, chunks);
+        // What an earlier run's crawl guessed, kept on disk, counts as
+        // guessed by this one: a warm run guesses no further than the cold
+        // one did.
+        prefetch.fetched(file.extension().pieces_from_disk());
+        Arc::new(Mutex::new(prefetch))
+    })
 }
 
 impl Drop for Source {
@@ -380,38 +387,31 @@ pub(crate) fn open_source(url: &str, config: &str) -> Result<Arc<Source>, String
              open local files with another driver (in h5py, driver=\"sec2\")"
         ));
     }
-    if let Some(prefetched) = super::many::take_registered(url, &config) {
-        let source = Source::prefetched(
-            prefetched,
-            config.metadata_prefetch(),
-            config.chunk_read_ahead(),
-        );
-        if config.stats() || stats_from_env() {
-            source.report_at_close();
+    let metadata = config.metadata_prefetch();
+    let chunks = config.chunk_read_ahead();
+    let source = match super::many::take_registered(url, &config) {
+        Some(prefetched) => Source::prefetched(prefetched, metadata, chunks),
+        None => {
+            let file = builder(&config)
+                .map_err(|e| e.to_string())?
+                .open(url)
+                .map_err(|e| {
+                    // On the thread HDF5 called the driver on, with any
+                    // interpreter's lock held again.
+                    if let Some(host) = crate::wait::host() {
+                        host.driver_failed(&e);
+                    }
+                    super::driver::with_errno(format!("cannot open the remote file: {e}"), &e)
+                })?;
+            Source::new(file, metadata, chunks)
         }
-        return Ok(source);
-    }
-    let file = builder(&config)
-        .map_err(|e| e.to_string())?
-        .open(url)
-        .map_err(|e| {
-            // On the thread HDF5 called the driver on, with any
-            // interpreter's lock held again.
-            if let Some(host) = crate::wait::host() {
-                host.driver_failed(&e);
-            }
-            super::driver::with_errno(format!("cannot open the remote file: {e}"), &e)
-        })?;
-    let source = Source::new(file, config.metadata_prefetch(), config.chunk_read_ahead());
-    if config.stats() || stats_from_env() {
+    };
+    let from_env =
+        std::env::var("REMFILE_STATS").is_ok_and(|v| config::parse_switch(&v) == Some(true));
+    if config.stats() || from_env {
         source.report_at_close();
     }
     Ok(source)
-}
-
-/// Whether `REMFILE_STATS` asks for every file's statistics at close.
-fn stats_from_env() -> bool {
-    std::env::var("REMFILE_STATS").is_ok_and(|v| config::parse_switch(&v) == Some(true))
 }
 
 /// Whether `name` is an `http://`, `https://` or `s3://` URL.
