@@ -190,51 +190,26 @@ pub(crate) fn wave(
     if missing.is_empty() {
         return any;
     }
-    // A chunk index's nodes lie among its chunks: the gaps between them
-    // are raw data, never worth fetching with them.
-    let (among_data, clustered): (Vec<&Target>, Vec<&Target>) =
-        missing.iter().partition(|t| t.what.lies_among_raw_data());
-    let ranges = |ts: Vec<&Target>| ts.iter().map(|t| t.bytes.clone()).collect::<Vec<_>>();
-    let gap = spans::gap_worth_filling(file.link_estimate());
-    // A fast link whose bodies all come at once has no ordinary
-    // estimate, but it carries guesses at least as fast as they came.
-    let budget = spans::guess_budget(
-        file.extension().guess_link_estimate(),
+    let plan = spans::plan_wave(
+        &missing,
+        spans::gap_worth_filling(file.link_estimate()),
         file.extension().guess_concurrency(),
-        file.cache().capacity(),
+        prefetch.lock().allowance(spans::guess_budget(
+            // A fast link whose bodies all come at once has no ordinary
+            // estimate, but it carries guesses at least as fast as they came.
+            file.extension().guess_link_estimate(),
+            file.extension().guess_concurrency(),
+            file.cache().capacity(),
+        )),
+        file.block_size(),
     );
-    let allowed = prefetch.lock().allowance(budget);
-    let block_size = file.block_size();
-    let wanted = spans::within_budget(
-        &ranges(clustered),
-        &ranges(among_data),
-        gap,
-        allowed,
-        block_size,
-    );
-    // More spans than lanes take more than one round: merge the closest
-    // while the gaps cost less than the round they save.
-    let room = (allowed / 2).saturating_sub(spans::cost(&wanted, block_size));
-    let fitted = spans::fit_lanes(
-        wanted.clone(),
-        file.extension().guess_concurrency(),
-        gap,
-        room,
-    );
-    // Merging the sparse spans may turn the wave from pieces into whole
-    // blocks, priced differently: kept only if it still fits.
-    let wanted = if spans::cost(&fitted, block_size) <= allowed / 2 {
-        fitted
-    } else {
-        wanted
-    };
     if stopped() {
         return false;
     }
-    let fetched = if spans::as_pieces(&wanted, file.block_size()) {
-        file.extension().guess_pieces(wanted, allowed)
+    let fetched = if plan.as_pieces {
+        file.extension().guess_pieces(plan.spans, plan.allowed)
     } else {
-        file.extension().prefetch_here(wanted, allowed)
+        file.extension().prefetch_here(plan.spans, plan.allowed)
     };
     prefetch.lock().fetched(fetched);
     for target in &missing {

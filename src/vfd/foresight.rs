@@ -14,6 +14,7 @@ use std::ops::Range;
 use std::path::Path;
 
 use super::prefetch::{MAX_PIECE, Prefetcher};
+use super::spans;
 use crate::h5meta::{MemType, Target, What};
 use crate::hdf5::hdf5_metno as h5lib;
 use crate::test_h5files as h5files;
@@ -316,4 +317,209 @@ fn the_crawl_foresees_every_read_of_a_file_grown_step_by_step() {
         )) >= 1
     );
     assert!(found(|w| matches!(w, What::HeapIndirect { .. })) >= 1);
+}
+
+/// What one wave of the crawl costs over a link, as [`rounds`] prices it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct WaveCost {
+    /// The targets it had not at hand.
+    pub missing: usize,
+    /// Its requests: each span of pieces, each run of missing blocks.
+    pub requests: usize,
+    /// The rounds those take on the crawl's connections.
+    pub rounds: u64,
+    /// The bytes they fetch.
+    pub bytes: u64,
+}
+
+/// The crawl's waves over `file` as the driver fetches them on `link` with
+/// `lanes` connections, blocks of `block_size` and a cache of
+/// `cache_capacity` (its spans, blocks and pieces, [`spans::plan_wave`]),
+/// HDF5 reading nothing meanwhile: the first wave is the open's (block 0
+/// and the tail of `tail` bytes at once).
+pub(crate) fn rounds(
+    file: &[u8],
+    link: crate::LinkEstimate,
+    lanes: u64,
+    block_size: u64,
+    tail: u64,
+    cache_capacity: u64,
+) -> Vec<WaveCost> {
+    let len = file.len() as u64;
+    let mut have = Have::default();
+    have.add(0..block_size.min(len));
+    have.add(len.saturating_sub(tail)..len);
+    let mut costs = vec![WaveCost {
+        missing: 1,
+        requests: 2,
+        rounds: 1,
+        bytes: have.total(),
+    }];
+    let mut prefetch = Prefetcher::default();
+    prefetch.start();
+    let gap = spans::gap_worth_filling(Some(link));
+    let budget = spans::guess_budget(Some(link), lanes, cache_capacity);
+    loop {
+        let mut missing = Vec::new();
+        loop {
+            let wave = prefetch.take_wave();
+            if wave.is_empty() {
+                break;
+            }
+            for target in wave {
+                if !have.parse(file, &mut prefetch, &target) {
+                    missing.push(target);
+                }
+            }
+        }
+        if missing.is_empty() {
+            return costs;
+        }
+        let plan = spans::plan_wave(&missing, gap, lanes, prefetch.allowance(budget), block_size);
+        let before = have.total();
+        let requests = if plan.as_pieces {
+            for span in &plan.spans {
+                have.add(span.start.min(len)..span.end.min(len));
+            }
+            plan.spans.len()
+        } else {
+            let mut runs = 0;
+            let mut last_missing = None;
+            for span in &plan.spans {
+                for block in span.start / block_size..span.end.min(len).div_ceil(block_size) {
+                    let bytes = block * block_size..((block + 1) * block_size).min(len);
+                    if have.covers(&bytes) {
+                        continue;
+                    }
+                    if last_missing != Some(block.wrapping_sub(1)) {
+                        runs += 1;
+                    }
+                    last_missing = Some(block);
+                    have.add(bytes);
+                }
+            }
+            runs
+        };
+        let bytes = have.total() - before;
+        prefetch.fetched(bytes);
+        costs.push(WaveCost {
+            missing: missing.len(),
+            requests,
+            rounds: spans::rounds(requests, lanes),
+            bytes,
+        });
+        for target in &missing {
+            have.parse(file, &mut prefetch, target);
+        }
+        if costs.len() > 1000 {
+            return costs;
+        }
+    }
+}
+
+/// The bytes of a file fetched so far, as disjoint sorted ranges.
+#[derive(Default)]
+struct Have(Vec<Range<u64>>);
+
+impl Have {
+    fn add(&mut self, r: Range<u64>) {
+        if r.is_empty() {
+            return;
+        }
+        self.0.push(r);
+        self.0.sort_unstable_by_key(|r| r.start);
+        let mut out: Vec<Range<u64>> = Vec::with_capacity(self.0.len());
+        for r in self.0.drain(..) {
+            match out.last_mut() {
+                Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+                _ => out.push(r),
+            }
+        }
+        self.0 = out;
+    }
+
+    /// The fetched bytes from `pos` on, at most `max`.
+    fn from(&self, pos: u64, max: u64) -> Range<u64> {
+        let i = self.0.partition_point(|r| r.start <= pos);
+        match i.checked_sub(1).map(|i| &self.0[i]) {
+            Some(r) if r.end > pos => pos..r.end.min(pos.saturating_add(max)),
+            _ => pos..pos,
+        }
+    }
+
+    fn covers(&self, r: &Range<u64>) -> bool {
+        self.from(r.start, r.end - r.start).end >= r.end
+    }
+
+    fn total(&self) -> u64 {
+        spans::total(&self.0)
+    }
+
+    /// Parses `target` as the crawl does, if its first bytes are here.
+    fn parse(&self, file: &[u8], prefetch: &mut Prefetcher, target: &Target) -> bool {
+        if !target.what.is_parsed() {
+            return self.covers(&target.bytes);
+        }
+        let at = |r: Range<u64>| &file[r.start as usize..r.end as usize];
+        let guessed = (target.bytes.end - target.bytes.start).min(MAX_PIECE as u64);
+        let mut bytes = at(self.from(target.bytes.start, guessed));
+        if bytes.is_empty() {
+            return false;
+        }
+        if let Some(whole) = prefetch.declared_len(target, bytes) {
+            if whole > bytes.len() {
+                bytes = at(self.from(target.bytes.start, whole.min(MAX_PIECE) as u64));
+            }
+        }
+        prefetch.on_crawled(target, bytes, file.len() as u64);
+        true
+    }
+}
+
+/// Prints what the crawl's waves cost over a link for each file
+/// `REMFILE_FORESIGHT` names: `REMFILE_FORESIGHT_LINK=MS,MBPS` (30 ms and
+/// 25 MB/s per connection unless it says otherwise).
+#[test]
+#[ignore = "a tool: REMFILE_FORESIGHT names the files"]
+fn priced() {
+    let Some(files) = std::env::var_os("REMFILE_FORESIGHT") else {
+        return;
+    };
+    let (ms, mbps) = std::env::var("REMFILE_FORESIGHT_LINK")
+        .ok()
+        .and_then(|v| {
+            let (a, b) = v.split_once(',')?;
+            Some((a.parse().ok()?, b.parse().ok()?))
+        })
+        .unwrap_or((30u64, 25f64));
+    let link = crate::LinkEstimate {
+        round_trip: std::time::Duration::from_millis(ms),
+        bytes_per_second: (mbps * 1e6) as u64,
+    };
+    for path in std::env::split_paths(&files) {
+        let file = std::fs::read(&path).unwrap();
+        let lanes = super::config::CONNECTIONS - 4;
+        let costs = rounds(
+            &file,
+            link,
+            lanes,
+            super::config::BLOCK_SIZE,
+            super::config::OPEN_TAIL,
+            256 << 20,
+        );
+        let sum = |f: fn(&WaveCost) -> u64| costs.iter().map(f).sum::<u64>();
+        eprintln!(
+            "{}: {} waves, {} requests, {} rounds, {:.2} MB",
+            path.file_name().unwrap().to_string_lossy(),
+            costs.len(),
+            sum(|c| c.requests as u64),
+            sum(|c| c.rounds),
+            sum(|c| c.bytes) as f64 / 1e6
+        );
+        if std::env::var_os("REMFILE_FORESIGHT_WAVES").is_some() {
+            for c in &costs {
+                eprintln!("    {c:?}");
+            }
+        }
+    }
 }

@@ -25,6 +25,7 @@ use std::collections::BinaryHeap;
 use std::ops::Range;
 
 use crate::LinkEstimate;
+use crate::h5meta::Target;
 
 /// The bytes fetched past the last target of a span, as a share of the gap
 /// worth filling: writers allocate a group's members after the group, so
@@ -234,14 +235,12 @@ pub(crate) const BESIDE_PIECE: u64 = 4 << 10;
 
 /// The spans to fetch a wave in, within `allowed` bytes: `exact` targets
 /// (chunk-index nodes, whose gaps are raw data) with [`BESIDE_PIECE`] bytes
-/// on each side, `clustered`
-/// ones with the gaps between them filled up to `gap` bytes (and
-/// [`ahead_of_cluster`] past each span, [`behind_cluster`] before it), the
-/// gap halved until the spans fit,
-/// down to [`LEAST_SHRUNK_GAP`], then none. Where a writer spread its
-/// metadata among the data, the wave then still reads each small cluster
-/// whole (a group's header with its members next to it), not each target
-/// alone.
+/// on each side, `clustered` ones with the gaps between them filled up to
+/// `gap` bytes (and [`ahead_of_cluster`] past each span, [`behind_cluster`]
+/// before it), the gap halved until the spans fit, down to
+/// [`LEAST_SHRUNK_GAP`], then none. Where a writer spread its metadata
+/// among the data, the wave then still reads each small cluster whole (a
+/// group's header with its members next to it), not each target alone.
 ///
 /// Spans are priced as they will be fetched ([`cost`]: in whole blocks of
 /// `block_size`, or as pieces), and filled gaps may take only half of
@@ -280,6 +279,58 @@ pub(crate) fn within_budget(
         } else {
             0
         };
+    }
+}
+
+/// How one wave of the crawl fetches the targets it does not have.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct WavePlan {
+    /// The spans to fetch, sorted.
+    pub spans: Vec<Range<u64>>,
+    /// Whether they go as pieces ([`as_pieces`]) rather than whole blocks.
+    pub as_pieces: bool,
+    /// The most bytes the wave may fetch.
+    pub allowed: u64,
+}
+
+/// The spans a wave fetches its `missing` targets in: [`within_budget`]'s,
+/// with the closest merged while that saves a round on `lanes` connections
+/// ([`fit_lanes`]) and still fits. `gap` is the gap worth filling on the
+/// link, `allowed` the bytes the wave may guess, `block_size` the cache's.
+pub(crate) fn plan_wave(
+    missing: &[Target],
+    gap: u64,
+    lanes: u64,
+    allowed: u64,
+    block_size: u64,
+) -> WavePlan {
+    // A chunk index's nodes lie among its chunks: the gaps between them
+    // are raw data, never worth fetching with them.
+    let (among_data, clustered): (Vec<&Target>, Vec<&Target>) =
+        missing.iter().partition(|t| t.what.lies_among_raw_data());
+    let ranges = |ts: Vec<&Target>| ts.iter().map(|t| t.bytes.clone()).collect::<Vec<_>>();
+    let wanted = within_budget(
+        &ranges(clustered),
+        &ranges(among_data),
+        gap,
+        allowed,
+        block_size,
+    );
+    // More spans than lanes take more than one round: merge the closest
+    // while the gaps cost less than the round they save.
+    let room = (allowed / 2).saturating_sub(cost(&wanted, block_size));
+    let fitted = fit_lanes(wanted.clone(), lanes, gap, room);
+    // Merging the sparse spans may turn the wave from pieces into whole
+    // blocks, priced differently: kept only if it still fits.
+    let spans = if cost(&fitted, block_size) <= allowed / 2 {
+        fitted
+    } else {
+        wanted
+    };
+    WavePlan {
+        as_pieces: as_pieces(&spans, block_size),
+        spans,
+        allowed,
     }
 }
 
