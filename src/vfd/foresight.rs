@@ -523,3 +523,24 @@ fn priced() {
         }
     }
 }
+
+/// The priced crawl of a file grown step by step fetches each byte at
+/// most once, every target the crawl finds, in no more waves than the
+/// crawl has.
+#[test]
+fn a_priced_crawl_fetches_each_byte_once_and_every_target() {
+    let path = h5files::temp_path("foresight-priced.h5");
+    h5files::write_appended(&path, 200).unwrap();
+    let file = std::fs::read(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    let link = crate::LinkEstimate {
+        round_trip: std::time::Duration::from_millis(30),
+        bytes_per_second: 25_000_000,
+    };
+    let costs = rounds(&file, link, 60, 128 << 10, 1 << 20, 256 << 20);
+    let fetched: u64 = costs.iter().map(|c| c.bytes).sum();
+    assert!(fetched <= file.len() as u64);
+    let waves = crawl(&file).iter().map(|f| f.wave).max().unwrap() + 1;
+    assert!(costs.len() <= waves + 1, "{costs:?}");
+    assert!(costs.iter().all(|c| c.rounds >= 1 && c.requests >= 1));
+}
