@@ -56,6 +56,10 @@
 //! package's driver and file object, fsspec with one shared filesystem,
 //! Python remfile and the local disk, two runs each in a fresh process
 //! (`REMFILE_BENCH_PYTHON` names the interpreter, for the corpus too).
+//! `REMFILE_BENCH_SURVEY=full` surveys the corpus's full-size files
+//! instead (those of `-- corpus`), where one session's metadata is spread
+//! over hundreds of MB; `REMFILE_BENCH_READERS` (comma-separated) runs
+//! only the readers it names.
 
 #[path = "support/cloud_server.rs"]
 mod cloud_server;
@@ -962,8 +966,13 @@ fn serve(spec: &str) {
 /// The survey table: every reader on the small corpus, one process each run.
 fn survey() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let dir = root.join("target/bench-data/survey");
-    let Some(python) = python_with_corpus("survey", &dir, "small") else {
+    let full = std::env::var("REMFILE_BENCH_SURVEY").is_ok_and(|v| v == "full");
+    let (dir, size) = if full {
+        (root.join("target/bench-data/corpus"), "full")
+    } else {
+        (root.join("target/bench-data/survey"), "small")
+    };
+    let Some(python) = python_with_corpus("survey", &dir, size) else {
         return;
     };
     println!(
@@ -981,6 +990,11 @@ fn survey() {
             "fsspec",
             "remfile-py",
         ] {
+            if std::env::var("REMFILE_BENCH_READERS")
+                .is_ok_and(|only| !only.split(',').any(|r| r == reader))
+            {
+                continue;
+            }
             for _ in 0..2 {
                 let out = Command::new(&python)
                     .arg(root.join("benches/survey.py"))
