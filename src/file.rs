@@ -427,7 +427,7 @@ impl RemoteFile {
     /// # Ok::<(), remfile::Error>(())
     /// ```
     pub fn wait_for_background_fetches(&self, timeout: std::time::Duration) -> bool {
-        let deadline = wait::within_exit_bound(crate::deadline::after(timeout));
+        let deadline = wait::within_exit_bound(crate::wait::deadline::after(timeout));
         wait::outside(|| self.engine.wait_for_background(deadline))
     }
 

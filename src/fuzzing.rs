@@ -13,9 +13,9 @@ pub use self::driver::{
     HEADER_LEN, Input, MAX_READ, MAX_REFERENCE_LEN, MAX_STEPS, hdf5_driver, hdf5_driver_walk,
 };
 pub use self::mutate::mutate_metadata;
+use crate::engine::plan::{self, ReadAhead};
 use crate::h5meta::{self, Context, FractalHeap, Geometry, MemType, What};
 use crate::http::content_range::{self, ContentRange};
-use crate::plan::{self, ReadAhead};
 
 /// Parses `data` as a `Content-Range` value: it never panics, and what it
 /// accepts is consistent and survives formatting and parsing again.

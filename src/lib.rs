@@ -203,15 +203,12 @@ extern crate self as remfile;
 mod test_h5files;
 
 mod cache;
-mod deadline;
 mod disk;
 mod engine;
 mod error;
 #[cfg(any(feature = "hdf5", feature = "vfd"))]
 mod extension;
-mod fanout;
 mod file;
-mod freshness;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
@@ -226,17 +223,11 @@ pub mod hdf5;
 mod http;
 mod identity;
 mod link;
-#[cfg(test)]
-mod memory_source;
 mod open;
 mod options;
-mod plan;
 pub mod process;
-mod queued;
-mod range_source;
 mod s3;
 mod stats;
-mod sync;
 #[cfg(any(feature = "hdf5", feature = "vfd"))]
 #[allow(unsafe_code)]
 #[doc(hidden)]

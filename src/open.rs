@@ -11,15 +11,15 @@ use url::Url;
 
 use crate::cache::{BlockCache, FileKey};
 use crate::disk::{self, DiskFile, FetchLock, FirstOpen, Recalled};
+use crate::engine::plan;
 use crate::engine::{Engine, ReadOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::file::RemoteFile;
-use crate::freshness::{self, Freshness, Trust};
+use crate::http::freshness::{self, Freshness, Trust};
 use crate::http::{self, Opened, Revalidated, Service, Tail, Timeouts, Transport, TransportConfig};
 use crate::identity::Identity;
 use crate::link::LinkMeter;
 use crate::options::Builder;
-use crate::plan;
 use crate::s3;
 use crate::stats::Counters;
 
@@ -91,13 +91,13 @@ fn seed(engine: &Engine, first: Vec<u8>, tail: Option<Tail>, block_size: u64) {
 #[cfg(test)]
 pub(crate) fn open_over(
     builder: &Builder,
-    source: std::sync::Arc<crate::memory_source::MemorySource>,
+    source: std::sync::Arc<crate::engine::memory_source::MemorySource>,
 ) -> RemoteFile {
     let url = Url::parse("http://memory.test/file").expect("a URL");
     let identity = source.identity();
     let meters = (Arc::new(LinkMeter::new(builder.link)), source.counters());
     source.measure_with(Arc::clone(&meters.0));
-    let confirmed = Some(crate::freshness::Freshness::Ask);
+    let confirmed = Some(crate::http::freshness::Freshness::Ask);
     RemoteFile::new(engine_over(
         builder, &url, source, identity, meters, confirmed,
     ))
@@ -111,7 +111,7 @@ pub(crate) fn open_over(
 fn engine_over(
     builder: &Builder,
     url: &Url,
-    source: impl crate::range_source::RangeSource,
+    source: impl crate::engine::range_source::RangeSource,
     identity: Identity,
     (link, counters): (Arc<LinkMeter>, Arc<Counters>),
     confirmed: Option<Freshness>,
@@ -316,7 +316,7 @@ fn first_request(
     }
     std::thread::scope(|s| {
         // Without a thread, the file opens without its tail.
-        let tail = crate::fanout::try_spawn(s, || transport.tail(tail_len));
+        let tail = crate::engine::fanout::try_spawn(s, || transport.tail(tail_len));
         let opened = transport.open(first_len);
         (opened, tail.and_then(|t| t.join().ok()))
     })

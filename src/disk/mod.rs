@@ -257,7 +257,9 @@ impl DiskCache {
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn flush(&self, timeout: Duration) -> bool {
-        self.inner.writer.flush(crate::deadline::after(timeout))
+        self.inner
+            .writer
+            .flush(crate::wait::deadline::after(timeout))
     }
 
     /// The directory, as its path resolved when it was opened.

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use super::piece_store::PieceStore;
 use super::{BackgroundEnds, Engine, Guess};
-use crate::fanout::{Done, Next, fan_out};
+use crate::engine::fanout::{Done, Next, fan_out};
 use crate::http::Sink;
 use crate::link::LinkEstimate;
 

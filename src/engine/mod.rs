@@ -1,7 +1,7 @@
 //! The read engine: how a read is served. It looks the read's blocks up in
 //! the cache, adds read-ahead by the [`plan`], claims what is missing (so
 //! that concurrent readers fetch each block once), fetches the claimed blocks
-//! in concurrent parts through the [`fanout`](crate::fanout) pool, and
+//! in concurrent parts through the [`fanout`](crate::engine::fanout) pool, and
 //! assembles the bytes out of the blocks. Large reads that miss the cache
 //! fetch what it lacks straight into the caller's buffer. All hit and miss
 //! accounting happens here. [`RemoteFile`](crate::RemoteFile) is its public
@@ -26,22 +26,28 @@ use parking_lot::Mutex;
 use crate::cache::{Block, BlockCache, Claim, FileKey, Served, SideStore};
 use crate::disk::{Claimed, DiskFile};
 use crate::error::{Error, ErrorKind, Result};
-use crate::fanout::{Done, Next, fan_out};
 use crate::http::Sink;
 use crate::identity::Identity;
 use crate::link::{LinkEstimate, LinkMeter};
-use crate::plan::{self, ReadAhead};
+use crate::process::sync;
 use crate::process::workers::{self, Priority};
-use crate::queued::Queued;
-use crate::range_source::RangeSource;
 use crate::stats::{Counters, Stats};
-use crate::sync;
+use fanout::{Done, Next, fan_out};
+use plan::ReadAhead;
+use queued::Queued;
+use range_source::RangeSource;
 
+pub(crate) mod fanout;
 mod fetch;
 #[cfg(any(feature = "hdf5", feature = "vfd"))]
 mod for_driver;
+#[cfg(test)]
+pub(crate) mod memory_source;
 #[cfg(any(feature = "hdf5", feature = "vfd"))]
 mod piece_store;
+pub(crate) mod plan;
+mod queued;
+pub(crate) mod range_source;
 #[cfg(test)]
 mod tests;
 

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::memory_source::MemorySource;
+use crate::engine::memory_source::MemorySource;
 use crate::open::open_over;
 use crate::{BlockCache, Builder, DiskCache, ErrorKind, RemoteFile};
 

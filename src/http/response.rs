@@ -21,7 +21,7 @@ use super::retry::{Failure, Retry};
 use super::sink::Sink;
 use super::{Reaction, Transport, header};
 use crate::error::{BODY_EXCERPT_LEN, Error, ErrorKind};
-use crate::freshness::{self, Freshness};
+use crate::http::freshness::{self, Freshness};
 use crate::identity::Identity;
 use crate::stats::Counters;
 

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use crate::cache::budget::MemoryBudget;
 use crate::cache::{BlockCache, WeakBlockCache};
-use crate::sync::{Mutex, Wedged};
+use crate::process::sync::{Mutex, Wedged};
 
 static WEDGED: Wedged = Wedged::new();
 static CACHES: Mutex<BTreeMap<(u32, u64), WeakBlockCache>> = Mutex::new(BTreeMap::new());

@@ -760,7 +760,7 @@ unsafe extern "C" fn write(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory_source::MemorySource;
+    use crate::engine::memory_source::MemorySource;
     use crate::open::open_over;
 
     fn test_data(len: usize, seed: u64) -> Vec<u8> {

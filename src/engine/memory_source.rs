@@ -11,11 +11,11 @@ use std::ops::Range;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::engine::range_source::RangeSource;
 use crate::error::{Error, ErrorKind, Result};
 use crate::http::Sink;
 use crate::identity::Identity;
 use crate::link::LinkMeter;
-use crate::range_source::RangeSource;
 use crate::stats::Counters;
 
 /// A file in memory, served range by range.

@@ -53,6 +53,8 @@
 //! let _ = wait::set_host(&HOST);
 //! ```
 
+pub(crate) mod deadline;
+
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 use std::sync::OnceLock;
@@ -158,7 +160,7 @@ impl Cancel {
     /// A cancel that stops its reads `timeout` from now, or when cancelled
     /// before.
     pub fn after(timeout: Duration) -> Cancel {
-        Cancel::with_deadline(crate::deadline::after(timeout))
+        Cancel::with_deadline(crate::wait::deadline::after(timeout))
     }
 
     /// Stops every read that watches this cancel (or a clone of it).
@@ -324,7 +326,8 @@ pub fn stop_everything() {
 /// [`stop_everything`] was called: for their blocks to reach a disk cache.
 pub const EXIT_WAIT: Duration = Duration::from_secs(5);
 
-static EXIT_BOUND: crate::sync::Mutex<Option<(u32, Instant)>> = crate::sync::Mutex::new(None);
+static EXIT_BOUND: crate::process::sync::Mutex<Option<(u32, Instant)>> =
+    crate::process::sync::Mutex::new(None);
 
 /// `deadline`, or the process's exit bound if that comes first: every
 /// close after [`stop_everything`] shares one bound, however many files.
