@@ -1,4 +1,4 @@
-//! What the HDF5 driver (`vfd/`, `hdf5/`) may ask of a remote file beyond
+//! What the HDF5 driver (`hdf5/driver/`, `hdf5/adapter/`) may ask of a remote file beyond
 //! reading it: the engine's extension API, and all of it. Reads, vectored
 //! reads and prefetches are the file's public methods; this adds what only
 //! a reader that knows the file's layout can use:

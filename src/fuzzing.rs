@@ -14,7 +14,7 @@ pub use self::driver::{
 };
 pub use self::mutate::mutate_metadata;
 use crate::engine::plan::{self, ReadAhead};
-use crate::h5meta::{self, Context, FractalHeap, Geometry, MemType, What};
+use crate::hdf5::meta::{self, Context, FractalHeap, Geometry, MemType, What};
 use crate::http::content_range::{self, ContentRange};
 
 /// Parses `data` as a `Content-Range` value: it never panics, and what it
@@ -165,18 +165,18 @@ pub fn hdf5_metadata(data: &[u8]) {
             filtered: sizes & 0x80 != 0,
         },
     );
-    if let Some(tree) = h5meta::BTree2::for_fuzzing(*sizes) {
+    if let Some(tree) = meta::BTree2::for_fuzzing(*sizes) {
         context.btrees.insert(0, tree);
     }
     // Arrays at address 0 and 1, which a block's header field may name.
-    let (fixed, extensible) = h5meta::ArrayIndex::for_fuzzing(*sizes);
+    let (fixed, extensible) = meta::ArrayIndex::for_fuzzing(*sizes);
     context.arrays.insert(0, fixed);
     if let Some(extensible) = extensible {
         context.arrays.insert(1, extensible);
     }
     let mem = MemType::from_c(i32::from(*mem));
-    let found = h5meta::pointers(rest, 4096, mem, expected, &context);
-    assert!(found.targets.len() <= h5meta::MAX_TARGETS);
+    let found = meta::pointers(rest, 4096, mem, expected, &context);
+    assert!(found.targets.len() <= meta::MAX_TARGETS);
     for t in &found.targets {
         assert!(t.bytes.start < t.bytes.end, "{t:?}");
         assert_ne!(t.bytes.start, 4096, "points at itself");
@@ -185,7 +185,7 @@ pub fn hdf5_metadata(data: &[u8]) {
         assert!([2, 4, 8].contains(&g.offsets) && [2, 4, 8].contains(&g.lengths));
     }
     // What a structure says of its own length is read without a panic too.
-    let _ = h5meta::declared_len(rest, expected.unwrap_or(What::ObjectHeader), &context);
+    let _ = meta::declared_len(rest, expected.unwrap_or(What::ObjectHeader), &context);
 }
 
 /// Little-endian integers from a byte string, zero once it runs out.

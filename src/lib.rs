@@ -212,14 +212,19 @@ mod file;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
-#[cfg(any(feature = "hdf5", feature = "vfd", feature = "fuzzing", test))]
-mod h5meta;
-// The two modules with unsafe code: HDF5's C interface (and, in `disk`,
-// the one call that registers its flush at exit).
-#[cfg(feature = "hdf5")]
+// The HDF5 wing, the one module with unsafe code (HDF5's C interface; and,
+// in `disk`, the one call that registers its flush at exit). Its parsers
+// are built for the fuzz targets and the unit tests too, where the wing
+// has nothing public.
+#[cfg(any(feature = "hdf5", feature = "vfd"))]
 #[cfg_attr(docsrs, doc(cfg(feature = "hdf5")))]
 #[allow(unsafe_code)]
 pub mod hdf5;
+#[cfg(all(
+    not(any(feature = "hdf5", feature = "vfd")),
+    any(feature = "fuzzing", test)
+))]
+mod hdf5;
 mod http;
 mod identity;
 mod link;
@@ -228,10 +233,7 @@ mod options;
 pub mod process;
 mod s3;
 mod stats;
-#[cfg(any(feature = "hdf5", feature = "vfd"))]
-#[allow(unsafe_code)]
-#[doc(hidden)]
-pub mod vfd;
+mod sync;
 pub mod wait;
 
 pub use cache::BlockCache;

@@ -15,9 +15,9 @@ use crate::engine::plan;
 use crate::engine::{Engine, ReadOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::file::RemoteFile;
-use crate::http::freshness::{self, Freshness, Trust};
 use crate::http::{self, Opened, Revalidated, Service, Tail, Timeouts, Transport, TransportConfig};
 use crate::identity::Identity;
+use crate::identity::freshness::{self, Freshness, Trust};
 use crate::link::LinkMeter;
 use crate::options::Builder;
 use crate::s3;
@@ -97,7 +97,7 @@ pub(crate) fn open_over(
     let identity = source.identity();
     let meters = (Arc::new(LinkMeter::new(builder.link)), source.counters());
     source.measure_with(Arc::clone(&meters.0));
-    let confirmed = Some(crate::http::freshness::Freshness::Ask);
+    let confirmed = Some(crate::identity::freshness::Freshness::Ask);
     RemoteFile::new(engine_over(
         builder, &url, source, identity, meters, confirmed,
     ))

@@ -64,7 +64,7 @@ fn many_files_with_large_chunk_indexes_stay_within_the_crawl_budget() {
     let _ = std::fs::remove_file(&path);
     let files: Vec<h5::File> = (0..FILES).map(|_| open_walked(&server)).collect();
     let per_file: Vec<u64> = files.iter().map(table_bytes).collect();
-    let total = remfile::vfd::crawl_table_bytes();
+    let total = remfile::hdf5::driver::crawl_table_bytes();
     eprintln!("{FILES} files of {CHUNKS} chunks: {total} bytes of tables, by file {per_file:?}");
     assert_eq!(per_file.iter().sum::<u64>(), total);
     assert!(total <= CRAWL_MEMORY, "{total}");
@@ -88,5 +88,8 @@ fn many_files_with_large_chunk_indexes_stay_within_the_crawl_budget() {
     assert_eq!(h5::open_remote_files(), 0);
     let again = open_walked(&server);
     assert!(table_bytes(&again) > CHUNKS as u64 * 58);
-    assert_eq!(remfile::vfd::crawl_table_bytes(), table_bytes(&again));
+    assert_eq!(
+        remfile::hdf5::driver::crawl_table_bytes(),
+        table_bytes(&again)
+    );
 }

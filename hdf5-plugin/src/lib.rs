@@ -14,7 +14,7 @@
 //!
 //! The driver is the one `remfile::hdf5` registers: the same block cache,
 //! read-ahead, metadata prefetch, chunk read-ahead, retries and errors. The
-//! configuration string's keys are listed in `remfile::vfd::config::KEYS`, with what each sets.
+//! configuration string's keys are listed in `remfile::hdf5::driver::config::KEYS`, with what each sets.
 //!
 //! A program may load HDF5 privately (the h5py wheel loads its own copy under
 //! a mangled name, without making its symbols global), so the plugin links
@@ -29,9 +29,9 @@ use std::ffi::{c_int, c_void};
 use std::panic::catch_unwind;
 use std::sync::OnceLock;
 
-use remfile::vfd::loader::scan::{self, Found};
-use remfile::vfd::loader::{FIRST_VERSION, object_of};
-use remfile::vfd::{self, HostApi};
+use remfile::hdf5::driver::loader::scan::{self, Found};
+use remfile::hdf5::driver::loader::{FIRST_VERSION, object_of};
+use remfile::hdf5::driver::{self, HostApi};
 
 /// `H5PL_TYPE_VFD`.
 const H5PL_TYPE_VFD: c_int = 2;
@@ -56,7 +56,7 @@ pub extern "C" fn H5PLget_plugin_info() -> *const c_void {
                     |c| c == home,
                 ) =>
             {
-                vfd::class_for(api.version())
+                driver::class_for(api.version())
             }
             Some(_) => {
                 static SAID: std::sync::Once = std::sync::Once::new();
@@ -106,8 +106,8 @@ fn host(caller: Option<usize>) -> Option<(usize, &'static HostApi)> {
         }
         // An HDF5 program has no tracing subscriber: what the driver
         // reports (REMFILE_STATS, a disk cache it cannot use) goes to stderr.
-        vfd::print_reports_with(|line| eprintln!("{line}"));
-        Some((home, vfd::install(api)))
+        driver::print_reports_with(|line| eprintln!("{line}"));
+        Some((home, driver::install(api)))
     })
 }
 

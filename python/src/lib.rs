@@ -13,8 +13,8 @@ use parking_lot::Mutex;
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
-use remfile::vfd::loader::{self, Control, FIRST_VERSION};
-use remfile::vfd::{self, HostApi, config, hid_t};
+use remfile::hdf5::driver::loader::{self, Control, FIRST_VERSION};
+use remfile::hdf5::driver::{self, HostApi, config, hid_t};
 use remfile::{Error, ErrorKind, RemoteFile, Stats, wait};
 
 /// A remote error as the Python exception of its kind, with `errno`,
@@ -41,7 +41,7 @@ fn to_py(e: Error) -> PyErr {
             PyOSError::new_err((libc::ECANCELED, message, e.url().map(str::to_owned)))
         }
         _ => {
-            let errno = vfd::errno_of(&e).unwrap_or(libc::EIO);
+            let errno = driver::errno_of(&e).unwrap_or(libc::EIO);
             PyOSError::new_err((errno, message, e.url().map(str::to_owned)))
         }
     }
@@ -460,7 +460,7 @@ fn config_error(e: config::ConfigError) -> PyErr {
 /// what is wrong with it (the key first).
 fn parse(options: &str) -> PyResult<config::Config> {
     let parsed = config::parse(options).map_err(config_error)?;
-    vfd::check(&parsed).map_err(config_error)?;
+    driver::check(&parsed).map_err(config_error)?;
     Ok(parsed)
 }
 
@@ -535,7 +535,7 @@ impl Remote {
             )));
         }
         // The driver's defaults, so that one table of defaults holds for both.
-        let builder = vfd::builder(&parsed).map_err(config_error)?;
+        let builder = driver::builder(&parsed).map_err(config_error)?;
         let file = from_python(py, || builder.open(url))?;
         Ok(Remote::of(file))
     }
@@ -699,10 +699,10 @@ static BINDING: Mutex<()> = Mutex::new(());
 /// opens of them with the same options (see `remfile_hdf5.prefetch_files`).
 #[pyclass(frozen, module = "remfile_hdf5._native")]
 struct Files {
-    batch: vfd::many::Batch,
+    batch: driver::many::Batch,
 }
 
-fn progress_dict<'py>(py: Python<'py>, p: &vfd::many::Progress) -> PyResult<Bound<'py, PyDict>> {
+fn progress_dict<'py>(py: Python<'py>, p: &driver::many::Progress) -> PyResult<Bound<'py, PyDict>> {
     let out = PyDict::new(py);
     out.set_item("files", p.files)?;
     out.set_item("crawled", p.crawled)?;
@@ -721,7 +721,7 @@ impl Files {
     /// the configuration string `options`.
     #[new]
     fn new(urls: Vec<String>, options: &str) -> PyResult<Files> {
-        let batch = vfd::many::prefetch_files(urls, options).map_err(config_error)?;
+        let batch = driver::many::prefetch_files(urls, options).map_err(config_error)?;
         Ok(Files { batch })
     }
 
@@ -792,7 +792,7 @@ fn _bind_hdf5(path: &str) -> PyResult<(u32, u32, u32)> {
             "HDF5 {a}.{b}.{c} lacks a function the package calls to register the driver"
         ))
     })?;
-    let installed = vfd::install(api);
+    let installed = driver::install(api);
     if !installed.is_same_library(&api) {
         let (x, y, z) = installed.version();
         return Err(PyRuntimeError::new_err(format!(
@@ -807,7 +807,7 @@ fn _bind_hdf5(path: &str) -> PyResult<(u32, u32, u32)> {
         let driver = if registered > 0 {
             -1
         } else {
-            (calls.register)(vfd::class_for(api.version()))
+            (calls.register)(driver::class_for(api.version()))
         };
         (registered, driver)
     };
@@ -890,7 +890,7 @@ fn _file_stats<'py>(py: Python<'py>, file: hid_t) -> PyResult<Option<Bound<'py, 
     let Some(handle) = driver_handle(file)? else {
         return Ok(None);
     };
-    let Some(counters) = vfd::counters_of_handle(handle) else {
+    let Some(counters) = driver::counters_of_handle(handle) else {
         return Ok(None);
     };
     let d = stats_dict(py, &counters.remote.stats())?;
@@ -914,7 +914,7 @@ fn _remote_of_file(file: hid_t) -> PyResult<Option<Remote>> {
     let Some(handle) = driver_handle(file)? else {
         return Ok(None);
     };
-    Ok(vfd::remote_of_handle(handle).map(Remote::of))
+    Ok(driver::remote_of_handle(handle).map(Remote::of))
 }
 
 /// The driver's handle of the open HDF5 file `file`, if the driver reads
@@ -997,7 +997,7 @@ fn _hdf5_version() -> Option<(u32, u32, u32)> {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // What the driver reports (stats=on, a disk cache it cannot use) goes to
     // the process's standard error, as the plugin's does.
-    vfd::print_reports_with(|line| eprintln!("{line}"));
+    driver::print_reports_with(|line| eprintln!("{line}"));
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     let main = m
         .py()

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use crate::process::sync::{Condvar, Mutex};
 use crate::stats::RoundMark;
+use crate::sync::{Condvar, Mutex};
 
 use super::{Block, BlockCache, FileKey};
 use crate::error::{Error, ErrorKind};

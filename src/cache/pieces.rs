@@ -24,8 +24,8 @@ use std::time::Instant;
 
 use super::budget::{MemoryBudget, btree_bytes};
 use super::side_store::Served;
-use crate::process::sync::{Condvar, Mutex};
 use crate::stats::RoundMark;
+use crate::sync::{Condvar, Mutex};
 
 /// A piece here: its first byte and its bytes.
 pub(crate) type Here = (u64, Arc<[u8]>);

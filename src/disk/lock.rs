@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::process::sync::{Mutex, MutexGuard};
+use crate::sync::{Mutex, MutexGuard};
 
 use super::private;
 

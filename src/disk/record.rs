@@ -16,8 +16,8 @@ use std::time::{Instant, SystemTime};
 use super::digest::{self, Digest};
 use super::lock::{FetchLock, WAIT_AT_MOST, look_while_held};
 use super::{DiskCache, private};
-use crate::http::freshness::{Freshness, MAX_FRESH};
 use crate::identity::Identity;
+use crate::identity::freshness::{Freshness, MAX_FRESH};
 
 /// How the first open of a file the disk knows nothing of went.
 pub(crate) enum FirstOpen {

@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use crate::process::sync::Mutex;
+use crate::sync::Mutex;
 
 use super::Inner;
 

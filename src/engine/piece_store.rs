@@ -11,8 +11,8 @@ use std::time::Instant;
 
 use crate::cache::{Here, Pieces, PiecesBudget, Served, SideStore};
 use crate::disk::DiskFile;
-use crate::process::sync;
 use crate::stats::RoundMark;
+use crate::sync;
 
 /// When a file's pieces are kept on disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

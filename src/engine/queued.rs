@@ -14,8 +14,8 @@
 
 use std::sync::Arc;
 
-use crate::process::sync::Mutex;
 use crate::process::workers::Closing;
+use crate::sync::Mutex;
 
 /// The fetches queued for background workers of one file.
 #[derive(Default)]

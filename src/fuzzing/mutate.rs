@@ -6,7 +6,7 @@
 //! claims. Random byte changes rarely hit those fields, or hit them with
 //! values too tame to matter.
 
-use crate::h5meta::SIGNATURES;
+use crate::hdf5::meta::SIGNATURES;
 
 /// A small generator of choices from libFuzzer's seed (xorshift).
 struct Choices(u64);

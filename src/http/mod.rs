@@ -19,7 +19,6 @@
 mod agent;
 mod classify;
 pub(crate) mod content_range;
-pub(crate) mod freshness;
 pub(crate) mod header;
 pub(crate) mod redact;
 mod request;

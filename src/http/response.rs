@@ -21,8 +21,8 @@ use super::retry::{Failure, Retry};
 use super::sink::Sink;
 use super::{Reaction, Transport, header};
 use crate::error::{BODY_EXCERPT_LEN, Error, ErrorKind};
-use crate::http::freshness::{self, Freshness};
 use crate::identity::Identity;
+use crate::identity::freshness::{self, Freshness};
 use crate::stats::Counters;
 
 /// Checks a response's validators against the version opened (see

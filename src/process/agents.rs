@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use ureq::Agent;
 
-use crate::process::sync::{Mutex, Wedged};
+use crate::sync::{Mutex, Wedged};
 
 /// What makes two files' agents differ.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]

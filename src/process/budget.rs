@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::Instant;
 
-use crate::process::sync::{Condvar, Mutex, Wedged};
+use crate::sync::{Condvar, Mutex, Wedged};
 
 use super::workers::Lane;
 
@@ -132,11 +132,7 @@ impl Permits {
     }
 
     /// Leaves the wait of a waiter of `lane` that takes no permit.
-    fn give_up(
-        &self,
-        mut state: crate::process::sync::MutexGuard<'_, State>,
-        lane: Lane,
-    ) -> Option<Permit> {
+    fn give_up(&self, mut state: crate::sync::MutexGuard<'_, State>, lane: Lane) -> Option<Permit> {
         if lane == Lane::Read {
             state.reads_waiting -= 1;
         }

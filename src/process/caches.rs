@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use crate::cache::budget::MemoryBudget;
 use crate::cache::{BlockCache, WeakBlockCache};
-use crate::process::sync::{Mutex, Wedged};
+use crate::sync::{Mutex, Wedged};
 
 static WEDGED: Wedged = Wedged::new();
 static CACHES: Mutex<BTreeMap<(u32, u64), WeakBlockCache>> = Mutex::new(BTreeMap::new());
@@ -70,7 +70,7 @@ mod tests {
     #[test]
     fn a_files_crawl_tables_count_in_the_process_budget() {
         // Other tests' files count too: the figure is at least this one's.
-        let mut prefetch = crate::vfd::prefetch::Prefetcher::new(true, true);
+        let mut prefetch = crate::hdf5::driver::prefetch::Prefetcher::new(true, true);
         assert!(prefetch.start());
         let held = prefetch.table_bytes();
         assert!(held > 0);

@@ -31,7 +31,6 @@ pub(crate) mod agents;
 pub(crate) mod budget;
 #[cfg(any(feature = "hdf5", feature = "vfd"))]
 pub(crate) mod caches;
-pub(crate) mod sync;
 pub(crate) mod workers;
 
 /// The most requests in flight to one origin (scheme, host, port) across
@@ -96,5 +95,5 @@ pub const CRAWL_CHUNK_MEMORY: u64 = CRAWL_MEMORY / 4 * 3;
 /// How long a look-up waits for one of the process-wide tables here: each
 /// is held only to look up or insert, so this is reached only in a child
 /// forked while another thread held it (which never lets go there), and
-/// then only once (see [`crate::process::sync::Wedged`]).
+/// then only once (see [`crate::sync::Wedged`]).
 pub(crate) const TABLE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);

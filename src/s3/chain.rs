@@ -28,7 +28,7 @@ use super::keys::{self, Keys};
 use super::profile::{self, Profile};
 use crate::error::Result;
 use crate::http::redact::redact;
-use crate::process::sync::{Mutex, Wedged};
+use crate::sync::{Mutex, Wedged};
 
 /// Where the chain reads its variables and the home directory: the process's
 /// environment, or a fixed one in tests.
@@ -322,7 +322,7 @@ mod absent {
 
     use url::Url;
 
-    use crate::process::sync::{Mutex, Wedged};
+    use crate::sync::{Mutex, Wedged};
 
     /// How long an endpoint found unreachable is taken as absent.
     pub(crate) const NO_INSTANCE_METADATA_FOR: Duration = Duration::from_secs(5 * 60);

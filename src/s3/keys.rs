@@ -24,7 +24,7 @@ use std::time::{Duration, Instant, SystemTime};
 use super::chain::Source;
 use super::credentials::{Credentials, due_for_renewal};
 use crate::error::{Error, ErrorKind, Result};
-use crate::process::sync::{Condvar, Mutex, MutexGuard, Wedged};
+use crate::sync::{Condvar, Mutex, MutexGuard, Wedged};
 use crate::wait::{POLL, check_stopped};
 
 /// How long after a failed renewal keys that are still valid are used

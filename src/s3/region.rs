@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use ureq::http::HeaderMap;
 
-use crate::process::sync::{Mutex, MutexGuard, Wedged};
+use crate::sync::{Mutex, MutexGuard, Wedged};
 
 use super::location::Endpoint;
 

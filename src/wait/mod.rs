@@ -326,8 +326,7 @@ pub fn stop_everything() {
 /// [`stop_everything`] was called: for their blocks to reach a disk cache.
 pub const EXIT_WAIT: Duration = Duration::from_secs(5);
 
-static EXIT_BOUND: crate::process::sync::Mutex<Option<(u32, Instant)>> =
-    crate::process::sync::Mutex::new(None);
+static EXIT_BOUND: crate::sync::Mutex<Option<(u32, Instant)>> = crate::sync::Mutex::new(None);
 
 /// `deadline`, or the process's exit bound if that comes first: every
 /// close after [`stop_everything`] shares one bound, however many files.

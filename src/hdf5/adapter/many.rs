@@ -1,15 +1,15 @@
 //! Many files' metadata fetched at once, for a survey of a dataset: the
-//! Rust face of [`crate::vfd::many`].
+//! Rust face of [`crate::hdf5::driver::many`].
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::{File, OpenError, OpenOptions, builder};
-use crate::vfd::many::{Batch, Prefetched};
-use crate::vfd::source::Source;
+use crate::hdf5::driver::many::{Batch, Prefetched};
+use crate::hdf5::driver::source::Source;
 
 /// How far a [`PrefetchedFiles`] has gone.
-pub use crate::vfd::many::Progress as PrefetchProgress;
+pub use crate::hdf5::driver::many::Progress as PrefetchProgress;
 
 /// The metadata of many HDF5 files being fetched at once, ahead of their
 /// opens (see [`OpenOptions::prefetch_files`]). Dropping it stops what is
@@ -53,7 +53,7 @@ impl OpenOptions {
     /// from memory.
     ///
     /// Opening one file after another costs each file's round trips in
-    /// turn, however few; here up to [`FILES_AT_ONCE`](crate::vfd::many::FILES_AT_ONCE)
+    /// turn, however few; here up to [`FILES_AT_ONCE`](crate::hdf5::driver::many::FILES_AT_ONCE)
     /// files are opened and their metadata graphs crawled side by side
     /// (no HDF5 is involved), within the process's connections, into one
     /// block cache the files share (the [`remote`](Self::remote) builder's,
@@ -63,7 +63,7 @@ impl OpenOptions {
     ///
     /// The batch runs ahead of the opens within a bound: it starts no
     /// further file while those crawled and not opened yet hold half of the
-    /// cache or number [`FILES_AHEAD`](crate::vfd::many::FILES_AHEAD); each
+    /// cache or number [`FILES_AHEAD`](crate::hdf5::driver::many::FILES_AHEAD); each
     /// open gives room back.
     ///
     /// ```no_run

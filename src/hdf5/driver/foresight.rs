@@ -15,8 +15,8 @@ use std::path::Path;
 
 use super::prefetch::{MAX_PIECE, Prefetcher};
 use super::spans;
-use crate::h5meta::{MemType, Target, What};
 use crate::hdf5::hdf5_metno as h5lib;
+use crate::hdf5::meta::{MemType, Target, What};
 use crate::test_h5files as h5files;
 
 /// A target the crawl found, in which wave (the superblock's is 0), and

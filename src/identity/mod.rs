@@ -3,7 +3,10 @@
 //!
 //! The transport learns it at open and pins each request to it; the disk
 //! cache writes it beside every block and reads a block only for the same
-//! version.
+//! version. How long a version confirmed by the server may be trusted
+//! without asking again is [`freshness`]'s.
+
+pub(crate) mod freshness;
 
 /// The version of a file: its size and the validators the server gave.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

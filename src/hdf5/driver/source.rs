@@ -401,7 +401,7 @@ pub(crate) fn open_source(url: &str, config: &str) -> Result<Arc<Source>, String
                     if let Some(host) = crate::wait::host() {
                         host.driver_failed(&e);
                     }
-                    super::driver::with_errno(format!("cannot open the remote file: {e}"), &e)
+                    super::callbacks::with_errno(format!("cannot open the remote file: {e}"), &e)
                 })?;
             Source::new(file, metadata, chunks)
         }

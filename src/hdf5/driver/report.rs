@@ -12,7 +12,7 @@ static PRINTER: OnceLock<fn(&str)> = OnceLock::new();
 /// printer set stays).
 ///
 /// ```
-/// remfile::vfd::print_reports_with(|line| eprintln!("{line}"));
+/// remfile::hdf5::driver::print_reports_with(|line| eprintln!("{line}"));
 /// ```
 pub fn print_reports_with(printer: fn(&str)) {
     let _ = PRINTER.set(printer);

@@ -19,7 +19,7 @@ use super::ffi::*;
 use super::prefetch::Seen;
 use super::source::Source;
 use super::spans;
-use crate::h5meta::MemType;
+use crate::hdf5::meta::MemType;
 use crate::wait;
 use crate::{Error, ErrorKind};
 

@@ -19,13 +19,13 @@ use super::prefetch::{MAX_PIECE, Prefetcher};
 use super::spans;
 use crate::RemoteFile;
 use crate::engine::BackgroundWork;
-use crate::h5meta::Target;
-use crate::process::sync::Mutex;
+use crate::hdf5::meta::Target;
 use crate::process::workers::{self, Closing, Priority};
+use crate::sync::Mutex;
 
 /// The crawl of one file, stopped when dropped.
 ///
-/// Its signal is a [`crate::process::sync`] mutex, not a `parking_lot` one: a
+/// Its signal is a [`crate::sync`] mutex, not a `parking_lot` one: a
 /// child forked while a worker held it must not inherit an entry of
 /// `parking_lot`'s process-wide table of parked threads. Each change to
 /// the signal is one assignment, so a panic elsewhere while it was held

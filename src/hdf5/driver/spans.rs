@@ -25,7 +25,7 @@ use std::collections::BinaryHeap;
 use std::ops::Range;
 
 use crate::LinkEstimate;
-use crate::h5meta::Target;
+use crate::hdf5::meta::Target;
 
 /// The bytes fetched past the last target of a span, as a share of the gap
 /// worth filling: writers allocate a group's members after the group, so

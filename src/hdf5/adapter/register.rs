@@ -5,7 +5,7 @@ use std::ffi::c_void;
 use std::fmt;
 use std::sync::OnceLock;
 
-use crate::vfd::{self, ErrorIds, HostApi, hid_t};
+use crate::hdf5::driver::{self, ErrorIds, HostApi, hid_t};
 
 /// The linked library's version, `(major, minor, release)`.
 pub(crate) fn library_version() -> (u32, u32, u32) {
@@ -56,8 +56,8 @@ pub(crate) fn driver_id() -> Result<hid_t, RegisterError> {
     if let Some(&id) = ID.get() {
         return Ok(id);
     }
-    let version = vfd::install(linked_api()).version;
-    let class: *const c_void = vfd::class_for(version);
+    let version = driver::install(linked_api()).version;
+    let class: *const c_void = driver::class_for(version);
     // SAFETY: the class is a static of the layout this library version
     // reads, alive for the whole process as HDF5 requires.
     let id = unsafe { hdf5_sys::h5fd::H5FDregister(class.cast()) };

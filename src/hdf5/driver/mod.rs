@@ -9,10 +9,10 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 mod api;
+pub(crate) mod callbacks;
 pub(crate) mod chunk_ahead;
 pub mod config;
 mod crawl;
-pub(crate) mod driver;
 pub(crate) mod ffi;
 #[cfg(all(test, feature = "hdf5"))]
 mod foresight;
@@ -27,7 +27,7 @@ mod spans;
 #[cfg(feature = "hdf5")]
 pub(crate) use api::ErrorIds;
 pub use api::{HostApi, install};
-pub use driver::{class_for, errno_of};
+pub use callbacks::{class_for, errno_of};
 pub use ffi::{herr_t, hid_t};
 pub use prefetch::PrefetchStats;
 pub use report::print_reports_with;

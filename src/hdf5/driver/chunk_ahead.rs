@@ -2,7 +2,7 @@
 //!
 //! HDF5 reads a selection of a chunked dataset one chunk at a time, in the
 //! chunk index's order. The index's leaves (parsed from the bytes HDF5 read,
-//! [`crate::h5meta`]) say where each chunk is stored and how long it is —
+//! [`crate::hdf5::meta`]) say where each chunk is stored and how long it is —
 //! compressed chunks are not all the same length — so a read of the chunk
 //! that follows the last one read fetches the next few chunks' exact
 //! extents ahead of HDF5, as a stream of chunks rather than of bytes: never
@@ -29,7 +29,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::ops::Range;
 
 use crate::cache::budget::{Charge, MemoryBudget, Table, btree_bytes, room_for};
-use crate::h5meta::ChunkLeaf;
+use crate::hdf5::meta::ChunkLeaf;
 
 /// A run reads ahead at least this many chunks of the size of the one just
 /// read: HDF5 asks for them one by one, so each not fetched ahead would cost
@@ -77,7 +77,7 @@ pub(crate) struct ChunkRead {
 
 /// Where a chunk is listed: its leaf (its position among the leaves) and
 /// its position there. Four bytes each: a leaf lists at most
-/// [`crate::h5meta::MAX_TARGETS`] chunks, and a file at most
+/// [`crate::hdf5::meta::MAX_TARGETS`] chunks, and a file at most
 /// [`MAX_CHUNKS`] in all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct Place {

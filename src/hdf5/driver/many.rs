@@ -31,8 +31,8 @@ use parking_lot::Mutex as DataMutex;
 use super::config::Config;
 use super::crawl;
 use super::prefetch::Prefetcher;
-use crate::process::sync::{Condvar, Mutex, Wedged};
 use crate::process::workers::Closing;
+use crate::sync::{Condvar, Mutex, Wedged};
 use crate::{Builder, Error, RemoteFile};
 
 /// The most files a batch opens and crawls at once (a thread each).
@@ -668,7 +668,7 @@ fn same_settings(a: &Config, b: &Config) -> bool {
 static REGISTERED: Mutex<Vec<Batch>> = Mutex::new(Vec::new());
 static WEDGED: Wedged = Wedged::new();
 
-fn registered() -> Option<crate::process::sync::MutexGuard<'static, Vec<Batch>>> {
+fn registered() -> Option<crate::sync::MutexGuard<'static, Vec<Batch>>> {
     REGISTERED.lock_unless_wedged(&WEDGED, crate::process::TABLE_WAIT)
 }
 

@@ -1,7 +1,7 @@
 //! Structure-aware metadata prefetch: the state of one file's prefetch.
 //!
 //! Each piece of metadata HDF5 reads, and each piece the prefetch itself
-//! fetched, is parsed ([`crate::h5meta`]) for the addresses it points to.
+//! fetched, is parsed ([`crate::hdf5::meta`]) for the addresses it points to.
 //! Those join a frontier, which the file's crawl ([`super::crawl`]) fetches
 //! in waves and parses in turn, breadth-first from the superblock: the
 //! metadata graph arrives in about as many waves as it is deep, from the
@@ -28,7 +28,7 @@ use parking_lot::Mutex;
 use super::chunk_ahead::{ChunkAhead, ChunkRead};
 use super::spans::Stream;
 use crate::cache::budget::{Charge, MemoryBudget, room_for};
-use crate::h5meta::{self, Context, Found, MemType, Target, What};
+use crate::hdf5::meta::{self, Context, Found, MemType, Target, What};
 
 /// The most addresses one file remembers as pointed to, whatever the
 /// budget; past that, a file of more objects is walked with what is known.
@@ -268,7 +268,7 @@ impl Prefetcher {
         } else {
             kept
         };
-        let found = h5meta::pointers(piece, *addr, mem, *expected, &self.context);
+        let found = meta::pointers(piece, *addr, mem, *expected, &self.context);
         work | self.absorb(*addr, found, len, false)
     }
 
@@ -284,7 +284,7 @@ impl Prefetcher {
     /// How many bytes the structure at `target`, which starts with
     /// `bytes`, says it has, if it says so.
     pub fn declared_len(&self, target: &Target, bytes: &[u8]) -> Option<usize> {
-        let len = h5meta::declared_len(bytes, target.what, &self.context)?;
+        let len = meta::declared_len(bytes, target.what, &self.context)?;
         usize::try_from(len).ok()
     }
 
@@ -292,7 +292,7 @@ impl Prefetcher {
     /// bytes. Returns whether the frontier has new targets.
     pub fn on_crawled(&mut self, target: &Target, bytes: &[u8], len: u64) -> bool {
         let addr = target.bytes.start;
-        let found = h5meta::pointers(
+        let found = meta::pointers(
             bytes,
             addr,
             MemType::Other,
@@ -302,7 +302,7 @@ impl Prefetcher {
         let mut work = self.absorb(addr, found, len, true);
         // A structure longer than the bytes guessed for it is read again
         // whole, once.
-        if let Some(whole) = h5meta::declared_len(bytes, target.what, &self.context) {
+        if let Some(whole) = meta::declared_len(bytes, target.what, &self.context) {
             let whole = whole.min(MAX_PIECE as u64);
             let end = addr.saturating_add(whole).min(len);
             if end > target.bytes.end && (bytes.len() as u64) < end - addr {
@@ -405,7 +405,7 @@ impl Prefetcher {
         let weight = &mut self.weights.last;
         // A structure some piece pointed to, or one that opens with its
         // signature, starts a piece of its own however close it lies.
-        let starts_one = self.known.contains_key(&addr) || h5meta::has_signature(bytes);
+        let starts_one = self.known.contains_key(&addr) || meta::has_signature(bytes);
         let continues = !starts_one
             && last.mem == Some(mem)
             && last.addr.checked_add(last.bytes.len() as u64) == Some(addr)
