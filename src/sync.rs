@@ -14,8 +14,18 @@
 //! Every wait that can last — for a fetch, a piece, a connection, a write,
 //! background work — uses these. They do not poison: a panic while a guard
 //! is held leaves the data as it was, as `parking_lot` does.
+//!
+//! The same fork makes process-wide state the parent's: a child finds the
+//! parent's tables, counts and queues, and none of the threads they were
+//! for. [`ProcessLocal`] holds such state for one process at a time (the
+//! first use in a child hands the inherited value to an `adopt` function),
+//! [`MadeIn`] says which process made a value, and [`ProcessFlag`] is a
+//! flag a child finds lowered: nothing else in the crate compares process
+//! ids to decide whether state is its own.
 
 use std::sync::PoisonError;
+use std::sync::atomic::AtomicU32;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 /// A mutual exclusion lock over `std::sync::Mutex`, without poisoning.
@@ -56,17 +66,31 @@ impl<T> Mutex<T> {
     }
 }
 
-/// The process in which a process-wide table's lock was found held for
-/// good (a child forked while another thread held it): there, later
-/// callers only try it once rather than wait again each time.
+/// A flag raised in one process: a child forked afterwards finds it
+/// lowered. Lock-free, for checks on every wait.
 #[derive(Debug, Default)]
-pub(crate) struct Wedged(std::sync::atomic::AtomicU32);
+pub(crate) struct ProcessFlag(AtomicU32);
 
-impl Wedged {
-    pub(crate) const fn new() -> Wedged {
-        Wedged(std::sync::atomic::AtomicU32::new(0))
+impl ProcessFlag {
+    pub(crate) const fn new() -> ProcessFlag {
+        ProcessFlag(AtomicU32::new(0))
+    }
+
+    /// Raises the flag in this process; whether it was lowered here.
+    pub(crate) fn raise(&self) -> bool {
+        let me = std::process::id();
+        self.0.swap(me, Relaxed) != me
+    }
+
+    pub(crate) fn is_raised(&self) -> bool {
+        self.0.load(Relaxed) == std::process::id()
     }
 }
+
+/// The flag of a process-wide table whose lock was found held for good in
+/// this process (a child forked while another thread held it): there,
+/// later callers only try it once rather than wait again each time.
+pub(crate) type Wedged = ProcessFlag;
 
 impl<T> Mutex<T> {
     /// The lock if it can be had within `wait`, unless this process found
@@ -76,17 +100,116 @@ impl<T> Mutex<T> {
         wedged: &Wedged,
         wait: Duration,
     ) -> Option<MutexGuard<'_, T>> {
-        use std::sync::atomic::Ordering::Relaxed;
-        let me = std::process::id();
-        if wedged.0.load(Relaxed) == me {
+        if wedged.is_raised() {
             return self.try_lock_until(Instant::now());
         }
         let got = self.try_lock_until(Instant::now() + wait);
         if got.is_none() {
-            wedged.0.store(me, Relaxed);
+            wedged.raise();
         }
         got
     }
+}
+
+/// How long a caller waits for the lock of a process-wide table: a thread
+/// of this process holds it for a look-up only, so one held longer was
+/// held by a thread of the process this one was forked from, for good.
+pub(crate) const TABLE_WAIT: Duration = Duration::from_secs(2);
+
+/// The process a value was made in. A child of `fork` inherits the value
+/// but not the threads that worked for it nor the locks they held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct MadeIn(u32);
+
+impl MadeIn {
+    pub(crate) fn here() -> MadeIn {
+        MadeIn(std::process::id())
+    }
+
+    /// Whether this process only inherited the value (forked since).
+    pub(crate) fn inherited(self) -> bool {
+        self.0 != std::process::id()
+    }
+}
+
+/// Process-wide state that belongs to one process at a time: the first
+/// use in a process (a forked child's included) hands the value found to
+/// `adopt`, which empties, forgets or copies what a parent left. Its lock
+/// is waited for at most [`TABLE_WAIT`], and where it was found held for
+/// good, only tried: a caller that gets `None` goes without the table.
+pub(crate) struct ProcessLocal<T> {
+    slot: Mutex<Slot<T>>,
+    wedged: Wedged,
+    adopt: fn(&mut T),
+}
+
+/// The value of a [`ProcessLocal`], with the process it is for.
+pub(crate) struct Slot<T> {
+    made_in: u32,
+    value: T,
+}
+
+impl<T> std::ops::Deref for Slot<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.value
+    }
+}
+
+impl<T> std::ops::DerefMut for Slot<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.value
+    }
+}
+
+impl<T> ProcessLocal<T> {
+    pub(crate) const fn new(value: T, adopt: fn(&mut T)) -> ProcessLocal<T> {
+        ProcessLocal {
+            slot: Mutex::new(Slot { made_in: 0, value }),
+            wedged: Wedged::new(),
+            adopt,
+        }
+    }
+
+    /// This process's value, locked; `None` where the lock is held for good.
+    pub(crate) fn lock(&self) -> Option<MutexGuard<'_, Slot<T>>> {
+        self.lock_within(TABLE_WAIT)
+    }
+
+    /// As [`lock`](Self::lock), waiting at most `wait` (a caller with a
+    /// deadline of its own).
+    pub(crate) fn lock_within(&self, wait: Duration) -> Option<MutexGuard<'_, Slot<T>>> {
+        let mut slot = self.slot.lock_unless_wedged(&self.wedged, wait)?;
+        let me = std::process::id();
+        if slot.made_in != me {
+            (self.adopt)(&mut slot.value);
+            slot.made_in = me;
+        }
+        Some(slot)
+    }
+
+    /// This process's value, locked however long that takes: for the
+    /// process's own threads, which a fork never leaves holding it.
+    pub(crate) fn lock_here(&self) -> MutexGuard<'_, Slot<T>> {
+        let mut slot = self.slot.lock();
+        let me = std::process::id();
+        if slot.made_in != me {
+            (self.adopt)(&mut slot.value);
+            slot.made_in = me;
+        }
+        slot
+    }
+
+    /// Runs `f` on this process's value; `None` where the lock is held for
+    /// good.
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> Option<R> {
+        self.lock().map(|mut slot| f(&mut slot))
+    }
+}
+
+/// Adopts inherited state by dropping it: a table of what a parent made.
+pub(crate) fn start_afresh<T: Default>(value: &mut T) {
+    *value = T::default();
 }
 
 /// A condition variable over `std::sync::Condvar`, for a [`Mutex`].
@@ -187,6 +310,25 @@ mod tests {
         assert!(waited < Duration::from_secs(30), "waited again: {waited:?}");
         drop(held);
         assert!(lock.lock_unless_wedged(&wedged, Duration::ZERO).is_some());
+    }
+
+    #[test]
+    fn a_process_local_value_is_adopted_once_per_process() {
+        static ADOPTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        fn adopt(value: &mut Vec<u32>) {
+            ADOPTED.fetch_add(1, Relaxed);
+            value.clear();
+        }
+        let local = ProcessLocal::new(vec![7], adopt);
+        assert_eq!(local.with(|v| v.clone()), Some(vec![]));
+        local.with(|v| v.push(1));
+        assert_eq!(local.with(|v| v.clone()), Some(vec![1]));
+        assert_eq!(ADOPTED.load(Relaxed), 1);
+        let flag = ProcessFlag::new();
+        assert!(!flag.is_raised());
+        assert!(flag.raise());
+        assert!(!flag.raise() && flag.is_raised());
+        assert!(!MadeIn::here().inherited());
     }
 
     #[test]

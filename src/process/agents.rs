@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use ureq::Agent;
 
-use crate::sync::{Mutex, Wedged};
+use crate::sync::{MadeIn, Mutex, ProcessLocal, start_afresh};
 
 /// What makes two files' agents differ.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -24,27 +24,23 @@ pub(crate) struct AgentKind {
     pub extra_roots: Vec<Vec<u8>>,
 }
 
-/// The agents made, by the process that made them and their kind.
-static WEDGED: Wedged = Wedged::new();
-static AGENTS: Mutex<BTreeMap<(u32, AgentKind), Agent>> = Mutex::new(BTreeMap::new());
+/// The agents this process made, by kind.
+static AGENTS: ProcessLocal<BTreeMap<AgentKind, Agent>> =
+    ProcessLocal::new(BTreeMap::new(), start_afresh);
 
 /// The process's agent of `kind`, made by `make` the first time.
 pub(crate) fn shared<E>(
     kind: &AgentKind,
     make: impl FnOnce() -> Result<Agent, E>,
 ) -> Result<Agent, E> {
-    let me = std::process::id();
-    let Some(mut agents) = AGENTS.lock_unless_wedged(&WEDGED, super::TABLE_WAIT) else {
+    let Some(mut agents) = AGENTS.lock() else {
         return make();
     };
-    // Those of the process this one was forked from stay unused here.
-    agents.retain(|(pid, _), _| *pid == me);
-    let key = (me, kind.clone());
-    if let Some(agent) = agents.get(&key) {
+    if let Some(agent) = agents.get(kind) {
         return Ok(agent.clone());
     }
     let agent = make()?;
-    agents.insert(key, agent.clone());
+    agents.insert(kind.clone(), agent.clone());
     Ok(agent)
 }
 
@@ -52,10 +48,10 @@ pub(crate) fn shared<E>(
 #[derive(Debug)]
 pub(crate) struct SharedAgent {
     kind: AgentKind,
-    pid: u32,
+    made_in: MadeIn,
     agent: Agent,
     /// The agent of a process forked since, once looked up there.
-    forked: Mutex<Option<(u32, Agent)>>,
+    forked: Mutex<Option<(MadeIn, Agent)>>,
     make: fn(&AgentKind) -> Result<Agent, crate::Error>,
 }
 
@@ -68,7 +64,7 @@ impl SharedAgent {
         let agent = shared(&kind, || make(&kind))?;
         Ok(SharedAgent {
             kind,
-            pid: std::process::id(),
+            made_in: MadeIn::here(),
             agent,
             forked: Mutex::new(None),
             make,
@@ -78,14 +74,13 @@ impl SharedAgent {
     /// The agent for a request from this process: in a child forked since
     /// it was made, the child's own.
     pub(crate) fn get(&self) -> Agent {
-        let me = std::process::id();
-        if self.pid == me {
+        if !self.made_in.inherited() {
             return self.agent.clone();
         }
         // Tried, not waited for: a thread of a parent may hold it for good.
         let mut forked = self.forked.try_lock_until(std::time::Instant::now());
-        if let Some(Some((pid, agent))) = forked.as_deref() {
-            if *pid == me {
+        if let Some(Some((made_in, agent))) = forked.as_deref() {
+            if !made_in.inherited() {
                 return agent.clone();
             }
         }
@@ -95,7 +90,7 @@ impl SharedAgent {
             // the system; a private agent then.
             .unwrap_or_else(|_| Agent::config_builder().build().new_agent());
         if let Some(forked) = forked.as_deref_mut() {
-            *forked = Some((me, agent.clone()));
+            *forked = Some((MadeIn::here(), agent.clone()));
         }
         agent
     }

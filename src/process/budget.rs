@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::Instant;
 
-use crate::sync::{Condvar, Mutex, Wedged};
+use crate::sync::{Condvar, Mutex, ProcessLocal, start_afresh};
 
 use super::workers::Lane;
 
@@ -165,8 +165,8 @@ impl Drop for Permit {
 
 /// The budgets of the origins this process sent requests to, by the
 /// process that made them: a forked child counts its own requests only.
-static WEDGED: Wedged = Wedged::new();
-static ORIGINS: Mutex<(u32, BTreeMap<String, Arc<Permits>>)> = Mutex::new((0, BTreeMap::new()));
+static ORIGINS: ProcessLocal<BTreeMap<String, Arc<Permits>>> =
+    ProcessLocal::new(BTreeMap::new(), start_afresh);
 
 /// The process's budget of connections to `origin` (`scheme://host:port`).
 pub(crate) fn of_origin(origin: &str) -> Arc<Permits> {
@@ -176,16 +176,9 @@ pub(crate) fn of_origin(origin: &str) -> Arc<Permits> {
             super::BACKGROUND_CONNECTIONS_PER_ORIGIN,
         ))
     };
-    let me = std::process::id();
-    let Some(mut origins) = ORIGINS.lock_unless_wedged(&WEDGED, super::TABLE_WAIT) else {
+    let Some(mut budgets) = ORIGINS.lock() else {
         return made();
     };
-    let (pid, budgets) = &mut *origins;
-    if *pid != me {
-        // Those of the process this one was forked from stay unused here.
-        *budgets = BTreeMap::new();
-        *pid = me;
-    }
     // Asked before every request: a look-up, with no copy of the origin.
     if let Some(budget) = budgets.get(origin) {
         return Arc::clone(budget);

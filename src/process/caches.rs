@@ -12,10 +12,10 @@ use std::collections::BTreeMap;
 
 use crate::cache::budget::MemoryBudget;
 use crate::cache::{BlockCache, WeakBlockCache};
-use crate::sync::{Mutex, Wedged};
+use crate::sync::{ProcessLocal, start_afresh};
 
-static WEDGED: Wedged = Wedged::new();
-static CACHES: Mutex<BTreeMap<(u32, u64), WeakBlockCache>> = Mutex::new(BTreeMap::new());
+static CACHES: ProcessLocal<BTreeMap<u64, WeakBlockCache>> =
+    ProcessLocal::new(BTreeMap::new(), start_afresh);
 
 /// What the crawl tables of every open driver file take from. A count with
 /// no lock: a forked child goes on from its parent's, which counts the
@@ -34,19 +34,15 @@ pub(crate) fn crawl_bytes() -> u64 {
 
 /// The process's shared cache of `capacity` bytes.
 pub(crate) fn of_capacity(capacity: u64) -> BlockCache {
-    let me = std::process::id();
-    let Some(mut caches) = CACHES.lock_unless_wedged(&WEDGED, super::TABLE_WAIT) else {
+    let Some(mut caches) = CACHES.lock() else {
         return BlockCache::new(capacity);
     };
-    caches.retain(|(pid, _), cache| *pid == me && cache.upgrade().is_some());
-    if let Some(cache) = caches
-        .get(&(me, capacity))
-        .and_then(WeakBlockCache::upgrade)
-    {
+    caches.retain(|_, cache| cache.upgrade().is_some());
+    if let Some(cache) = caches.get(&capacity).and_then(WeakBlockCache::upgrade) {
         return cache;
     }
     let cache = BlockCache::new(capacity);
-    caches.insert((me, capacity), cache.downgrade());
+    caches.insert(capacity, cache.downgrade());
     cache
 }
 

@@ -92,8 +92,5 @@ pub const CRAWL_MEMORY: u64 = 64 << 20;
 /// addresses every file's walk needs, however large one file's index.
 pub const CRAWL_CHUNK_MEMORY: u64 = CRAWL_MEMORY / 4 * 3;
 
-/// How long a look-up waits for one of the process-wide tables here: each
-/// is held only to look up or insert, so this is reached only in a child
-/// forked while another thread held it (which never lets go there), and
-/// then only once (see [`crate::sync::Wedged`]).
-pub(crate) const TABLE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+/// How long a look-up waits for one of the process-wide tables here.
+pub(crate) const TABLE_WAIT: std::time::Duration = crate::sync::TABLE_WAIT;

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::Instant;
 
-use crate::sync::{Condvar, Mutex, Wedged};
+use crate::sync::{Condvar, MadeIn, ProcessLocal, start_afresh};
 
 use super::{
     BACKGROUND_CONNECTIONS_PER_ORIGIN, BACKGROUND_WORKERS, FETCH_THREADS, IDLE_WORKER_END,
@@ -188,24 +188,23 @@ pub(crate) enum Priority {
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
 
+#[derive(Default)]
 struct Pool {
-    /// The process the queue and counts are of.
-    pid: u32,
     read_ahead: VecDeque<Job>,
     crawl: VecDeque<Job>,
     workers: usize,
     idle: usize,
 }
 
-static POOL_WEDGED: Wedged = Wedged::new();
-static FETCH_THREADS_WEDGED: Wedged = Wedged::new();
-static POOL: Mutex<Pool> = Mutex::new(Pool {
-    pid: 0,
-    read_ahead: VecDeque::new(),
-    crawl: VecDeque::new(),
-    workers: 0,
-    idle: 0,
-});
+static POOL: ProcessLocal<Pool> = ProcessLocal::new(
+    Pool {
+        read_ahead: VecDeque::new(),
+        crawl: VecDeque::new(),
+        workers: 0,
+        idle: 0,
+    },
+    Pool::adopt,
+);
 static JOB_QUEUED: Condvar = Condvar::new();
 
 impl Pool {
@@ -214,14 +213,7 @@ impl Pool {
     /// dropping one would touch its file's locks, which that process's
     /// threads may hold for good here.
     fn adopt(&mut self) {
-        let me = std::process::id();
-        if self.pid != me {
-            std::mem::forget(std::mem::take(&mut self.read_ahead));
-            std::mem::forget(std::mem::take(&mut self.crawl));
-            self.workers = 0;
-            self.idle = 0;
-            self.pid = me;
-        }
+        std::mem::forget(std::mem::take(self));
     }
 
     fn next(&mut self) -> Option<Job> {
@@ -236,10 +228,9 @@ impl Pool {
 /// be queued: no worker runs and none can be started.
 pub(crate) fn submit(priority: Priority, job: impl FnOnce() + Send + 'static) -> Result<(), Job> {
     let job: Job = Box::new(job);
-    let Some(mut pool) = POOL.lock_unless_wedged(&POOL_WEDGED, super::TABLE_WAIT) else {
+    let Some(mut pool) = POOL.lock() else {
         return Err(job);
     };
-    pool.adopt();
     match priority {
         Priority::ReadAhead => pool.read_ahead.push_back(job),
         Priority::Crawl => pool.crawl.push_back(job),
@@ -271,7 +262,7 @@ pub(crate) fn submit(priority: Priority, job: impl FnOnce() + Send + 'static) ->
 /// A worker: takes jobs until none came for [`IDLE_WORKER_END`]. Each job
 /// is background work (of a file, if the job says so itself).
 fn work() {
-    let mut pool = POOL.lock();
+    let mut pool = POOL.lock_here();
     loop {
         if let Some(job) = pool.next() {
             drop(pool);
@@ -279,7 +270,7 @@ fn work() {
             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 in_lane(Lane::Background, job)
             }));
-            pool = POOL.lock();
+            pool = POOL.lock_here();
             continue;
         }
         pool.idle += 1;
@@ -293,13 +284,14 @@ fn work() {
     }
 }
 
-/// Threads started by fetches now, by the process that counts them.
-static FETCH_THREADS_RUNNING: Mutex<(u32, usize, usize)> = Mutex::new((0, 0, 0));
+/// Threads started by fetches now: in all, and for background work.
+static FETCH_THREADS_RUNNING: ProcessLocal<(usize, usize)> =
+    ProcessLocal::new((0, 0), start_afresh);
 
 /// A fetch thread's place in the process's bound; given back on drop.
 #[derive(Debug)]
 pub(crate) struct FetchThread {
-    pid: u32,
+    made_in: MadeIn,
     lane: Lane,
 }
 
@@ -308,13 +300,8 @@ pub(crate) struct FetchThread {
 /// for background work).
 pub(crate) fn fetch_thread() -> Option<FetchThread> {
     let lane = lane();
-    let mut running =
-        FETCH_THREADS_RUNNING.lock_unless_wedged(&FETCH_THREADS_WEDGED, super::TABLE_WAIT)?;
-    let me = std::process::id();
-    if running.0 != me {
-        *running = (me, 0, 0);
-    }
-    let (_, all, background) = &mut *running;
+    let mut running = FETCH_THREADS_RUNNING.lock()?;
+    let (all, background) = &mut **running;
     let room = *all < FETCH_THREADS
         && (lane == Lane::Read || *background < BACKGROUND_CONNECTIONS_PER_ORIGIN);
     if !room {
@@ -324,17 +311,21 @@ pub(crate) fn fetch_thread() -> Option<FetchThread> {
     if lane == Lane::Background {
         *background += 1;
     }
-    Some(FetchThread { pid: me, lane })
+    Some(FetchThread {
+        made_in: MadeIn::here(),
+        lane,
+    })
 }
 
 impl Drop for FetchThread {
     fn drop(&mut self) {
-        let mut running = FETCH_THREADS_RUNNING.lock();
-        if running.0 == self.pid {
+        if self.made_in.inherited() {
+            return;
+        }
+        let mut running = FETCH_THREADS_RUNNING.lock_here();
+        running.0 -= 1;
+        if self.lane == Lane::Background {
             running.1 -= 1;
-            if self.lane == Lane::Background {
-                running.2 -= 1;
-            }
         }
     }
 }

@@ -58,10 +58,11 @@ pub(crate) mod deadline;
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::sync::{ProcessFlag, ProcessLocal, start_afresh};
 
 /// The longest a wait goes on after a stop: waits are made in slices of
 /// this, looking for a stop between them.
@@ -305,9 +306,9 @@ fn current() -> Option<Cancel> {
     current_watch().map(|w| w.cancel)
 }
 
-/// The process in which [`stop_everything`] was called (0: none): a child
-/// forked from a process that was ending is not.
-static EVERYTHING_STOPPED_IN: AtomicU32 = AtomicU32::new(0);
+/// Raised by [`stop_everything`]: a child forked from a process that was
+/// ending finds it lowered.
+static EVERYTHING_STOPPED: ProcessFlag = ProcessFlag::new();
 
 /// Stops every read, open and background fetch of the process, now and
 /// from now on: each wait ends within [`POLL`] with
@@ -316,9 +317,8 @@ static EVERYTHING_STOPPED_IN: AtomicU32 = AtomicU32::new(0);
 /// background let go of what they hold before the interpreter finalizes).
 /// A child forked afterwards reads normally.
 pub fn stop_everything() {
-    let me = std::process::id();
-    if EVERYTHING_STOPPED_IN.swap(me, Relaxed) != me {
-        *EXIT_BOUND.lock() = Some((me, Instant::now() + EXIT_WAIT));
+    if EVERYTHING_STOPPED.raise() {
+        EXIT_BOUND.with(|bound| *bound = Some(Instant::now() + EXIT_WAIT));
     }
 }
 
@@ -326,14 +326,14 @@ pub fn stop_everything() {
 /// [`stop_everything`] was called: for their blocks to reach a disk cache.
 pub const EXIT_WAIT: Duration = Duration::from_secs(5);
 
-static EXIT_BOUND: crate::sync::Mutex<Option<(u32, Instant)>> = crate::sync::Mutex::new(None);
+static EXIT_BOUND: ProcessLocal<Option<Instant>> = ProcessLocal::new(None, start_afresh);
 
 /// `deadline`, or the process's exit bound if that comes first: every
 /// close after [`stop_everything`] shares one bound, however many files.
 pub(crate) fn within_exit_bound(deadline: Instant) -> Instant {
-    match *EXIT_BOUND.lock() {
-        Some((pid, bound)) if pid == std::process::id() => deadline.min(bound),
-        _ => deadline,
+    match EXIT_BOUND.with(|bound| *bound).flatten() {
+        Some(bound) => deadline.min(bound),
+        None => deadline,
     }
 }
 
@@ -390,8 +390,7 @@ fn why_stopped_already() -> Option<Stopped> {
 
 /// Whether [`stop_everything`] was called in this process.
 fn process_ending() -> bool {
-    let stopped_in = EVERYTHING_STOPPED_IN.load(Relaxed);
-    stopped_in != 0 && stopped_in == std::process::id()
+    EVERYTHING_STOPPED.is_raised()
 }
 
 /// Whether the work on this thread should stop now.

@@ -204,6 +204,10 @@ pub(crate) fn wave(
         file.block_size(),
     );
     if stopped() {
+        // The targets taken and not fetched go back to the frontier: the
+        // crawl that goes on from here (the file's open's, after a batch's)
+        // fetches them, or no one needs them.
+        prefetch.lock().put_back(missing);
         return false;
     }
     let fetched = if plan.as_pieces {
@@ -239,4 +243,26 @@ fn parse(prefetch: &DataMutex<Prefetcher>, file: &RemoteFile, target: &Target) -
     }
     prefetch.lock().on_crawled(target, &bytes, file.len());
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::memory_source::MemorySource;
+
+    /// A wave stopped before it fetched (its file handed over, or closing)
+    /// leaves what it took on the frontier, for the crawl that goes on.
+    #[test]
+    fn a_stopped_wave_puts_back_what_it_did_not_fetch() {
+        let source = MemorySource::new(vec![0; 64 << 10]);
+        let file =
+            crate::open::open_over(&RemoteFile::builder().block_size(4096), Arc::clone(&source));
+        let prefetch = DataMutex::new(Prefetcher::default());
+        assert!(prefetch.lock().start());
+        assert!(!wave(&prefetch, &file, || true));
+        assert!(source.asked().is_empty(), "{:?}", source.asked());
+        let left = prefetch.lock().take_wave();
+        assert_eq!(left.len(), 1, "{left:?}");
+        assert_eq!(left[0].bytes.start, 0);
+    }
 }

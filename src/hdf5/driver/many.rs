@@ -136,8 +136,8 @@ enum Stage {
         file: RemoteFile,
         prefetch: Option<SharedPrefetch>,
         crawled: bool,
-        /// Set when an open took it: the batch's crawl of it stops.
-        taken: Arc<AtomicBool>,
+        /// The batch's crawl of it, stopped when an open takes it.
+        handover: Arc<Handover>,
         /// When the server last confirmed its version.
         opened_at: Instant,
     },
@@ -150,6 +150,60 @@ enum Stage {
 /// How long an open waits for a batch's open of its file under way
 /// beyond the file's own timeouts, at most.
 const OPENING_WAIT: Duration = Duration::from_secs(60);
+
+/// A file's crawl handed from the batch's thread to the file's open: the
+/// open takes it, then waits for the batch's wave under way to end, so
+/// that the targets that wave found, or took and did not fetch, are on
+/// the frontier when the open's own crawl starts (else no crawl would
+/// fetch them, and HDF5 would wait a round trip for each).
+#[derive(Debug, Default)]
+struct Handover {
+    taken: AtomicBool,
+    released: Mutex<bool>,
+    ended: Condvar,
+}
+
+/// Releases a handover when dropped.
+struct Releasing<'a>(&'a Handover);
+
+impl Drop for Releasing<'_> {
+    fn drop(&mut self) {
+        self.0.release();
+    }
+}
+
+impl Handover {
+    fn is_taken(&self) -> bool {
+        self.taken.load(Relaxed)
+    }
+
+    /// Said by the batch's thread once its crawl of the file has ended.
+    fn release(&self) {
+        *self.released.lock() = true;
+        self.ended.notify_all();
+    }
+
+    /// Takes the crawl; waits until the batch's crawl has let go of it, or
+    /// `deadline` (in slices that look for a stop).
+    fn take(&self, deadline: Instant) -> crate::Result<()> {
+        self.taken.store(true, Relaxed);
+        loop {
+            {
+                let released = self.released.lock();
+                if *released {
+                    return Ok(());
+                }
+                let _ = self
+                    .ended
+                    .wait_until(released, crate::wait::slice_end(deadline));
+            }
+            crate::wait::check_stopped()?;
+            if Instant::now() >= deadline {
+                return Ok(());
+            }
+        }
+    }
+}
 
 /// How long a file opened here is handed to its open as it is; an older one
 /// is opened afresh, which asks the server whether it changed (its blocks
@@ -500,26 +554,30 @@ impl Shared {
         };
         state.in_flight += 1;
         let prefetch = super::source::new_prefetch(&file, self.metadata, self.chunks);
-        let taken = Arc::new(AtomicBool::new(false));
+        let handover = Arc::new(Handover::default());
         state.files[index].stage = Stage::Open {
             file: file.clone(),
             prefetch: prefetch.clone(),
             crawled: false,
-            taken: Arc::clone(&taken),
+            handover: Arc::clone(&handover),
             opened_at: Instant::now(),
         };
         drop(state);
         self.changed.notify_all();
         if let Some(prefetch) = prefetch.as_ref().filter(|_| self.metadata) {
             let _work = file.extension().background_work();
+            // Released however the crawl ends, a panic included.
+            let releasing = Releasing(&handover);
             if prefetch.lock().start() {
                 // A file taken by its open is crawled by the open's own
                 // crawl from here (which stops when the file closes).
-                let stopped = || self.closing.is_closed() || taken.load(Relaxed);
+                let stopped = || self.closing.is_closed() || handover.is_taken();
                 while !stopped() && self.closing.run(|| crawl::wave(prefetch, &file, stopped)) {}
             }
+            drop(releasing);
             file.extension().keep_pieces();
         }
+        handover.release();
         let fetched = file.stats().bytes_fetched;
         let mut state = self.state.lock();
         state.in_flight -= 1;
@@ -570,14 +628,15 @@ impl Shared {
         let Stage::Open {
             file,
             prefetch,
-            taken,
+            handover,
             ..
         } = before
         else {
             return None;
         };
         // Its crawl is its open's from here, or no one's.
-        taken.store(true, Relaxed);
+        let deadline = Instant::now() + self.builder.read_timeout.min(OPENING_WAIT);
+        let _ = crate::wait::blocking(|| handover.take(deadline));
         self.changed.notify_all();
         // The room given back.
         self.spawn_workers();

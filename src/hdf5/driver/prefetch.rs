@@ -281,6 +281,16 @@ impl Prefetcher {
         wave
     }
 
+    /// Puts `targets` of a wave that was not fetched back on the frontier,
+    /// as far as it has room.
+    pub fn put_back(&mut self, targets: Vec<Target>) {
+        for target in targets {
+            if !self.push(target) {
+                break;
+            }
+        }
+    }
+
     /// How many bytes the structure at `target`, which starts with
     /// `bytes`, says it has, if it says so.
     pub fn declared_len(&self, target: &Target, bytes: &[u8]) -> Option<usize> {
