@@ -73,10 +73,7 @@ pub(crate) fn fan_out<P: Send, R: Send>(
     let count = parts.len();
     let workers = workers.clamp(1, count.max(1));
     if count <= 1 {
-        return parts.into_iter().map(fetch).fold(0, |_, done| {
-            on_done(done.outcome);
-            done.attempts
-        });
+        return one_by_one(parts.into_iter(), &fetch, &mut on_done);
     }
     let queue = Mutex::new(parts.into_iter());
     let stop = AtomicBool::new(false);
@@ -91,50 +88,78 @@ pub(crate) fn fan_out<P: Send, R: Send>(
             .collect();
         if handles.is_empty() {
             // One after the other, as the only worker.
-            let mut most = 0;
-            for part in queue.lock().by_ref() {
-                let done = fetch(part);
-                most = most.max(done.attempts);
-                if on_done(done.outcome) == Next::Stop {
-                    break;
-                }
-            }
-            return (most, 1);
+            return (one_by_one(queue.lock().by_ref(), &fetch, &mut on_done), 1);
         }
         let workers = handles.len();
         drop(sender);
-        loop {
-            let outcome = match outcomes.recv_timeout(crate::wait::POLL) {
-                Ok(outcome) => outcome,
-                Err(mpsc::RecvTimeoutError::Disconnected) => break,
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    // The workers watch the read's cancel; asking here (the
-                    // read's own thread) is what sets it when the host asks
-                    // for a stop. Their parts then end within a poll, and
-                    // the parts not started yet fail at once when they
-                    // start: every part's outcome reaches the caller (one
-                    // never run would read as one that brought nothing).
-                    let _ = crate::wait::should_stop();
-                    continue;
-                }
-            };
-            // Under the queue's lock, so that no worker takes a part between
-            // the verdict and the stop.
-            let _queue = queue.lock();
-            if on_done(outcome) == Next::Stop {
-                stop.store(true, Relaxed);
-            }
-        }
-        let mut most = 0;
-        for handle in handles {
-            match handle.join() {
-                Ok(attempts) => most = most.max(attempts),
-                Err(panic) => std::panic::resume_unwind(panic),
-            }
-        }
-        (most, workers)
+        hand_on(&outcomes, &queue, &stop, &mut on_done);
+        (most_attempts_of(handles), workers)
     });
     (count.div_ceil(workers) - 1) as u32 + most_attempts.max(1)
+}
+
+/// Fetches `parts` on this thread, in order, until `on_done` says stop;
+/// the most attempts a part took.
+fn one_by_one<P, R>(
+    parts: impl Iterator<Item = P>,
+    fetch: &impl Fn(P) -> Done<R>,
+    on_done: &mut impl FnMut(R) -> Next,
+) -> u32 {
+    let mut most = 0;
+    for part in parts {
+        let done = fetch(part);
+        most = most.max(done.attempts);
+        if on_done(done.outcome) == Next::Stop {
+            break;
+        }
+    }
+    most
+}
+
+/// Hands the workers' outcomes to `on_done` as they arrive, until every
+/// worker has stopped; a stop it asks for reaches the workers before they
+/// take another part.
+fn hand_on<P, R>(
+    outcomes: &mpsc::Receiver<R>,
+    queue: &Mutex<std::vec::IntoIter<P>>,
+    stop: &AtomicBool,
+    on_done: &mut impl FnMut(R) -> Next,
+) {
+    loop {
+        let outcome = match outcomes.recv_timeout(crate::wait::POLL) {
+            Ok(outcome) => outcome,
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                // The workers watch the read's cancel; asking here (the
+                // read's own thread) is what sets it when the host asks
+                // for a stop. Their parts then end within a poll, and
+                // the parts not started yet fail at once when they
+                // start: every part's outcome reaches the caller (one
+                // never run would read as one that brought nothing).
+                let _ = crate::wait::should_stop();
+                continue;
+            }
+        };
+        // Under the queue's lock, so that no worker takes a part between
+        // the verdict and the stop.
+        let _queue = queue.lock();
+        if on_done(outcome) == Next::Stop {
+            stop.store(true, Relaxed);
+        }
+    }
+}
+
+/// Joins the workers: the most attempts one of their parts took. A
+/// worker's panic goes on here, on the caller's thread.
+fn most_attempts_of(handles: Vec<ScopedJoinHandle<'_, u32>>) -> u32 {
+    let mut most = 0;
+    for handle in handles {
+        match handle.join() {
+            Ok(attempts) => most = most.max(attempts),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+    most
 }
 
 /// One worker: takes parts until none are left or the caller stops, and

@@ -14,22 +14,44 @@ pub(super) fn classify_io(e: std::io::Error, doing: &str) -> Failure {
 /// Maps a ureq error to ours without passing its text on: some ureq errors
 /// carry the full URL, query string included.
 pub(super) fn classify_ureq(e: ureq::Error, doing: &str) -> Failure {
-    use ureq::Error as U;
-    let cause = match &e {
-        U::Io(io) if io.kind() == std::io::ErrorKind::InvalidData => {
-            Some(std::io::ErrorKind::InvalidData)
-        }
-        U::Io(io) => Some(io.kind()),
-        U::HostNotFound => Some(std::io::ErrorKind::HostUnreachable),
-        U::Tls(_) | U::Pem(_) | U::Rustls(_) => Some(std::io::ErrorKind::InvalidData),
-        _ => None,
-    };
-    if let U::Timeout(t) = &e {
+    if let ureq::Error::Timeout(t) = &e {
         // Which wait ran out says what was being done.
         let error = Error::new(ErrorKind::Timeout, timed_out(*t));
         return Failure::transient(error);
     }
-    let (kind, what, retry) = match &e {
+    let (kind, what, retry) = described(&e);
+    let mut error = Error::new(kind, format!("{what} while {doing}"));
+    if let Some(cause) = io_cause(&e) {
+        error = error.with_cause(cause);
+    }
+    if let ureq::Error::Io(system) = &e {
+        error = error.with_source(system);
+    }
+    if retry {
+        Failure::transient(error)
+    } else {
+        Failure::fatal(error)
+    }
+}
+
+/// The system's kind of failure behind a ureq error, where there is one:
+/// callers that match on `io::ErrorKind` see a refusal, a DNS failure or a
+/// TLS one as the system would name it.
+fn io_cause(e: &ureq::Error) -> Option<std::io::ErrorKind> {
+    use ureq::Error as U;
+    match e {
+        U::Io(io) => Some(io.kind()),
+        U::HostNotFound => Some(std::io::ErrorKind::HostUnreachable),
+        U::Tls(_) | U::Pem(_) | U::Rustls(_) => Some(std::io::ErrorKind::InvalidData),
+        _ => None,
+    }
+}
+
+/// A ureq error (not a timeout of its own) as our kind, words of our own,
+/// and whether trying again can help.
+fn described(e: &ureq::Error) -> (ErrorKind, String, bool) {
+    use ureq::Error as U;
+    match e {
         U::Io(io) if io.kind() == std::io::ErrorKind::TimedOut => {
             (ErrorKind::Timeout, "timed out".to_owned(), true)
         }
@@ -78,18 +100,6 @@ pub(super) fn classify_ureq(e: ureq::Error, doing: &str) -> Failure {
             false,
         ),
         _ => (ErrorKind::Network, "connection error".to_owned(), true),
-    };
-    let mut error = Error::new(kind, format!("{what} while {doing}"));
-    if let Some(cause) = cause {
-        error = error.with_cause(cause);
-    }
-    if let U::Io(system) = &e {
-        error = error.with_source(system);
-    }
-    if retry {
-        Failure::transient(error)
-    } else {
-        Failure::fatal(error)
     }
 }
 

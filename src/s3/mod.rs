@@ -11,7 +11,7 @@
 //! | module | its one job |
 //! |---|---|
 //! | `location` | `s3://bucket/key` read; the object's URL at an endpoint, in either style |
-//! | `chain` | the credential chain, in the SDKs' order, and the keys it found |
+//! | `chain` | the credential chain, in the SDKs' order, and the keys it found; a file per link (`given`, `web_identity`, `container`, `instance`) |
 //! | `credentials` | keys, what credential services answer, when to renew |
 //! | `keys` | one source's keys, shared by the process's files: loaded by one thread, used while valid during a renewal, made anew in a forked child |
 //! | `profile` | AWS's shared configuration files |
@@ -268,15 +268,7 @@ fn resolve_in(
 ) -> Result<Resolved> {
     // The options were checked with the builder's.
     let location = location::parse(text)?;
-    let endpoint = match options
-        .endpoint
-        .clone()
-        .or_else(|| env.var("AWS_ENDPOINT_URL_S3"))
-        .or_else(|| env.var("AWS_ENDPOINT_URL"))
-    {
-        Some(text) => Endpoint::Custom(location::parse_endpoint(&text)?),
-        None => Endpoint::Aws,
-    };
+    let endpoint = endpoint_in(options, env)?;
     let path_style = options.path_style.unwrap_or(match endpoint {
         Endpoint::Custom(_) => true,
         Endpoint::Aws => !location::can_be_host(&location.bucket),
@@ -289,16 +281,7 @@ fn resolve_in(
         },
         env,
     )?;
-    // A bucket's own region, once learnt, wins over the process's default
-    // (AWS_REGION is often where the user works, not where the data is).
-    let region = options
-        .region
-        .clone()
-        .or_else(|| region::remembered(&endpoint, &location.bucket))
-        .or_else(|| env.var("AWS_REGION"))
-        .or_else(|| env.var("AWS_DEFAULT_REGION"))
-        .or(found.profile_region)
-        .filter(|r| region::is_region_name(r));
+    let region = region_in(options, env, &endpoint, &location, found.profile_region);
     let url = location::object_url(&location, &endpoint, region.as_deref(), path_style)?;
     if https_only && url.scheme() != "https" {
         return Err(Error::new(
@@ -306,10 +289,7 @@ fn resolve_in(
             "refusing a plain http S3 endpoint (https_only is set)",
         ));
     }
-    let name = match &endpoint {
-        Endpoint::Aws => location::name_url(&location)?,
-        Endpoint::Custom(_) => location::object_url(&location, &endpoint, None, true)?,
-    };
+    let name = cache_name(&location, &endpoint)?;
     let shown = format!("s3://{}/{}", location.bucket, location.key);
     let access = Access {
         location,
@@ -329,6 +309,50 @@ fn resolve_in(
         shown: crate::http::redact::printable_excerpt(shown.as_bytes(), 300),
         access: Arc::new(access),
     })
+}
+
+/// The endpoint requests go to: the option's, else the variables' the SDKs
+/// read (S3's own first), else AWS.
+fn endpoint_in(options: &S3Options, env: &dyn Env) -> Result<Endpoint> {
+    let custom = options
+        .endpoint
+        .clone()
+        .or_else(|| env.var("AWS_ENDPOINT_URL_S3"))
+        .or_else(|| env.var("AWS_ENDPOINT_URL"));
+    Ok(match custom {
+        Some(text) => Endpoint::Custom(location::parse_endpoint(&text)?),
+        None => Endpoint::Aws,
+    })
+}
+
+/// The region requests are signed for first. A bucket's own region, once
+/// learnt, wins over the process's default (AWS_REGION is often where the
+/// user works, not where the data is).
+fn region_in(
+    options: &S3Options,
+    env: &dyn Env,
+    endpoint: &Endpoint,
+    location: &Location,
+    profile_region: Option<String>,
+) -> Option<String> {
+    options
+        .region
+        .clone()
+        .or_else(|| region::remembered(endpoint, &location.bucket))
+        .or_else(|| env.var("AWS_REGION"))
+        .or_else(|| env.var("AWS_DEFAULT_REGION"))
+        .or(profile_region)
+        .filter(|r| region::is_region_name(r))
+}
+
+/// The object's name in the caches: on AWS the `s3://` URL, so that any
+/// region or style reaches the same blocks; elsewhere the endpoint's
+/// path-style URL, as two stores may hold the same bucket.
+fn cache_name(location: &Location, endpoint: &Endpoint) -> Result<Url> {
+    match endpoint {
+        Endpoint::Aws => location::name_url(location),
+        Endpoint::Custom(_) => location::object_url(location, endpoint, None, true),
+    }
 }
 
 /// Where requests for the object go now, and the region they are signed for.
