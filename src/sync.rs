@@ -130,6 +130,12 @@ impl MadeIn {
     pub(crate) fn inherited(self) -> bool {
         self.0 != std::process::id()
     }
+
+    /// Made in another process: as a forked child finds its parent's.
+    #[cfg(test)]
+    pub(crate) fn elsewhere() -> MadeIn {
+        MadeIn(std::process::id().wrapping_add(1))
+    }
 }
 
 /// Process-wide state that belongs to one process at a time: the first

@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::sync::{Mutex, MutexGuard};
+use crate::sync::{MadeIn, Mutex, MutexGuard};
 
 use super::private;
 
@@ -320,8 +320,8 @@ pub(crate) struct FetchLock {
     path: PathBuf,
     /// Its entry in [`RENEWALS`].
     id: u64,
-    /// The process that took it: a child forked with a copy deletes nothing.
-    pid: u32,
+    /// A child forked with a copy deletes nothing.
+    made_in: MadeIn,
 }
 
 impl FetchLock {
@@ -347,7 +347,7 @@ impl FetchLock {
         Ok(made.filter(|_| taken).map(|file| FetchLock {
             path: path.to_path_buf(),
             id: RENEWALS.add(path.to_path_buf(), file),
-            pid: std::process::id(),
+            made_in: MadeIn::here(),
         }))
     }
 
@@ -365,7 +365,7 @@ impl FetchLock {
 
 impl Drop for FetchLock {
     fn drop(&mut self) {
-        if self.pid != std::process::id() {
+        if self.made_in.inherited() {
             return;
         }
         if let Some(held) = RENEWALS.remove(self.id) {
@@ -382,11 +382,10 @@ pub(crate) fn release_all(deadline: Instant) {
     let Some(mut state) = RENEWALS.state.try_lock_until(deadline) else {
         return;
     };
-    let me = std::process::id();
     let mine: Vec<u64> = state
         .held
         .iter()
-        .filter(|(_, h)| h.pid == me)
+        .filter(|(_, h)| !h.made_in.inherited())
         .map(|(&id, _)| id)
         .collect();
     let released: Vec<Held> = mine
@@ -401,8 +400,8 @@ pub(crate) fn release_all(deadline: Instant) {
 
 /// One lock as this process holds it.
 struct Held {
-    /// The process that took it (a forked child finds its parent's).
-    pid: u32,
+    /// A forked child finds its parent's.
+    made_in: MadeIn,
     /// The lock file, open: it carries the advisory lock, and renewing it
     /// through this never touches a file someone else made at its path.
     file: Arc<File>,
@@ -467,7 +466,7 @@ struct RenewalState {
     held: BTreeMap<u64, Held>,
     next_id: u64,
     /// The process whose thread renews: a child forked from it has none.
-    thread_of: Option<u32>,
+    thread_of: Option<MadeIn>,
 }
 
 static RENEWALS: Renewals = Renewals {
@@ -487,9 +486,8 @@ impl Renewals {
         };
         #[cfg(not(unix))]
         let inode = None;
-        let me = std::process::id();
         let held = Held {
-            pid: me,
+            made_in: MadeIn::here(),
             file: Arc::new(file),
             paths: vec![path],
             inode,
@@ -499,15 +497,15 @@ impl Renewals {
         };
         let id = state.next_id;
         state.next_id += 1;
-        if state.thread_of.is_some_and(|pid| pid != me) {
+        if state.thread_of.is_some_and(MadeIn::inherited) {
             // Forked since: the parent's locks are the parent's to renew
             // (and its advisory locks shared through them let go of here).
             state.held.clear();
         }
         state.held.insert(id, held);
-        let start_thread = state.thread_of != Some(me);
+        let start_thread = state.thread_of.is_none_or(MadeIn::inherited);
         if start_thread {
-            state.thread_of = Some(me);
+            state.thread_of = Some(MadeIn::here());
         }
         // The thread is started without the table's lock, which it takes.
         drop(state);

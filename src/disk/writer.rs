@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::sync::{Condvar, Mutex, MutexGuard};
+use crate::sync::{Condvar, MadeIn, Mutex, MutexGuard};
 
 use super::lock::FetchLock;
 
@@ -108,7 +108,7 @@ struct Queue {
     /// a flush across them did not write everything.
     dropped: u64,
     /// The process whose thread writes: a child forked from it has none.
-    thread_of: Option<u32>,
+    thread_of: Option<MadeIn>,
     /// How fast the thread wrote lately.
     pace: Pace,
 }
@@ -133,7 +133,7 @@ impl Queue {
     /// work queued, the parent's jobs are the parent's to do (their locks
     /// are the parent's: forgotten here, never released).
     fn own(&mut self) -> &mut Queue {
-        if self.thread_of.is_some_and(|pid| pid != std::process::id()) {
+        if self.thread_of.is_some_and(MadeIn::inherited) {
             self.adopt_after_fork();
         }
         self
@@ -152,7 +152,7 @@ impl Queue {
     }
 
     fn has_thread(&self) -> bool {
-        self.thread_of == Some(std::process::id())
+        self.thread_of.is_some_and(|t| !t.inherited())
     }
 }
 
@@ -290,7 +290,7 @@ impl Writer {
             .name("remfile-disk-writer".into())
             .spawn(move || writer.run(&*target));
         if spawned.is_ok() {
-            queue.thread_of = Some(std::process::id());
+            queue.thread_of = Some(MadeIn::here());
         } else {
             // No thread: the queue is dropped, its locks released; the
             // blocks are fetched again when next needed.
@@ -422,7 +422,7 @@ mod tests {
             queue.waiting.insert("parent".into(), Arc::new(vec![1]));
             queue.push(Job::Write("parent".into()));
             queue.push(Job::Release(vec![lock], None));
-            queue.thread_of = Some(std::process::id().wrapping_add(1));
+            queue.thread_of = Some(MadeIn::elsewhere());
         }
         let rec = Recorder::default();
         let to = || Box::new(rec.clone()) as Box<dyn WriteFile>;

@@ -32,7 +32,7 @@ pub(super) struct PieceStore {
     /// The process that opened the file: a forked child keeps no pieces
     /// (their lock, or the disk queue's, may be held for good by a thread
     /// of the parent).
-    opened_by: u32,
+    opened_in: sync::MadeIn,
     /// The bytes of pieces found on disk at open.
     found_at_open: u64,
 }
@@ -43,7 +43,7 @@ impl PieceStore {
         PieceStore {
             pieces: Pieces::new(budget),
             kept: Default::default(),
-            opened_by: std::process::id(),
+            opened_in: sync::MadeIn::here(),
             found_at_open: 0,
         }
     }
@@ -74,7 +74,7 @@ impl PieceStore {
     }
 
     fn keep(&self, disk: &DiskFile, when: Keep) {
-        if self.opened_by != std::process::id() {
+        if self.opened_in.inherited() {
             return;
         }
         let mut kept = self.kept.lock();

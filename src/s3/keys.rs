@@ -24,7 +24,7 @@ use std::time::{Duration, Instant, SystemTime};
 use super::chain::Source;
 use super::credentials::{Credentials, due_for_renewal};
 use crate::error::{Error, ErrorKind, Result};
-use crate::sync::{Condvar, Mutex, MutexGuard, Wedged};
+use crate::sync::{Condvar, MadeIn, Mutex, MutexGuard, ProcessLocal};
 use crate::wait::{POLL, check_stopped};
 
 /// How long after a failed renewal keys that are still valid are used
@@ -49,9 +49,9 @@ thread_local! {
 /// The keys of one source, loaded once and renewed ahead of their expiry.
 pub(crate) struct Keys {
     source: Source,
-    /// The process that made these: in a child forked since, the child's
-    /// own copy is used (see the module's documentation).
-    made_by: u32,
+    /// In a child forked since these were made, the child's own copy is
+    /// used (see the module's documentation).
+    made_in: MadeIn,
     state: Mutex<State>,
     /// Notified when a load ends.
     load_ended: Condvar,
@@ -159,7 +159,7 @@ impl Keys {
         };
         Keys {
             source,
-            made_by: std::process::id(),
+            made_in: MadeIn::here(),
             state: Mutex::new(state),
             load_ended: Condvar::new(),
         }
@@ -190,7 +190,7 @@ impl Keys {
         if let Source::Given { keys, .. } = &self.source {
             return Ok(keys.clone());
         }
-        if self.made_by != std::process::id() {
+        if self.made_in.inherited() {
             return for_this_process(self).get(deadline);
         }
         let mut state = self.state.lock();
@@ -260,7 +260,7 @@ impl Keys {
         if !self.renewable() {
             return false;
         }
-        if self.made_by != std::process::id() {
+        if self.made_in.inherited() {
             return for_this_process(self).renew(deadline);
         }
         let mut state = self.state.lock();
@@ -289,28 +289,18 @@ impl Keys {
     }
 }
 
-/// How long a look-up waits for the table of shared keys: it is held only
-/// to look up or insert, so this is reached only in a child forked while
-/// another thread held it, and then only once (see [`Wedged`]).
-const TABLE_WAIT: Duration = crate::process::TABLE_WAIT;
-
 /// Keys from services, shared by every file of the process that finds the
-/// same source, with the process they are for: a forked child makes its
-/// own.
-static SHARED: Mutex<(u32, Vec<Arc<Keys>>)> = Mutex::new((0, Vec::new()));
-static SHARED_WEDGED: Wedged = Wedged::new();
+/// same source: a forked child makes its own copies.
+static SHARED: ProcessLocal<Vec<Arc<Keys>>> = ProcessLocal::new(Vec::new(), copies_for_here);
+
+fn copies_for_here(all: &mut Vec<Arc<Keys>>) {
+    *all = all.iter().map(|k| Arc::new(k.copy_for_here())).collect();
+}
 
 /// Runs `f` on this process's table of shared keys; `None` where the table
 /// is held for good (a child forked while another thread held it).
 fn with_table<T>(f: impl FnOnce(&mut Vec<Arc<Keys>>) -> T) -> Option<T> {
-    let mut table = SHARED.lock_unless_wedged(&SHARED_WEDGED, TABLE_WAIT)?;
-    let (process, all) = &mut *table;
-    let me = std::process::id();
-    if *process != me {
-        *all = all.iter().map(|k| Arc::new(k.copy_for_here())).collect();
-        *process = me;
-    }
-    Some(f(all))
+    SHARED.with(f)
 }
 
 /// The shared keys of `source`, made with `loaded` if there are none.
@@ -471,7 +461,7 @@ mod tests {
         // by another process, a load under way that no thread here runs.
         let parents = Keys::new(container(&service), None);
         let parents = Keys {
-            made_by: std::process::id().wrapping_add(1),
+            made_in: MadeIn::elsewhere(),
             ..parents
         };
         parents.state.lock().loading = true;
@@ -483,7 +473,7 @@ mod tests {
         );
         // The child's copy is shared by its files.
         let mine = shared_found(&container(&service)).unwrap();
-        assert_eq!(mine.made_by, std::process::id());
+        assert!(!mine.made_in.inherited());
         assert_eq!(mine.get(soon()).unwrap().token.as_deref(), Some("child1"));
         assert_eq!(service.asked().len(), 1);
     }

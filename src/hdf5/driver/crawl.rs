@@ -21,7 +21,7 @@ use crate::RemoteFile;
 use crate::engine::BackgroundWork;
 use crate::hdf5::meta::Target;
 use crate::process::workers::{self, Closing, Priority};
-use crate::sync::Mutex;
+use crate::sync::{MadeIn, Mutex};
 
 /// The crawl of one file, stopped when dropped.
 ///
@@ -32,8 +32,7 @@ use crate::sync::Mutex;
 /// leaves it whole (the lock does not poison).
 pub(crate) struct Crawler {
     shared: Arc<Shared>,
-    /// The process that started the crawl.
-    pid: u32,
+    made_in: MadeIn,
 }
 
 struct Shared {
@@ -68,7 +67,7 @@ impl Crawler {
                 closing,
                 signal: Mutex::new(Signal::default()),
             }),
-            pid: std::process::id(),
+            made_in: MadeIn::here(),
         }
     }
 
@@ -76,7 +75,7 @@ impl Crawler {
     /// that started it): its waves do not run here, and its signal's lock
     /// may be held for good by a worker of that process.
     fn inherited(&self) -> bool {
-        self.pid != std::process::id()
+        self.made_in.inherited()
     }
 
     /// Tells the crawl the frontier has new targets; queues a wave unless

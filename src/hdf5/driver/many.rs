@@ -32,7 +32,7 @@ use super::config::Config;
 use super::crawl;
 use super::prefetch::Prefetcher;
 use crate::process::workers::Closing;
-use crate::sync::{Condvar, Mutex, Wedged};
+use crate::sync::{Condvar, MadeIn, Mutex, ProcessLocal};
 use crate::{Builder, Error, RemoteFile};
 
 /// The most files a batch opens and crawls at once (a thread each).
@@ -102,7 +102,7 @@ struct Shared {
     closing: Closing,
     state: Mutex<State>,
     changed: Condvar,
-    pid: u32,
+    made_in: MadeIn,
 }
 
 struct State {
@@ -264,7 +264,7 @@ impl Batch {
                 threads: 0,
             }),
             changed: Condvar::new(),
-            pid: std::process::id(),
+            made_in: MadeIn::here(),
         });
         shared.spawn_workers();
         Batch { shared }
@@ -428,7 +428,7 @@ impl Shared {
     /// that started it): its threads and the holders of its lock are the
     /// parent's.
     fn inherited(&self) -> bool {
-        self.pid != std::process::id()
+        self.made_in.inherited()
     }
 
     /// Starts threads for the files queued, as many as may start now (one
@@ -721,14 +721,17 @@ fn same_settings(a: &Config, b: &Config) -> bool {
         && b.settings.iter().all(|s| a.settings.contains(s))
 }
 
-/// The batches the driver's opens look in (the Python package's). A child
-/// forked while a thread held the lock finds it wedged, and its opens open
-/// their files afresh.
-static REGISTERED: Mutex<Vec<Batch>> = Mutex::new(Vec::new());
-static WEDGED: Wedged = Wedged::new();
+/// The batches the driver's opens look in (the Python package's). A forked
+/// child forgets its parent's (dropping one could free what the parent's
+/// threads hold) and opens those files afresh.
+static REGISTERED: ProcessLocal<Vec<Batch>> = ProcessLocal::new(Vec::new(), forget_all);
 
-fn registered() -> Option<crate::sync::MutexGuard<'static, Vec<Batch>>> {
-    REGISTERED.lock_unless_wedged(&WEDGED, crate::process::TABLE_WAIT)
+fn forget_all(batches: &mut Vec<Batch>) {
+    std::mem::forget(std::mem::take(batches));
+}
+
+fn registered() -> Option<crate::sync::MutexGuard<'static, crate::sync::Slot<Vec<Batch>>>> {
+    REGISTERED.lock()
 }
 
 /// Lets the driver's opens of the batch's files (with its settings) take
@@ -737,16 +740,7 @@ pub fn register(batch: &Batch) {
     let Some(mut registered) = registered() else {
         return;
     };
-    let listed = std::mem::take(&mut *registered);
-    for b in listed {
-        if b.shared.inherited() {
-            // A parent's (this process is a fork): dropping it could free
-            // what the parent's threads hold.
-            std::mem::forget(b);
-        } else if !b.shared.closing.is_closed() && !b.is_spent() {
-            registered.push(b);
-        }
-    }
+    registered.retain(|b| !b.shared.closing.is_closed() && !b.is_spent());
     registered.push(batch.clone());
 }
 
@@ -756,10 +750,7 @@ fn unregister(shared: &Arc<Shared>) {
             .iter()
             .position(|b| Arc::ptr_eq(&b.shared, shared))
         {
-            let gone = registered.swap_remove(at);
-            if gone.shared.inherited() {
-                std::mem::forget(gone);
-            }
+            registered.swap_remove(at);
         }
     }
 }

@@ -15,6 +15,7 @@ use super::many::Prefetched;
 use super::prefetch::{PrefetchStats, Prefetcher};
 use crate::process::workers::Closing;
 use crate::s3::KeyPart;
+use crate::sync::MadeIn;
 use crate::{Builder, Error, RemoteFile, RetryPolicy, S3Options};
 
 /// What a driver file reads from, shared by every open of it and the fapl
@@ -36,8 +37,7 @@ pub(crate) struct Source {
     /// Whether to print the file's statistics to standard error when the
     /// last open of it closes.
     report: std::sync::atomic::AtomicBool,
-    /// The process that opened it.
-    pid: u32,
+    made_in: MadeIn,
 }
 
 static LIVE_READERS: AtomicUsize = AtomicUsize::new(0);
@@ -86,7 +86,7 @@ impl Source {
             read_calls: AtomicU64::new(0),
             vector_calls: AtomicU64::new(0),
             report: std::sync::atomic::AtomicBool::new(false),
-            pid: std::process::id(),
+            made_in: MadeIn::here(),
         })
     }
 
@@ -95,7 +95,7 @@ impl Source {
     /// waits may belong to parent threads that do not exist here, so the
     /// child neither reads through it nor frees it.
     pub fn inherited(&self) -> bool {
-        self.pid != std::process::id()
+        self.made_in.inherited()
     }
 
     /// Prints the file's statistics to standard error when it closes.

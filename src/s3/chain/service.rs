@@ -8,7 +8,7 @@ use url::Url;
 
 use super::super::credentials::credentials_error;
 use crate::error::Result;
-use crate::sync::{Mutex, Wedged};
+use crate::sync::{ProcessLocal, start_afresh};
 
 /// How long the container and instance services get to take a connection,
 /// and to answer.
@@ -38,36 +38,23 @@ pub(super) fn agent() -> Agent {
 /// its own rather than use one whose state (its pool's lock, its TLS
 /// set-up) a thread of the parent may have held at the fork.
 pub(super) struct ProcessAgent {
-    made: Mutex<Option<(u32, Agent)>>,
-    wedged: Wedged,
+    made: ProcessLocal<Option<Agent>>,
     make: fn() -> Agent,
 }
 
 impl ProcessAgent {
     pub(super) const fn new(make: fn() -> Agent) -> ProcessAgent {
         ProcessAgent {
-            made: Mutex::new(None),
-            wedged: Wedged::new(),
+            made: ProcessLocal::new(None, start_afresh),
             make,
         }
     }
 
     pub(super) fn get(&self) -> Agent {
-        let me = std::process::id();
-        let Some(mut made) = self
-            .made
-            .lock_unless_wedged(&self.wedged, crate::process::TABLE_WAIT)
-        else {
+        let Some(mut made) = self.made.lock() else {
             return (self.make)();
         };
-        match &*made {
-            Some((process, agent)) if *process == me => agent.clone(),
-            _ => {
-                let agent = (self.make)();
-                *made = Some((me, agent.clone()));
-                agent
-            }
-        }
+        made.get_or_insert_with(self.make).clone()
     }
 }
 
