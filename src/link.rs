@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 /// What remfile assumes about the link to the server, for sizing fetches; see
 /// [`Builder::link`](crate::Builder::link).

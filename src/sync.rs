@@ -1,19 +1,16 @@
-//! The locks and condition variables a thread may be waiting on when its
-//! process forks.
+//! The crate's one family of locks, and the state a process may not share
+//! with a child it forks.
 //!
-//! A child of `fork` gets a copy of the parent's memory and only the
-//! forking thread. `parking_lot` keeps one table per process of the threads
-//! parked on its locks and condition variables, each entry pointing into
-//! the parked thread's memory: a child inherits the entries of the parent's
-//! waiting threads, whose memory the child reuses for threads of its own,
-//! and its next wait or wake on a lock that shares a slot of the table
-//! follows a dangling pointer (SIGSEGV, heap corruption). `std::sync` keeps
-//! a waiter's state in the lock itself (a futex on Linux), so whatever the
-//! parent's threads were waiting on, the child's own locks are sound.
-//!
-//! Every wait that can last — for a fetch, a piece, a connection, a write,
-//! background work — uses these. They do not poison: a panic while a guard
-//! is held leaves the data as it was, as `parking_lot` does.
+//! Every lock of the crate is one of these, over `std::sync`, for one
+//! reason: `fork`. A child gets a copy of the parent's memory and only the
+//! forking thread. `std::sync` keeps a waiter's state in the lock itself (a
+//! futex on Linux), so whatever the parent's threads were waiting on, the
+//! child's own locks are sound. (`parking_lot`, by contrast, keeps one
+//! table per process of the threads parked on its locks, each entry
+//! pointing into the parked thread's memory: a child inherits the entries
+//! of the parent's waiting threads, and its next wait or wake on a lock
+//! sharing a slot of the table follows a dangling pointer.) They do not
+//! poison: a panic while a guard is held leaves the data as it was.
 //!
 //! The same fork makes process-wide state the parent's: a child finds the
 //! parent's tables, counts and queues, and none of the threads they were
@@ -42,6 +39,11 @@ impl<T> Mutex<T> {
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The lock if it is free now.
+    pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+        self.try_lock_until(Instant::now())
     }
 
     /// The value, through a unique borrow (no locking).
@@ -216,6 +218,24 @@ impl<T> ProcessLocal<T> {
 /// Adopts inherited state by dropping it: a table of what a parent made.
 pub(crate) fn start_afresh<T: Default>(value: &mut T) {
     *value = T::default();
+}
+
+/// A reader-writer lock over `std::sync::RwLock`, without poisoning.
+#[derive(Debug, Default)]
+pub(crate) struct RwLock<T>(std::sync::RwLock<T>);
+
+impl<T> RwLock<T> {
+    pub(crate) const fn new(value: T) -> RwLock<T> {
+        RwLock(std::sync::RwLock::new(value))
+    }
+
+    pub(crate) fn read(&self) -> std::sync::RwLockReadGuard<'_, T> {
+        self.0.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn write(&self) -> std::sync::RwLockWriteGuard<'_, T> {
+        self.0.write().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// A condition variable over `std::sync::Condvar`, for a [`Mutex`].

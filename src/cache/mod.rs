@@ -17,8 +17,8 @@ use std::fmt;
 use std::hash::{BuildHasher, Hash, RandomState};
 use std::sync::Arc;
 
+use crate::sync::Mutex;
 use moka::policy::EvictionPolicy;
-use parking_lot::Mutex;
 
 pub(crate) use self::flight::{Claim, Pending};
 pub(crate) use self::pieces::PiecesBudget;

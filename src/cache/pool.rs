@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 /// Buffers of evicted blocks, each still holding its old (initialised) bytes,
 /// up to a bound in bytes. A buffer is reused only once nothing else holds

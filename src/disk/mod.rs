@@ -38,7 +38,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant, SystemTime};
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 use self::digest::Digest;
 use self::format::Owner;

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::mpsc;
 use std::thread::{Scope, ScopedJoinHandle};
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 /// What the caller wants after a part's outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -262,7 +262,7 @@ pub(crate) mod tests {
     #[test]
     fn stopping_starts_no_further_parts() {
         let fetched = AtomicUsize::new(0);
-        let stopped = (Mutex::new(false), parking_lot::Condvar::new());
+        let stopped = (Mutex::new(false), crate::sync::Condvar::new());
         fan_out(
             (0..100).collect(),
             2,
@@ -272,7 +272,8 @@ pub(crate) mod tests {
                 // the first, so the queue cannot drain before it.
                 let mut seen = stopped.0.lock();
                 while n > 0 && !*seen {
-                    stopped.1.wait(&mut seen);
+                    let watchdog = std::time::Instant::now() + std::time::Duration::from_secs(60);
+                    seen = stopped.1.wait_until(seen, watchdog).0;
                 }
                 once(n)
             },

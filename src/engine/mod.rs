@@ -21,7 +21,7 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 use crate::cache::{Block, BlockCache, Claim, FileKey, Served, SideStore};
 use crate::disk::{Claimed, DiskFile};

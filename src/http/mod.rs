@@ -32,7 +32,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-use parking_lot::RwLock;
+use crate::sync::RwLock;
 
 use url::Url;
 

@@ -32,7 +32,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
-use parking_lot::RwLock;
+use crate::sync::RwLock;
 use ureq::http::HeaderMap;
 use url::Url;
 

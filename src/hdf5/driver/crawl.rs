@@ -13,8 +13,6 @@
 
 use std::sync::Arc;
 
-use parking_lot::Mutex as DataMutex;
-
 use super::prefetch::{MAX_PIECE, Prefetcher};
 use super::spans;
 use crate::RemoteFile;
@@ -25,18 +23,15 @@ use crate::sync::{MadeIn, Mutex};
 
 /// The crawl of one file, stopped when dropped.
 ///
-/// Its signal is a [`crate::sync`] mutex, not a `parking_lot` one: a
-/// child forked while a worker held it must not inherit an entry of
-/// `parking_lot`'s process-wide table of parked threads. Each change to
-/// the signal is one assignment, so a panic elsewhere while it was held
-/// leaves it whole (the lock does not poison).
+/// Each change to its signal is one assignment, so a panic elsewhere
+/// while it was held leaves it whole (the lock does not poison).
 pub(crate) struct Crawler {
     shared: Arc<Shared>,
     made_in: MadeIn,
 }
 
 struct Shared {
-    prefetch: Arc<DataMutex<Prefetcher>>,
+    prefetch: Arc<Mutex<Prefetcher>>,
     file: RemoteFile,
     /// Set when the file is closed: the wave under way sends no further
     /// request.
@@ -55,11 +50,7 @@ struct Signal {
 }
 
 impl Crawler {
-    pub fn new(
-        prefetch: Arc<DataMutex<Prefetcher>>,
-        file: RemoteFile,
-        closing: Closing,
-    ) -> Crawler {
+    pub fn new(prefetch: Arc<Mutex<Prefetcher>>, file: RemoteFile, closing: Closing) -> Crawler {
         Crawler {
             shared: Arc::new(Shared {
                 prefetch,
@@ -172,7 +163,7 @@ impl Shared {
 /// point to that is cached, and so on), then fetches the others (in one
 /// round where the connections allow) and parses them. Returns whether the frontier had targets.
 pub(crate) fn wave(
-    prefetch: &DataMutex<Prefetcher>,
+    prefetch: &Mutex<Prefetcher>,
     file: &RemoteFile,
     stopped: impl Fn() -> bool,
 ) -> bool {
@@ -223,7 +214,7 @@ pub(crate) fn wave(
 
 /// Parses `target` if its bytes are cached (a target only fetched
 /// counts as parsed once they are); false if they are not.
-fn parse(prefetch: &DataMutex<Prefetcher>, file: &RemoteFile, target: &Target) -> bool {
+fn parse(prefetch: &Mutex<Prefetcher>, file: &RemoteFile, target: &Target) -> bool {
     if !target.what.is_parsed() {
         return file.extension().is_cached(target.bytes.clone());
     }
@@ -256,7 +247,7 @@ mod tests {
         let source = MemorySource::new(vec![0; 64 << 10]);
         let file =
             crate::open::open_over(&RemoteFile::builder().block_size(4096), Arc::clone(&source));
-        let prefetch = DataMutex::new(Prefetcher::default());
+        let prefetch = Mutex::new(Prefetcher::default());
         assert!(prefetch.lock().start());
         assert!(!wave(&prefetch, &file, || true));
         assert!(source.asked().is_empty(), "{:?}", source.asked());

@@ -26,8 +26,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex as DataMutex;
-
 use super::config::Config;
 use super::crawl;
 use super::prefetch::Prefetcher;
@@ -43,7 +41,7 @@ pub const FILES_AHEAD: usize = 64;
 
 /// The files of a batch being opened and crawled: a thread each, which
 /// sends its requests as background work.
-pub(crate) type SharedPrefetch = Arc<DataMutex<Prefetcher>>;
+pub(crate) type SharedPrefetch = Arc<Mutex<Prefetcher>>;
 
 /// What one open of a batch's file takes: the remote file, opened, and the
 /// prefetch its crawl filled (which the open's own crawl goes on with).

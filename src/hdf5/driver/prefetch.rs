@@ -23,7 +23,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 use super::chunk_ahead::{ChunkAhead, ChunkRead};
 use super::spans::Stream;

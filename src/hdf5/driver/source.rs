@@ -7,7 +7,7 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 use super::config::{self, Config, ConfigError, Setting};
 use super::crawl::Crawler;
