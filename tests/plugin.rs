@@ -426,3 +426,31 @@ fn a_second_run_reads_from_the_disk_cache() {
     assert_eq!(server.requests(), cold + 1, "{second}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// HDF5 closes its plugins at exit while the driver's background threads
+/// may still run the library's code: the plugin stays loaded once loaded
+/// (`-z nodelete`), so that an exiting program never has it unmapped under
+/// them.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_plugin_stays_loaded_once_loaded() {
+    use std::ffi::CString;
+    let path = CString::new(
+        plugin_dir()
+            .join("libremfile_hdf5.so")
+            .to_str()
+            .unwrap()
+            .to_owned(),
+    )
+    .unwrap();
+    // SAFETY: the plugin library, loaded and closed as HDF5 does; nothing
+    // of it is called.
+    unsafe {
+        let handle = libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+        assert!(!handle.is_null(), "the plugin loads");
+        assert_eq!(libc::dlclose(handle), 0);
+        let again = libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
+        assert!(!again.is_null(), "closed, the plugin was unloaded");
+        libc::dlclose(again);
+    }
+}

@@ -29,7 +29,12 @@ pub fn plugin_dir(release: bool) -> Result<PathBuf, String> {
     let dir = target.join(format!("hdf5-plugin-{profile}"));
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let so = "libremfile_hdf5.so";
-    std::fs::copy(target.join(profile).join(so), dir.join(so))
+    // Copied beside, then renamed over: a program of another test run that
+    // loaded the old one keeps its (unlinked) file, never one rewritten
+    // under it.
+    let beside = dir.join(format!("{so}.{}", std::process::id()));
+    std::fs::copy(target.join(profile).join(so), &beside)
+        .and_then(|_| std::fs::rename(&beside, dir.join(so)))
         .map_err(|e| format!("copying the plugin: {e}"))?;
     Ok(dir)
 }
