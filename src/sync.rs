@@ -25,6 +25,22 @@ use std::sync::atomic::AtomicU32;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
+/// One more in a count of threads inside a wait, for as long as it lives.
+pub(crate) struct Waiting<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl Waiting<'_> {
+    pub(crate) fn new(count: &std::sync::atomic::AtomicUsize) -> Waiting<'_> {
+        count.fetch_add(1, Relaxed);
+        Waiting(count)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
+}
+
 /// A mutual exclusion lock over `std::sync::Mutex`, without poisoning.
 #[derive(Debug, Default)]
 pub(crate) struct Mutex<T>(std::sync::Mutex<T>);

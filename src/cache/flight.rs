@@ -171,14 +171,7 @@ impl Pending {
     /// Waits for the fetch's outcome until `deadline`, or until the work on
     /// this thread is stopped (then its error).
     pub(crate) fn wait(&self, deadline: Instant) -> Result<Block, Error> {
-        struct Waiting<'a>(&'a std::sync::atomic::AtomicUsize);
-        impl Drop for Waiting<'_> {
-            fn drop(&mut self) {
-                self.0.fetch_sub(1, Ordering::Relaxed);
-            }
-        }
-        self.waiters.fetch_add(1, Ordering::Relaxed);
-        let _waiting = Waiting(&self.waiters);
+        let _waiting = crate::sync::Waiting::new(&self.waiters);
         if let Some(wave) = &self.wave {
             wave.wanted.store(true, Ordering::Relaxed);
         }

@@ -178,6 +178,10 @@ struct Inner {
     warned: AtomicBool,
     /// Block files waiting to be written, and the thread that writes them.
     writer: Arc<Writer>,
+    /// Readers waiting for other processes' blocks now (tests order their
+    /// threads by it).
+    #[cfg(test)]
+    waiting: std::sync::atomic::AtomicUsize,
 }
 
 impl fmt::Debug for DiskCache {
@@ -195,6 +199,12 @@ impl DiskCache {
     #[cfg(all(test, any(feature = "hdf5", feature = "vfd")))]
     pub(crate) fn is_the_same_cache(&self, other: &DiskCache) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// How many readers wait for other processes' blocks now.
+    #[cfg(test)]
+    pub(crate) fn waiting_on_disk(&self) -> usize {
+        self.inner.waiting.load(Relaxed)
     }
 
     /// Opens (creating it, private to the user, if need be) the cache in
@@ -240,6 +250,8 @@ impl DiskCache {
                 evicting: Mutex::new(()),
                 warned: AtomicBool::new(false),
                 writer: Arc::default(),
+                #[cfg(test)]
+                waiting: std::sync::atomic::AtomicUsize::new(0),
             }
         });
         at_exit::register();
@@ -692,6 +704,8 @@ impl DiskFile {
         deadline: Instant,
         mut take: impl FnMut(u64, Vec<u8>),
     ) {
+        #[cfg(test)]
+        let _waiting = crate::sync::Waiting::new(&self.cache.inner.waiting);
         let mut pending: VecDeque<(u64, u64)> = blocks.iter().copied().collect();
         let until = wait_bound(deadline);
         let mut pause = Duration::from_millis(1);

@@ -56,7 +56,12 @@ impl TempDisk {
         builder()
             .read_ahead_max(0)
             .cache(BlockCache::new(64 << 20))
-            .disk_cache(DiskCache::open(&self.0, 64 << 20).unwrap())
+            .disk_cache(self.cache())
+    }
+
+    /// The directory's cache (one per directory in a process).
+    fn cache(&self) -> DiskCache {
+        DiskCache::open(&self.0, 64 << 20).unwrap()
     }
 }
 
@@ -72,29 +77,49 @@ fn read(file: &RemoteFile, pos: u64, len: usize) -> crate::Result<Vec<u8>> {
 }
 
 /// Runs `first` while `source` holds its fetches, then `second` once
-/// `first`'s fetch is held, then lets the fetches go: what each returned.
-/// `second` is given time to reach its wait (if it did not, the test still
-/// passes, but then it tested nothing that could fail).
+/// `first`'s fetch is held, then lets the fetches go once `second` has
+/// reached its wait (`reached` says so): what each returned.
 fn meet<A: Send, B: Send>(
     source: &MemorySource,
     first: impl FnOnce() -> A + Send,
     second: impl FnOnce() -> B + Send,
+    reached: impl Fn() -> bool,
 ) -> (A, B) {
     source.shut();
     std::thread::scope(|s| {
         let first = s.spawn(first);
         source.wait_until_holding(1);
         let second = s.spawn(second);
-        std::thread::sleep(Duration::from_millis(100));
+        wait_until("the second reader waits", reached);
         source.open();
         (first.join().unwrap(), second.join().unwrap())
     })
 }
 
+/// Waits until `done`; panics after 20 s (a test that waits less fails,
+/// never hangs).
+fn wait_until(what: &str, done: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "never: {what}");
+        std::thread::yield_now();
+    }
+}
+
+/// Whether a reader of `file` waits for another's fetch of block `index`.
+fn waits_for(file: &RemoteFile, index: u64) -> impl Fn() -> bool + '_ {
+    move || file.engine().waiting_for(index) > 0
+}
+
 #[test]
 fn readers_of_a_block_in_flight_share_its_one_fetch() {
     let (bytes, source, file) = file_over(4, &builder().read_ahead_max(0));
-    let (first, second) = meet(&source, || read(&file, 100, 1000), || read(&file, 5000, 10));
+    let (first, second) = meet(
+        &source,
+        || read(&file, 100, 1000),
+        || read(&file, 5000, 10),
+        waits_for(&file, 0),
+    );
     assert_eq!(first.unwrap(), &bytes[100..1100]);
     assert_eq!(second.unwrap(), &bytes[5000..5010]);
     assert_eq!(source.asked().len(), 1, "one fetch for both");
@@ -105,7 +130,12 @@ fn readers_of_a_block_in_flight_share_its_one_fetch() {
 fn a_failed_fetch_reaches_every_reader_waiting_for_it_and_the_next_read_fetches_again() {
     let (bytes, source, file) = file_over(2, &builder().read_ahead_max(0));
     source.fail_next(ErrorKind::HttpStatus(503));
-    let (first, second) = meet(&source, || read(&file, 0, 10), || read(&file, 20, 10));
+    let (first, second) = meet(
+        &source,
+        || read(&file, 0, 10),
+        || read(&file, 20, 10),
+        waits_for(&file, 0),
+    );
     for read in [first, second] {
         assert_eq!(read.unwrap_err().kind(), ErrorKind::HttpStatus(503));
     }
@@ -120,6 +150,7 @@ fn a_read_of_blocks_a_background_fetch_brings_waits_for_it_and_costs_one_round()
         &source,
         || file.prefetch_in_background(std::iter::once(0..4 * BLOCK), u64::MAX),
         || read(&file, 3 * BLOCK + 5, 100),
+        waits_for(&file, 3),
     );
     assert_eq!(queued, 4 * BLOCK);
     assert_eq!(read.unwrap(), &bytes[3 * BLOCK as usize + 5..][..100]);
@@ -186,6 +217,7 @@ fn a_reader_waiting_for_a_block_another_read_took_from_the_queue_fetches_it_if_t
         &source,
         || read(&file, 2 * BLOCK, 10),
         || read(&file, 6 * BLOCK + 10, 10),
+        waits_for(&file, 6),
     );
     assert_eq!(taker.unwrap(), &bytes[2 * BLOCK as usize..][..10]);
     assert_eq!(waiter.unwrap(), &bytes[6 * BLOCK as usize + 10..][..10]);
@@ -256,6 +288,7 @@ fn a_file_sharing_a_disk_cache_waits_for_the_other_s_fetch_and_asks_nothing() {
         &a,
         || read(&fetching, BLOCK, range.len()),
         || read(&waiting, BLOCK, range.len()),
+        || disk.cache().waiting_on_disk() > 0,
     );
     assert!(fetched.unwrap() == bytes[range.clone()]);
     assert!(waited.unwrap() == bytes[range]);
@@ -365,7 +398,12 @@ fn a_fetch_that_would_end_past_the_read_timeout_fails_both_its_readers_at_once()
     let (bytes, source, file) = file_over(2, &patient);
     source.play_link(ROUND_TRIP, RATE);
     source.stall_next(Duration::from_secs(60));
-    let (first, second) = meet(&source, || read(&file, 0, 10), || read(&file, 20, 10));
+    let (first, second) = meet(
+        &source,
+        || read(&file, 0, 10),
+        || read(&file, 20, 10),
+        waits_for(&file, 0),
+    );
     // The waiter has the fetch's own error, not one of its own wait (which
     // would come only at its deadline).
     for read in [first, second] {
@@ -383,16 +421,6 @@ fn a_fetch_that_would_end_past_the_read_timeout_fails_both_its_readers_at_once()
     assert_eq!(source.asked(), [0..BLOCK, 0..BLOCK]);
 }
 
-/// Waits until `n` readers wait for another's fetch of block `index`;
-/// panics after 20 s (a test that waits less fails, never hangs).
-fn wait_until_waiting(file: &RemoteFile, index: u64, n: usize) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while file.engine().waiting_for(index) < n {
-        assert!(std::time::Instant::now() < deadline, "no reader waits");
-        std::thread::yield_now();
-    }
-}
-
 #[test]
 fn a_cancelled_read_lets_go_of_its_claim_and_a_reader_waiting_for_it_fetches_at_once() {
     let (bytes, source, file) = file_over(16, &builder().read_ahead_max(0));
@@ -404,7 +432,7 @@ fn a_cancelled_read_lets_go_of_its_claim_and_a_reader_waiting_for_it_fetches_at_
         let first = s.spawn(|| read(&patient, at, 100));
         source.wait_until_holding(1);
         let second = s.spawn(|| read(&file, at, 100));
-        wait_until_waiting(&file, 4, 1);
+        wait_until("a reader waits", waits_for(&file, 4));
         cancel.cancel();
         let e = first.join().unwrap().unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Interrupted, "{e}");
@@ -439,7 +467,7 @@ fn a_readers_own_deadline_fails_that_reader_alone_and_its_waiter_fetches() {
         let first = s.spawn(|| read(&hurried, at, 100));
         source.wait_until_holding(1);
         let second = s.spawn(|| read(&file, at, 100));
-        wait_until_waiting(&file, 6, 1);
+        wait_until("a reader waits", waits_for(&file, 6));
         // The first reader's deadline passes while its fetch is held.
         let e = first.join().unwrap().unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
