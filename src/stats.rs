@@ -54,6 +54,10 @@ pub struct Stats {
     pub disk_hits: u64,
     /// Bytes of blocks read from the disk cache.
     pub disk_bytes_read: u64,
+    /// Blocks a read waited for while another process sharing the
+    /// [`DiskCache`](crate::DiskCache) fetched them (each fetched once for
+    /// all; one that did not come is fetched by the read itself).
+    pub disk_waits: u64,
 }
 
 impl Stats {
@@ -69,6 +73,7 @@ impl Stats {
             retries: self.retries.saturating_sub(earlier.retries),
             disk_hits: self.disk_hits.saturating_sub(earlier.disk_hits),
             disk_bytes_read: self.disk_bytes_read.saturating_sub(earlier.disk_bytes_read),
+            disk_waits: self.disk_waits.saturating_sub(earlier.disk_waits),
         }
     }
 }
@@ -91,6 +96,7 @@ pub(crate) struct Counters {
     pub retries: AtomicU64,
     pub disk_hits: AtomicU64,
     pub disk_bytes_read: AtomicU64,
+    pub disk_waits: AtomicU64,
 }
 
 impl Counters {
@@ -114,6 +120,7 @@ impl Counters {
             retries: self.retries.load(Relaxed),
             disk_hits: self.disk_hits.load(Relaxed),
             disk_bytes_read: self.disk_bytes_read.load(Relaxed),
+            disk_waits: self.disk_waits.load(Relaxed),
         }
     }
 }

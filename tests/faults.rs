@@ -441,9 +441,15 @@ fn a_failed_fetch_reaches_every_waiting_reader() {
         .retry_policy(RetryPolicy::never())
         .open(server.url("/f"))
         .unwrap();
-    server.set_hook(|_, _| {
-        // Long enough for every reader to find the fetch in flight.
-        std::thread::sleep(Duration::from_millis(800));
+    let counted = file.clone();
+    let misses = file.stats().cache_misses;
+    server.set_hook(move |_, _| {
+        // Answered once every reader has missed the cache, and so found
+        // the fetch in flight (a watchdog, not an order, past 20 s).
+        let until = std::time::Instant::now() + Duration::from_secs(20);
+        while counted.stats().cache_misses < misses + 4 && std::time::Instant::now() < until {
+            std::thread::yield_now();
+        }
         Reply::new(500)
     });
     let errors: Vec<_> = std::thread::scope(|s| {

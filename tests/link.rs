@@ -98,8 +98,11 @@ fn the_link_is_measured_from_the_responses() {
     // The opening request gave a wait and a 1 MiB body.
     let link = file.link_estimate().expect("measured at open");
     assert!(link.round_trip >= 20 * MS, "{link:?}");
+    // Bounds the server's pacing sets, whatever the machine's load: the
+    // body's pieces come at least 2 ms apart (at most 35 MB/s from its
+    // first byte), the wait before it is not counted as transfer.
     assert!(
-        (5_000_000..40_000_000).contains(&link.bytes_per_second),
+        (1..40_000_000).contains(&link.bytes_per_second),
         "{link:?}"
     );
     let ignored = builder().open(server.url("/f")).unwrap();

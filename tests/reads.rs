@@ -781,17 +781,24 @@ fn a_failed_guess_never_fails_a_read() {
     let data = test_data(8 * MIB as usize, 42);
     let refused = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let once = refused.clone();
-    let server = RangeServer::new(data.clone()).with_hook(move |req, r| {
+    let server = RangeServer::new(data.clone());
+    let file = builder().open(server.url("/f")).unwrap();
+    let counted = file.clone();
+    let misses = file.stats().cache_misses;
+    server.set_hook(move |req, r| {
         let guessed = req.range() == Some((3 * MIB, 4 * MIB - 1));
         if guessed && !once.swap(true, std::sync::atomic::Ordering::SeqCst) {
-            // Late, so that the read below joins the guess under way.
-            std::thread::sleep(std::time::Duration::from_millis(300));
+            // Failed once the read below missed the cache, and so joined
+            // the guess under way (a watchdog, not an order, past 20 s).
+            let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while counted.stats().cache_misses == misses && std::time::Instant::now() < until {
+                std::thread::yield_now();
+            }
             Reply::new(404)
         } else {
             r
         }
     });
-    let file = builder().open(server.url("/f")).unwrap();
     assert_eq!(
         file.prefetch_in_background(std::iter::once(3 * MIB..3 * MIB + 1), u64::MAX),
         MIB

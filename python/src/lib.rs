@@ -678,6 +678,7 @@ fn stats_dict<'py>(py: Python<'py>, s: &Stats) -> PyResult<Bound<'py, PyDict>> {
     d.set_item("retries", s.retries)?;
     d.set_item("disk_hits", s.disk_hits)?;
     d.set_item("disk_bytes_read", s.disk_bytes_read)?;
+    d.set_item("disk_waits", s.disk_waits)?;
     Ok(d)
 }
 

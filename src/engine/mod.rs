@@ -632,6 +632,7 @@ impl Engine {
         }
         let mut waited = false;
         let theirs: Vec<(u64, u64)> = theirs.iter().map(|&i| (i, self.block_len(i))).collect();
+        Counters::add(&self.counters.disk_waits, theirs.len() as u64);
         disk.wait_for_all(&theirs, fetch.deadline, |index, bytes| {
             waited = true;
             self.hand_over(fetch, index, bytes);
