@@ -361,7 +361,10 @@ fn a_lock_no_one_renews_delays_a_read_a_few_seconds_at_most() {
             let _ = tx.send(read);
         });
         let read = rx.recv_timeout(Duration::from_secs(15));
-        (read.expect("waited past the unrenewed lock's staleness"), file.stats())
+        (
+            read.expect("waited past the unrenewed lock's staleness"),
+            file.stats(),
+        )
     };
     assert_eq!(read.unwrap(), data[2 * BLOCK as usize..][..10]);
     assert_eq!(stats.disk_waits, 1, "it waited for a fresh lock");

@@ -101,10 +101,7 @@ fn the_link_is_measured_from_the_responses() {
     // Bounds the server's pacing sets, whatever the machine's load: the
     // body's pieces come at least 2 ms apart (at most 35 MB/s from its
     // first byte), the wait before it is not counted as transfer.
-    assert!(
-        (1..40_000_000).contains(&link.bytes_per_second),
-        "{link:?}"
-    );
+    assert!((1..40_000_000).contains(&link.bytes_per_second), "{link:?}");
     let ignored = builder().open(server.url("/f")).unwrap();
     assert_eq!(ignored.link_estimate(), None);
 }

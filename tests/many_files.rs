@@ -390,7 +390,9 @@ fn closing_an_hdf5_file_leaves_other_handles_on_its_remote_file_their_background
     let guessed = remote.stats().requests;
     assert!(guessed > before, "the guess fetched nothing");
     let mut buf = vec![0; 1000];
-    remote.read_exact_at(guess.start + 50_000, &mut buf).unwrap();
+    remote
+        .read_exact_at(guess.start + 50_000, &mut buf)
+        .unwrap();
     assert_eq!(
         remote.stats().requests,
         guessed,

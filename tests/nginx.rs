@@ -125,7 +125,10 @@ fn a_file_replaced_on_the_server_is_detected() {
     assert!(!etag.starts_with("W/"), "nginx's ETag is strong: {etag}");
     // Same size, new content and modification time (a minute on, as
     // nginx's ETag counts whole seconds): a new ETag.
-    let modified = std::fs::metadata(nginx.path("v.bin")).unwrap().modified().unwrap();
+    let modified = std::fs::metadata(nginx.path("v.bin"))
+        .unwrap()
+        .modified()
+        .unwrap();
     nginx.put("v.bin", &test_data(3 * MIB as usize, 44));
     std::fs::File::options()
         .write(true)

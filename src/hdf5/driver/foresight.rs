@@ -377,29 +377,7 @@ pub(crate) fn rounds(
         }
         let plan = spans::plan_wave(&missing, gap, lanes, prefetch.allowance(budget), block_size);
         let before = have.total();
-        let requests = if plan.as_pieces {
-            for span in &plan.spans {
-                have.add(span.start.min(len)..span.end.min(len));
-            }
-            plan.spans.len()
-        } else {
-            let mut runs = 0;
-            let mut last_missing = None;
-            for span in &plan.spans {
-                for block in span.start / block_size..span.end.min(len).div_ceil(block_size) {
-                    let bytes = block * block_size..((block + 1) * block_size).min(len);
-                    if have.covers(&bytes) {
-                        continue;
-                    }
-                    if last_missing != Some(block.wrapping_sub(1)) {
-                        runs += 1;
-                    }
-                    last_missing = Some(block);
-                    have.add(bytes);
-                }
-            }
-            runs
-        };
+        let requests = have.fetch(&plan, block_size, len);
         let bytes = have.total() - before;
         prefetch.fetched(bytes);
         costs.push(WaveCost {
@@ -414,6 +392,35 @@ pub(crate) fn rounds(
         if costs.len() > 1000 {
             return costs;
         }
+    }
+}
+
+impl Have {
+    /// Adds what `plan` fetches (its spans as pieces, or the blocks they
+    /// cover that are not here yet, a request per run): its requests.
+    fn fetch(&mut self, plan: &spans::WavePlan, block_size: u64, len: u64) -> usize {
+        if plan.as_pieces {
+            for span in &plan.spans {
+                self.add(span.start.min(len)..span.end.min(len));
+            }
+            return plan.spans.len();
+        }
+        let mut runs = 0;
+        let mut last_missing = None;
+        for span in &plan.spans {
+            for block in span.start / block_size..span.end.min(len).div_ceil(block_size) {
+                let bytes = block * block_size..((block + 1) * block_size).min(len);
+                if self.covers(&bytes) {
+                    continue;
+                }
+                if last_missing != Some(block.wrapping_sub(1)) {
+                    runs += 1;
+                }
+                last_missing = Some(block);
+                self.add(bytes);
+            }
+        }
+        runs
     }
 }
 

@@ -293,49 +293,12 @@ pub(crate) fn pointers(
         b"HEAP" => nodes::local_heap(&mut c, &mut found),
         b"OHDR" => object_header::v2(&mut c, &mut found),
         b"OCHK" => object_header::v2_continuation(&mut c, expected, &mut found),
-        b"FRHP" => {
-            let links = matches!(expected, Some(What::FractalHeap { links: true }));
-            found.heap = newer::header(&mut c, links, &mut found);
-            Some(())
+        b"FRHP" | b"FHDB" | b"FHIB" | b"BTHD" | b"BTIN" => {
+            heap_or_btree(&mut c, bytes, addr, expected, context, &mut found)
         }
-        b"FHDB" => heap_of(bytes, context).and_then(|h| newer::direct(&mut c, &h, &mut found)),
-        b"FHIB" => match (heap_of(bytes, context), expected) {
-            (Some(h), Some(What::HeapIndirect { rows })) => {
-                newer::indirect(&mut c, &h, rows, &mut found)
-            }
-            _ => None,
-        },
-        b"BTHD" => {
-            found.btree = newer::btree_header(&mut c, addr, &mut found);
-            Some(())
+        b"FAHD" | b"EAHD" | b"FADB" | b"EAIB" | b"EASB" => {
+            array_index(&mut c, bytes, addr, context, &mut found)
         }
-        b"BTIN" => match expected {
-            Some(What::BTree2Node {
-                header,
-                level,
-                records,
-                ..
-            }) => context.btrees.get(&header).and_then(|tree| {
-                newer::btree_internal(&mut c, tree, (header, level, records), &mut found)
-            }),
-            _ => None,
-        },
-        b"FAHD" | b"EAHD" => {
-            found.array = arrays::header(&mut c, bytes.starts_with(b"EAHD"), &mut found);
-            Some(())
-        }
-        b"FADB" => match array_of(bytes, context) {
-            Some(ArrayIndex::Fixed(a)) => arrays::fixed_data_block(&mut c, &a, addr, &mut found),
-            _ => None,
-        },
-        b"EAIB" => match array_of(bytes, context) {
-            Some(ArrayIndex::Extensible(a)) => arrays::index_block(&mut c, &a, &mut found),
-            _ => None,
-        },
-        b"EASB" => match array_of(bytes, context) {
-            Some(ArrayIndex::Extensible(a)) => arrays::super_block(&mut c, &a, &mut found),
-            _ => None,
-        },
         _ => match expected {
             Some(What::ContinuationV1) => object_header::v1_messages(&mut c, &mut found),
             Some(What::ObjectHeader) => object_header::v1(&mut c, &mut found),
@@ -350,6 +313,75 @@ pub(crate) fn pointers(
         leaf.next_leaf = leaf.next_leaf.filter(|&next| next != addr);
     }
     found
+}
+
+/// What a fractal heap's or a v2 B-tree's structure at `addr` points to.
+fn heap_or_btree(
+    c: &mut Cursor<'_>,
+    bytes: &[u8],
+    addr: u64,
+    expected: Option<What>,
+    context: &Context,
+    found: &mut Found,
+) -> Option<()> {
+    match &c.peek_signature().unwrap_or_default() {
+        b"FRHP" => {
+            let links = matches!(expected, Some(What::FractalHeap { links: true }));
+            found.heap = newer::header(c, links, found);
+            Some(())
+        }
+        b"FHDB" => heap_of(bytes, context).and_then(|h| newer::direct(c, &h, found)),
+        b"FHIB" => match (heap_of(bytes, context), expected) {
+            (Some(h), Some(What::HeapIndirect { rows })) => newer::indirect(c, &h, rows, found),
+            _ => None,
+        },
+        b"BTHD" => {
+            found.btree = newer::btree_header(c, addr, found);
+            Some(())
+        }
+        b"BTIN" => match expected {
+            Some(What::BTree2Node {
+                header,
+                level,
+                records,
+                ..
+            }) => context
+                .btrees
+                .get(&header)
+                .and_then(|tree| newer::btree_internal(c, tree, (header, level, records), found)),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// What a fixed or extensible array index's structure at `addr` points to.
+fn array_index(
+    c: &mut Cursor<'_>,
+    bytes: &[u8],
+    addr: u64,
+    context: &Context,
+    found: &mut Found,
+) -> Option<()> {
+    match &c.peek_signature().unwrap_or_default() {
+        b"FAHD" | b"EAHD" => {
+            found.array = arrays::header(c, bytes.starts_with(b"EAHD"), found);
+            Some(())
+        }
+        b"FADB" => match array_of(bytes, context) {
+            Some(ArrayIndex::Fixed(a)) => arrays::fixed_data_block(c, &a, addr, found),
+            _ => None,
+        },
+        b"EAIB" => match array_of(bytes, context) {
+            Some(ArrayIndex::Extensible(a)) => arrays::index_block(c, &a, found),
+            _ => None,
+        },
+        b"EASB" => match array_of(bytes, context) {
+            Some(ArrayIndex::Extensible(a)) => arrays::super_block(c, &a, found),
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 /// How many bytes the structure at the start of `bytes` says it has, where
