@@ -7,9 +7,9 @@
 //!   position, with no request;
 //! - **background fetches of spans**, stopped when the driver's handle
 //!   closes, and a count of background work that readers can wait for;
-//! - **a side store of pieces** for the driver, installed when the file
-//!   opens: exact small ranges (object headers among raw data) fetched
-//!   without their blocks, kept on disk across runs;
+//! - **a side store** beside the blocks, put there by the driver (its
+//!   pieces: exact small ranges kept on disk across runs), and **exact
+//!   ranges fetched without their blocks** to fill it;
 //! - **facts that size the driver's own plans**: the link's estimate, the
 //!   concurrency a guess may use, the read-ahead's bounds, whether a disk
 //!   cache holds the file.
@@ -18,8 +18,11 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use crate::LinkEstimate;
-use crate::engine::{BackgroundWork, Engine};
+use crate::cache::SideStore;
+use crate::disk::DiskFile;
+use crate::engine::{BackgroundWork, Engine, SideStoreSetup};
 use crate::process::workers::Closing;
+use crate::stats::RoundMark;
 
 /// A file as the driver sees it (from
 /// [`RemoteFile::extension`](crate::RemoteFile)).
@@ -36,6 +39,11 @@ impl<'f> Extension<'f> {
     /// Whether every block covering `range` is cached.
     pub(crate) fn is_cached(self, range: Range<u64>) -> bool {
         self.engine.is_cached(range)
+    }
+
+    /// The file's size in bytes.
+    pub(crate) fn size(self) -> u64 {
+        self.engine.size()
     }
 
     /// See [`Engine::cached_from`].
@@ -92,18 +100,35 @@ impl<'f> Extension<'f> {
         self.engine.background_work()
     }
 
-    /// See [`Engine::guess_pieces`].
-    pub(crate) fn guess_pieces(self, ranges: Vec<Range<u64>>, max_bytes: u64) -> u64 {
-        self.engine.guess_pieces(ranges, max_bytes)
+    /// See [`Engine::side_store`].
+    pub(crate) fn side_store<S: SideStore>(
+        self,
+        make: impl FnOnce(SideStoreSetup<'_>) -> S,
+    ) -> Option<&'f S> {
+        self.engine.side_store(make)
     }
 
-    /// See [`Engine::keep_pieces`].
-    pub(crate) fn keep_pieces(self) {
-        self.engine.keep_pieces();
+    /// See [`Engine::disk_file`].
+    pub(crate) fn disk_file(self) -> Option<&'f DiskFile> {
+        self.engine.disk_file()
     }
 
-    /// See [`Engine::pieces_from_disk`].
-    pub(crate) fn pieces_from_disk(self) -> u64 {
-        self.engine.pieces_from_disk()
+    /// See [`Engine::round_mark`].
+    pub(crate) fn round_mark(self) -> RoundMark {
+        self.engine.round_mark()
+    }
+
+    /// See [`Engine::take_from_disk`].
+    pub(crate) fn take_from_disk(self, ranges: impl IntoIterator<Item = Range<u64>>) {
+        self.engine.take_from_disk(ranges);
+    }
+
+    /// See [`Engine::fetch_exact`].
+    pub(crate) fn fetch_exact(
+        self,
+        ranges: Vec<Range<u64>>,
+        deliver: impl FnMut(Range<u64>, Option<Vec<u8>>),
+    ) {
+        self.engine.fetch_exact(ranges, deliver);
     }
 }

@@ -123,17 +123,14 @@ fn engine_over(
     let key = file_key(&cache, url, &identity, builder.block_size);
     let disk = disk_file(builder, url, &identity, confirmed);
     let options = read_options(builder, &cache);
-    let engine = Engine::new(
+    Engine::new(
         source,
         identity,
         (cache, key, disk),
         options,
         link,
         counters,
-    );
-    #[cfg(any(feature = "hdf5", feature = "vfd"))]
-    let engine = engine.with_piece_store();
-    engine
+    )
 }
 
 /// Where the file's blocks go on disk, if the builder has a disk cache and

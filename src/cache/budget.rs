@@ -1,8 +1,8 @@
 //! Budgets of memory that many holders share, and what a table weighs in
 //! one.
 //!
-//! A [`MemoryBudget`] counts the bytes its holders took: the pieces of the
-//! files of one block cache ([`super::pieces`]), the tables the HDF5
+//! A [`MemoryBudget`] counts the bytes its holders took: the side stores
+//! of the files of one block cache (the HDF5 driver's pieces), the tables the HDF5
 //! driver's metadata crawl keeps for every open file (one budget for the
 //! process, [`crate::process::CRAWL_MEMORY`]). A holder that cannot take
 //! what it wants goes without: pieces are not fetched (their readers read

@@ -1,14 +1,12 @@
 //! The block cache: blocks of many files in one memory budget ([`BlockCache`]),
 //! the table of fetches in flight that keeps concurrent readers from fetching
 //! a block twice ([`flight`]), the evicted buffers new blocks reuse
-//! ([`pool`]), the small ranges a guess fetched exactly ([`pieces`]), what
-//! a file may keep beside its blocks ([`side_store`]), and the budgets of
-//! memory that pieces and the HDF5 driver's crawl tables take from
-//! ([`budget`]).
+//! ([`pool`]), what a file may keep beside its blocks ([`side_store`]), and
+//! the budgets of memory that side stores and the HDF5 driver's crawl
+//! tables take from ([`budget`]).
 
 pub(crate) mod budget;
 mod flight;
-mod pieces;
 mod pool;
 mod side_store;
 
@@ -20,10 +18,8 @@ use std::sync::Arc;
 use crate::sync::Mutex;
 use moka::policy::EvictionPolicy;
 
+use self::budget::MemoryBudget;
 pub(crate) use self::flight::{Claim, Pending};
-pub(crate) use self::pieces::PiecesBudget;
-#[cfg(any(feature = "hdf5", feature = "vfd"))]
-pub(crate) use self::pieces::{Here, Pieces};
 pub(crate) use self::pool::BufferPool;
 pub(crate) use self::side_store::{Served, SideStore};
 
@@ -79,16 +75,15 @@ struct Inner {
     key_hashers: (RandomState, RandomState),
     capacity: u64,
     in_flight: Mutex<HashMap<Key, Arc<Pending>>>,
-    /// What the pieces of all the cache's files may hold together (the
-    /// HDF5 driver's side store).
+    /// What the side stores of all the cache's files may hold together.
     #[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
-    pieces: Arc<PiecesBudget>,
+    side_stores: Arc<MemoryBudget>,
 }
 
-/// The most bytes of pieces the files of one cache keep together, their
-/// entries counted: a quarter of its capacity, at most 64 MiB (some
-/// 100,000 object headers).
-fn pieces_capacity(cache_capacity: u64) -> u64 {
+/// The most bytes the side stores of one cache's files keep together: a
+/// quarter of its capacity, at most 64 MiB (some 100,000 HDF5 object
+/// headers).
+fn side_stores_capacity(cache_capacity: u64) -> u64 {
     (cache_capacity / 4).min(64 << 20)
 }
 
@@ -147,7 +142,7 @@ impl BlockCache {
                 key_hashers: (RandomState::new(), RandomState::new()),
                 capacity: capacity_bytes,
                 in_flight: Mutex::new(HashMap::new()),
-                pieces: Arc::new(PiecesBudget::new(pieces_capacity(capacity_bytes))),
+                side_stores: Arc::new(MemoryBudget::new(side_stores_capacity(capacity_bytes))),
             }),
         }
     }
@@ -183,10 +178,10 @@ impl BlockCache {
         self.inner.blocks.invalidate_all();
     }
 
-    /// The budget the pieces of the cache's files share.
+    /// The budget the side stores of the cache's files share.
     #[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
-    pub(crate) fn pieces_budget(&self) -> Arc<PiecesBudget> {
-        Arc::clone(&self.inner.pieces)
+    pub(crate) fn side_stores_budget(&self) -> Arc<MemoryBudget> {
+        Arc::clone(&self.inner.side_stores)
     }
 
     /// Where fetches take their block buffers from.

@@ -33,6 +33,7 @@ pub(crate) trait SideStore: Send + Sync + 'static {
 }
 
 /// How a read from a side store went.
+#[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Served {
     /// The store does not hold the whole range (or the bytes it was

@@ -11,8 +11,8 @@
 //! [`Corrupt::Foreign`], refused and deleted as any file that is not the
 //! block asked for.
 //!
-//! A file's pieces (exact ranges its metadata crawl fetched, see
-//! [`crate::cache::pieces`]) are kept as one more such file, of block size
+//! A file's pieces (exact ranges a side store holds: the HDF5 driver's
+//! crawl fetched them) are kept as one more such file, of block size
 //! 0 (no block has that size): its payload is each piece's first byte and
 //! length, then its bytes, in the order of the file.
 

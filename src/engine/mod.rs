@@ -10,11 +10,9 @@
 //! - `mod.rs`: the engine and the core's reads, fetches and background
 //!   fetches;
 //! - [`fetch`]: one fetch of a claim's blocks, and the buffer helpers;
-//! - `for_driver`: what only the HDF5 driver asks for (built with the
-//!   `hdf5` or `vfd` feature alone), reached through
-//!   [`Extension`](crate::extension::Extension);
-//! - `piece_store`: the driver's side store (the pieces its crawl fetched
-//!   exactly, kept on the disk cache), built with the driver too;
+//! - `for_extension`: what only a layer that knows the file's layout asks
+//!   for (cache probes, guesses on the calling thread, exact ranges, a side
+//!   store), reached through [`Extension`](crate::extension::Extension);
 //! - `tests`: the engine over an in-memory source.
 
 use std::ops::Range;
@@ -40,20 +38,18 @@ use range_source::RangeSource;
 pub(crate) mod fanout;
 mod fetch;
 #[cfg(any(feature = "hdf5", feature = "vfd"))]
-mod for_driver;
+mod for_extension;
 #[cfg(test)]
 pub(crate) mod memory_source;
-#[cfg(any(feature = "hdf5", feature = "vfd"))]
-mod piece_store;
 pub(crate) mod plan;
 mod queued;
 pub(crate) mod range_source;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use fetch::{Fetch, Guess, copy_out, cut, nobody_needs};
 #[cfg(any(feature = "hdf5", feature = "vfd"))]
-pub(crate) use for_driver::BackgroundWork;
+pub(crate) use for_extension::{BackgroundWork, SideStoreSetup};
 
 /// How the engine sizes its fetches: the builder's options, checked.
 #[derive(Debug, Clone, Copy)]
@@ -91,10 +87,10 @@ pub(crate) struct Engine {
     read_ahead: Mutex<ReadAhead>,
     link: Arc<LinkMeter>,
     counters: Arc<Counters>,
-    /// What a driver keeps beside the blocks, if one put a store here (the
-    /// HDF5 driver's pieces, installed at open): a read looks at it before
-    /// fetching blocks.
-    side_store: Option<Box<dyn SideStore>>,
+    /// What a layer that knows the file's layout keeps beside the blocks,
+    /// once it put a store here (through the extension API): a read looks
+    /// at it before fetching blocks.
+    side_store: std::sync::OnceLock<Box<dyn SideStore>>,
     /// Background fetches waiting for a worker (a reader that needs one of
     /// their blocks takes them).
     queued: Queued,
@@ -111,7 +107,7 @@ impl Drop for Engine {
         // A program that ends after reading leaves its blocks on disk for
         // the next run (they are written in the background).
         if let Some(disk) = &self.disk {
-            if let Some(store) = &self.side_store {
+            if let Some(store) = self.side_store.get() {
                 store.at_close(disk);
             }
             disk.flush(crate::wait::within_exit_bound(
@@ -139,7 +135,7 @@ impl Engine {
                 options.read_ahead_min,
                 options.read_ahead_max,
             )),
-            side_store: None,
+            side_store: std::sync::OnceLock::new(),
             cache,
             options,
             link,
@@ -266,7 +262,7 @@ impl Engine {
     /// holds it).
     #[cfg(any(feature = "hdf5", feature = "vfd"))]
     pub(crate) fn is_cached(&self, range: Range<u64>) -> bool {
-        let in_store = |r| self.side_store.as_ref().is_some_and(|s| s.holds(r));
+        let in_store = |r| self.side_store.get().is_some_and(|s| s.holds(r));
         in_store(range.clone()) || self.missing([range]).next().is_none()
     }
 
@@ -320,7 +316,7 @@ impl Engine {
     /// Serves a read from the side store, if it holds the bytes (waiting for
     /// those it was promised, if `wait`). False unless it holds them all.
     fn read_from_side_store(&self, pos: u64, buf: &mut [u8], wait: bool) -> bool {
-        let Some(store) = &self.side_store else {
+        let Some(store) = self.side_store.get() else {
             return false;
         };
         let range = pos..pos + buf.len() as u64;

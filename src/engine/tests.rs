@@ -12,19 +12,22 @@ use crate::engine::memory_source::MemorySource;
 use crate::open::open_over;
 use crate::{BlockCache, Builder, DiskCache, ErrorKind, RemoteFile};
 
-const BLOCK: u64 = 64 << 10;
+pub(crate) const BLOCK: u64 = 64 << 10;
 
 fn data(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i * 7 % 251) as u8).collect()
 }
 
-fn builder() -> Builder {
+pub(crate) fn builder() -> Builder {
     RemoteFile::builder().block_size(BLOCK)
 }
 
 /// A file of `blocks` blocks in memory, opened with `builder`: its bytes,
 /// its source and the file.
-fn file_over(blocks: u64, builder: &Builder) -> (Vec<u8>, Arc<MemorySource>, RemoteFile) {
+pub(crate) fn file_over(
+    blocks: u64,
+    builder: &Builder,
+) -> (Vec<u8>, Arc<MemorySource>, RemoteFile) {
     let bytes = data((blocks * BLOCK) as usize);
     let source = MemorySource::new(bytes.clone());
     let file = open_over(builder, Arc::clone(&source));
@@ -33,17 +36,17 @@ fn file_over(blocks: u64, builder: &Builder) -> (Vec<u8>, Arc<MemorySource>, Rem
 
 /// The ranges `source` was asked for, in order of position (the lanes of
 /// one fetch may ask in either order).
-fn asked_by_position(source: &MemorySource) -> Vec<Range<u64>> {
+pub(crate) fn asked_by_position(source: &MemorySource) -> Vec<Range<u64>> {
     let mut asked = source.asked();
     asked.sort_by_key(|r| r.start);
     asked
 }
 
 /// A disk cache directory of one test's own, removed when it is dropped.
-struct TempDisk(PathBuf);
+pub(crate) struct TempDisk(PathBuf);
 
 impl TempDisk {
-    fn new(test: &str) -> TempDisk {
+    pub(crate) fn new(test: &str) -> TempDisk {
         let dir =
             std::env::temp_dir().join(format!("remfile-engine-{test}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -52,7 +55,7 @@ impl TempDisk {
 
     /// A builder with a memory cache of its own (as another process has)
     /// over this directory.
-    fn builder(&self) -> Builder {
+    pub(crate) fn builder(&self) -> Builder {
         builder()
             .read_ahead_max(0)
             .cache(BlockCache::new(64 << 20))
@@ -71,7 +74,7 @@ impl Drop for TempDisk {
     }
 }
 
-fn read(file: &RemoteFile, pos: u64, len: usize) -> crate::Result<Vec<u8>> {
+pub(crate) fn read(file: &RemoteFile, pos: u64, len: usize) -> crate::Result<Vec<u8>> {
     let mut buf = vec![0; len];
     file.read_exact_at(pos, &mut buf).map(|()| buf)
 }
@@ -310,36 +313,6 @@ fn a_fetch_of_missing_blocks_that_takes_a_queued_fetch_returns_only_its_own() {
     let mut rest = vec![0u8; 4 * BLOCK as usize];
     assert!(engine.read_if_cached(2 * BLOCK, &mut rest, false));
     assert!(rest[..] == bytes[2 * BLOCK as usize..6 * BLOCK as usize]);
-}
-
-/// The driver's side store, through the engine: pieces serve reads, reach
-/// the disk when the file closes and come back from there at the next open.
-#[cfg(any(feature = "hdf5", feature = "vfd"))]
-#[test]
-fn pieces_serve_reads_and_are_kept_on_disk_when_the_file_closes() {
-    let disk = TempDisk::new("pieces");
-    let (bytes, source, file) = file_over(16, &disk.builder());
-    let open = || open_over(&disk.builder(), Arc::clone(&source));
-    let pieces = [1000..1100, 5 * BLOCK + 7..5 * BLOCK + 57];
-    assert_eq!(file.extension().pieces_from_disk(), 0);
-    assert_eq!(
-        file.extension().guess_pieces(pieces.to_vec(), u64::MAX),
-        150
-    );
-    let asked = asked_by_position(&source);
-    assert_eq!(asked, pieces, "exactly the pieces, no block");
-    for r in &pieces {
-        assert!(file.extension().is_cached(r.clone()));
-        let got = read(&file, r.start, (r.end - r.start) as usize).unwrap();
-        assert!(got == bytes[r.start as usize..r.end as usize]);
-    }
-    assert_eq!(source.asked().len(), 2, "the reads took nothing more");
-    drop(file);
-    let file = open();
-    assert_eq!(file.extension().pieces_from_disk(), 150);
-    let got = read(&file, 1010, 80).unwrap();
-    assert!(got == bytes[1010..1090]);
-    assert_eq!(source.asked().len(), 2, "the pieces came from disk");
 }
 
 /// 30 ms away, 25 MB/s on each connection: a product of 750 kB, 12 blocks.

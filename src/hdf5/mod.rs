@@ -75,6 +75,8 @@ mod adapter;
 #[doc(hidden)]
 pub mod driver;
 pub(crate) mod meta;
+#[cfg(any(feature = "hdf5", feature = "vfd"))]
+mod pieces;
 
 #[cfg(feature = "hdf5")]
 pub use adapter::*;

@@ -11,7 +11,6 @@
 //! | `agents` | one HTTP agent (connection pool) per kind of agent: a second file on a host reuses the first's warm connections |
 //! | `budget` | the connections open to each origin at once, with the reads users wait for served before background fetches |
 //! | `workers` | a few threads for background work (read-ahead, the HDF5 metadata crawl), and a bound on the threads concurrent fetches start |
-//! | `caches` | one block cache per capacity for the files the HDF5 driver opens: one memory budget however many are open; and one budget, [`CRAWL_MEMORY`], for the tables their metadata crawls keep |
 //!
 //! Each is made again in a child forked from the process: the parent's
 //! connections, counts and threads are not the child's (a connection used
@@ -23,14 +22,13 @@
 //! [`CONNECTIONS_PER_ORIGIN`] requests in flight to one origin,
 //! [`IDLE_CONNECTIONS`] idle connections kept,
 //! [`BACKGROUND_WORKERS`] + [`FETCH_THREADS`] threads, and for the files
-//! the HDF5 driver opens, a block cache per capacity (with a quarter of it,
-//! at most 64 MiB, for the pieces their crawls fetched exactly) and
-//! [`CRAWL_MEMORY`] bytes for the tables their crawls keep.
+//! the HDF5 driver opens (its own tables are the wing's: a block cache per
+//! capacity, with a quarter of it, at most 64 MiB, for the pieces their
+//! crawls fetched exactly) [`CRAWL_MEMORY`] bytes for the tables their
+//! crawls keep.
 
 pub(crate) mod agents;
 pub(crate) mod budget;
-#[cfg(any(feature = "hdf5", feature = "vfd"))]
-pub(crate) mod caches;
 pub(crate) mod workers;
 
 /// The most requests in flight to one origin (scheme, host, port) across

@@ -91,7 +91,7 @@ impl OpenOptions {
         let mut remote = self.remote.clone().unwrap_or_else(builder);
         if remote.cache.is_none() {
             // One bound for all the files' blocks.
-            let shared = crate::process::caches::of_capacity(remote.cache_capacity);
+            let shared = crate::hdf5::driver::caches::of_capacity(remote.cache_capacity);
             remote = remote.cache(shared);
         }
         let urls = urls.into_iter().map(|u| u.as_ref().to_owned());

@@ -20,6 +20,7 @@ use super::prefetch::Seen;
 use super::source::Source;
 use super::spans;
 use crate::hdf5::meta::MemType;
+use crate::hdf5::pieces;
 use crate::wait;
 use crate::{Error, ErrorKind};
 
@@ -614,7 +615,7 @@ fn note_a_missing_signature(source: &Source, first: &[u8]) {
         return;
     }
     // The open fetched the first block: more than the 8 bytes HDF5 reads.
-    let mut start = source.file.extension().cached_from(0, 48);
+    let mut start = pieces::cached_from(source.file.extension(), 0, 48);
     if start.len() < first.len() {
         start = first[..first.len().min(48)].to_vec();
     }
@@ -862,7 +863,7 @@ mod tests {
         // Two headers alone among raw data, and one the source fails.
         source.fail_at(500_000, ErrorKind::HttpStatus(500));
         let wanted = vec![300_000..300_512, 500_000..500_100, 700_000..700_600];
-        let fetched = remote.extension().guess_pieces(wanted.clone(), u64::MAX);
+        let fetched = pieces::guess(remote.extension(), wanted.clone(), u64::MAX);
         assert_eq!(fetched, 1212);
         let mut asked = source.asked();
         asked.sort_unstable_by_key(|r| r.start);
@@ -884,7 +885,7 @@ mod tests {
         );
         let held = vec![wanted[0].clone(), wanted[2].clone()];
         assert_eq!(
-            remote.extension().guess_pieces(held, u64::MAX),
+            pieces::guess(remote.extension(), held, u64::MAX),
             0,
             "nothing twice"
         );
@@ -901,7 +902,7 @@ mod tests {
         assert!(source.asked().len() > guessed);
         // The allowance bounds what is fetched.
         let one_header = std::iter::once(900_000..900_512).collect();
-        assert_eq!(remote.extension().guess_pieces(one_header, 511), 0);
+        assert_eq!(pieces::guess(remote.extension(), one_header, 511), 0);
     }
 
     #[test]

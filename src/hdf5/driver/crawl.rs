@@ -18,6 +18,7 @@ use super::spans;
 use crate::RemoteFile;
 use crate::engine::BackgroundWork;
 use crate::hdf5::meta::Target;
+use crate::hdf5::pieces;
 use crate::process::workers::{self, Closing, Priority};
 use crate::sync::{MadeIn, Mutex};
 
@@ -147,7 +148,7 @@ impl Shared {
             // The crawl is idle: what it fetched as pieces goes to the disk
             // cache (if any) while its work still counts as under way, so a
             // program that ends now (even by `exit`) leaves it there.
-            self.file.extension().keep_pieces();
+            pieces::keep_while_open(self.file.extension());
             drop(working);
             return;
         }
@@ -201,7 +202,7 @@ pub(crate) fn wave(
         return false;
     }
     let fetched = if plan.as_pieces {
-        file.extension().guess_pieces(plan.spans, plan.allowed)
+        pieces::guess(file.extension(), plan.spans, plan.allowed)
     } else {
         file.extension().prefetch_here(plan.spans, plan.allowed)
     };
@@ -221,7 +222,7 @@ fn parse(prefetch: &Mutex<Prefetcher>, file: &RemoteFile, target: &Target) -> bo
     let start = target.bytes.start;
     // Bounded whatever the bytes that pointed here said.
     let guessed = ((target.bytes.end - start) as usize).min(MAX_PIECE);
-    let mut bytes = file.extension().cached_from(start, guessed);
+    let mut bytes = pieces::cached_from(file.extension(), start, guessed);
     if bytes.is_empty() {
         return false;
     }
@@ -229,7 +230,7 @@ fn parse(prefetch: &Mutex<Prefetcher>, file: &RemoteFile, target: &Target) -> bo
     // at hand (else the prefetch fetches it).
     let whole = prefetch.lock().declared_len(target, &bytes);
     if let Some(whole) = whole.filter(|&w| w > bytes.len()) {
-        bytes = file.extension().cached_from(start, whole.min(MAX_PIECE));
+        bytes = pieces::cached_from(file.extension(), start, whole.min(MAX_PIECE));
     }
     prefetch.lock().on_crawled(target, &bytes, file.len());
     true

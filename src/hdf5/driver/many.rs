@@ -573,7 +573,7 @@ impl Shared {
                 while !stopped() && self.closing.run(|| crawl::wave(prefetch, &file, stopped)) {}
             }
             drop(releasing);
-            file.extension().keep_pieces();
+            crate::hdf5::pieces::keep_while_open(file.extension());
         }
         handover.release();
         let fetched = file.stats().bytes_fetched;

@@ -9,6 +9,7 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 mod api;
+pub(crate) mod caches;
 pub(crate) mod callbacks;
 pub(crate) mod chunk_ahead;
 pub mod config;
@@ -36,5 +37,5 @@ pub use source::{Counters, builder, check, counters_of_handle, remote_of_handle}
 /// The bytes the metadata crawls' tables of the process's open driver
 /// files hold now, of [`crate::process::CRAWL_MEMORY`].
 pub fn crawl_table_bytes() -> u64 {
-    crate::process::caches::crawl_bytes()
+    crate::hdf5::driver::caches::crawl_bytes()
 }

@@ -148,7 +148,11 @@ impl Prefetcher {
     /// a run of chunk reads (if `chunks`), whose tables take their bytes
     /// from the process's budget for them.
     pub fn new(metadata: bool, chunks: bool) -> Prefetcher {
-        Prefetcher::within(metadata, chunks, crate::process::caches::crawl_budget())
+        Prefetcher::within(
+            metadata,
+            chunks,
+            crate::hdf5::driver::caches::crawl_budget(),
+        )
     }
 
     /// As [`new`](Self::new), the tables taking their bytes from `budget`.

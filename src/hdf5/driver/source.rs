@@ -7,6 +7,7 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
 
+use crate::hdf5::pieces;
 use crate::sync::Mutex;
 
 use super::config::{self, Config, ConfigError, Setting};
@@ -115,7 +116,7 @@ pub(crate) fn new_prefetch(
         // What an earlier run's crawl guessed, kept on disk, counts as
         // guessed by this one: a warm run guesses no further than the cold
         // one did.
-        prefetch.fetched(file.extension().pieces_from_disk());
+        prefetch.fetched(pieces::found_at_open(file.extension()));
         Arc::new(Mutex::new(prefetch))
     })
 }
@@ -246,7 +247,7 @@ pub fn builder(config: &Config) -> Result<Builder, ConfigError> {
     let b = apply(config, config::hdf5_builder())?;
     // Files of one capacity share their cache: the process's memory stays
     // within one budget however many are open.
-    let shared = crate::process::caches::of_capacity(b.cache_capacity);
+    let shared = crate::hdf5::driver::caches::of_capacity(b.cache_capacity);
     Ok(b.cache(shared))
 }
 

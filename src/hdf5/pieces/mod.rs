@@ -14,7 +14,7 @@
 //! ([`PIECE_ENTRY`]); past it, ranges are not taken (their readers fetch
 //! blocks), and a closed file's pieces give their bytes back.
 
-#![cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
+mod store;
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -22,10 +22,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Acquire, Ordering::Release};
 use std::time::Instant;
 
-use super::budget::{MemoryBudget, btree_bytes};
-use super::side_store::Served;
+use crate::cache::Served;
+use crate::cache::budget::{MemoryBudget, btree_bytes};
 use crate::stats::RoundMark;
 use crate::sync::{Condvar, Mutex};
+
+pub(crate) use store::{cached_from, found_at_open, guess, keep_while_open};
 
 /// A piece here: its first byte and its bytes.
 pub(crate) type Here = (u64, Arc<[u8]>);

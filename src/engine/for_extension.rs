@@ -1,58 +1,63 @@
-//! The engine's side that only the HDF5 driver uses, through
-//! [`Extension`](crate::extension::Extension): its guesses fetched on the
-//! calling thread, exact pieces of metadata (the side store), what is
-//! cached from a position on (for parsing what guesses brought), the
-//! facts that size its plans, and its background work counted until it
-//! ends. The core of the engine (`mod.rs`) never calls into it.
+//! The engine's side that only a layer knowing the file's layout uses,
+//! through [`Extension`](crate::extension::Extension): guesses fetched on
+//! the calling thread, exact ranges fetched without their blocks, a side
+//! store put beside the blocks, what is cached from a position on (for
+//! parsing what guesses brought), the facts that size its plans, and its
+//! background work counted until it ends. The core of the engine
+//! (`mod.rs`) never calls into it.
 
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::piece_store::PieceStore;
 use super::{BackgroundEnds, Engine, Guess};
+use crate::cache::SideStore;
+use crate::cache::budget::MemoryBudget;
+use crate::disk::DiskFile;
 use crate::engine::fanout::{Done, Next, fan_out};
 use crate::http::Sink;
 use crate::link::LinkEstimate;
+use crate::stats::RoundMark;
+
+/// What a side store is made from: the budget the side stores of the
+/// files sharing the block cache take their bytes from, the file's disk
+/// cache (what an earlier run kept) and its size.
+pub(crate) struct SideStoreSetup<'e> {
+    pub(crate) budget: Arc<MemoryBudget>,
+    pub(crate) disk: Option<&'e DiskFile>,
+    pub(crate) size: u64,
+}
 
 impl Engine {
-    /// Gives the file the driver's side store: the pieces its crawl fetches
-    /// exactly (the metadata no block holds), with those an earlier run
-    /// kept on disk. Without it, the driver's pieces are fetched as blocks.
-    pub(crate) fn with_piece_store(mut self) -> Engine {
-        let mut store = PieceStore::new(self.cache.pieces_budget());
-        if let Some(disk) = &self.disk {
-            store.load(disk, self.identity.size);
-        }
-        self.side_store = Some(Box::new(store));
-        self
+    /// The file's side store of type `S`, made by `make` if the file has
+    /// none yet; `None` if another layer put a store of another type.
+    pub(crate) fn side_store<S: SideStore>(
+        &self,
+        make: impl FnOnce(SideStoreSetup<'_>) -> S,
+    ) -> Option<&S> {
+        let store = self.side_store.get_or_init(|| {
+            Box::new(make(SideStoreSetup {
+                budget: self.cache.side_stores_budget(),
+                disk: self.disk.as_ref(),
+                size: self.identity.size,
+            }))
+        });
+        store.as_any().downcast_ref()
     }
 
-    /// The driver's store. Every file a driver build opens has one (see
-    /// `open`): a missing one, or one of another type, is a bug that would
-    /// only show as the driver's pieces fetched as blocks, so debug builds
-    /// stop there.
-    fn piece_store(&self) -> Option<&PieceStore> {
-        let store = self
-            .side_store
-            .as_ref()
-            .and_then(|s| s.as_any().downcast_ref());
-        debug_assert!(store.is_some(), "a file without the driver's side store");
-        store
+    /// The file's size in bytes.
+    pub(crate) fn size(&self) -> u64 {
+        self.identity.size
     }
 
-    /// The bytes of pieces found on disk when the file was opened.
-    pub(crate) fn pieces_from_disk(&self) -> u64 {
-        self.piece_store().map_or(0, PieceStore::found_at_open)
+    /// The file's blocks on disk, if it has a disk cache.
+    pub(crate) fn disk_file(&self) -> Option<&DiskFile> {
+        self.disk.as_ref()
     }
 
-    /// Keeps the file's pieces on its disk cache, if it has one and they
-    /// have grown enough since they were last kept: the next run finds
-    /// them there even if this one is killed.
-    pub(crate) fn keep_pieces(&self) {
-        if let (Some(disk), Some(store)) = (&self.disk, self.piece_store()) {
-            store.keep_while_open(disk);
-        }
+    /// Where the count of the file's round trips stands now.
+    pub(crate) fn round_mark(&self) -> RoundMark {
+        self.counters.round_mark()
     }
 
     /// The link as guesses are sized by (see [`crate::link::LinkMeter::guess_estimate`]).
@@ -120,20 +125,10 @@ impl Engine {
         (left, claimed)
     }
 
-    /// The cached bytes from `pos` on, through consecutive cached blocks
-    /// (or else through the piece holding `pos`), at most `max` of them:
-    /// empty if neither holds `pos`. Counts no read: it is for parsing what
-    /// guesses brought.
+    /// The cached bytes from `pos` on, through consecutive cached blocks,
+    /// at most `max` of them: empty if no block holding `pos` is cached.
+    /// Counts no read: it is for parsing what guesses brought.
     pub(crate) fn cached_from(&self, pos: u64, max: usize) -> Vec<u8> {
-        let from_blocks = self.cached_in_blocks_from(pos, max);
-        if from_blocks.is_empty() {
-            let store = self.piece_store();
-            return store.map_or_else(Vec::new, |s| s.pieces().bytes_from(pos, max));
-        }
-        from_blocks
-    }
-
-    fn cached_in_blocks_from(&self, pos: u64, max: usize) -> Vec<u8> {
         let bs = self.options.block_size;
         let end = pos.saturating_add(max as u64).min(self.identity.size);
         let mut out = Vec::new();
@@ -154,52 +149,31 @@ impl Engine {
         out
     }
 
-    /// Fetches `ranges` exactly, as pieces, on the calling thread: at most
-    /// `max_bytes` of them, those of the file's blocks in memory or on disk
-    /// excepted, in one round of at most
-    /// [`guess_concurrency`](Self::guess_concurrency) requests at once.
-    /// Returns the bytes fetched. A failure costs the guess only: readers
-    /// of those bytes read blocks and meet it themselves. If the pieces'
-    /// budget, which the files sharing the cache share, has no room for
-    /// them, they are fetched as blocks ([`prefetch_here`](Self::prefetch_here)),
-    /// which the cache evicts as it must.
-    pub(crate) fn guess_pieces(&self, ranges: Vec<Range<u64>>, max_bytes: u64) -> u64 {
-        let size = self.identity.size;
-        let mut wanted: Vec<Range<u64>> = ranges
-            .into_iter()
-            .map(|r| r.start.min(size)..r.end.min(size))
-            .filter(|r| !r.is_empty() && !self.is_cached(r.clone()))
-            .collect();
-        if self.disk.is_some() && !wanted.is_empty() {
-            // Blocks on disk cost no request: whatever they hold is read
-            // from there, and only what they do not hold is fetched.
-            let (rest, _) = self.claim_guess(wanted.iter().cloned(), u64::MAX);
+    /// Reads from the disk cache the blocks of `ranges` it holds (claimed
+    /// as a guess, so that no reader fetches them meanwhile), fetching
+    /// nothing.
+    pub(crate) fn take_from_disk(&self, ranges: impl IntoIterator<Item = Range<u64>>) {
+        if self.disk.is_some() {
+            let (rest, _) = self.claim_guess(ranges, u64::MAX);
             drop(rest);
-            wanted.retain(|r| !self.is_cached(r.clone()));
         }
-        let mut total = 0u64;
-        wanted.retain(|r| {
-            total = total.saturating_add(r.end - r.start);
-            total <= max_bytes
-        });
-        let bytes: u64 = wanted.iter().map(|r| r.end - r.start).sum();
-        let Some(pieces) = self
-            .piece_store()
-            .map(PieceStore::pieces)
-            .filter(|p| p.budget().has_room(bytes))
-        else {
-            return self.prefetch_here(wanted, max_bytes);
-        };
-        let started = self.counters.round_mark();
-        let taken = pieces.claim(&wanted, started);
-        if taken.is_empty() {
-            return 0;
-        }
-        let fetched = taken.iter().map(|r| r.end - r.start).sum();
+    }
+
+    /// Fetches `ranges` exactly, without their blocks, on the calling
+    /// thread, as background work: at most
+    /// [`guess_concurrency`](Self::guess_concurrency) requests at once,
+    /// within the read timeout. Each range goes to `deliver` with its bytes,
+    /// or with none if its fetch failed (a guess's failure is its own:
+    /// readers of those bytes meet it, if at all, themselves).
+    pub(crate) fn fetch_exact(
+        &self,
+        ranges: Vec<Range<u64>>,
+        mut deliver: impl FnMut(Range<u64>, Option<Vec<u8>>),
+    ) {
         let deadline = Instant::now() + self.options.read_timeout;
         let _ends = self.background_started();
         fan_out(
-            taken,
+            ranges,
             self.options.guess_concurrency as usize,
             |range| {
                 let mut bytes = vec![0; (range.end - range.start) as usize];
@@ -215,11 +189,10 @@ impl Engine {
                 }
             },
             |(range, bytes)| {
-                pieces.deliver(range, bytes);
+                deliver(range, bytes);
                 Next::Continue
             },
         );
-        fetched
     }
 
     /// Counts background work that is not one fetch (the HDF5 driver's

@@ -1,7 +1,7 @@
 //! One block cache per capacity for the files the HDF5 driver opens, so
 //! that the memory of a process holding many files open stays within one
 //! budget rather than one per file; and one budget for the tables their
-//! metadata crawls keep ([`super::CRAWL_MEMORY`]).
+//! metadata crawls keep ([`crate::process::CRAWL_MEMORY`]).
 //!
 //! The table holds weak handles: a cache no open file uses any more is let
 //! go of (its memory with it), and made afresh by the next open. A forked
@@ -20,7 +20,7 @@ static CACHES: ProcessLocal<BTreeMap<u64, WeakBlockCache>> =
 /// What the crawl tables of every open driver file take from. A count with
 /// no lock: a forked child goes on from its parent's, which counts the
 /// tables it copied.
-static CRAWL_TABLES: MemoryBudget = MemoryBudget::new(super::CRAWL_MEMORY);
+static CRAWL_TABLES: MemoryBudget = MemoryBudget::new(crate::process::CRAWL_MEMORY);
 
 /// The budget the crawl tables of the process's driver files share.
 pub(crate) fn crawl_budget() -> &'static MemoryBudget {
@@ -66,12 +66,12 @@ mod tests {
     #[test]
     fn a_files_crawl_tables_count_in_the_process_budget() {
         // Other tests' files count too: the figure is at least this one's.
-        let mut prefetch = crate::hdf5::driver::prefetch::Prefetcher::new(true, true);
+        let mut prefetch = super::super::prefetch::Prefetcher::new(true, true);
         assert!(prefetch.start());
         let held = prefetch.table_bytes();
         assert!(held > 0);
         assert!(crawl_bytes() >= held);
-        assert!(crawl_bytes() <= super::super::CRAWL_MEMORY);
+        assert!(crawl_bytes() <= crate::process::CRAWL_MEMORY);
         assert!(std::ptr::eq(crawl_budget(), &CRAWL_TABLES));
     }
 }
