@@ -43,7 +43,7 @@ impl Host for TestHost {
         }
         self.stop.load(SeqCst)
     }
-    fn driver_failed(&self, error: &remfile::Error) {
+    fn failed_under_a_library(&self, error: &remfile::Error) {
         self.failures.lock().unwrap().push(error.kind());
     }
 }

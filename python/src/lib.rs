@@ -114,7 +114,7 @@ impl wait::Host for PythonHost {
             unsafe { PyErr_SetInterrupt() };
         }
         // A stop's exception is raised by the failure it causes (see
-        // `to_py`, through `driver_failed` for HDF5), or, if the read ended
+        // `to_py`, through `failed_under_a_library` for HDF5), or, if the read ended
         // well all the same, later (`stop_not_needed`).
     }
 
@@ -167,7 +167,7 @@ impl wait::Host for PythonHost {
         })
     }
 
-    fn driver_failed(&self, error: &Error) {
+    fn failed_under_a_library(&self, error: &Error) {
         // h5py reads datasets in `nogil` blocks: the exception is set on
         // this thread's state all the same (taking the GIL for it, as
         // Cython's own `nogil` functions do), and h5py, once it has the GIL

@@ -94,11 +94,12 @@ pub trait Host: Send + Sync + 'static {
     /// (Python raises the Ctrl-C at its next chance).
     fn stop_not_needed(&self) {}
 
-    /// Called when a read or an open through the HDF5 driver fails with a
-    /// remote error, on the thread HDF5 called the driver on, before the
-    /// driver returns the failure to HDF5. An interpreter can raise an
-    /// exception of its own from it.
-    fn driver_failed(&self, error: &Error) {
+    /// Called when a read or an open made for a library that takes only a
+    /// failure status (the HDF5 driver's callbacks) fails with a remote
+    /// error, on the thread the library called on, before the status goes
+    /// back: the error itself would be lost there. An interpreter can raise
+    /// an exception of its own from it.
+    fn failed_under_a_library(&self, error: &Error) {
         let _ = error;
     }
 

@@ -460,7 +460,7 @@ impl ReadError {
             ReadError::Remote { error, .. } => {
                 push_error(Minor::Read, &with_errno(message, &error));
                 if let Some(host) = wait::host() {
-                    host.driver_failed(&error);
+                    host.failed_under_a_library(&error);
                 }
                 *source.last_error.lock() = Some(error);
             }

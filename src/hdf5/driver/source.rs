@@ -400,7 +400,7 @@ pub(crate) fn open_source(url: &str, config: &str) -> Result<Arc<Source>, String
                     // On the thread HDF5 called the driver on, with any
                     // interpreter's lock held again.
                     if let Some(host) = crate::wait::host() {
-                        host.driver_failed(&e);
+                        host.failed_under_a_library(&e);
                     }
                     super::callbacks::with_errno(format!("cannot open the remote file: {e}"), &e)
                 })?;
