@@ -197,7 +197,7 @@ fn look_on_disk(builder: &Builder, url: &Url) -> (Option<Warm>, Option<FetchLock
     if let Some(warm) = before.clone().and_then(|known| first_block(known, false)) {
         return (Some(warm), None);
     }
-    let deadline = std::time::Instant::now() + builder.read_timeout;
+    let deadline = crate::wait::deadline::after(builder.read_timeout);
     let lock = match disk.claim_first_open(&name, deadline) {
         FirstOpen::Ours(lock) => Some(lock),
         FirstOpen::Waited => None,

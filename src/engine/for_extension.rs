@@ -8,7 +8,6 @@
 
 use std::ops::Range;
 use std::sync::Arc;
-use std::time::Instant;
 
 use super::{BackgroundEnds, Engine, Guess};
 use crate::cache::SideStore;
@@ -170,7 +169,7 @@ impl Engine {
         ranges: Vec<Range<u64>>,
         mut deliver: impl FnMut(Range<u64>, Option<Vec<u8>>),
     ) {
-        let deadline = Instant::now() + self.options.read_timeout;
+        let deadline = self.read_deadline();
         let _ends = self.background_started();
         fan_out(
             ranges,

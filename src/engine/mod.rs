@@ -222,7 +222,7 @@ impl Engine {
         if buf.is_empty() {
             return true;
         }
-        let served = self.copy_if_cached(pos, buf) || self.read_from_side_store(pos, buf, false);
+        let served = self.copy_if_cached(pos, buf) || self.read_from_side_store(pos, buf, None);
         if served && note {
             self.note_read(pos, buf.len() as u64, false);
         }
@@ -266,14 +266,21 @@ impl Engine {
         in_store(range.clone()) || self.missing([range]).next().is_none()
     }
 
+    /// The deadline of a read starting now: the one every wait and fetch
+    /// of that read is held to ([`Builder::read_timeout`](crate::Builder::read_timeout)).
+    fn read_deadline(&self) -> Instant {
+        crate::wait::deadline::after(self.options.read_timeout)
+    }
+
     /// Fills `buf` with the bytes at `pos`; the range lies inside the file.
     pub(crate) fn read_into(&self, pos: u64, buf: &mut [u8]) -> Result<()> {
+        let deadline = self.read_deadline();
         let len = buf.len() as u64;
         let bs = self.options.block_size;
         let needed = plan::blocks_covering(pos, len, bs);
         // (What the caches held when the caller looked it served itself:
         // see `read_if_cached`. Pieces still coming are waited for here.)
-        if self.read_from_side_store(pos, buf, true) {
+        if self.read_from_side_store(pos, buf, Some(deadline)) {
             self.note_read(pos, len, false);
             return Ok(());
         }
@@ -286,7 +293,7 @@ impl Engine {
         // cache.
         let bypass = self.disk.is_none() && len >= self.options.bypass_min;
         if bypass && have.iter().any(Option::is_none) {
-            return self.read_direct(pos, buf, &have);
+            return self.read_direct(pos, buf, &have, deadline);
         }
         let missing: Vec<u64> = needed
             .clone()
@@ -301,7 +308,7 @@ impl Engine {
             let ahead_end = (pos + len).saturating_add(ahead).min(self.identity.size);
             let optional: Vec<u64> = (needed.end..ahead_end.div_ceil(bs)).collect();
             let claim = self.claim_taking_queued(&missing, optional);
-            for (i, block) in self.complete(claim, |i| needed.contains(&i))? {
+            for (i, block) in self.complete(claim, |i| needed.contains(&i), deadline)? {
                 have[(i - needed.start) as usize] = Some(block);
             }
         }
@@ -313,23 +320,20 @@ impl Engine {
         Ok(())
     }
 
-    /// Serves a read from the side store, if it holds the bytes (waiting for
-    /// those it was promised, if `wait`). False unless it holds them all.
-    fn read_from_side_store(&self, pos: u64, buf: &mut [u8], wait: bool) -> bool {
+    /// Serves a read from the side store, if it holds the bytes (waiting
+    /// until `wait` for those it was promised, if given). False unless it
+    /// holds them all.
+    fn read_from_side_store(&self, pos: u64, buf: &mut [u8], wait: Option<Instant>) -> bool {
         let Some(store) = self.side_store.get() else {
             return false;
         };
         let range = pos..pos + buf.len() as u64;
         // Without a wait, only bytes here now: a piece still coming is
         // neither waited for nor marked as waited for.
-        if !wait && !store.holds(range) {
+        if wait.is_none() && !store.holds(range) {
             return false;
         }
-        let deadline = if wait {
-            Instant::now() + self.options.read_timeout
-        } else {
-            Instant::now()
-        };
+        let deadline = wait.unwrap_or_else(Instant::now);
         let now = self.counters.round_mark();
         let Served::Yes { cost_a_round } = store.read(pos, buf, deadline, now) else {
             return false;
@@ -346,7 +350,13 @@ impl Engine {
     /// copies the others out of the cache: a large transfer then costs no
     /// block buffers (its bytes are held once, in `buf`), no copy out of
     /// them and no eviction of what the cache holds.
-    fn read_direct(&self, pos: u64, buf: &mut [u8], have: &[Option<Block>]) -> Result<()> {
+    fn read_direct(
+        &self,
+        pos: u64,
+        buf: &mut [u8],
+        have: &[Option<Block>],
+        deadline: Instant,
+    ) -> Result<()> {
         crate::wait::check_stopped()?;
         let len = buf.len() as u64;
         let bs = self.options.block_size;
@@ -377,7 +387,6 @@ impl Engine {
             .zip(plan::parts_per_run(&lens, lanes, min_part))
             .flat_map(|(run, n)| plan::split(run, n, min_part))
             .collect();
-        let deadline = Instant::now() + self.options.read_timeout;
         // The first failure in the order of the parts, as a sequential read
         // would have met it.
         let mut failure: Option<(usize, Error)> = None;
@@ -413,12 +422,14 @@ impl Engine {
     /// Fills every `(pos, buf)` (each inside the file), fetching all their
     /// missing blocks in one round.
     pub(crate) fn read_many(&self, reads: &mut [(u64, &mut [u8])]) -> Result<()> {
+        let deadline = self.read_deadline();
         // A read a piece holds is served from it, as `read_into` serves one:
         // the blocks may never have been fetched.
         let mut reads: Vec<(u64, &mut [u8])> = reads
             .iter_mut()
             .filter_map(|(pos, buf)| {
-                let served = !buf.is_empty() && self.read_from_side_store(*pos, buf, true);
+                let served =
+                    !buf.is_empty() && self.read_from_side_store(*pos, buf, Some(deadline));
                 (!served).then_some((*pos, &mut **buf))
             })
             .collect();
@@ -431,7 +442,7 @@ impl Engine {
         Counters::add(&c.cache_hits, blocks.len() as u64);
         Counters::add(&c.cache_misses, missing.len() as u64);
         if !missing.is_empty() {
-            blocks.extend(self.fetch_missing(&missing)?);
+            blocks.extend(self.fetch_missing(&missing, deadline)?);
             blocks.sort_unstable_by_key(|(i, _)| *i);
         }
         for (pos, buf) in reads.iter_mut() {
@@ -476,7 +487,8 @@ impl Engine {
                 return Ok(());
             }
             first = false;
-            self.fetch_missing(&next)?;
+            // Each round is a read of its own, with its own time.
+            self.fetch_missing(&next, self.read_deadline())?;
         }
     }
 
@@ -532,9 +544,9 @@ impl Engine {
     /// Fetches `missing` blocks (sorted), or waits for them if others are
     /// fetching them, in one round. Exactly those blocks are returned: the
     /// blocks of queued fetches it takes go to the cache only.
-    fn fetch_missing(&self, missing: &[u64]) -> Result<Vec<(u64, Block)>> {
+    fn fetch_missing(&self, missing: &[u64], deadline: Instant) -> Result<Vec<(u64, Block)>> {
         let claim = self.claim_taking_queued(missing, Vec::new());
-        self.complete(claim, |i| missing.binary_search(&i).is_ok())
+        self.complete(claim, |i| missing.binary_search(&i).is_ok(), deadline)
     }
 
     /// Claims `needed` (sorted) and `optional` as [`BlockCache::claim`]
@@ -572,10 +584,14 @@ impl Engine {
     /// Fetches what `claim` owns and waits for what others fetch. Returns the
     /// blocks for which `is_needed` holds; a failure matters only if it hits
     /// one of those (a failed read-ahead costs nothing but its bytes).
-    fn complete(&self, claim: Claim, is_needed: impl Fn(u64) -> bool) -> Result<Vec<(u64, Block)>> {
+    fn complete(
+        &self,
+        claim: Claim,
+        is_needed: impl Fn(u64) -> bool,
+        deadline: Instant,
+    ) -> Result<Vec<(u64, Block)>> {
         // A stopped read fetches nothing (its claim goes with it).
         crate::wait::check_stopped()?;
-        let deadline = Instant::now() + self.options.read_timeout;
         let mut fetch = Fetch::new(claim, is_needed, deadline);
         let waited = match self.fetch_owned(&mut fetch) {
             Some(e) => Err(e),
@@ -731,7 +747,7 @@ impl Engine {
                 // A guess or a read-ahead that failed, or a read another
                 // caller stopped, leaves its blocks to be fetched here.
                 Err(e) if optional || e.kind() == ErrorKind::Interrupted => {
-                    fetch.got.extend(self.fetch_missing(&[i])?)
+                    fetch.got.extend(self.fetch_missing(&[i], fetch.deadline)?)
                 }
                 Err(e) => return Err(e.with_url(self.transport.redacted_url())),
             }
@@ -816,7 +832,7 @@ impl Engine {
     /// Fetches what a guess claimed and the disk did not have (it was asked
     /// when the claim was made), with the time of a read from now.
     fn fetch_guess(&self, guess: &mut Guess) {
-        guess.deadline = Instant::now() + self.options.read_timeout;
+        guess.deadline = self.read_deadline();
         // A reader that comes to wait for its blocks makes it a read's.
         let wanted = guess.claim.wanted();
         workers::wanted_by_readers(wanted, || self.fetch_not_on_disk(guess));
@@ -834,8 +850,7 @@ impl Engine {
     fn claim_guess_of(&self, blocks: &[u64]) -> Guess {
         let started = self.counters.round_mark();
         let claim = self.cache.claim_speculative(&self.key, blocks, started);
-        let deadline = Instant::now() + self.options.read_timeout;
-        Fetch::new(claim, nobody_needs as fn(u64) -> bool, deadline)
+        Fetch::new(claim, nobody_needs as fn(u64) -> bool, self.read_deadline())
     }
 
     fn background_ended(&self) {

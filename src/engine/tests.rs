@@ -305,7 +305,7 @@ fn a_fetch_of_missing_blocks_that_takes_a_queued_fetch_returns_only_its_own() {
     let (bytes, _, file) = file_over(8, &builder().read_ahead_max(0));
     let engine = file.engine();
     engine.queue_for_no_worker(Some(2 * BLOCK..6 * BLOCK));
-    let got = engine.fetch_missing(&[3]).unwrap();
+    let got = engine.fetch_missing(&[3], engine.read_deadline()).unwrap();
     let indices: Vec<u64> = got.iter().map(|(i, _)| *i).collect();
     assert_eq!(indices, [3], "the callers place blocks by what they asked");
     assert!(got[0].1[..] == bytes[3 * BLOCK as usize..4 * BLOCK as usize]);

@@ -225,7 +225,7 @@ impl Transport {
         first_len: u64,
         condition: Option<Precondition<'_>>,
     ) -> Result<Revalidated, Error> {
-        let deadline = Instant::now() + self.timeouts.per_read;
+        let deadline = crate::wait::deadline::after(self.timeouts.per_read);
         let mut in_sequence = 0;
         let result = self.with_retries(0..first_len, deadline, &mut in_sequence, |t, at| {
             let (resp, url) = t.send(Want::Bytes(0..first_len), condition, deadline, at)?;
@@ -242,7 +242,7 @@ impl Transport {
     /// is an optimisation: the caller drops it on any failure). Counts a
     /// request but no round trip: it runs beside [`open`](Self::open).
     pub fn tail(&self, len: u64) -> Result<Tail, Error> {
-        let deadline = Instant::now() + self.timeouts.per_read;
+        let deadline = crate::wait::deadline::after(self.timeouts.per_read);
         let permit = self.connection(deadline)?;
         let mut in_sequence = 0;
         let at = Try {
