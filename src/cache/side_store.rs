@@ -19,9 +19,10 @@ pub(crate) trait SideStore: Send + Sync + 'static {
     fn holds(&self, range: Range<u64>) -> bool;
 
     /// Fills `buf` with the bytes at `pos` if the store holds them all,
-    /// waiting until `deadline` for bytes it has been promised; `now` is
-    /// the round trips the file's readers have counted.
-    fn read(&self, pos: u64, buf: &mut [u8], deadline: Instant, now: RoundMark) -> Served;
+    /// waiting until `deadline` for bytes it has been promised;
+    /// `rounds_so_far` is the round trips the file's readers have counted.
+    fn read(&self, pos: u64, buf: &mut [u8], deadline: Instant, rounds_so_far: RoundMark)
+    -> Served;
 
     /// The file closes (its last handle is dropped): keeps on `disk` what
     /// the next run should find there.
@@ -38,9 +39,9 @@ pub(crate) trait SideStore: Send + Sync + 'static {
 pub(crate) enum Served {
     /// The store does not hold the whole range (or the bytes it was
     /// promised did not come).
-    No,
-    /// Copied from the store; `cost_a_round` if the reader waited for
+    NotHeld,
+    /// Copied from the store; `waited_a_round` if the reader waited for
     /// bytes whose fetch no counted round overlapped, and no reader waited
     /// for them before (the same rule as a guessed block's).
-    Yes { cost_a_round: bool },
+    Copied { waited_a_round: bool },
 }

@@ -44,7 +44,9 @@ pub(crate) fn try_spawn<'scope, T: Send + 'scope>(
     let context = crate::process::workers::context();
     let f = move || {
         let _place = place;
-        crate::process::workers::within(context, || crate::wait::Watch::adopt(watch, f))
+        crate::process::workers::run_in_context(context, || {
+            crate::wait::Watch::run_watching(watch, f)
+        })
     };
     match std::thread::Builder::new().spawn_scoped(s, f) {
         Ok(handle) => Some(handle),

@@ -45,19 +45,19 @@ impl<N: Fn(u64) -> bool> Fetch<N> {
     }
 
     /// Records `n` more round trips, one after another.
-    pub(super) fn cost(&mut self, n: u32) {
+    pub(super) fn count_rounds(&mut self, n: u32) {
         self.round_trips += n;
     }
 
     /// Records a wait of its own (for another's fetch): a round trip, unless
     /// one was counted already, which the wait overlapped.
-    pub(super) fn cost_a_wait(&mut self) {
+    pub(super) fn count_a_wait(&mut self) {
         self.round_trips = self.round_trips.max(1);
     }
 
     /// Gives block `index` to the cache and its waiters, and to the caller
     /// if it needs it.
-    pub(super) fn take(&mut self, index: u64, block: Block) {
+    pub(super) fn hand_out(&mut self, index: u64, block: Block) {
         if (self.is_needed)(index) {
             self.got.push((index, block.clone()));
         }
@@ -68,7 +68,7 @@ impl<N: Fn(u64) -> bool> Fetch<N> {
     /// blocks fetched to save a request are cached or fetched by others
     /// already), or the failure, which goes to their waiters. Returns the
     /// failure if it hit a needed block.
-    pub(super) fn deliver(
+    pub(super) fn settle_part(
         &mut self,
         owned: &[u64],
         part: Range<u64>,
@@ -78,7 +78,7 @@ impl<N: Fn(u64) -> bool> Fetch<N> {
         match result {
             Ok(blocks) => {
                 for (i, data) in part.zip(blocks).filter(|(i, _)| is_owned(i)) {
-                    self.take(i, Arc::new(data));
+                    self.hand_out(i, Arc::new(data));
                 }
                 None
             }

@@ -308,7 +308,7 @@ impl Engine {
             let ahead_end = (pos + len).saturating_add(ahead).min(self.identity.size);
             let optional: Vec<u64> = (needed.end..ahead_end.div_ceil(bs)).collect();
             let claim = self.claim_taking_queued(&missing, optional);
-            for (i, block) in self.complete(claim, |i| needed.contains(&i), deadline)? {
+            for (i, block) in self.fetch_claim(claim, |i| needed.contains(&i), deadline)? {
                 have[(i - needed.start) as usize] = Some(block);
             }
         }
@@ -334,12 +334,13 @@ impl Engine {
             return false;
         }
         let deadline = wait.unwrap_or_else(Instant::now);
-        let now = self.counters.round_mark();
-        let Served::Yes { cost_a_round } = store.read(pos, buf, deadline, now) else {
+        let rounds_so_far = self.counters.round_mark();
+        let Served::Copied { waited_a_round } = store.read(pos, buf, deadline, rounds_so_far)
+        else {
             return false;
         };
         let c = &self.counters;
-        Counters::add(&c.round_trips, cost_a_round.into());
+        Counters::add(&c.round_trips, waited_a_round.into());
         Counters::add(&c.cache_hits, 1);
         Counters::add(&c.bytes_read, buf.len() as u64);
         true
@@ -546,7 +547,7 @@ impl Engine {
     /// blocks of queued fetches it takes go to the cache only.
     fn fetch_missing(&self, missing: &[u64], deadline: Instant) -> Result<Vec<(u64, Block)>> {
         let claim = self.claim_taking_queued(missing, Vec::new());
-        self.complete(claim, |i| missing.binary_search(&i).is_ok(), deadline)
+        self.fetch_claim(claim, |i| missing.binary_search(&i).is_ok(), deadline)
     }
 
     /// Claims `needed` (sorted) and `optional` as [`BlockCache::claim`]
@@ -554,7 +555,7 @@ impl Engine {
     /// brings one of `needed` as optional too: this read makes those
     /// fetches, in its own round (see [`Queued`]).
     fn claim_taking_queued(&self, needed: &[u64], mut optional: Vec<u64>) -> Claim {
-        self.queued.take_bringing(needed, |taken| {
+        self.queued.take_fetches_of(needed, |taken| {
             // No more than the cache holds: the rest of the fetches is
             // dropped (it was a guess).
             let room = self.blocks_the_cache_holds() as usize;
@@ -584,7 +585,7 @@ impl Engine {
     /// Fetches what `claim` owns and waits for what others fetch. Returns the
     /// blocks for which `is_needed` holds; a failure matters only if it hits
     /// one of those (a failed read-ahead costs nothing but its bytes).
-    fn complete(
+    fn fetch_claim(
         &self,
         claim: Claim,
         is_needed: impl Fn(u64) -> bool,
@@ -600,7 +601,7 @@ impl Engine {
         // Waiting for a speculative fetch still under way is a round trip of
         // this read's own (the fetch itself is counted by nobody).
         if *waited.as_ref().unwrap_or(&false) {
-            fetch.cost_a_wait();
+            fetch.count_a_wait();
         }
         Counters::add(&self.counters.round_trips, fetch.round_trips.into());
         waited.map(|_| fetch.got)
@@ -650,7 +651,7 @@ impl Engine {
             self.hand_over(fetch, index, bytes);
         });
         if waited {
-            fetch.cost_a_wait();
+            fetch.count_a_wait();
         }
         // What the other processes did not bring, this one fetches.
         self.fetch_network(fetch, &[])
@@ -697,7 +698,7 @@ impl Engine {
             parts,
             lanes as usize,
             |part| self.fetch_blocks(part, deadline),
-            |(part, result)| match fetch.deliver(&owned, part, result) {
+            |(part, result)| match fetch.settle_part(&owned, part, result) {
                 Some(e) => {
                     failure.get_or_insert(e);
                     Next::Stop
@@ -705,7 +706,7 @@ impl Engine {
                 None => Next::Continue,
             },
         );
-        fetch.cost(round_trips);
+        fetch.count_rounds(round_trips);
         failure
     }
 
@@ -726,7 +727,7 @@ impl Engine {
     fn hand_over(&self, fetch: &mut Fetch<impl Fn(u64) -> bool>, index: u64, bytes: Vec<u8>) {
         Counters::add(&self.counters.disk_hits, 1);
         Counters::add(&self.counters.disk_bytes_read, bytes.len() as u64);
-        fetch.take(index, Arc::new(bytes));
+        fetch.hand_out(index, Arc::new(bytes));
     }
 
     /// Waits for the blocks of `claim` that other readers fetch. A block a

@@ -53,7 +53,11 @@ impl Queued {
     /// gives `claim` the blocks they bring (sorted, each once; empty if
     /// none) before anybody else looks. A fetch whose file was closed is
     /// dropped, not taken: it makes no request.
-    pub(crate) fn take_bringing<T>(&self, needed: &[u64], claim: impl FnOnce(Vec<u64>) -> T) -> T {
+    pub(crate) fn take_fetches_of<T>(
+        &self,
+        needed: &[u64],
+        claim: impl FnOnce(Vec<u64>) -> T,
+    ) -> T {
         let mut fetches = self.fetches.lock();
         fetches.retain(|(_, closing)| !closing.is_closed());
         let mut taken = Vec::new();
@@ -93,7 +97,7 @@ mod tests {
     use super::*;
 
     fn taken(queued: &Queued, needed: &[u64]) -> Vec<u64> {
-        queued.take_bringing(needed, |blocks| blocks)
+        queued.take_fetches_of(needed, |blocks| blocks)
     }
 
     #[test]

@@ -70,7 +70,7 @@ pub(crate) fn wanted() -> Option<Arc<AtomicBool>> {
 pub(crate) fn wanted_by_readers<T>(wanted: Option<Arc<AtomicBool>>, f: impl FnOnce() -> T) -> T {
     let mut context = context();
     context.wanted = wanted;
-    within(context, f)
+    run_in_context(context, f)
 }
 
 /// The lane of the work this thread does now.
@@ -89,7 +89,7 @@ pub(crate) fn context() -> Context {
 
 /// Runs `f` in `context` (this thread's own restored after, even if `f`
 /// panics).
-pub(crate) fn within<T>(context: Context, f: impl FnOnce() -> T) -> T {
+pub(crate) fn run_in_context<T>(context: Context, f: impl FnOnce() -> T) -> T {
     struct Restore(Option<Context>);
     impl Drop for Restore {
         fn drop(&mut self) {
@@ -109,7 +109,7 @@ pub(crate) fn within<T>(context: Context, f: impl FnOnce() -> T) -> T {
 
 /// Runs `f` in `lane`, for no file in particular.
 pub(crate) fn in_lane<T>(lane: Lane, f: impl FnOnce() -> T) -> T {
-    within(
+    run_in_context(
         Context {
             lane,
             closed: None,
@@ -157,7 +157,7 @@ impl Closing {
             wanted: None,
         };
         let watch = crate::wait::Watch::of(self.cancel.clone());
-        within(context, || crate::wait::Watch::adopt(Some(watch), f))
+        run_in_context(context, || crate::wait::Watch::run_watching(Some(watch), f))
     }
 }
 
@@ -419,7 +419,7 @@ mod context_tests {
         assert_eq!(lane(), Lane::Read);
         // A thread started for the work carries its context.
         let context = closing.run(context);
-        let carried = std::thread::spawn(move || within(context, check_file_open));
+        let carried = std::thread::spawn(move || run_in_context(context, check_file_open));
         assert!(carried.join().unwrap().is_err());
     }
 }

@@ -198,7 +198,7 @@ impl Cancel {
                 polls_host: outer.polls_host,
             },
         };
-        Watch::adopt(Some(watch), f)
+        Watch::run_watching(Some(watch), f)
     }
 
     /// A new cancel, stopped by itself or by any of `parents`.
@@ -277,7 +277,7 @@ impl Watch {
 
     /// Runs `f` with `watch` as this thread's (the previous one restored
     /// after, even if `f` panics).
-    pub(crate) fn adopt<T>(watch: Option<Watch>, f: impl FnOnce() -> T) -> T {
+    pub(crate) fn run_watching<T>(watch: Option<Watch>, f: impl FnOnce() -> T) -> T {
         // After this thread's locals are gone (C's `exit` closing HDF5
         // files), there is nothing to watch.
         let Ok(previous) = CURRENT.try_with(|c| std::mem::replace(&mut *c.borrow_mut(), watch))
@@ -449,7 +449,7 @@ pub(crate) fn blocking<T>(work: impl FnOnce() -> Result<T>) -> Result<T> {
     let mut outcome = None;
     host.outside(&mut || {
         if let Some(work) = work.take() {
-            outcome = Some(Watch::adopt(Some(watch.clone()), work));
+            outcome = Some(Watch::run_watching(Some(watch.clone()), work));
         }
     });
     let outcome = outcome.unwrap_or_else(|| Err(interrupted()));
@@ -491,7 +491,7 @@ mod tests {
             assert_eq!(e.kind(), ErrorKind::Interrupted);
             let inherited = Watch::for_helper();
             std::thread::spawn(move || {
-                Watch::adopt(inherited, || assert!(check_stopped().is_err()));
+                Watch::run_watching(inherited, || assert!(check_stopped().is_err()));
                 assert!(check_stopped().is_ok(), "restored after");
             })
             .join()

@@ -75,7 +75,7 @@ struct Piece {
     bytes: Option<Arc<[u8]>>,
     /// While the piece is coming: the round trips the file's readers had
     /// counted when its fetch started, and whether a reader has waited for
-    /// it yet (see [`Served::cost_a_round`]).
+    /// it yet (see [`Served::waited_a_round`]).
     started: RoundMark,
     waited: bool,
 }
@@ -168,28 +168,28 @@ impl Pieces {
         now: RoundMark,
     ) -> Served {
         if !self.used.load(Acquire) {
-            return Served::No;
+            return Served::NotHeld;
         }
         let end = pos.saturating_add(buf.len() as u64);
         let mut state = self.state.lock();
-        let mut cost_a_round = false;
+        let mut waited_a_round = false;
         let mut timed_out = false;
         loop {
             match state.cover(pos, end) {
-                Cover::None => return Served::No,
+                Cover::None => return Served::NotHeld,
                 Cover::Here(start) => {
                     let bytes = state.by_start[&start].bytes.as_ref().expect("here");
                     let at = (pos - start) as usize;
                     buf.copy_from_slice(&bytes[at..at + buf.len()]);
-                    return Served::Yes { cost_a_round };
+                    return Served::Copied { waited_a_round };
                 }
                 // Looked at once more after the deadline: a piece delivered
                 // as it passed is served.
-                Cover::Coming(_) if timed_out => return Served::No,
+                Cover::Coming(_) if timed_out => return Served::NotHeld,
                 Cover::Coming(starts) => {
                     for start in starts {
                         let piece = state.by_start.get_mut(&start).expect("coming");
-                        cost_a_round |= !piece.waited && piece.started == now;
+                        waited_a_round |= !piece.waited && piece.started == now;
                         piece.waited = true;
                     }
                 }
@@ -202,7 +202,7 @@ impl Pieces {
             drop(waited);
             if crate::wait::should_stop() {
                 // The read fetches the bytes itself, which fails at once.
-                return Served::No;
+                return Served::NotHeld;
             }
             state = self.state.lock();
             timed_out = Instant::now() >= deadline;
@@ -443,8 +443,8 @@ mod tests {
         let mut buf = [0; 10];
         assert_eq!(
             pieces.read(150, &mut buf, soon(), RoundMark(0)),
-            Served::Yes {
-                cost_a_round: false
+            Served::Copied {
+                waited_a_round: false
             }
         );
         assert_eq!(buf, [50, 51, 52, 53, 54, 55, 56, 57, 58, 59]);
@@ -454,7 +454,7 @@ mod tests {
         let mut past = [0; 60];
         assert_eq!(
             pieces.read(150, &mut past, soon(), RoundMark(0)),
-            Served::No
+            Served::NotHeld
         );
         assert_eq!(pieces.bytes_from(190, 100), (90..100).collect::<Vec<u8>>());
         assert!(pieces.bytes_from(200, 100).is_empty());
@@ -472,7 +472,7 @@ mod tests {
         pieces.deliver(0..60, Some(vec![1; 59]));
         assert_eq!(
             pieces.read(0, &mut [0; 4], soon(), RoundMark(0)),
-            Served::No
+            Served::NotHeld
         );
         assert_eq!(pieces.claim(&[100..160], RoundMark(0)), vec![100..160]);
         pieces.deliver(100..160, None);
@@ -499,7 +499,7 @@ mod tests {
         let mut buf = [9; 4];
         assert!(matches!(
             pieces.read(198, &mut buf, soon(), RoundMark(0)),
-            Served::Yes { .. }
+            Served::Copied { .. }
         ));
         assert_eq!(buf, [1, 1, 2, 2]);
         // The last part failed: the rest still serves what it holds.
@@ -526,7 +526,7 @@ mod tests {
         let mut buf = [0; 4];
         assert!(matches!(
             later.read(3, &mut buf, soon(), RoundMark(0)),
-            Served::Yes { .. }
+            Served::Copied { .. }
         ));
         assert_eq!(buf, [1; 4]);
         assert!(!later.holds(1000..1001) && !later.holds(5000..5001));
@@ -554,7 +554,7 @@ mod tests {
         let mut buf = [0; 4];
         let served = pieces.read(8, &mut buf, soon(), RoundMark(0));
         deliver.join().unwrap();
-        assert!(matches!(served, Served::Yes { .. }));
+        assert!(matches!(served, Served::Copied { .. }));
         assert_eq!(buf, [1, 1, 2, 2]);
     }
 
@@ -576,14 +576,14 @@ mod tests {
             assert_eq!(buf, [1; 10]);
             served
         };
-        let cost = |cost_a_round| Served::Yes { cost_a_round };
+        let cost = |waited_a_round| Served::Copied { waited_a_round };
         assert_eq!(wait(5), cost(true));
         assert_eq!(wait(6), cost(false), "a round was counted meanwhile");
         let pieces = store(1 << 20);
         pieces.claim(&[0..10], RoundMark(5));
         assert_eq!(
             pieces.read(0, &mut [0; 10], Instant::now(), RoundMark(5)),
-            Served::No,
+            Served::NotHeld,
             "timed out: the reader reads blocks"
         );
     }

@@ -159,8 +159,14 @@ impl SideStore for PieceStore {
         self.pieces.holds(range)
     }
 
-    fn read(&self, pos: u64, buf: &mut [u8], deadline: Instant, now: RoundMark) -> Served {
-        self.pieces.read(pos, buf, deadline, now)
+    fn read(
+        &self,
+        pos: u64,
+        buf: &mut [u8],
+        deadline: Instant,
+        rounds_so_far: RoundMark,
+    ) -> Served {
+        self.pieces.read(pos, buf, deadline, rounds_so_far)
     }
 
     fn at_close(&self, disk: &DiskFile) {
