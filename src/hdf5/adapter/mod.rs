@@ -128,18 +128,11 @@ impl OpenOptions {
     }
 
     /// Whether a run of chunk reads fetches the chunks that follow (on by
-    /// default). HDF5 reads a selection of a chunked dataset one chunk at a
-    /// time, in the order of the dataset's chunk index; the driver learns
-    /// where each chunk is stored, and how long it is (compressed chunks
-    /// differ), from the index's nodes as HDF5 reads them. A read of the
-    /// chunk after the one read last then fetches the next few chunks'
-    /// exact bytes in the background — four chunks' worth at first (or the
-    /// link's bandwidth-delay product), twice as many at each further step —
-    /// and never past the index's last chunk. Reads of chunks out of order
-    /// fetch only their own bytes, as do reads of chunks already cached
-    /// ([`prefetch_hyperslab`] fetched them, say). [`driver_info`] shows
-    /// what it did. Reads of other raw data keep the file's sequential
-    /// read-ahead.
+    /// default): HDF5 reads a selection one chunk at a time, and a read of
+    /// the chunk after the one read last fetches the next few chunks' exact
+    /// bytes in the background, more at each step, never past the index's
+    /// last chunk. Reads out of order fetch only their own bytes;
+    /// [`driver_info`] shows what it did.
     ///
     /// ```no_run
     /// use remfile::hdf5::OpenOptions;
