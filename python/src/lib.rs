@@ -854,13 +854,21 @@ fn check_options(options: &str) -> PyResult<()> {
 fn option_keys() -> Vec<(
     &'static str,
     &'static str,
-    Option<&'static str>,
+    Option<String>,
     &'static str,
     Vec<&'static str>,
 )> {
     config::KEYS
         .iter()
-        .map(|k| (k.name, k.kind.name(), k.default, k.help, k.aliases.to_vec()))
+        .map(|k| {
+            (
+                k.name,
+                k.kind.name(),
+                k.default_value(),
+                k.help,
+                k.aliases.to_vec(),
+            )
+        })
         .collect()
 }
 

@@ -45,9 +45,47 @@ pub(crate) const METADATA_PREFETCH: bool = true;
 /// (`chunk_read_ahead`, [`OpenOptions::chunk_read_ahead`](crate::hdf5::OpenOptions::chunk_read_ahead)).
 pub(crate) const CHUNK_READ_AHEAD: bool = true;
 
+/// Whether the driver reports a file's statistics when it closes.
+const STATS: bool = false;
+
 /// How the configuration string writes a switch's value.
-const fn switch_value(on: bool) -> &'static str {
-    if on { "on" } else { "off" }
+fn show_switch(on: bool) -> String {
+    if on { "on" } else { "off" }.to_owned()
+}
+
+/// How the configuration string writes a size: in the largest binary unit
+/// that divides it.
+fn show_size(bytes: u64) -> String {
+    let units = [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")];
+    units
+        .iter()
+        .find(|(shift, _)| bytes != 0 && bytes % (1 << shift) == 0)
+        .map_or_else(
+            || bytes.to_string(),
+            |(shift, unit)| format!("{}{unit}", bytes >> shift),
+        )
+}
+
+/// How the configuration string writes a duration: in the largest unit
+/// that divides it.
+fn show_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms == 0 {
+        return "0s".to_owned();
+    }
+    let units = [
+        (86_400_000, "d"),
+        (3_600_000, "h"),
+        (60_000, "min"),
+        (1000, "s"),
+    ];
+    units
+        .iter()
+        .find(|(unit_ms, _)| ms % unit_ms == 0)
+        .map_or_else(
+            || format!("{ms}ms"),
+            |(unit_ms, unit)| format!("{}{unit}", ms / unit_ms),
+        )
 }
 
 /// The builder remote HDF5 files open with: the crate's defaults, with an
@@ -68,9 +106,10 @@ pub struct Key {
     pub aliases: &'static [&'static str],
     /// The kind of its value.
     pub kind: Kind,
-    /// Its value when the string does not set it, as the string would
-    /// write it (`None`: unset, or learnt).
-    pub default: Option<&'static str>,
+    /// Its value when the string does not set it, read off what the
+    /// driver opens files with (`None`: unset, or learnt); see
+    /// [`default_value`](Key::default_value).
+    default: Option<fn() -> String>,
     /// What it sets.
     pub help: &'static str,
     /// Its value, read; else why not.
@@ -109,6 +148,12 @@ impl Kind {
 }
 
 impl Key {
+    /// Its value when the string does not set it, as the string would
+    /// write it (`None`: unset, or learnt).
+    pub fn default_value(&self) -> Option<String> {
+        self.default.map(|value| value())
+    }
+
     /// Whether `name` names this key (its name or an alias).
     pub fn is_named(&self, name: &str) -> bool {
         self.name == name || self.aliases.contains(&name)
@@ -150,7 +195,7 @@ pub const KEYS: &[Key] = &[
         name: "block_size",
         aliases: &[],
         kind: Kind::Size,
-        default: Some("128KiB"),
+        default: Some(|| show_size(hdf5_builder().block_size)),
         help: "the block size",
         read: |v| size(v).map(Setting::BlockSize),
     },
@@ -158,7 +203,7 @@ pub const KEYS: &[Key] = &[
         name: "cache_capacity",
         aliases: &["cache"],
         kind: Kind::Size,
-        default: Some("256MiB"),
+        default: Some(|| show_size(hdf5_builder().cache_capacity)),
         help: "the capacity of the block cache, which the process's files of one capacity share",
         read: |v| size(v).map(Setting::Cache),
     },
@@ -166,7 +211,7 @@ pub const KEYS: &[Key] = &[
         name: "open_tail",
         aliases: &["tail"],
         kind: Kind::Size,
-        default: Some("1MiB"),
+        default: Some(|| show_size(hdf5_builder().open_tail)),
         help: "bytes of the file's end fetched at open",
         read: |v| size(v).map(Setting::Tail),
     },
@@ -174,7 +219,7 @@ pub const KEYS: &[Key] = &[
         name: "read_ahead_max",
         aliases: &[],
         kind: Kind::Size,
-        default: Some("64MiB"),
+        default: Some(|| show_size(hdf5_builder().read_ahead_max)),
         help: "the most a sequential stream reads ahead, at most a quarter of the cache",
         read: |v| size(v).map(Setting::ReadAheadMax),
     },
@@ -182,7 +227,7 @@ pub const KEYS: &[Key] = &[
         name: "max_concurrent_requests",
         aliases: &["concurrency"],
         kind: Kind::Count,
-        default: Some("4"),
+        default: Some(|| hdf5_builder().max_concurrent_requests.to_string()),
         help: "parallel requests for one read",
         read: |v| count(v).map(Setting::Concurrency),
     },
@@ -190,7 +235,7 @@ pub const KEYS: &[Key] = &[
         name: "max_connections",
         aliases: &["connections"],
         kind: Kind::Count,
-        default: Some("64"),
+        default: Some(|| hdf5_builder().max_connections.to_string()),
         help: "the most connections kept",
         read: |v| count(v).map(Setting::Connections),
     },
@@ -198,7 +243,7 @@ pub const KEYS: &[Key] = &[
         name: "retries",
         aliases: &[],
         kind: Kind::Count,
-        default: Some("5"),
+        default: Some(|| hdf5_builder().retry.retries().to_string()),
         help: "retries of a failed request",
         read: |v| {
             let n = u32::try_from(count(v)?).map_err(|_| COUNT)?;
@@ -209,7 +254,7 @@ pub const KEYS: &[Key] = &[
         name: "read_timeout",
         aliases: &["timeout"],
         kind: Kind::Duration,
-        default: Some("5min"),
+        default: Some(|| show_duration(hdf5_builder().read_timeout)),
         help: "the longest wait for one read, retries included",
         read: |v| duration(v).map(Setting::Timeout),
     },
@@ -217,7 +262,7 @@ pub const KEYS: &[Key] = &[
         name: "connect_timeout",
         aliases: &[],
         kind: Kind::Duration,
-        default: Some("10s"),
+        default: Some(|| show_duration(hdf5_builder().connect_timeout)),
         help: "the longest wait for a connection",
         read: |v| duration(v).map(Setting::ConnectTimeout),
     },
@@ -225,7 +270,7 @@ pub const KEYS: &[Key] = &[
         name: "metadata_prefetch",
         aliases: &[],
         kind: Kind::Switch,
-        default: Some(switch_value(METADATA_PREFETCH)),
+        default: Some(|| show_switch(METADATA_PREFETCH)),
         help: "fetch what metadata points to",
         read: |v| switch(v).map(Setting::MetadataPrefetch),
     },
@@ -233,7 +278,7 @@ pub const KEYS: &[Key] = &[
         name: "chunk_read_ahead",
         aliases: &[],
         kind: Kind::Switch,
-        default: Some(switch_value(CHUNK_READ_AHEAD)),
+        default: Some(|| show_switch(CHUNK_READ_AHEAD)),
         help: "read chunks ahead along the chunk index",
         read: |v| switch(v).map(Setting::ChunkReadAhead),
     },
@@ -249,7 +294,7 @@ pub const KEYS: &[Key] = &[
         name: "https_only",
         aliases: &[],
         kind: Kind::Switch,
-        default: Some("off"),
+        default: Some(|| show_switch(hdf5_builder().https_only)),
         help: "refuse plain http",
         read: |v| switch(v).map(Setting::HttpsOnly),
     },
@@ -257,7 +302,7 @@ pub const KEYS: &[Key] = &[
         name: "allow_redirect_to_http",
         aliases: &[],
         kind: Kind::Switch,
-        default: Some("off"),
+        default: Some(|| show_switch(hdf5_builder().allow_redirect_to_http)),
         help: "follow a redirect from https to plain http",
         read: |v| switch(v).map(Setting::AllowRedirectToHttp),
     },
@@ -273,7 +318,7 @@ pub const KEYS: &[Key] = &[
         name: "disk_capacity",
         aliases: &[],
         kind: Kind::Size,
-        default: Some("10GiB"),
+        default: Some(|| show_size(DISK_CAPACITY)),
         help: "the disk cache's capacity",
         read: |v| size(v).map(Setting::DiskCapacity),
     },
@@ -289,7 +334,7 @@ pub const KEYS: &[Key] = &[
         name: "revalidate_after",
         aliases: &[],
         kind: Kind::Duration,
-        default: Some("0s"),
+        default: Some(|| show_duration(hdf5_builder().revalidate_after)),
         help: "how long a version on disk is trusted without asking",
         read: |v| duration(v).map(Setting::RevalidateAfter),
     },
@@ -297,7 +342,7 @@ pub const KEYS: &[Key] = &[
         name: "immutable",
         aliases: &[],
         kind: Kind::Switch,
-        default: Some("off"),
+        default: Some(|| show_switch(hdf5_builder().immutable)),
         help: "the object at the URL never changes (a content-addressed blob, a versioned key): a version on disk is trusted for good, so a warm open sends no request; a changed object would be read stale",
         read: |v| switch(v).map(Setting::Immutable),
     },
@@ -352,7 +397,7 @@ pub const KEYS: &[Key] = &[
         name: "s3_anonymous",
         aliases: &[],
         kind: Kind::Switch,
-        default: Some("off"),
+        default: Some(|| show_switch(hdf5_builder().s3.anonymous)),
         help: "unsigned S3 requests, without looking for credentials, for public buckets",
         read: |v| switch(v).map(Setting::S3Anonymous),
     },
@@ -360,7 +405,7 @@ pub const KEYS: &[Key] = &[
         name: "s3_requester_pays",
         aliases: &[],
         kind: Kind::Switch,
-        default: Some("off"),
+        default: Some(|| show_switch(hdf5_builder().s3.requester_pays)),
         help: "pay for the requests to a requester-pays bucket",
         read: |v| switch(v).map(Setting::S3RequesterPays),
     },
@@ -392,7 +437,7 @@ pub const KEYS: &[Key] = &[
         name: "stats",
         aliases: &[],
         kind: Kind::Switch,
-        default: Some("off"),
+        default: Some(|| show_switch(STATS)),
         help: "print requests, round trips and bytes to standard error at close, as REMFILE_STATS=1 does",
         read: |v| switch(v).map(Setting::Stats),
     },
@@ -437,13 +482,13 @@ impl Config {
         .unwrap_or(CHUNK_READ_AHEAD)
     }
 
-    /// `stats` (default off).
+    /// `stats` (default [`STATS`]).
     pub fn stats(&self) -> bool {
         self.last(|s| match s {
             Setting::Stats(on) => Some(*on),
             _ => None,
         })
-        .unwrap_or(false)
+        .unwrap_or(STATS)
     }
 
     /// `disk_capacity` (default [`DISK_CAPACITY`]).
@@ -800,6 +845,31 @@ mod tests {
     }
 
     #[test]
+    fn defaults_are_written_as_a_person_would_and_read_back() {
+        let default = |name: &str| {
+            KEYS.iter()
+                .find(|k| k.name == name)
+                .and_then(Key::default_value)
+        };
+        assert_eq!(default("block_size").as_deref(), Some("128KiB"));
+        assert_eq!(default("cache_capacity").as_deref(), Some("256MiB"));
+        assert_eq!(default("disk_capacity").as_deref(), Some("10GiB"));
+        assert_eq!(default("read_timeout").as_deref(), Some("5min"));
+        assert_eq!(default("connect_timeout").as_deref(), Some("10s"));
+        assert_eq!(default("revalidate_after").as_deref(), Some("0s"));
+        assert_eq!(default("retries").as_deref(), Some("5"));
+        assert_eq!(default("stats").as_deref(), Some("off"));
+        assert_eq!(default("ca_file"), None);
+        for bytes in [0, 1, 1000, 1024, 1536, 3 << 20, 5 << 40, u64::MAX] {
+            assert_eq!(parse_size(&show_size(bytes)), Some(bytes), "{bytes}");
+        }
+        for ms in [0, 1, 999, 1500, 60_000, 90_000, 3_600_000, 86_400_000 * 2] {
+            let d = Duration::from_millis(ms);
+            assert_eq!(parse_duration(&show_duration(d)), Some(d), "{ms} ms");
+        }
+    }
+
+    #[test]
     fn each_default_the_help_names_is_the_builders() {
         // The builder of no settings: the defaults, with the process's
         // cache of the default capacity.
@@ -808,7 +878,7 @@ mod tests {
             super::super::source::builder(&parse("").unwrap()).unwrap()
         );
         for key in KEYS {
-            let Some(default) = key.default else {
+            let Some(default) = key.default_value() else {
                 continue;
             };
             let config = parse(&format!("{}={default}", key.name))
