@@ -23,6 +23,26 @@ use crate::options::Builder;
 use crate::s3;
 use crate::stats::Counters;
 
+// The builder's last step lives with the open sequence it starts, so that
+// the options stay data that names no file.
+impl Builder {
+    /// Opens the file at `url`: one request, which learns its size and
+    /// validators and fetches its first block.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidConfig`] for options out of range,
+    /// [`ErrorKind::InvalidUrl`] for a URL that is not `http(s)`, and the
+    /// errors of a read (see [`RemoteFile::open`]).
+    pub fn open(&self, url: impl AsRef<str>) -> Result<RemoteFile> {
+        if crate::wait::host().is_none() {
+            return open(self, url.as_ref());
+        }
+        let (builder, url) = (self.clone(), url.as_ref().to_owned());
+        crate::wait::blocking(move || open(&builder, &url))
+    }
+}
+
 /// Opens the file at `url` with the options of `builder`.
 pub(crate) fn open(builder: &Builder, text: &str) -> Result<RemoteFile> {
     builder.validate()?;

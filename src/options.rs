@@ -10,7 +10,6 @@ use ureq::Agent;
 use crate::cache::BlockCache;
 use crate::disk::DiskCache;
 use crate::error::{Error, ErrorKind, Result};
-use crate::file::RemoteFile;
 use crate::http::{RetryPolicy, UrlProvider, header};
 use crate::link::Link;
 use crate::s3::S3Options;
@@ -26,7 +25,7 @@ pub const MIN_BLOCK_SIZE: u64 = 4 * KIB;
 /// The largest block size accepted.
 pub const MAX_BLOCK_SIZE: u64 = 256 * MIB;
 
-/// Options for opening a [`RemoteFile`]: reusable (it can open many files) and
+/// Options for opening a [`RemoteFile`](crate::RemoteFile): reusable (it can open many files) and
 /// cheap to clone.
 ///
 /// | option | default |
@@ -342,7 +341,7 @@ impl Builder {
         self
     }
 
-    /// When one fetch (a [`prefetch`](RemoteFile::prefetch) of scattered
+    /// When one fetch (a [`prefetch`](crate::RemoteFile::prefetch) of scattered
     /// ranges, say) has more separate runs of blocks than
     /// [`max_concurrent_requests`](Builder::max_concurrent_requests), the
     /// closest runs are fetched as one request together with the cached blocks
@@ -632,22 +631,6 @@ impl Builder {
             return bad("invalid user agent".into());
         }
         self.s3.validate()
-    }
-
-    /// Opens the file at `url`: one request, which learns its size and
-    /// validators and fetches its first block.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::InvalidConfig`] for options out of range,
-    /// [`ErrorKind::InvalidUrl`] for a URL that is not `http(s)`, and the
-    /// errors of a read (see [`RemoteFile::open`]).
-    pub fn open(&self, url: impl AsRef<str>) -> Result<RemoteFile> {
-        if crate::wait::host().is_none() {
-            return crate::open::open(self, url.as_ref());
-        }
-        let (builder, url) = (self.clone(), url.as_ref().to_owned());
-        crate::wait::blocking(move || crate::open::open(&builder, &url))
     }
 }
 
