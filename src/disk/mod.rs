@@ -862,15 +862,17 @@ mod tests {
         digest::of("test", &[text.as_bytes()])
     }
 
-    fn temp_dir(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("remfile-disk-{name}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
-        d
+    /// A cache directory not made yet, in a directory of the test's own
+    /// (removed with the first).
+    fn temp_dir(name: &str) -> (tempfile::TempDir, PathBuf) {
+        let own = tempfile::tempdir().unwrap();
+        let dir = own.path().join(name);
+        (own, dir)
     }
 
     #[test]
     fn pieces_survive_a_new_handle_and_damage_or_links_are_never_taken() {
-        let dir = temp_dir("pieces");
+        let (_dir_own, dir) = temp_dir("pieces");
         let disk = DiskCache::open(&dir, 1 << 20).unwrap();
         let f = disk.file(id("id"), 4096);
         let (a, b) = (vec![1u8; 100], vec![2u8; 50]);
@@ -913,7 +915,7 @@ mod tests {
 
     #[test]
     fn pieces_kept_anew_count_once_and_keep_to_a_quarter_of_the_disk() {
-        let dir = temp_dir("pieces-count");
+        let (_dir_own, dir) = temp_dir("pieces-count");
         let disk = DiskCache::open(&dir, 1 << 20).unwrap();
         let f = disk.file(id("id"), 4096);
         let piece = vec![3u8; 100_000];
@@ -937,7 +939,7 @@ mod tests {
 
     #[test]
     fn blocks_survive_a_new_handle_and_damage_is_refetched() {
-        let dir = temp_dir("survive");
+        let (_dir_own, dir) = temp_dir("survive");
         let disk = DiskCache::open(&dir, 1 << 20).unwrap();
         let f = disk.file(id("id"), 4096);
         f.write(3, &[7; 4096]);
@@ -962,7 +964,7 @@ mod tests {
 
     #[test]
     fn the_directory_stays_under_its_capacity() {
-        let dir = temp_dir("capacity");
+        let (_dir_own, dir) = temp_dir("capacity");
         let disk = DiskCache::open(&dir, 100_000).unwrap();
         let f = disk.file(id("id"), 10_000);
         for i in 0..50 {
@@ -982,7 +984,7 @@ mod tests {
 
     #[test]
     fn two_handles_on_one_directory_write_side_by_side() {
-        let dir = temp_dir("handles");
+        let (_dir_own, dir) = temp_dir("handles");
         let writers: Vec<_> = (0..2u8)
             .map(|w| {
                 let disk = DiskCache::open(&dir, 64 << 20).unwrap();
@@ -1010,7 +1012,7 @@ mod tests {
 
     #[test]
     fn a_directory_is_one_cache_in_a_process_whatever_its_name() {
-        let dir = temp_dir("shared");
+        let (_dir_own, dir) = temp_dir("shared");
         let first = DiskCache::open(&dir, 3 << 20).unwrap();
         let f = first.file(id("id"), 100);
         f.write(0, &[1; 100]);
@@ -1041,7 +1043,7 @@ mod tests {
     #[cfg(unix)]
     #[test]
     fn what_the_first_layout_left_goes_at_open_and_links_stay() {
-        let dir = temp_dir("first-layout");
+        let (_dir_own, dir) = temp_dir("first-layout");
         let old_blocks = dir.join("blocks/0123456789abcdef");
         fs::create_dir_all(&old_blocks).unwrap();
         fs::write(
@@ -1055,7 +1057,7 @@ mod tests {
         fs::write(old_record.with_extension("lock"), b"1").unwrap();
         let keep = dir.join("files/notes");
         fs::write(&keep, b"the user's").unwrap();
-        let outside = temp_dir("first-layout-outside");
+        let (_outside_own, outside) = temp_dir("first-layout-outside");
         fs::create_dir_all(&outside).unwrap();
         fs::write(outside.join("4096-0"), b"someone's").unwrap();
         let link = dir.join("blocks/ffffffffffffffff");
@@ -1073,7 +1075,7 @@ mod tests {
 
     #[test]
     fn a_deleted_directory_is_made_again() {
-        let dir = temp_dir("deleted");
+        let (_dir_own, dir) = temp_dir("deleted");
         let disk = DiskCache::open(&dir, 1 << 20).unwrap();
         let f = disk.file(id("id"), 100);
         fs::remove_dir_all(&dir).unwrap();

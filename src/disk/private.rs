@@ -305,12 +305,12 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
-    fn temp_dir(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("remfile-private-{name}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
-        fs::create_dir_all(&d).unwrap();
+    /// A private directory of the test's own, removed with the handle.
+    fn temp_dir(name: &str) -> (tempfile::TempDir, PathBuf) {
+        let own = tempfile::Builder::new().prefix(name).tempdir().unwrap();
+        let d = own.path().to_path_buf();
         fs::set_permissions(&d, fs::Permissions::from_mode(0o700)).unwrap();
-        d
+        (own, d)
     }
 
     fn mode(path: &Path) -> u32 {
@@ -319,7 +319,7 @@ mod tests {
 
     #[test]
     fn what_it_makes_is_the_users_alone() {
-        let d = temp_dir("modes");
+        let (_d_own, d) = temp_dir("modes");
         make_dir(&d.join("sub")).unwrap();
         assert_eq!(mode(&d.join("sub")), 0o700);
         let (path, _) = create_temporary(&d).unwrap();
@@ -334,7 +334,7 @@ mod tests {
 
     #[test]
     fn a_directory_others_can_write_or_a_link_is_refused() {
-        let d = temp_dir("refuse");
+        let (_d_own, d) = temp_dir("refuse");
         fs::create_dir(d.join("open")).unwrap();
         fs::set_permissions(d.join("open"), fs::Permissions::from_mode(0o777)).unwrap();
         let e = make_top_dir(&d.join("open")).unwrap_err();
@@ -380,7 +380,7 @@ mod tests {
 
     #[test]
     fn only_regular_files_of_bounded_length_are_read() {
-        let d = temp_dir("regular");
+        let (_d_own, d) = temp_dir("regular");
         fs::write(d.join("f"), b"12345").unwrap();
         assert_eq!(read_regular(&d.join("f"), 5).unwrap(), b"12345");
         assert_eq!(
@@ -402,7 +402,7 @@ mod tests {
 
     #[test]
     fn a_new_file_never_opens_what_is_there() {
-        let d = temp_dir("create");
+        let (_d_own, d) = temp_dir("create");
         fs::write(d.join("victim"), b"keep").unwrap();
         std::os::unix::fs::symlink(d.join("victim"), d.join("planted")).unwrap();
         assert_eq!(

@@ -476,7 +476,8 @@ mod tests {
 
     #[test]
     fn a_record_holds_no_text_of_the_url_or_the_validator() {
-        let dir = std::env::temp_dir().join(format!("remfile-record-{}", std::process::id()));
+        let dir_own = tempfile::tempdir().unwrap();
+        let dir = dir_own.path().join("dir");
         let _ = fs::remove_dir_all(&dir);
         let disk = DiskCache::open(&dir, 1 << 20).unwrap();
         let url = "https://user:PW@host.example/data/f.nwb?access_token=TOKEN&id=IDENT";

@@ -410,7 +410,8 @@ mod tests {
 
     #[test]
     fn a_forked_child_leaves_the_parents_jobs_and_locks_alone() {
-        let dir = std::env::temp_dir().join(format!("remfile-writer-fork-{}", std::process::id()));
+        let dir_own = tempfile::tempdir().unwrap();
+        let dir = dir_own.path().join("dir");
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let lock = FetchLock::take(&dir.join("0.lock")).unwrap().unwrap();
@@ -458,7 +459,8 @@ mod tests {
 
     #[test]
     fn a_step_before_a_release_comes_after_the_writes_and_before_the_locks_go() {
-        let dir = std::env::temp_dir().join(format!("remfile-writer-step-{}", std::process::id()));
+        let dir_own = tempfile::tempdir().unwrap();
+        let dir = dir_own.path().join("dir");
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let lock_path = dir.join("0.lock");

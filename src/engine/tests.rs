@@ -4,7 +4,6 @@
 //! and what a link's timing makes it do, on the source's clock.
 
 use std::ops::Range;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,14 +42,11 @@ pub(crate) fn asked_by_position(source: &MemorySource) -> Vec<Range<u64>> {
 }
 
 /// A disk cache directory of one test's own, removed when it is dropped.
-pub(crate) struct TempDisk(PathBuf);
+pub(crate) struct TempDisk(tempfile::TempDir);
 
 impl TempDisk {
     pub(crate) fn new(test: &str) -> TempDisk {
-        let dir =
-            std::env::temp_dir().join(format!("remfile-engine-{test}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        TempDisk(dir)
+        TempDisk(tempfile::Builder::new().prefix(test).tempdir().unwrap())
     }
 
     /// A builder with a memory cache of its own (as another process has)
@@ -64,13 +60,7 @@ impl TempDisk {
 
     /// The directory's cache (one per directory in a process).
     fn cache(&self) -> DiskCache {
-        DiskCache::open(&self.0, 64 << 20).unwrap()
-    }
-}
-
-impl Drop for TempDisk {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        DiskCache::open(self.0.path(), 64 << 20).unwrap()
     }
 }
 

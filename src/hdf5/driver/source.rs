@@ -443,7 +443,8 @@ mod tests {
     #[test]
     fn the_settings_reach_the_builder() {
         assert!(builder(&parse("block_size=4096").unwrap()).is_ok());
-        let dir = std::env::temp_dir().join(format!("remfile-config-{}", std::process::id()));
+        let dir_own = tempfile::tempdir().unwrap();
+        let dir = dir_own.path().join("dir");
         let c = parse(&format!(
             "disk_cache={};disk_capacity=1GiB;cache_key=asset-1;revalidate_after=1d;immutable=on",
             dir.display()
@@ -481,7 +482,8 @@ mod tests {
 
     #[test]
     fn two_files_configured_with_one_disk_cache_directory_share_one_cache() {
-        let dir = std::env::temp_dir().join(format!("remfile-config-one-{}", std::process::id()));
+        let dir_own = tempfile::tempdir().unwrap();
+        let dir = dir_own.path().join("dir");
         let config = |capacity: &str| {
             parse(&format!(
                 "disk_cache={};disk_capacity={capacity}",
@@ -502,7 +504,8 @@ mod tests {
     #[test]
     fn a_disk_cache_refused_is_left_out_and_the_file_opens() {
         use std::os::unix::fs::PermissionsExt;
-        let dir = std::env::temp_dir().join(format!("remfile-config-open-{}", std::process::id()));
+        let dir_own = tempfile::tempdir().unwrap();
+        let dir = dir_own.path().join("dir");
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
         let c = parse(&format!("disk_cache={}", dir.display())).unwrap();
