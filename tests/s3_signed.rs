@@ -277,16 +277,14 @@ impl CredentialServer {
 }
 
 fn rfc3339(t: SystemTime) -> String {
-    let (date, time) = s3::utc(t);
-    format!(
-        "{}-{}-{}T{}:{}:{}Z",
-        &date[..4],
-        &date[4..6],
-        &date[6..],
-        &time[..2],
-        &time[2..4],
-        &time[4..]
-    )
+    let whole = t - std::time::Duration::from_nanos(u64::from(
+        t.duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos(),
+    ));
+    aws_smithy_types::DateTime::from(whole)
+        .fmt(aws_smithy_types::date_time::Format::DateTime)
+        .unwrap()
 }
 
 fn sts_answer(token: &str, expires: SystemTime) -> Reply {
