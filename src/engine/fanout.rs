@@ -40,13 +40,10 @@ pub(crate) fn try_spawn<'scope, T: Send + 'scope>(
     let place = crate::process::workers::fetch_thread()?;
     // A part works for the same read as its caller: it stops with it, and
     // waits in its lane (and for its file, if background work).
-    let watch = crate::wait::Watch::for_helper();
-    let context = crate::process::workers::context();
+    let errand = crate::process::workers::Errand::for_helper();
     let f = move || {
         let _place = place;
-        crate::process::workers::run_in_context(context, || {
-            crate::wait::Watch::run_watching(watch, f)
-        })
+        errand.run(f)
     };
     match std::thread::Builder::new().spawn_scoped(s, f) {
         Ok(handle) => Some(handle),

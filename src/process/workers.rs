@@ -107,6 +107,38 @@ pub(crate) fn run_in_context<T>(context: Context, f: impl FnOnce() -> T) -> T {
     f()
 }
 
+/// What the work on a thread is for, as a thread carries it: its
+/// [`Context`] (its [`Lane`], the closing of the file whose background
+/// work it is, the flag that makes a background fetch a read's) and what
+/// stops it (a [`Watch`](crate::wait::Watch) of a cancel and a deadline).
+/// Every request and every wait reads these off its thread; a thread that
+/// works for another takes its errand ([`Errand::for_helper`]) and runs in
+/// it ([`Errand::run`]), so that the helper stops with the work it helps
+/// and waits in its lane.
+#[derive(Clone)]
+pub(crate) struct Errand {
+    context: Context,
+    watch: Option<crate::wait::Watch>,
+}
+
+impl Errand {
+    /// This thread's errand, for a thread that works for the same work
+    /// (which never asks an interpreter for a stop: this thread does).
+    pub(crate) fn for_helper() -> Errand {
+        Errand {
+            context: context(),
+            watch: crate::wait::Watch::for_helper(),
+        }
+    }
+
+    /// Runs `f` in this errand (the thread's own restored after, even if
+    /// `f` panics).
+    pub(crate) fn run<T>(self, f: impl FnOnce() -> T) -> T {
+        let watch = self.watch;
+        run_in_context(self.context, || crate::wait::Watch::run_watching(watch, f))
+    }
+}
+
 /// Runs `f` in `lane`, for no file in particular.
 pub(crate) fn in_lane<T>(lane: Lane, f: impl FnOnce() -> T) -> T {
     run_in_context(
@@ -157,7 +189,11 @@ impl Closing {
             wanted: None,
         };
         let watch = crate::wait::Watch::of(self.cancel.clone());
-        run_in_context(context, || crate::wait::Watch::run_watching(Some(watch), f))
+        Errand {
+            context,
+            watch: Some(watch),
+        }
+        .run(f)
     }
 }
 
