@@ -277,7 +277,7 @@ impl RemoteFile {
 
     /// What the HDF5 driver may ask of the file beyond reads (see
     /// [`Extension`](crate::extension::Extension)).
-    #[cfg(any(feature = "hdf5", feature = "vfd"))]
+    #[cfg(feature = "extension")]
     pub(crate) fn extension(&self) -> crate::extension::Extension<'_> {
         crate::extension::Extension::of(&self.engine)
     }

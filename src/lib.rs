@@ -206,7 +206,7 @@ mod cache;
 mod disk;
 mod engine;
 mod error;
-#[cfg(any(feature = "hdf5", feature = "vfd"))]
+#[cfg(feature = "extension")]
 mod extension;
 mod file;
 #[cfg(any(test, feature = "fuzzing"))]

@@ -193,7 +193,7 @@ impl LinkMeter {
     /// whose bodies all come with their headers, has no ordinary estimate,
     /// but it carries a guess at least that fast; the sizes of reads stay as
     /// for an unknown link.
-    #[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
+    #[cfg_attr(not(feature = "extension"), allow(dead_code))]
     pub fn guess_estimate(&self) -> Option<LinkEstimate> {
         if self.mode != Link::Measured {
             return self.estimate();

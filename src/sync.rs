@@ -63,7 +63,7 @@ impl<T> Mutex<T> {
     }
 
     /// The value, through a unique borrow (no locking).
-    #[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
+    #[cfg_attr(not(feature = "extension"), allow(dead_code))]
     pub(crate) fn get_mut(&mut self) -> &mut T {
         self.0.get_mut().unwrap_or_else(PoisonError::into_inner)
     }

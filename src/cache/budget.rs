@@ -17,7 +17,7 @@
 //! table takes its bytes before it allocates them, and the bound holds
 //! however many tables share the budget.
 
-#![cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
+#![cfg_attr(not(feature = "extension"), allow(dead_code))]
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;

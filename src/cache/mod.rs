@@ -76,7 +76,7 @@ struct Inner {
     capacity: u64,
     in_flight: Mutex<HashMap<Key, Arc<Pending>>>,
     /// What the side stores of all the cache's files may hold together.
-    #[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
+    #[cfg_attr(not(feature = "extension"), allow(dead_code))]
     side_stores: Arc<MemoryBudget>,
 }
 
@@ -97,11 +97,11 @@ impl fmt::Debug for BlockCache {
 }
 
 /// A handle on a [`BlockCache`] that does not keep it alive.
-#[cfg(any(feature = "hdf5", feature = "vfd"))]
+#[cfg(feature = "extension")]
 #[derive(Clone)]
 pub(crate) struct WeakBlockCache(std::sync::Weak<Inner>);
 
-#[cfg(any(feature = "hdf5", feature = "vfd"))]
+#[cfg(feature = "extension")]
 impl WeakBlockCache {
     pub(crate) fn upgrade(&self) -> Option<BlockCache> {
         self.0.upgrade().map(|inner| BlockCache { inner })
@@ -109,13 +109,13 @@ impl WeakBlockCache {
 }
 
 impl BlockCache {
-    #[cfg(any(feature = "hdf5", feature = "vfd"))]
+    #[cfg(feature = "extension")]
     pub(crate) fn downgrade(&self) -> WeakBlockCache {
         WeakBlockCache(Arc::downgrade(&self.inner))
     }
 
     /// Whether both handles are of one cache.
-    #[cfg(all(test, any(feature = "hdf5", feature = "vfd")))]
+    #[cfg(all(test, feature = "extension"))]
     pub(crate) fn is_the_same_cache(&self, other: &BlockCache) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
@@ -179,7 +179,7 @@ impl BlockCache {
     }
 
     /// The budget the side stores of the cache's files share.
-    #[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
+    #[cfg_attr(not(feature = "extension"), allow(dead_code))]
     pub(crate) fn side_stores_budget(&self) -> Arc<MemoryBudget> {
         Arc::clone(&self.inner.side_stores)
     }

@@ -29,12 +29,12 @@ pub(crate) trait SideStore: Send + Sync + 'static {
     fn at_close(&self, disk: &DiskFile);
 
     /// The store as its own type, for the layer that put it there.
-    #[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
+    #[cfg_attr(not(feature = "extension"), allow(dead_code))]
     fn as_any(&self) -> &dyn Any;
 }
 
 /// How a read from a side store went.
-#[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
+#[cfg_attr(not(feature = "extension"), allow(dead_code))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Served {
     /// The store does not hold the whole range (or the bytes it was

@@ -196,7 +196,7 @@ impl fmt::Debug for DiskCache {
 impl DiskCache {
     /// Whether both handles are of one cache (one directory's queue,
     /// writer and count of bytes).
-    #[cfg(all(test, any(feature = "hdf5", feature = "vfd")))]
+    #[cfg(all(test, feature = "extension"))]
     pub(crate) fn is_the_same_cache(&self, other: &DiskCache) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
@@ -541,7 +541,7 @@ impl DiskFile {
     /// that the next run finds them too. As many as the limits of
     /// [`format::encode_pieces`] allow, within a quarter of the disk
     /// cache's capacity (the pieces are a side store, never most of it).
-    #[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
+    #[cfg_attr(not(feature = "extension"), allow(dead_code))]
     pub(crate) fn write_pieces<'p>(&self, pieces: impl IntoIterator<Item = (u64, &'p [u8])>) {
         let payload = format::encode_pieces(pieces, self.capacity() / 4);
         let bytes = format::encode(format::pieces_owner(&self.identity), &payload);
@@ -553,7 +553,7 @@ impl DiskFile {
 
     /// The pieces kept on disk for this file, `len` bytes long, if they are
     /// there and intact (a pieces file that is not is deleted).
-    #[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
+    #[cfg_attr(not(feature = "extension"), allow(dead_code))]
     pub(crate) fn read_pieces(&self, len: u64) -> Vec<(u64, Vec<u8>)> {
         let owner = format::pieces_owner(&self.identity);
         let max = format::max_pieces_file_len();

@@ -37,7 +37,7 @@ use range_source::RangeSource;
 
 pub(crate) mod fanout;
 mod fetch;
-#[cfg(any(feature = "hdf5", feature = "vfd"))]
+#[cfg(feature = "extension")]
 mod for_extension;
 #[cfg(test)]
 pub(crate) mod memory_source;
@@ -48,7 +48,7 @@ pub(crate) mod range_source;
 pub(crate) mod tests;
 
 use fetch::{Fetch, Guess, copy_out, cut, nobody_needs};
-#[cfg(any(feature = "hdf5", feature = "vfd"))]
+#[cfg(feature = "extension")]
 pub(crate) use for_extension::{BackgroundWork, SideStoreSetup};
 
 /// How the engine sizes its fetches: the builder's options, checked.
@@ -260,7 +260,7 @@ impl Engine {
 
     /// Whether every block covering `range` is cached (or the side store
     /// holds it).
-    #[cfg(any(feature = "hdf5", feature = "vfd"))]
+    #[cfg(feature = "extension")]
     pub(crate) fn is_cached(&self, range: Range<u64>) -> bool {
         let in_store = |r| self.side_store.get().is_some_and(|s| s.holds(r));
         in_store(range.clone()) || self.missing([range]).next().is_none()

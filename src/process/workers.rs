@@ -164,14 +164,14 @@ pub(crate) struct Closing {
 impl Closing {
     /// No further request: the requests in flight end with their bodies
     /// (what they bring may be wanted on disk, for the next run).
-    #[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
+    #[cfg_attr(not(feature = "extension"), allow(dead_code))]
     pub(crate) fn close(&self) {
         self.closed.store(true, Relaxed);
     }
 
     /// Closes, and ends every wait of the background work at once, the
     /// requests in flight too.
-    #[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
+    #[cfg_attr(not(feature = "extension"), allow(dead_code))]
     pub(crate) fn cancel(&self) {
         self.close();
         self.cancel.cancel();
@@ -218,7 +218,7 @@ pub(crate) enum Priority {
     /// Read-ahead of a stream a reader is in: it will be read soon.
     ReadAhead,
     /// A crawl wave: what the metadata may need.
-    #[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
+    #[cfg_attr(not(feature = "extension"), allow(dead_code))]
     Crawl,
 }
 

@@ -186,7 +186,7 @@ impl S3Options {
 
     /// Sets one part of the keys (the driver's configuration gives them one
     /// by one); [`validate`](S3Options::validate) checks that they go together.
-    #[cfg(any(feature = "hdf5", feature = "vfd"))]
+    #[cfg(feature = "extension")]
     pub(crate) fn key_part(mut self, part: KeyPart, value: String) -> Self {
         let keys = self.keys.get_or_insert_with(|| Credentials {
             key_id: String::new(),
@@ -234,7 +234,7 @@ impl S3Options {
 }
 
 /// One part of a set of keys.
-#[cfg(any(feature = "hdf5", feature = "vfd"))]
+#[cfg(feature = "extension")]
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum KeyPart {
     Id,
