@@ -1,15 +1,13 @@
 //! Servers that misbehave: each fault is detected, retried or reported, and a
 //! read never returns wrong bytes.
 
-mod support;
-
 use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use remfile::{ErrorKind, RetryPolicy};
-use support::{After, RangeServer, RawServer, Reply, builder, raw_206, test_data};
+use remfile_testkit::{After, RangeServer, RawServer, Reply, builder, raw_206, test_data};
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;

@@ -2,11 +2,9 @@
 //! server that calls a small file 2^50 bytes long, and ranges of any length
 //! asked of it, cost at most the cache's budget.
 
-mod support;
-
 use std::sync::atomic::Ordering;
 
-use support::{SPARSE_SIZE, builder, sparse_server};
+use remfile_testkit::{SPARSE_SIZE, builder, sparse_server};
 
 #[test]
 fn ranges_of_any_length_cost_at_most_the_cache() {
