@@ -868,3 +868,15 @@ fn an_exact_read_past_the_end_is_refused_without_a_request() {
         "{shown}"
     );
 }
+
+/// What plain `cargo test` leaves out, listed as ignored tests whose reason
+/// says how to run it.
+#[cfg(not(feature = "hdf5"))]
+mod feature_gates {
+    #[test]
+    #[ignore = "the HDF5 driver tests (tests/hdf5.rs, tests/hdf5_release.rs) need the `hdf5` \
+                feature and libhdf5-dev: `cargo test --features hdf5`, or `bash .ci/run` for everything"]
+    fn hdf5_driver_tests() {
+        panic!("this build has no `hdf5` feature: run `cargo test --features hdf5`");
+    }
+}
