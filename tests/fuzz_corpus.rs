@@ -126,6 +126,16 @@ fn the_seeds_open_and_walk() {
     assert!(seeds >= 5, "{seeds} seeds");
 }
 
+/// The driver's fuzz mutator aims at the structures the metadata parsers
+/// know, by the same signatures (the kit's copy of the list).
+#[test]
+fn the_mutator_knows_the_parsers_signatures() {
+    assert_eq!(
+        remfile_testkit::fuzz::SIGNATURES,
+        remfile::fuzzing::HDF5_SIGNATURES
+    );
+}
+
 /// HDF5 1.10.8's own bug, through its own `sec2` driver as through this
 /// one: a damaged local heap prefix makes `H5HL_protect` (the heap's cache
 /// deserialize) `memcpy` a negative size, and the process dies (SIGSEGV;
