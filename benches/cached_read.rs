@@ -4,9 +4,6 @@
 //! cargo bench --bench cached_read
 //! ```
 
-#[path = "../tests/support/mod.rs"]
-mod support;
-
 use std::sync::OnceLock;
 
 use remfile::RemoteFile;
@@ -17,9 +14,9 @@ fn main() {
 
 /// A file whose first 1 MiB block the open already cached, with its server.
 fn file() -> &'static RemoteFile {
-    static FILE: OnceLock<(support::RangeServer, RemoteFile)> = OnceLock::new();
+    static FILE: OnceLock<(remfile_testkit::RangeServer, RemoteFile)> = OnceLock::new();
     let (_, file) = FILE.get_or_init(|| {
-        let server = support::RangeServer::new(support::test_data(4 << 20, 1));
+        let server = remfile_testkit::RangeServer::new(remfile_testkit::test_data(4 << 20, 1));
         let file = RemoteFile::builder()
             .proxy_from_env(false)
             .open(server.url("/bench.bin"))

@@ -11,9 +11,6 @@
 //! (The whole-file download beside curl is in the `cloud` benchmark, whose
 //! server runs in a process of its own, so that CPU times are the client's.)
 
-#[path = "../tests/support/mod.rs"]
-mod support;
-
 #[path = "support/cpu.rs"]
 mod cpu;
 
@@ -27,8 +24,8 @@ const MIB: u64 = 1 << 20;
 const SIZE: u64 = 256 * MIB;
 
 fn main() {
-    let data = support::test_data(SIZE as usize, 1);
-    let server = support::RangeServer::new(data);
+    let data = remfile_testkit::test_data(SIZE as usize, 1);
+    let server = remfile_testkit::RangeServer::new(data);
     let url = server.url("/bench.bin");
     let open = || {
         RemoteFile::builder()

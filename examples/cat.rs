@@ -8,9 +8,6 @@
 //! Without a URL, a generated text file is served from 127.0.0.1, so it runs
 //! with no network. A negative offset counts from the end of the file.
 
-#[path = "../tests/support/mod.rs"]
-mod support;
-
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::process::ExitCode;
 
@@ -77,7 +74,7 @@ fn run(args: Args) -> io::Result<()> {
         Some(url) => url,
         None => {
             let text: String = (1..=10_000).map(|i| format!("line {i}\n")).collect();
-            server = support::RangeServer::new(text.into_bytes());
+            server = remfile_testkit::RangeServer::new(text.into_bytes());
             server.url("/lines.txt")
         }
     };

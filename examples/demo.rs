@@ -9,9 +9,6 @@
 //! server on 127.0.0.1 (no network needed); every byte read is checked
 //! against the original.
 
-#[path = "../tests/support/mod.rs"]
-mod support;
-
 use std::io::{Read, Seek, SeekFrom};
 
 use remfile::{RemoteFile, Stats};
@@ -46,8 +43,8 @@ fn remote(url: &str) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 fn demo() -> Result<(), Box<dyn std::error::Error>> {
-    let data = support::test_data(48 << 20, 7);
-    let server = support::RangeServer::new(data.clone());
+    let data = remfile_testkit::test_data(48 << 20, 7);
+    let server = remfile_testkit::RangeServer::new(data.clone());
     let url = server.url("/demo.bin");
     println!("serving a {} MiB file at {url}", data.len() >> 20);
 

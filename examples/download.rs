@@ -12,9 +12,6 @@
 //! a generated file is served from 127.0.0.1 and downloaded twice over: once
 //! interrupted halfway, once resumed; the result is compared with the original.
 
-#[path = "../tests/support/mod.rs"]
-mod support;
-
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -188,8 +185,8 @@ fn piece_len(i: usize, size: u64) -> u64 {
 }
 
 fn self_check(connections: u64) -> Result<(), Box<dyn std::error::Error>> {
-    let data = support::test_data((5 * PIECE + 12_345) as usize, 9);
-    let server = support::RangeServer::new(data.clone());
+    let data = remfile_testkit::test_data((5 * PIECE + 12_345) as usize, 9);
+    let server = remfile_testkit::RangeServer::new(data.clone());
     let dir = std::env::temp_dir().join(format!("remfile-download-{}", std::process::id()));
     fs::create_dir_all(&dir)?;
     let out = dir.join("data.bin");

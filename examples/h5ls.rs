@@ -11,8 +11,6 @@
 
 #[path = "../tests/support/h5files.rs"]
 mod h5files;
-#[path = "../tests/support/mod.rs"]
-mod support;
 
 use remfile::RemoteFile;
 use remfile::hdf5::{
@@ -26,7 +24,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         None => {
             let path = h5files::temp_path("h5ls-demo.nwb");
             h5files::write_nwb_like(&path)?;
-            let server = support::RangeServer::new(std::fs::read(&path)?);
+            let server = remfile_testkit::RangeServer::new(std::fs::read(&path)?);
             let _ = std::fs::remove_file(&path);
             (server.url("/demo.nwb"), Some(server))
         }

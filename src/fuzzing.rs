@@ -1,21 +1,17 @@
-//! Entry points for fuzzing the crate (feature `fuzzing`): its pure parts,
-//! and (with feature `hdf5`) the whole HDF5 driver over an in-memory server.
-//! Not a stable API: each function decodes arbitrary bytes into inputs and
-//! panics if one of its invariants breaks.
+//! Entry points for fuzzing the crate's pure parts (feature `fuzzing`), which
+//! are private: the `Content-Range` parser, the read planner and the HDF5
+//! metadata parsers. Not a stable API: each function decodes arbitrary bytes
+//! into inputs and panics if one of its invariants breaks. (The whole HDF5
+//! driver is fuzzed through the public API, by `remfile-testkit`'s harness.)
 
-#[cfg(feature = "hdf5")]
-mod driver;
-pub mod memory_server;
-mod mutate;
-
-#[cfg(feature = "hdf5")]
-pub use self::driver::{
-    HEADER_LEN, Input, MAX_READ, MAX_REFERENCE_LEN, MAX_STEPS, hdf5_driver, hdf5_driver_walk,
-};
-pub use self::mutate::mutate_metadata;
 use crate::engine::plan::{self, ReadAhead};
 use crate::hdf5::meta::{self, Context, FractalHeap, Geometry, MemType, What};
 use crate::http::content_range::{self, ContentRange};
+
+/// The signatures HDF5's structures open with, as the metadata parsers know
+/// them: the driver's fuzz mutator (in `remfile-testkit`) keeps a copy,
+/// which `tests/fuzz_corpus.rs` checks against this.
+pub const HDF5_SIGNATURES: [&[u8; 4]; 21] = crate::hdf5::meta::SIGNATURES;
 
 /// Parses `data` as a `Content-Range` value: it never panics, and what it
 /// accepts is consistent and survives formatting and parsing again.
@@ -115,34 +111,7 @@ pub fn hdf5_metadata(data: &[u8]) {
     let [mem, expected, sizes, rest @ ..] = data else {
         return;
     };
-    let high = expected >> 4;
-    let expected = match expected % 16 {
-        0 => None,
-        1 => Some(What::ObjectHeader),
-        2 => Some(What::ContinuationV1),
-        3 => Some(What::ContinuationV2 {
-            order: high & 1 != 0,
-        }),
-        4 => Some(What::GroupNode),
-        5 => Some(What::ChunkNode { dims: high }),
-        6 => Some(What::SymbolNode),
-        7 => Some(What::LocalHeap),
-        8 => Some(What::FractalHeap {
-            links: high & 1 != 0,
-        }),
-        9 => Some(What::HeapIndirect { rows: high.into() }),
-        10 => Some(What::BTree2Node {
-            header: 0,
-            level: high.into(),
-            records: u16::from(high) * 3,
-            chunks: high & 1 != 0,
-        }),
-        11 => Some(What::GlobalHeap),
-        12 => Some(What::ArrayIndex),
-        13 => Some(What::ArraySuper),
-        14 => Some(What::ArrayData),
-        _ => Some(What::HeapDirect),
-    };
+    let expected = expected_what(*expected);
     let size = |bits: u8| [2, 4, 8, 8][usize::from(bits & 3)];
     let mut context = Context {
         geometry: Geometry {
@@ -186,6 +155,39 @@ pub fn hdf5_metadata(data: &[u8]) {
     }
     // What a structure says of its own length is read without a panic too.
     let _ = meta::declared_len(rest, expected.unwrap_or(What::ObjectHeader), &context);
+}
+
+/// What an earlier piece said is at the bytes, from an input's byte: its
+/// low four bits choose the structure, the high four its parameter.
+fn expected_what(byte: u8) -> Option<What> {
+    let high = byte >> 4;
+    match byte % 16 {
+        0 => None,
+        1 => Some(What::ObjectHeader),
+        2 => Some(What::ContinuationV1),
+        3 => Some(What::ContinuationV2 {
+            order: high & 1 != 0,
+        }),
+        4 => Some(What::GroupNode),
+        5 => Some(What::ChunkNode { dims: high }),
+        6 => Some(What::SymbolNode),
+        7 => Some(What::LocalHeap),
+        8 => Some(What::FractalHeap {
+            links: high & 1 != 0,
+        }),
+        9 => Some(What::HeapIndirect { rows: high.into() }),
+        10 => Some(What::BTree2Node {
+            header: 0,
+            level: high.into(),
+            records: u16::from(high) * 3,
+            chunks: high & 1 != 0,
+        }),
+        11 => Some(What::GlobalHeap),
+        12 => Some(What::ArrayIndex),
+        13 => Some(What::ArraySuper),
+        14 => Some(What::ArrayData),
+        _ => Some(What::HeapDirect),
+    }
 }
 
 /// Little-endian integers from a byte string, zero once it runs out.

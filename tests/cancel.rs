@@ -6,7 +6,6 @@
 //! Only a cancel can end these reads (their timeouts are ten minutes); a
 //! watchdog aborts the test binary if one hangs.
 
-mod support;
 #[path = "support/tls.rs"]
 mod tls;
 
@@ -16,13 +15,15 @@ use std::time::Duration;
 
 use remfile::wait::Cancel;
 use remfile::{ErrorKind, RemoteFile};
-use support::{After, RawServer, Reply, hold_until_hung_up, raw_serve, test_data, watchdog};
+use remfile_testkit::{
+    After, RawServer, Reply, hold_until_hung_up, raw_serve, test_data, watchdog,
+};
 
 const PATIENT: Duration = Duration::from_secs(600);
 
 /// A builder whose reads only a cancel can end.
 fn patient() -> remfile::Builder {
-    support::builder()
+    remfile_testkit::builder()
         .block_size(256 << 10)
         .read_ahead_max(0)
         .idle_timeout(PATIENT)

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use remfile::Link;
 use remfile::hdf5 as h5;
-use support::RangeServer;
+use remfile_testkit::RangeServer;
 
 use support::python::{CORPUS as FILES, small_corpus};
 

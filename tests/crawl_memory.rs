@@ -6,14 +6,13 @@
 
 #[path = "support/h5files.rs"]
 mod h5files;
-mod support;
 
 use std::time::Duration;
 
 use remfile::hdf5 as h5;
 use remfile::hdf5::hdf5_metno as h5lib;
 use remfile::process::CRAWL_MEMORY;
-use support::{RangeServer, builder};
+use remfile_testkit::{RangeServer, builder};
 
 /// Chunks of the dataset: a chunk index of some 3,000 leaves.
 const CHUNKS: usize = 100_000;

@@ -3,14 +3,12 @@
 //! block size and however small the cache, with guesses fetched in the
 //! background among them.
 
-mod support;
-
 use std::io::{Cursor, Read, Seek, SeekFrom};
 use std::sync::OnceLock;
 
 use proptest::prelude::*;
 use remfile::RemoteFile;
-use support::{RangeServer, builder, test_data};
+use remfile_testkit::{RangeServer, builder, test_data};
 
 const SIZE: usize = 150_001;
 

@@ -1,12 +1,10 @@
 //! The disk cache: blocks kept across opens (as across processes), validated,
 //! bounded, and never an error for a read when the disk misbehaves.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 
 use remfile::{DiskCache, RemoteFile};
-use support::{RangeServer, TempDir, builder, test_data};
+use remfile_testkit::{RangeServer, TempDir, builder, test_data};
 
 const BLOCK: u64 = 64 * 1024;
 
@@ -155,7 +153,7 @@ fn two_files_that_differ_by_a_query_parameter_never_share_blocks() {
     let second = two.clone();
     let server = RangeServer::new(one.clone()).with_hook(move |req, reply| {
         if req.query.as_deref() == Some("id=2") {
-            support::range_reply(&second, None, Some(lm), req)
+            remfile_testkit::range_reply(&second, None, Some(lm), req)
         } else {
             reply
         }
@@ -714,11 +712,11 @@ fn a_prefetch_of_what_the_disk_holds_reads_only_what_memory_keeps() {
 /// parts land in: a long transfer is never done twice.
 #[test]
 fn a_fetch_that_keeps_bringing_blocks_is_waited_for_past_the_wait_bound() {
+    use remfile_testkit::{After, RawServer, Reply};
     use std::io::Write;
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
-    use support::{After, RawServer, Reply};
 
     const BLOCKS: u64 = 33;
     const STEP: Duration = Duration::from_millis(1500);

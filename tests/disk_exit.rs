@@ -4,13 +4,11 @@
 //! binary again, told by an environment variable to act as one) that end
 //! with `std::process::exit`, as many programs end: no destructor runs.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use remfile::{DiskCache, RemoteFile};
-use support::{RangeServer, TempDir, builder, test_data};
+use remfile_testkit::{RangeServer, TempDir, builder, test_data};
 
 /// The block size of the 8-process test; the scattered reads use the
 /// default (1 MiB), as a program that sets nothing does.

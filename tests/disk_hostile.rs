@@ -5,15 +5,13 @@
 //! and every byte read is right.
 #![cfg(unix)]
 
-mod support;
-
 use std::fs;
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
 use remfile::{DiskCache, RemoteFile};
-use support::{RangeServer, TempDir, builder, test_data};
+use remfile_testkit::{RangeServer, TempDir, builder, test_data};
 
 const BLOCK: u64 = 64 * 1024;
 

@@ -2,9 +2,11 @@
 //! fuzz/README.md): every input, mutated HDF5 files among them, opened,
 //! walked and read through the driver over an in-memory server, and
 //! compared with HDF5's own driver on the same bytes
-//! (`remfile::fuzzing::hdf5_driver`). Each input must end within
-//! [`PER_INPUT`]; the process must stay under [`MAX_RSS`]. Needs the
-//! features `hdf5` and `fuzzing` (CI runs it with both).
+//! (`remfile_testkit::fuzz::hdf5_driver`, the fuzz target's own function).
+//! Each input must end within [`PER_INPUT`]; the process must stay under
+//! [`MAX_RSS`]. Runs with the features `hdf5` and `fuzzing` (CI runs it with
+//! both): `hdf5` builds the harness, `fuzzing` asks for the fuzz corpora's
+//! replays, which take minutes.
 #![cfg(all(feature = "hdf5", feature = "fuzzing"))]
 
 use std::path::{Path, PathBuf};
@@ -47,7 +49,7 @@ fn replay(path: &Path) {
     let runner = std::thread::Builder::new()
         .name(name.clone())
         .spawn(move || {
-            let outcome = std::panic::catch_unwind(|| remfile::fuzzing::hdf5_driver(&data));
+            let outcome = std::panic::catch_unwind(|| remfile_testkit::fuzz::hdf5_driver(&data));
             let _ = done.send(outcome.is_ok());
         })
         .expect("a thread");
@@ -110,7 +112,7 @@ fn the_seeds_open_and_walk() {
             continue;
         }
         let data = std::fs::read(&path).expect("a seed");
-        let walk = remfile::fuzzing::hdf5_driver_walk(&data);
+        let walk = remfile_testkit::fuzz::hdf5_driver_walk(&data);
         assert_eq!(walk.first().map(String::as_str), Some("open: ok"), "{name}");
         let read = walk.iter().filter(|l| l.contains(" values ")).count();
         assert!(read >= 2, "{name}: {read} values read of {walk:#?}");
@@ -122,6 +124,16 @@ fn the_seeds_open_and_walk() {
         seeds += 1;
     }
     assert!(seeds >= 5, "{seeds} seeds");
+}
+
+/// The driver's fuzz mutator aims at the structures the metadata parsers
+/// know, by the same signatures (the kit's copy of the list).
+#[test]
+fn the_mutator_knows_the_parsers_signatures() {
+    assert_eq!(
+        remfile_testkit::fuzz::SIGNATURES,
+        remfile::fuzzing::HDF5_SIGNATURES
+    );
 }
 
 /// HDF5 1.10.8's own bug, through its own `sec2` driver as through this

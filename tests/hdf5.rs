@@ -3,7 +3,6 @@
 
 #[path = "support/h5files.rs"]
 mod h5files;
-mod support;
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -14,7 +13,7 @@ use h5files::{
 };
 use remfile::hdf5 as h5;
 use remfile::hdf5::hdf5_metno as h5lib;
-use support::{RangeServer, Reply, builder};
+use remfile_testkit::{RangeServer, Reply, builder};
 
 fn rich_file() -> &'static PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
@@ -910,11 +909,11 @@ fn a_batch_of_files_stays_within_its_bound_until_they_are_opened() {
 
 #[test]
 fn cancelling_a_batch_ends_its_requests_and_leaves_its_files_to_their_opens() {
+    use remfile_testkit::{After, RawServer, hold_until_hung_up, raw_serve};
     use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
     use std::sync::{Arc, Mutex, mpsc};
-    use support::{After, RawServer, hold_until_hung_up, raw_serve};
 
-    let _dog = support::watchdog(Duration::from_secs(300));
+    let _dog = remfile_testkit::watchdog(Duration::from_secs(300));
     let data = std::fs::read(nwb_file()).unwrap();
     let holding = Arc::new(AtomicBool::new(true));
     let over = Arc::new(AtomicBool::new(false));
@@ -1069,7 +1068,7 @@ fn an_open_waits_for_the_batch_opening_its_file_and_takes_it() {
     use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
     use std::sync::{Mutex, mpsc};
 
-    let _dog = support::watchdog(Duration::from_secs(300));
+    let _dog = remfile_testkit::watchdog(Duration::from_secs(300));
     let (arrived_tx, arrived) = mpsc::channel();
     let (go_tx, go) = mpsc::channel::<()>();
     let (arrived_tx, go) = (Mutex::new(arrived_tx), Mutex::new(go));

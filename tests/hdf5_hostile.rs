@@ -5,12 +5,11 @@
 
 #[path = "support/h5files.rs"]
 mod h5files;
-mod support;
 
 use std::sync::atomic::Ordering;
 
 use remfile::hdf5 as h5;
-use support::{SPARSE_SIZE, builder, sparse_server};
+use remfile_testkit::{SPARSE_SIZE, builder, sparse_server};
 
 /// Where each local heap (`HEAP`, version 0) of an HDF5 file with 8-byte
 /// lengths says how long its data segment is.

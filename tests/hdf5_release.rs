@@ -4,7 +4,6 @@
 
 #[path = "support/h5files.rs"]
 mod h5files;
-mod support;
 
 use remfile::hdf5 as h5;
 
@@ -12,7 +11,7 @@ use remfile::hdf5 as h5;
 fn the_remote_file_lives_as_long_as_the_last_hdf5_object() {
     let path = h5files::temp_path("release.h5");
     h5files::write_rich(&path).unwrap();
-    let server = support::RangeServer::new(std::fs::read(&path).unwrap());
+    let server = remfile_testkit::RangeServer::new(std::fs::read(&path).unwrap());
     assert_eq!(h5::open_remote_files(), 0);
 
     let file = h5::open_url(server.url("/f.h5")).unwrap();
@@ -29,7 +28,7 @@ fn the_remote_file_lives_as_long_as_the_last_hdf5_object() {
     assert_eq!(h5::open_remote_files(), 0, "released with the last object");
 
     // A failed open leaks nothing either.
-    let bad = support::RangeServer::new(vec![0u8; 5000]);
+    let bad = remfile_testkit::RangeServer::new(vec![0u8; 5000]);
     assert!(h5::open_url(bad.url("/x")).is_err());
     assert_eq!(h5::open_remote_files(), 0);
     let _ = std::fs::remove_file(path);

@@ -1,14 +1,12 @@
 //! Fetch sizes that follow the link: a known link fixes them, a measured one
 //! is learned from the responses.
 
-mod support;
-
 use std::time::Duration;
 
 use remfile::Link;
 use std::io::Write;
 
-use support::{After, RangeServer, RawServer, builder, range_reply, test_data};
+use remfile_testkit::{After, RangeServer, RawServer, builder, range_reply, test_data};
 
 const MIB: u64 = 1024 * 1024;
 const MS: Duration = Duration::from_millis(1);

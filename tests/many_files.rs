@@ -1,13 +1,11 @@
 //! Many files in one process: connections, threads and background work
 //! shared across files and bounded however many are open.
 
-mod support;
-
 use std::sync::Mutex;
 use std::time::Duration;
 
 use remfile::process;
-use support::{RangeServer, builder, test_data};
+use remfile_testkit::{RangeServer, builder, test_data};
 
 /// Tests here count the process's threads: one at a time.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -22,7 +20,7 @@ fn crate_and_test_threads() -> usize {
     std::fs::read_dir("/proc/self/task")
         .expect("the process's threads")
         .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
-        .filter(|name| name.trim_end() != support::SERVER_THREAD)
+        .filter(|name| name.trim_end() != remfile_testkit::SERVER_THREAD)
         .count()
 }
 

@@ -8,7 +8,7 @@ use std::io::{Read, Seek, SeekFrom};
 
 use nginx::Nginx;
 use remfile::{ErrorKind, RemoteFile};
-use support::{builder, test_data};
+use remfile_testkit::{builder, test_data};
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;

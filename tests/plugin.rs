@@ -22,7 +22,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use remfile::hdf5 as h5;
-use support::{RangeServer, Reply};
+use remfile_testkit::{RangeServer, Reply};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -231,7 +231,7 @@ fn a_second_hdf5_gets_no_driver_bound_to_the_first() {
     let Some(python) = support::python::with_modules(&["h5py", "netCDF4"]) else {
         return;
     };
-    let dir = support::TempDir::new("plugin-two-hdf5");
+    let dir = remfile_testkit::TempDir::new("plugin-two-hdf5");
     std::fs::create_dir_all(&*dir).unwrap();
     let path = dir.join("f.h5");
     write_file(&python, &path);

@@ -1,12 +1,10 @@
 //! Reading through a well-behaved server: request counts, ranges, bytes.
 
-mod support;
-
 use std::io::{Read, Seek, SeekFrom};
 use std::sync::Arc;
 
 use remfile::{BlockCache, ErrorKind};
-use support::{RangeServer, Reply, builder, test_data};
+use remfile_testkit::{RangeServer, Reply, builder, test_data};
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
@@ -480,7 +478,7 @@ fn prefetch_fetches_scattered_ranges_in_one_round() {
     file.prefetch(wanted.clone()).unwrap();
     assert_eq!(server.requests(), n);
     // A failure of a prefetch is reported.
-    server.set_hook(|_, _| support::Reply::new(404));
+    server.set_hook(|_, _| remfile_testkit::Reply::new(404));
     let e = file
         .prefetch([9 * MIB..9 * MIB + 1, 30 * MIB..30 * MIB + 1])
         .unwrap_err();
@@ -597,7 +595,7 @@ fn a_failed_tail_does_not_fail_the_open() {
                 .header("range")
                 .is_some_and(|r| r.starts_with("bytes=-"))
             {
-                support::Reply::new(status).body(vec![0; 3 * MIB as usize])
+                remfile_testkit::Reply::new(status).body(vec![0; 3 * MIB as usize])
             } else {
                 reply
             }
@@ -876,4 +874,16 @@ fn an_exact_read_past_the_end_is_refused_without_a_request() {
         !shown.contains("GET") && !shown.contains("secret"),
         "{shown}"
     );
+}
+
+/// What plain `cargo test` leaves out, listed as ignored tests whose reason
+/// says how to run it.
+#[cfg(not(feature = "hdf5"))]
+mod feature_gates {
+    #[test]
+    #[ignore = "the HDF5 driver tests (tests/hdf5.rs, tests/hdf5_release.rs) need the `hdf5` \
+                feature and libhdf5-dev: `cargo test --features hdf5`, or `bash .ci/run` for everything"]
+    fn hdf5_driver_tests() {
+        panic!("this build has no `hdf5` feature: run `cargo test --features hdf5`");
+    }
 }

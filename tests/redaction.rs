@@ -1,14 +1,12 @@
 //! No query string (where presigned URLs keep their signature) or credential
 //! reaches an error, a `Debug` output or a log event.
 
-mod support;
-
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use remfile::RetryPolicy;
-use support::{RangeServer, Reply, builder, test_data};
+use remfile_testkit::{RangeServer, Reply, builder, test_data};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Metadata, Subscriber};

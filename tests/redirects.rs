@@ -1,13 +1,11 @@
 //! Redirects: followed and counted by the crate, remembered, kept from
 //! leaking credentials, and renewed when a presigned target expires.
 
-mod support;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use remfile::ErrorKind;
-use support::{RangeServer, Reply, builder, test_data};
+use remfile_testkit::{RangeServer, Reply, builder, test_data};
 
 const MIB: u64 = 1024 * 1024;
 

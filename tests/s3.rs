@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
 use remfile::ErrorKind;
+use remfile_testkit::{builder, test_data};
 use s3::S3Server;
-use support::{builder, test_data};
 
 const MIB: u64 = 1024 * 1024;
 

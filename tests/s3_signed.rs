@@ -20,8 +20,8 @@ use std::time::{Duration, SystemTime};
 
 use parking_lot::{Mutex, MutexGuard};
 use remfile::{ErrorKind, RemoteFile, S3Options};
+use remfile_testkit::{After, RangeServer, RawServer, Reply, Req, TempDir, builder, test_data};
 use s3::{ACCESS_KEY, BUCKET, S3Server, SECRET_KEY};
-use support::{After, RangeServer, RawServer, Reply, Req, TempDir, builder, test_data};
 
 const MIB: u64 = 1024 * 1024;
 

@@ -4,13 +4,11 @@
 //! percent-encoded, hexadecimal, base64 at every alignment, UTF-16) and in
 //! every error a failing server or a refused connection gives.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use remfile::{DiskCache, RemoteFile};
-use support::{RangeServer, Reply, TempDir, builder, read_at as read, test_data};
+use remfile_testkit::{RangeServer, Reply, TempDir, builder, read_at as read, test_data};
 
 const BLOCK: u64 = 64 * 1024;
 

@@ -3,13 +3,11 @@
 //! by them too, read from several threads at once. Every byte is compared
 //! with the file's own.
 
-mod support;
-
 use std::sync::{Arc, OnceLock};
 
 use proptest::prelude::*;
 use remfile::{BlockCache, DiskCache, RemoteFile};
-use support::{RangeServer, TempDir, builder, test_data};
+use remfile_testkit::{RangeServer, TempDir, builder, test_data};
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;

@@ -2,11 +2,9 @@
 //! small cache: the bytes are always right, the cache stays within its
 //! capacity, and the connections opened stay within the configured maximum.
 
-mod support;
-
 use std::sync::Arc;
 
-use support::{RangeServer, builder, test_data};
+use remfile_testkit::{RangeServer, builder, test_data};
 
 const MIB: u64 = 1024 * 1024;
 

@@ -2,12 +2,11 @@
 //! signed: trusted through `add_root_certificates`, refused without it, and
 //! `https_only` enforced for URLs and redirects.
 
-mod support;
 #[path = "support/tls.rs"]
 mod tls;
 
 use remfile::ErrorKind;
-use support::{RangeServer, Reply, builder, test_data};
+use remfile_testkit::{RangeServer, Reply, builder, test_data};
 use tls::{TestPki, TlsServer};
 
 const MIB: u64 = 1024 * 1024;

@@ -7,15 +7,13 @@
 //! Threads are ordered by the server's word that it holds a request, never
 //! by sleeps; a watchdog aborts the binary if a read never ends.
 
-mod support;
-
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
 use remfile::ErrorKind;
 use remfile::wait::{self, Host};
-use support::{After, RawServer, hold_until_hung_up, raw_serve, test_data, watchdog};
+use remfile_testkit::{After, RawServer, hold_until_hung_up, raw_serve, test_data, watchdog};
 
 /// A host that counts the waits it ran and the reads on other threads
 /// than the one it ran them on, and stops them when told.
@@ -97,7 +95,7 @@ fn stop_when_held(arrived: mpsc::Receiver<()>) -> std::thread::JoinHandle<()> {
 }
 
 fn patient() -> remfile::Builder {
-    support::builder()
+    remfile_testkit::builder()
         .idle_timeout(Duration::from_secs(600))
         .read_timeout(Duration::from_secs(600))
 }

@@ -3,13 +3,11 @@
 //! the user said (`Builder::immutable`) and what the server said
 //! (`Cache-Control`). Counts from the server's log, never time.
 
-mod support;
-
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use remfile::{DiskCache, RemoteFile};
-use support::{RangeServer, TempDir, builder, read_at as read, test_data};
+use remfile_testkit::{RangeServer, TempDir, builder, read_at as read, test_data};
 
 const BLOCK: u64 = 64 * 1024;
 

@@ -1,16 +1,22 @@
 //! A range server that behaves like a cloud object store: a delay per
 //! request (the round trip), an extra delay per new connection (the
 //! handshake), optional bandwidth caps per connection and in total, and a log
-//! of every request. Listens on 127.0.0.1 only.
+//! of every request. Listens on 127.0.0.1 only. Requests and their ranges
+//! are read by the test servers' own parser (`remfile_testkit`); what is
+//! here is the link it plays.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+use remfile_testkit::Reply;
+use remfile_testkit::range::{Selection, select};
+use remfile_testkit::request::{Req, read_head_from};
 
 /// What makes the server slow.
 #[derive(Debug, Clone, Copy, Default)]
@@ -56,8 +62,18 @@ impl Files {
 
 pub struct CloudServer {
     addr: SocketAddr,
-    log: Arc<Mutex<Vec<Logged>>>,
-    connections: Arc<AtomicUsize>,
+    link: Arc<Link>,
+}
+
+/// What every connection of a server shares: the files, the link's shape,
+/// the log and the counts.
+struct Link {
+    files: Files,
+    shape: Shape,
+    log: Mutex<Vec<Logged>>,
+    connections: AtomicUsize,
+    total_sent: AtomicU64,
+    started: Instant,
 }
 
 impl CloudServer {
@@ -73,29 +89,25 @@ impl CloudServer {
         CloudServer::serve(Files::ByPath(Arc::new(files)), shape)
     }
 
-    fn serve(data: Files, shape: Shape) -> CloudServer {
+    fn serve(files: Files, shape: Shape) -> CloudServer {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let addr = listener.local_addr().unwrap();
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let connections = Arc::new(AtomicUsize::new(0));
-        let total_sent = Arc::new(AtomicU64::new(0));
-        let started = Instant::now();
-        let (l, c) = (log.clone(), connections.clone());
+        let link = Arc::new(Link {
+            files,
+            shape,
+            log: Mutex::new(Vec::new()),
+            connections: AtomicUsize::new(0),
+            total_sent: AtomicU64::new(0),
+            started: Instant::now(),
+        });
+        let accepting = link.clone();
         std::thread::spawn(move || {
             for (accepted, stream) in listener.incoming().flatten().enumerate() {
-                let conn = accepted + 1;
-                let (data, log, total_sent, c) =
-                    (data.clone(), l.clone(), total_sent.clone(), c.clone());
-                std::thread::spawn(move || {
-                    serve(stream, conn, &c, &data, shape, &log, &total_sent, started)
-                });
+                let link = accepting.clone();
+                std::thread::spawn(move || serve(stream, accepted + 1, &link));
             }
         });
-        CloudServer {
-            addr,
-            log,
-            connections,
-        }
+        CloudServer { addr, link }
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -103,235 +115,201 @@ impl CloudServer {
     }
 
     pub fn log(&self) -> Vec<Logged> {
-        self.log.lock().clone()
+        self.link.log.lock().clone()
     }
 
     /// Connections that made at least one request for the file.
     pub fn connections(&self) -> usize {
-        self.connections.load(Ordering::SeqCst)
+        self.link.connections.load(Ordering::SeqCst)
     }
 
     pub fn reset(&self) {
-        self.log.lock().clear();
-        self.connections.store(0, Ordering::SeqCst);
+        self.link.log.lock().clear();
+        self.link.connections.store(0, Ordering::SeqCst);
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn serve(
-    stream: TcpStream,
-    conn: usize,
-    connections: &AtomicUsize,
-    files: &Files,
-    shape: Shape,
-    log: &Mutex<Vec<Logged>>,
-    total_sent: &AtomicU64,
-    started: Instant,
-) {
+/// Answers the requests of connection `conn` until it closes.
+fn serve(stream: TcpStream, conn: usize, link: &Link) {
     let mut out = stream.try_clone().expect("clone");
     let mut reader = BufReader::new(stream);
     let mut first_request = true;
-    loop {
-        let mut range_spec: Option<String> = None;
-        let mut path = String::new();
-        let mut stats_request = false;
-        let mut log_request = false;
-        let mut head_request = false;
-        let mut unchanged = false;
-        let mut line = String::new();
-        let mut head_lines = 0;
-        loop {
-            line.clear();
-            match reader.read_line(&mut line) {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
-            }
-            head_lines += 1;
-            if head_lines == 1 {
-                let target = line.split_whitespace().nth(1).unwrap_or("");
-                // The query names no other file (files opened under several
-                // names in one survey say `?copy=N`).
-                path = target.split('?').next().unwrap_or("").to_owned();
-            }
-            if head_lines == 1 && line.starts_with("GET /__stats ") {
-                stats_request = true;
-            }
-            if head_lines == 1 && line.starts_with("GET /__log ") {
-                log_request = true;
-            }
-            if head_lines == 1 && line.starts_with("HEAD ") {
-                head_request = true;
-            }
-            if line
-                .to_ascii_lowercase()
-                .starts_with("if-none-match: \"bench\"")
-            {
-                unchanged = true;
-            }
-            if line == "\r\n" {
-                break;
-            }
-            let lower = line.to_ascii_lowercase();
-            if let Some(spec) = lower.strip_prefix("range: bytes=") {
-                range_spec = Some(spec.trim().to_owned());
-            }
-        }
-        if head_lines == 0 {
-            return;
-        }
-        let data = files.at(&path).unwrap_or(&[]);
-        let range = range_spec.map(|spec| {
-            let size = data.len() as u64;
-            let (a, b) = spec.split_once('-').unwrap_or(("0", ""));
-            if a.is_empty() {
-                // A suffix range: the last b bytes.
-                let n: u64 = b.parse().unwrap_or(0);
-                (size.saturating_sub(n), size.saturating_sub(1))
-            } else {
-                (a.parse().unwrap_or(0), b.parse().unwrap_or(u64::MAX))
-            }
-        });
-        let arrived = started.elapsed();
-        if log_request {
-            // Every request so far, one per line.
-            let body: String = log
-                .lock()
-                .iter()
-                .map(|l| {
-                    format!(
-                        "conn {:>2}  {:>10}-{:<10} {:>9} B  {:>7.1}..{:>7.1} ms\n",
-                        l.conn,
-                        l.first,
-                        l.last,
-                        l.sent,
-                        l.arrived.as_secs_f64() * 1e3,
-                        l.done.as_secs_f64() * 1e3
-                    )
-                })
-                .collect();
-            let _ = write!(
-                out,
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
-                body.len()
-            );
-            continue;
-        }
-        if stats_request {
-            // Counts for peers in other processes: requests, bytes, connections.
-            let (requests, bytes) = {
-                let log = log.lock();
-                (log.len(), log.iter().map(|l| l.sent).sum::<u64>())
-            };
-            let body = format!(
-                "{{\"requests\": {requests}, \"bytes\": {bytes}, \"connections\": {}}}",
-                connections.load(Ordering::SeqCst)
-            );
-            let _ = write!(
-                out,
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
-                body.len()
-            );
+    while let Some(head) = read_head_from(&mut reader, || false) {
+        let req = Req::from_head(0, conn, &head);
+        let arrived = link.started.elapsed();
+        let page = match (req.method.as_str(), req.path.as_str()) {
+            ("GET", "/__log") => Some(log_page(link)),
+            ("GET", "/__stats") => Some(stats_page(link)),
+            _ => None,
+        };
+        if let Some(page) = page {
+            let _ = out.write_all(&Reply::new(200).body(page).to_bytes());
             continue;
         }
         if first_request {
             // Counted here, so that connections asking only for the stats or
             // the log are not.
-            connections.fetch_add(1, Ordering::SeqCst);
-            std::thread::sleep(shape.connect_delay);
+            link.connections.fetch_add(1, Ordering::SeqCst);
+            std::thread::sleep(link.shape.connect_delay);
             first_request = false;
         }
-        std::thread::sleep(shape.request_delay);
-        if files.at(&path).is_none() {
-            let _ = write!(out, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
-            continue;
-        }
-        let size = data.len() as u64;
-        // Answers without a body: to HEAD, and to a client that has this
-        // version already (as a warm disk cache does).
-        let bodiless = if head_request {
-            Some(format!(
-                "HTTP/1.1 200 OK\r\nContent-Length: {size}\r\nAccept-Ranges: bytes\r\nETag: \"bench\"\r\n\r\n"
-            ))
-        } else if unchanged {
-            Some(
-                "HTTP/1.1 304 Not Modified\r\nETag: \"bench\"\r\nContent-Length: 0\r\n\r\n"
-                    .to_owned(),
-            )
-        } else {
-            None
-        };
-        if let Some(head) = bodiless {
-            log.lock().push(Logged {
-                conn,
-                first: 0,
-                last: 0,
-                sent: 0,
-                arrived,
-                done: started.elapsed(),
-            });
-            let _ = out.write_all(head.as_bytes());
-            continue;
-        }
-        let (first, last) = range.unwrap_or((0, size.saturating_sub(1)));
-        if first >= size {
-            let _ = write!(
-                out,
-                "HTTP/1.1 416 Range Not Satisfiable\r\nContent-Range: bytes */{size}\r\nContent-Length: 0\r\n\r\n"
-            );
-            continue;
-        }
-        let last = last.min(size - 1);
-        let status = if range.is_some() {
-            "206 Partial Content"
-        } else {
-            "200 OK"
-        };
-        let head = format!(
-            "HTTP/1.1 {status}\r\nContent-Range: bytes {first}-{last}/{size}\r\nContent-Length: {}\r\nETag: \"bench\"\r\n\r\n",
-            last - first + 1
-        );
-        if out.write_all(head.as_bytes()).is_err() {
+        std::thread::sleep(link.shape.request_delay);
+        if !answer(&mut out, &req, link, arrived) {
             return;
         }
-        let body = &data[first as usize..=last as usize];
-        let conn_start = Instant::now();
-        let mut sent = 0u64;
-        let at = {
-            let mut log = log.lock();
-            log.push(Logged {
-                conn,
-                first,
-                last,
-                sent: 0,
-                arrived,
-                done: arrived,
-            });
-            log.len() - 1
-        };
-        for piece in body.chunks(64 * 1024) {
-            if out.write_all(piece).is_err() {
-                return;
-            }
-            {
-                let mut log = log.lock();
-                log[at].sent += piece.len() as u64;
-                log[at].done = started.elapsed();
-            }
-            sent += piece.len() as u64;
-            let all =
-                total_sent.fetch_add(piece.len() as u64, Ordering::Relaxed) + piece.len() as u64;
-            let mut wait = Duration::ZERO;
-            if let Some(bps) = shape.per_connection_bps {
-                let due = Duration::from_secs_f64(sent as f64 / bps);
-                wait = wait.max(due.saturating_sub(conn_start.elapsed()));
-            }
-            if let Some(bps) = shape.total_bps {
-                let due = Duration::from_secs_f64(all as f64 / bps);
-                wait = wait.max(due.saturating_sub(started.elapsed()));
-            }
-            if !wait.is_zero() {
-                std::thread::sleep(wait);
-            }
+    }
+}
+
+/// Every request so far, one per line.
+fn log_page(link: &Link) -> String {
+    link.log
+        .lock()
+        .iter()
+        .map(|l| {
+            format!(
+                "conn {:>2}  {:>10}-{:<10} {:>9} B  {:>7.1}..{:>7.1} ms\n",
+                l.conn,
+                l.first,
+                l.last,
+                l.sent,
+                l.arrived.as_secs_f64() * 1e3,
+                l.done.as_secs_f64() * 1e3
+            )
+        })
+        .collect()
+}
+
+/// Counts for peers in other processes: requests, bytes, connections.
+fn stats_page(link: &Link) -> String {
+    let (requests, bytes) = {
+        let log = link.log.lock();
+        (log.len(), log.iter().map(|l| l.sent).sum::<u64>())
+    };
+    format!(
+        "{{\"requests\": {requests}, \"bytes\": {bytes}, \"connections\": {}}}",
+        link.connections.load(Ordering::SeqCst)
+    )
+}
+
+/// Answers a request for a file; false if the client went away.
+fn answer(out: &mut TcpStream, req: &Req, link: &Link, arrived: Duration) -> bool {
+    let Some(data) = link.files.at(&req.path) else {
+        return out.write_all(&Reply::new(404).to_bytes()).is_ok();
+    };
+    let size = data.len() as u64;
+    // Answers without a body: to HEAD, and to a client that has this
+    // version already (as a warm disk cache does).
+    let bodiless = if req.method == "HEAD" {
+        Some(
+            Reply::new(200)
+                .header("Content-Length", size.to_string())
+                .header("Accept-Ranges", "bytes"),
+        )
+    } else if req.header("if-none-match") == Some(ETAG) {
+        Some(Reply::new(304))
+    } else {
+        None
+    };
+    if let Some(reply) = bodiless {
+        link.log.lock().push(Logged {
+            conn: req.conn,
+            first: 0,
+            last: 0,
+            sent: 0,
+            arrived,
+            done: link.started.elapsed(),
+        });
+        return out
+            .write_all(&reply.header("ETag", ETAG).to_bytes())
+            .is_ok();
+    }
+    let (reply, bytes) = match select(req.header("range"), size) {
+        Selection::Whole => (Reply::new(200), 0..size),
+        Selection::Part(bytes) => (Reply::partial(&bytes, size), bytes),
+        Selection::Unsatisfiable => {
+            return out
+                .write_all(&Reply::unsatisfiable(size).to_bytes())
+                .is_ok();
+        }
+        Selection::Invalid(_) => return out.write_all(&Reply::new(400).to_bytes()).is_ok(),
+    };
+    let head = reply
+        .header("Content-Length", (bytes.end - bytes.start).to_string())
+        .header("ETag", ETAG);
+    if out.write_all(&head.to_bytes()).is_err() {
+        return false;
+    }
+    send_body(
+        out,
+        &data[bytes.start as usize..bytes.end as usize],
+        &bytes,
+        req.conn,
+        link,
+        arrived,
+    )
+}
+
+/// The ETag of every file served.
+const ETAG: &str = "\"bench\"";
+
+/// Sends `body` (the file's `bytes`) at the link's pace, logging it as it
+/// goes; false if the client went away.
+fn send_body(
+    out: &mut TcpStream,
+    body: &[u8],
+    bytes: &Range<u64>,
+    conn: usize,
+    link: &Link,
+    arrived: Duration,
+) -> bool {
+    let conn_start = Instant::now();
+    let mut sent = 0u64;
+    let at = {
+        let mut log = link.log.lock();
+        log.push(Logged {
+            conn,
+            first: bytes.start,
+            last: bytes.end.saturating_sub(1),
+            sent: 0,
+            arrived,
+            done: arrived,
+        });
+        log.len() - 1
+    };
+    for piece in body.chunks(64 * 1024) {
+        if out.write_all(piece).is_err() {
+            return false;
+        }
+        {
+            let mut log = link.log.lock();
+            log[at].sent += piece.len() as u64;
+            log[at].done = link.started.elapsed();
+        }
+        sent += piece.len() as u64;
+        let all = link
+            .total_sent
+            .fetch_add(piece.len() as u64, Ordering::Relaxed)
+            + piece.len() as u64;
+        let wait = pace(&link.shape, sent, conn_start, all, link.started);
+        if !wait.is_zero() {
+            std::thread::sleep(wait);
         }
     }
+    true
+}
+
+/// How long to wait before sending more, so that `sent` bytes on this
+/// connection (since `conn_start`) and `all` bytes on all of them (since
+/// `started`) keep under the shape's caps.
+fn pace(shape: &Shape, sent: u64, conn_start: Instant, all: u64, started: Instant) -> Duration {
+    let mut wait = Duration::ZERO;
+    if let Some(bps) = shape.per_connection_bps {
+        let due = Duration::from_secs_f64(sent as f64 / bps);
+        wait = wait.max(due.saturating_sub(conn_start.elapsed()));
+    }
+    if let Some(bps) = shape.total_bps {
+        let due = Duration::from_secs_f64(all as f64 / bps);
+        wait = wait.max(due.saturating_sub(started.elapsed()));
+    }
+    wait
 }

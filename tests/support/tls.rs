@@ -10,7 +10,7 @@ use std::time::Duration;
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
-use crate::support::{Reply, Req, range_reply, read_head};
+use remfile_testkit::{Reply, Req, range_reply, read_head};
 
 /// A CA and a server certificate for 127.0.0.1 and localhost signed by it.
 pub struct TestPki {

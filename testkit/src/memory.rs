@@ -1,6 +1,7 @@
-//! An HTTP/1.1 server in memory, for the driver's fuzz target: a ureq
+//! An HTTP/1.1 server in memory, for the driver's fuzz harness: a ureq
 //! connector whose connections answer range GETs from a byte string, with
-//! no socket and no thread. The file it serves may claim more bytes than it
+//! no socket and no thread, through the test servers' one request parser
+//! and reply builder. The file it serves may claim more bytes than it
 //! has (a small file served as a 2^50-byte one): those beyond read as zeros.
 
 use std::collections::VecDeque;
@@ -18,6 +19,10 @@ use ureq::unversioned::resolver::{ResolvedSocketAddrs, Resolver};
 use ureq::unversioned::transport::{
     Buffers, ConnectionDetails, Connector, LazyBuffers, NextTimeout, Transport,
 };
+
+use crate::range::{Selection, select};
+use crate::reply::Reply;
+use crate::request::{MAX_HEAD, Req, read_head_from};
 
 /// The file the in-memory server serves: `bytes`, then zeros up to `len`.
 #[derive(Clone)]
@@ -94,59 +99,37 @@ impl Served {
 /// then the file's bytes in `body`.
 #[derive(Debug, PartialEq, Eq)]
 struct Answer {
-    head: String,
+    head: Vec<u8>,
     body: Range<u64>,
 }
 
-/// The answer to the request whose head (request line and headers) is
-/// `request`, for a file of `len` bytes: a single range (`a-b`, `a-` or
-/// `-n`, clamped to the file) gets a 206, a range past the end a 416, and
-/// anything else a 400.
-fn answer(request: &str, len: u64) -> Answer {
-    let refuse = |status: &str| Answer {
-        head: format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n"),
+/// The answer to the request whose head is `head`, for a file of `len`
+/// bytes: a single range (`a-b`, `a-` or `-n`, clamped to the file) gets a
+/// 206, a range past the end a 416, anything but a `GET` a 405, and
+/// anything else a 400 (no range: the file may claim a petabyte).
+fn answer(head: &str, len: u64) -> Answer {
+    let req = Req::from_head(0, 0, head);
+    let refuse = |status| Answer {
+        head: Reply::new(status).to_bytes(),
         body: 0..0,
     };
-    if !request.starts_with("GET ") {
-        return refuse("405 Method Not Allowed");
+    if req.method != "GET" {
+        return refuse(405);
     }
-    let range = request.lines().skip(1).find_map(|line| {
-        let (name, value) = line.split_once(':')?;
-        name.trim()
-            .eq_ignore_ascii_case("range")
-            .then(|| value.trim().to_owned())
-    });
-    let Some(spec) = range.as_deref().and_then(|r| r.strip_prefix("bytes=")) else {
-        return refuse("400 Bad Request");
-    };
-    let Some((first, last)) = spec.split_once('-') else {
-        return refuse("400 Bad Request");
-    };
-    let number = |s: &str| s.trim().parse::<u64>().ok();
-    let bytes = match (first.trim().is_empty(), number(first), number(last)) {
-        (true, _, Some(n)) => len.saturating_sub(n)..len,
-        (false, Some(a), None) if last.trim().is_empty() => a..len,
-        (false, Some(a), Some(b)) if a <= b => a..b.saturating_add(1).min(len),
-        _ => return refuse("400 Bad Request"),
-    };
-    if bytes.start >= len || bytes.is_empty() {
-        return Answer {
-            head: format!(
-                "HTTP/1.1 416 Range Not Satisfiable\r\nContent-Range: bytes */{len}\r\n\
-                 Content-Length: 0\r\n\r\n"
-            ),
+    match select(req.header("range"), len) {
+        Selection::Part(bytes) => Answer {
+            head: Reply::partial(&bytes, len)
+                .header("Content-Length", (bytes.end - bytes.start).to_string())
+                .header("Accept-Ranges", "bytes")
+                .header("ETag", "\"fuzz\"")
+                .to_bytes(),
+            body: bytes,
+        },
+        Selection::Unsatisfiable => Answer {
+            head: Reply::unsatisfiable(len).to_bytes(),
             body: 0..0,
-        };
-    }
-    Answer {
-        head: format!(
-            "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes {}-{}/{len}\r\n\
-             Content-Length: {}\r\nAccept-Ranges: bytes\r\nETag: \"fuzz\"\r\n\r\n",
-            bytes.start,
-            bytes.end - 1,
-            bytes.end - bytes.start
-        ),
-        body: bytes,
+        },
+        Selection::Whole | Selection::Invalid(_) => refuse(400),
     }
 }
 
@@ -190,10 +173,6 @@ impl Connector for MemoryServer {
     }
 }
 
-/// The most bytes of a request's head kept: the crate's requests have a
-/// few hundred.
-const MAX_REQUEST_HEAD: usize = 64 << 10;
-
 /// One connection: the request being received, and what is left to send
 /// of the answer.
 struct Connection {
@@ -220,15 +199,16 @@ impl Transport for Connection {
     fn transmit_output(&mut self, amount: usize, _timeout: NextTimeout) -> Result<(), ureq::Error> {
         let sent = &self.buffers.output()[..amount];
         self.request.extend_from_slice(sent);
-        if self.request.len() > MAX_REQUEST_HEAD {
+        if self.request.len() > MAX_HEAD {
             return Err(ureq::Error::Io(io::Error::other("request head too long")));
         }
-        if let Some(end) = self.request.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&self.request[..end]).into_owned();
-            self.request.drain(..end + 4);
+        let mut unread = &self.request[..];
+        if let Some(head) = read_head_from(&mut unread, || false) {
+            let used = self.request.len() - unread.len();
+            self.request.drain(..used);
             let reply = answer(&head, self.served.len);
             self.served.requests.fetch_add(1, Ordering::Relaxed);
-            self.head.extend(reply.head.as_bytes());
+            self.head.extend(reply.head);
             self.body = reply.body;
         }
         Ok(())
@@ -270,7 +250,11 @@ mod tests {
     use super::*;
 
     fn get(range: &str) -> String {
-        format!("GET /f HTTP/1.1\r\nHost: x\r\nRange: bytes={range}")
+        format!("GET /f HTTP/1.1\r\nHost: x\r\nRange: bytes={range}\r\n\r\n")
+    }
+
+    fn head_of(a: &Answer) -> String {
+        String::from_utf8_lossy(&a.head).into_owned()
     }
 
     #[test]
@@ -280,30 +264,29 @@ mod tests {
         assert_eq!(answer(&get("-30"), 100).body, 70..100);
         assert_eq!(answer(&get("-300"), 100).body, 0..100);
         assert_eq!(answer(&get("95-"), 100).body, 95..100);
-        let a = answer(&get("0-9"), 100);
-        assert!(a.head.contains("Content-Range: bytes 0-9/100\r\n"), "{a:?}");
-        assert!(a.head.contains("Content-Length: 10\r\n"), "{a:?}");
+        let a = head_of(&answer(&get("0-9"), 100));
+        assert!(a.starts_with("HTTP/1.1 206 "), "{a}");
+        assert!(a.contains("Content-Range: bytes 0-9/100\r\n"), "{a}");
+        assert_eq!(a.matches("Content-Length").count(), 1, "{a}");
+        assert!(a.contains("Content-Length: 10\r\n"), "{a}");
     }
 
     #[test]
     fn past_the_end_is_416_and_nonsense_400() {
-        let a = answer(&get("100-200"), 100);
-        assert!(a.head.starts_with("HTTP/1.1 416"), "{a:?}");
-        assert!(a.head.contains("bytes */100"), "{a:?}");
-        for bad in ["5-1", "x-9", "", "0-1,5-9"] {
-            let a = answer(&get(bad), 100);
-            assert!(a.head.starts_with("HTTP/1.1 400"), "{bad}: {a:?}");
+        for unsatisfiable in ["100-200", "-0", "100-"] {
+            let a = head_of(&answer(&get(unsatisfiable), 100));
+            assert!(a.starts_with("HTTP/1.1 416"), "{unsatisfiable}: {a}");
+            assert!(a.contains("bytes */100"), "{unsatisfiable}: {a}");
         }
-        assert!(
-            answer("GET /f HTTP/1.1\r\nHost: x", 100)
-                .head
-                .starts_with("HTTP/1.1 400")
-        );
-        assert!(
-            answer("HEAD /f HTTP/1.1", 100)
-                .head
-                .starts_with("HTTP/1.1 405")
-        );
+        for bad in ["5-1", "x-9", "", "0-1,5-9", "0-99999999999999999999"] {
+            let a = answer(&get(bad), 100);
+            assert!(head_of(&a).starts_with("HTTP/1.1 400"), "{bad}: {a:?}");
+            assert_eq!(a.body, 0..0);
+        }
+        let no_range = answer("GET /f HTTP/1.1\r\nHost: x\r\n\r\n", 100);
+        assert!(head_of(&no_range).starts_with("HTTP/1.1 400"));
+        let head = answer("HEAD /f HTTP/1.1\r\n\r\n", 100);
+        assert!(head_of(&head).starts_with("HTTP/1.1 405"));
     }
 
     #[test]
@@ -320,7 +303,7 @@ mod tests {
     fn a_remote_file_reads_the_served_bytes_through_it() {
         let bytes: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
         let served = Served::new(&bytes, 1 << 50);
-        let file = crate::RemoteFile::builder()
+        let file = remfile::RemoteFile::builder()
             .agent(served.agent())
             .block_size(4096)
             .open("http://memory.invalid/file")

@@ -6,7 +6,15 @@
 //! claims. Random byte changes rarely hit those fields, or hit them with
 //! values too tame to matter.
 
-use crate::hdf5::meta::SIGNATURES;
+/// The signatures HDF5's structures open with (the superblock's first four
+/// bytes among them): a copy of the list remfile's metadata parsers know
+/// (`remfile::fuzzing::HDF5_SIGNATURES`, which needs remfile's `fuzzing`
+/// feature), which `tests/fuzz_corpus.rs` checks is the same.
+pub const SIGNATURES: [&[u8; 4]; 21] = [
+    b"\x89HDF", b"TREE", b"SNOD", b"HEAP", b"GCOL", b"OHDR", b"OCHK", b"FRHP", b"FHDB", b"FHIB",
+    b"FSHD", b"FSSE", b"BTHD", b"BTIN", b"BTLF", b"FAHD", b"FADB", b"EAHD", b"EAIB", b"EASB",
+    b"EADB",
+];
 
 /// A small generator of choices from libFuzzer's seed (xorshift).
 struct Choices(u64);

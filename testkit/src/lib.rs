@@ -1,0 +1,126 @@
+//! What remfile's integration tests, benchmarks and fuzz targets share: test
+//! servers built on one request parser, and the HDF5 driver's fuzz harness.
+//!
+//! * [`range`]: the one parser of a `Range` header, and what a range
+//!   selects of a file; [`request`]: the one reader and parser of a
+//!   request's head; [`reply`]: the one builder of answers.
+//! * [`RangeServer`]: a well-behaved range server on 127.0.0.1 that records
+//!   every request and lets a test rewrite any answer through a hook.
+//! * [`RawServer`]: a `std::net` server whose handler writes raw bytes, for
+//!   faults below HTTP (closing mid-body, stalling, lying `Content-Length`).
+//! * [`memory::Served`]: a file served from memory through a ureq connector,
+//!   with no socket and no thread (the fuzz harness's server).
+//! * [`fuzz`]: the mutator of the `hdf5_driver` fuzz target, and with
+//!   feature `hdf5` the harness itself (the whole driver over the in-memory
+//!   server, compared with HDF5's own).
+//!
+//! Not published: a workspace member that depends on remfile, a
+//! dev-dependency of remfile's own tests.
+#![warn(missing_docs)]
+
+pub mod fuzz;
+pub mod memory;
+pub mod range;
+mod range_server;
+mod raw_server;
+pub mod reply;
+pub mod request;
+
+use std::time::Duration;
+
+pub use range_server::{RangeServer, SPARSE_SIZE, range_reply, raw_206, raw_serve, sparse_server};
+pub use raw_server::{After, RawServer, SERVER_THREAD, hold_until_hung_up};
+pub use reply::Reply;
+pub use request::{Req, read_head};
+
+/// A directory for one test: absent when made (the test creates it, or
+/// has the code under test create it), removed when dropped, also when the
+/// test fails.
+pub struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    /// `remfile-{name}-{pid}` in the system's temporary directory.
+    pub fn new(name: &str) -> TempDir {
+        let path = std::env::temp_dir().join(format!("remfile-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        TempDir(path)
+    }
+}
+
+impl std::ops::Deref for TempDir {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::path::Path> for TempDir {
+    fn as_ref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        // A test may have left a file where the directory was.
+        if std::fs::remove_dir_all(&self.0).is_err() {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+}
+
+/// Deterministic pseudo-random bytes (xorshift), different for each seed.
+pub fn test_data(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// A builder for tests: no proxy from the environment, short timeouts and
+/// backoffs, so failures show up in milliseconds.
+pub fn builder() -> remfile::Builder {
+    remfile::RemoteFile::builder()
+        .proxy_from_env(false)
+        // Request counts that do not depend on timing; the link's own tests
+        // set it.
+        .link(remfile::Link::Ignored)
+        .connect_timeout(Duration::from_secs(2))
+        .idle_timeout(Duration::from_secs(2))
+        .read_timeout(Duration::from_secs(20))
+        .retry_policy(
+            remfile::RetryPolicy::default()
+                .initial_backoff(Duration::from_millis(5))
+                .max_backoff(Duration::from_millis(20)),
+        )
+}
+
+/// `len` bytes of `file` from `pos`, which must read.
+pub fn read_at(file: &remfile::RemoteFile, pos: u64, len: usize) -> Vec<u8> {
+    let mut buf = vec![0; len];
+    file.read_exact_at(pos, &mut buf).unwrap();
+    buf
+}
+
+/// Aborts the test binary if not dropped within `limit`: a test that hangs
+/// fails rather than freezing the run. Dropping it drops the sender, which
+/// ends the watch.
+pub struct Watchdog(#[allow(dead_code)] std::sync::mpsc::Sender<()>);
+
+/// Starts a [`Watchdog`] of `limit`.
+pub fn watchdog(limit: Duration) -> Watchdog {
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(limit) {
+            eprintln!("watchdog: a test hung for {limit:?}");
+            std::process::abort();
+        }
+    });
+    Watchdog(tx)
+}
