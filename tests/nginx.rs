@@ -179,8 +179,7 @@ fn a_warm_open_with_a_disk_cache_costs_one_request_and_no_body() {
     let Some(nginx) = Nginx::start() else { return };
     let data = test_data(3 * MIB as usize, 41);
     nginx.put("warm.bin", &data);
-    let dir = std::env::temp_dir().join(format!("remfile-nginx-disk-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = remfile_testkit::TempDir::new("nginx-disk");
     let open = || {
         builder()
             .block_size(64 * KIB)
@@ -203,5 +202,4 @@ fn a_warm_open_with_a_disk_cache_costs_one_request_and_no_body() {
     assert_eq!(warm.stats().requests, 1, "read from disk");
     let log = nginx.access_log();
     assert!(log.last().is_some_and(|l| l.contains(" 304 ")), "{log:?}");
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -116,8 +116,7 @@ fn a_warm_open_with_a_disk_cache_finds_the_object_under_a_new_signature() {
     let Some(s3) = S3Server::start() else { return };
     let data = test_data(3 * MIB as usize, 5);
     s3.put("warm.bin", &data);
-    let dir = std::env::temp_dir().join(format!("remfile-s3-disk-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = remfile_testkit::TempDir::new("s3-disk");
     let open = |signed_at: SystemTime| {
         builder()
             .block_size(64 * 1024)
@@ -141,5 +140,4 @@ fn a_warm_open_with_a_disk_cache_finds_the_object_under_a_new_signature() {
     assert!(buf == data[MIB as usize..2 * MIB as usize]);
     assert_eq!(warm.stats().requests, 1, "read from disk");
     eprintln!("s3s-fs warm open: {opened:?}");
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -34,38 +34,37 @@ pub use reply::Reply;
 pub use request::{Req, read_head};
 
 /// A directory for one test: absent when made (the test creates it, or
-/// has the code under test create it), removed when dropped, also when the
-/// test fails.
-pub struct TempDir(std::path::PathBuf);
+/// has the code under test create it), inside a directory of the test's
+/// own that is removed when this is dropped, also when the test fails.
+pub struct TempDir {
+    path: std::path::PathBuf,
+    _own: tempfile::TempDir,
+}
 
 impl TempDir {
-    /// `remfile-{name}-{pid}` in the system's temporary directory.
+    /// `{name}` in a new directory of the system's temporary directory.
     pub fn new(name: &str) -> TempDir {
-        let path = std::env::temp_dir().join(format!("remfile-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        TempDir(path)
+        let own = tempfile::Builder::new()
+            .prefix(&format!("remfile-{name}-"))
+            .tempdir()
+            .expect("a temporary directory");
+        TempDir {
+            path: own.path().join(name),
+            _own: own,
+        }
     }
 }
 
 impl std::ops::Deref for TempDir {
     type Target = std::path::Path;
     fn deref(&self) -> &std::path::Path {
-        &self.0
+        &self.path
     }
 }
 
 impl AsRef<std::path::Path> for TempDir {
     fn as_ref(&self) -> &std::path::Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        // A test may have left a file where the directory was.
-        if std::fs::remove_dir_all(&self.0).is_err() {
-            let _ = std::fs::remove_file(&self.0);
-        }
+        &self.path
     }
 }
 

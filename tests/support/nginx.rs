@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 pub struct Nginx {
     child: Child,
     dir: PathBuf,
+    /// The directory's owner: removed with the server.
+    _own: tempfile::TempDir,
     port: u16,
 }
 
@@ -47,11 +49,11 @@ impl Nginx {
     /// [`Nginx::put`].
     pub fn start() -> Option<Nginx> {
         let bin = require_binary("nginx", &["/usr/sbin/nginx"])?;
-        let dir = std::env::temp_dir().join(format!(
-            "remfile-nginx-{}-{}",
-            std::process::id(),
-            free_port()
-        ));
+        let own = tempfile::Builder::new()
+            .prefix("remfile-nginx-")
+            .tempdir()
+            .unwrap();
+        let dir = own.path().to_path_buf();
         std::fs::create_dir_all(dir.join("www")).unwrap();
         let port = free_port();
         let d = dir.display();
@@ -80,7 +82,12 @@ impl Nginx {
             .stderr(Stdio::null())
             .spawn()
             .expect("start nginx");
-        let server = Nginx { child, dir, port };
+        let server = Nginx {
+            child,
+            dir,
+            port,
+            _own: own,
+        };
         let deadline = Instant::now() + Duration::from_secs(10);
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(
@@ -150,6 +157,5 @@ impl Drop for Nginx {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

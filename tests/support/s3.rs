@@ -18,6 +18,8 @@ pub const BUCKET: &str = "bucket";
 pub struct S3Server {
     child: Child,
     dir: PathBuf,
+    /// The directory's owner: removed with the server.
+    _own: tempfile::TempDir,
     port: u16,
 }
 
@@ -33,7 +35,8 @@ impl S3Server {
             .local_addr()
             .unwrap()
             .port();
-        let dir = std::env::temp_dir().join(format!("remfile-s3-{}-{port}", std::process::id()));
+        let own = tempfile::Builder::new().prefix("remfile-s3-").tempdir().unwrap();
+        let dir = own.path().to_path_buf();
         std::fs::create_dir_all(dir.join(BUCKET)).unwrap();
         let child = Command::new(bin)
             .args(["--host", "127.0.0.1", "--port", &port.to_string()])
@@ -43,7 +46,12 @@ impl S3Server {
             .stderr(Stdio::null())
             .spawn()
             .expect("start s3s-fs");
-        let server = S3Server { child, dir, port };
+        let server = S3Server {
+            child,
+            dir,
+            port,
+            _own: own,
+        };
         let deadline = Instant::now() + Duration::from_secs(20);
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(Instant::now() < deadline, "s3s-fs did not start");
@@ -105,6 +113,5 @@ impl Drop for S3Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
