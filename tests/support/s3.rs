@@ -35,7 +35,10 @@ impl S3Server {
             .local_addr()
             .unwrap()
             .port();
-        let own = tempfile::Builder::new().prefix("remfile-s3-").tempdir().unwrap();
+        let own = tempfile::Builder::new()
+            .prefix("remfile-s3-")
+            .tempdir()
+            .unwrap();
         let dir = own.path().to_path_buf();
         std::fs::create_dir_all(dir.join(BUCKET)).unwrap();
         let child = Command::new(bin)
