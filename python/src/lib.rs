@@ -103,6 +103,9 @@ impl wait::Host for PythonHost {
             let state = unsafe { pyo3::ffi::PyEval_SaveThread() };
             let outer = local::replace(&SAVED, state);
             wait();
+            if !inside_hdf5 && !on_main_thread() && wait::everything_stopped() {
+                park_until_the_process_ends();
+            }
             let state = local::replace(&SAVED, outer);
             // SAFETY: the state saved above (or re-saved by a look at
             // signals), on the same thread.
@@ -186,6 +189,20 @@ impl wait::Host for PythonHost {
 
     fn released(&self) {
         give_memory_back();
+    }
+}
+
+/// Keeps a thread whose read the interpreter's exit stopped (the
+/// package's `atexit` hook) out of Python for good. Taking the GIL back
+/// could find the interpreter finalizing, and Python then ends the thread
+/// with `pthread_exit`, whose forced unwinding through the crate's frames
+/// crashed the exiting process now and then. The thread holds nothing of
+/// the crate's here (its read is over) and nothing of h5py's (it was not
+/// inside an HDF5 call, which the hook waits for instead); the process's
+/// exit ends it.
+fn park_until_the_process_ends() -> ! {
+    loop {
+        std::thread::park();
     }
 }
 

@@ -323,6 +323,12 @@ pub fn stop_everything() {
     }
 }
 
+/// Whether [`stop_everything`] was called in this process (and not in a
+/// parent it was forked from): the process is ending.
+pub fn everything_stopped() -> bool {
+    process_ending()
+}
+
 /// The longest that closing files may wait, all together, once
 /// [`stop_everything`] was called: for their blocks to reach a disk cache.
 pub const EXIT_WAIT: Duration = Duration::from_secs(5);
