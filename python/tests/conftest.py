@@ -3,12 +3,20 @@ here, by h5py, pynwb and netCDF4 from PyPI)."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import urllib.request
 
 import numpy as np
 import pytest
+
+
+# Ctrl-C as Python handles it, in this process and in the scripts the tests
+# run, even when a runner started the suite with SIGINT ignored (a job put
+# in the background by a shell is): an ignored signal is inherited through
+# exec, a handler is not.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 class Server:
