@@ -326,7 +326,7 @@ pub fn stop_everything() {
 /// Whether [`stop_everything`] was called in this process (and not in a
 /// parent it was forked from): the process is ending.
 pub fn everything_stopped() -> bool {
-    process_ending()
+    EVERYTHING_STOPPED.is_raised()
 }
 
 /// The longest that closing files may wait, all together, once
@@ -347,7 +347,7 @@ pub(crate) fn within_exit_bound(deadline: Instant) -> Instant {
 /// Why the work on this thread should stop, if it should: asks the host
 /// (at most every [`POLL`] / 2) on the thread the host ran the read on.
 fn why_stop() -> Option<Stopped> {
-    if process_ending() {
+    if everything_stopped() {
         return Some(Stopped::ProcessEnding);
     }
     let watch = current_watch()?;
@@ -389,15 +389,10 @@ pub(crate) fn was_stopped() -> bool {
 /// Why the work on this thread is stopped already, the host not asked:
 /// the process is ending, or a cancel it watches was cancelled.
 fn why_stopped_already() -> Option<Stopped> {
-    if process_ending() {
+    if everything_stopped() {
         return Some(Stopped::ProcessEnding);
     }
     current()?.why_stopped()
-}
-
-/// Whether [`stop_everything`] was called in this process.
-fn process_ending() -> bool {
-    EVERYTHING_STOPPED.is_raised()
 }
 
 /// Whether the work on this thread should stop now.
