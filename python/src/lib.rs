@@ -880,7 +880,7 @@ fn option_keys() -> Vec<(
         .map(|k| {
             (
                 k.name,
-                k.kind.name(),
+                k.kind().name(),
                 k.default_value(),
                 k.help,
                 k.aliases.to_vec(),

@@ -17,9 +17,11 @@
 //! [`builder`](super::builder)'s job.
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::Duration;
 
-use crate::{Builder, RemoteFile};
+use crate::s3::KeyPart;
+use crate::{Builder, RemoteFile, RetryPolicy, S3Options};
 
 /// How much of the end of the file an HDF5 open fetches beside the
 /// superblock.
@@ -98,26 +100,74 @@ pub(crate) fn hdf5_builder() -> Builder {
         .max_connections(CONNECTIONS)
 }
 
-/// One key of the configuration string.
+/// One key of the configuration string: the one declaration of an option,
+/// from which the driver's parse, the builder it opens files with, Python's
+/// keyword argument and every default shown come.
 pub struct Key {
     /// Its name: the builder method's that it sets, where there is one.
     pub name: &'static str,
     /// Other names it answers to (those of earlier versions).
     pub aliases: &'static [&'static str],
-    /// The kind of its value.
-    pub kind: Kind,
-    /// Its value when the string does not set it, read off what the
-    /// driver opens files with (`None`: unset, or learnt); see
-    /// [`default_value`](Key::default_value).
-    default: Option<fn() -> String>,
     /// What it sets.
     pub help: &'static str,
-    /// Its value, read; else why not.
-    read: fn(&str) -> Result<Setting, &'static str>,
+    /// What it sets, and the kind of its value.
+    sets: Sets,
+    /// Whether its value is a secret, which no message or `Debug` shows.
+    secret: bool,
+}
+
+/// What a key sets, by the kind of its value.
+#[derive(Clone, Copy)]
+enum Sets {
+    Size(Field<u64>),
+    Count(Field<u64>),
+    Duration(Field<Duration>),
+    Switch(Field<bool>),
+    Text(Field<String>),
+    /// `Name: value`: the builder's setter of one header.
+    Header(fn(Builder, String, String) -> Builder),
+    /// A path to something the file opens with (I/O, done when the file
+    /// opens, never by [`parse`]).
+    Path(fn(Builder, &str, &Config) -> Result<Builder, String>),
+}
+
+/// A setting of the builder: its setter and, if it has one that does not
+/// depend on the file, its default, read off [`hdf5_builder`] (or one of
+/// the driver's own constants for a setting only the driver reads: its
+/// setter then leaves the builder as it is).
+struct Field<T> {
+    set: fn(Builder, T) -> Builder,
+    default: Option<fn(&Builder) -> T>,
+}
+
+// Function pointers are `Copy` whatever `T` is (a derive would ask `T: Copy`).
+impl<T> Clone for Field<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for Field<T> {}
+
+const fn field<T>(set: fn(Builder, T) -> Builder, default: fn(&Builder) -> T) -> Field<T> {
+    Field {
+        set,
+        default: Some(default),
+    }
+}
+
+const fn no_default<T>(set: fn(Builder, T) -> Builder) -> Field<T> {
+    Field { set, default: None }
+}
+
+/// The setter of a setting the driver reads itself.
+fn driver_reads<T>(b: Builder, _: T) -> Builder {
+    b
 }
 
 /// The kind of a key's value, as the string writes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Kind {
     /// Bytes, with a unit or none: `1MiB`, `512k`, `100`.
     Size,
@@ -131,10 +181,13 @@ pub enum Kind {
     Path,
     /// Anything without a `;`.
     Text,
+    /// `Name: value`.
+    Header,
 }
 
 impl Kind {
-    /// Its name: `size`, `count`, `duration`, `switch`, `path`, `text`.
+    /// Its name: `size`, `count`, `duration`, `switch`, `path`, `text`,
+    /// `header`.
     pub fn name(self) -> &'static str {
         match self {
             Kind::Size => "size",
@@ -143,305 +196,423 @@ impl Kind {
             Kind::Switch => "switch",
             Kind::Path => "path",
             Kind::Text => "text",
+            Kind::Header => "header",
         }
     }
 }
 
 impl Key {
+    /// A key of no alias whose value is no secret.
+    const fn new(name: &'static str, sets: Sets, help: &'static str) -> Key {
+        Key {
+            name,
+            aliases: &[],
+            help,
+            sets,
+            secret: false,
+        }
+    }
+
+    /// The key, also answering to `aliases`.
+    const fn or(mut self, aliases: &'static [&'static str]) -> Key {
+        self.aliases = aliases;
+        self
+    }
+
+    /// The key, its value a secret.
+    const fn secret(mut self) -> Key {
+        self.secret = true;
+        self
+    }
+
+    /// The kind of its value.
+    pub fn kind(&self) -> Kind {
+        match self.sets {
+            Sets::Size(_) => Kind::Size,
+            Sets::Count(_) => Kind::Count,
+            Sets::Duration(_) => Kind::Duration,
+            Sets::Switch(_) => Kind::Switch,
+            Sets::Text(_) => Kind::Text,
+            Sets::Header(_) => Kind::Header,
+            Sets::Path(_) => Kind::Path,
+        }
+    }
+
     /// Its value when the string does not set it, as the string would
     /// write it (`None`: unset, or learnt).
     pub fn default_value(&self) -> Option<String> {
-        self.default.map(|value| value())
+        self.default().map(|value| value.shown(self.kind()))
+    }
+
+    /// Its value when the string does not set it.
+    fn default(&self) -> Option<Value> {
+        let b = hdf5_builder();
+        match self.sets {
+            Sets::Size(f) | Sets::Count(f) => f.default.map(|get| Value::Number(get(&b))),
+            Sets::Duration(f) => f.default.map(|get| Value::Duration(get(&b))),
+            Sets::Switch(f) => f.default.map(|get| Value::Switch(get(&b))),
+            Sets::Text(f) => f.default.map(|get| Value::Text(get(&b))),
+            Sets::Header(_) | Sets::Path(_) => None,
+        }
     }
 
     /// Whether `name` names this key (its name or an alias).
     pub fn is_named(&self, name: &str) -> bool {
         self.name == name || self.aliases.contains(&name)
     }
+
+    /// `text` read as this key's value; else why not.
+    fn read(&self, text: &str) -> Result<Value, &'static str> {
+        match self.sets {
+            Sets::Size(_) => parse_size(text)
+                .map(Value::Number)
+                .ok_or("expected a size such as 1MiB"),
+            // No count of the builder's goes past `u32::MAX`.
+            Sets::Count(_) => text
+                .parse::<u32>()
+                .map(|n| Value::Number(n.into()))
+                .map_err(|_| "expected a whole number"),
+            Sets::Duration(_) => parse_duration(text)
+                .map(Value::Duration)
+                .ok_or("expected a duration such as 30s"),
+            Sets::Switch(_) => parse_switch(text)
+                .map(Value::Switch)
+                .ok_or("expected on or off"),
+            Sets::Text(_) => Ok(Value::Text(text.to_owned())),
+            // Never empty: that would be the current directory, wherever
+            // the program happens to run.
+            Sets::Path(_) if text.is_empty() => Err("expected a path"),
+            Sets::Path(_) => Ok(Value::Text(text.to_owned())),
+            Sets::Header(_) => {
+                let (name, value) = text.split_once(':').ok_or(HEADER)?;
+                let (name, value) = (name.trim(), value.trim());
+                if name.is_empty() {
+                    return Err(HEADER);
+                }
+                Ok(Value::Header(name.to_owned(), value.to_owned()))
+            }
+        }
+    }
 }
 
-const SIZE: &str = "expected a size such as 1MiB";
-const COUNT: &str = "expected a whole number";
-const DURATION: &str = "expected a duration such as 30s";
-const SWITCH: &str = "expected on or off";
-const PATH: &str = "expected a path";
 const HEADER: &str = "expected `Name: value`";
 
-fn size(value: &str) -> Result<u64, &'static str> {
-    parse_size(value).ok_or(SIZE)
+/// The retry policy of `n` retries (a count read is at most `u32::MAX`).
+fn retries(b: Builder, n: u64) -> Builder {
+    let n = u32::try_from(n).unwrap_or(u32::MAX);
+    b.retry_policy(RetryPolicy::default().max_retries(n))
 }
 
-fn count(value: &str) -> Result<u64, &'static str> {
-    value.parse().map_err(|_| COUNT)
+/// `b` with its S3 options changed by `change`.
+fn with_s3(b: Builder, change: impl FnOnce(S3Options) -> S3Options) -> Builder {
+    let options = change(b.s3.clone());
+    b.s3(options)
 }
 
-fn duration(value: &str) -> Result<Duration, &'static str> {
-    parse_duration(value).ok_or(DURATION)
+/// `b` with the disk cache at `dir` (of `config`'s `disk_capacity`). A
+/// cache is never worth a failed open: one that cannot be opened, or is
+/// refused (another user could write it), is left out, and the user told
+/// why, once.
+fn open_disk_cache(b: Builder, dir: &str, config: &Config) -> Result<Builder, String> {
+    let capacity = config.number("disk_capacity");
+    Ok(match crate::DiskCache::open(dir, capacity) {
+        Ok(disk) => b.disk_cache(disk),
+        Err(e) => {
+            without_disk_cache(dir, &e);
+            b
+        }
+    })
 }
 
-fn switch(value: &str) -> Result<bool, &'static str> {
-    parse_switch(value).ok_or(SWITCH)
+/// Says, once per process, that the disk cache `dir` is not used and why.
+fn without_disk_cache(dir: &str, error: &std::io::Error) {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    let line = format!("remfile: disk cache {dir} not used ({error}); files are read without it");
+    if !SAID.swap(true, Relaxed) {
+        super::report::report(tracing::Level::WARN, &line);
+    } else {
+        tracing::warn!("{line}");
+    }
 }
 
-/// A path: never empty (that would be the current directory, wherever the
-/// program happens to run).
-fn path(value: &str) -> Result<String, &'static str> {
-    (!value.is_empty()).then(|| value.to_owned()).ok_or(PATH)
+/// `b` trusting the CA certificates of the PEM file at `path`.
+fn read_ca_file(b: Builder, path: &str, _: &Config) -> Result<Builder, String> {
+    let pem = std::fs::read(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    Ok(b.add_root_certificates(pem))
 }
 
 /// Every key, in the order the documentation lists them.
 pub const KEYS: &[Key] = &[
-    Key {
-        name: "block_size",
-        aliases: &[],
-        kind: Kind::Size,
-        default: Some(|| show_size(hdf5_builder().block_size)),
-        help: "the block size",
-        read: |v| size(v).map(Setting::BlockSize),
-    },
-    Key {
-        name: "cache_capacity",
-        aliases: &["cache"],
-        kind: Kind::Size,
-        default: Some(|| show_size(hdf5_builder().cache_capacity)),
-        help: "the capacity of the block cache, which the process's files of one capacity share",
-        read: |v| size(v).map(Setting::Cache),
-    },
-    Key {
-        name: "open_tail",
-        aliases: &["tail"],
-        kind: Kind::Size,
-        default: Some(|| show_size(hdf5_builder().open_tail)),
-        help: "bytes of the file's end fetched at open",
-        read: |v| size(v).map(Setting::Tail),
-    },
-    Key {
-        name: "read_ahead_max",
-        aliases: &[],
-        kind: Kind::Size,
-        default: Some(|| show_size(hdf5_builder().read_ahead_max)),
-        help: "the most a sequential stream reads ahead, at most a quarter of the cache",
-        read: |v| size(v).map(Setting::ReadAheadMax),
-    },
-    Key {
-        name: "max_concurrent_requests",
-        aliases: &["concurrency"],
-        kind: Kind::Count,
-        default: Some(|| hdf5_builder().max_concurrent_requests.to_string()),
-        help: "parallel requests for one read",
-        read: |v| count(v).map(Setting::Concurrency),
-    },
-    Key {
-        name: "max_connections",
-        aliases: &["connections"],
-        kind: Kind::Count,
-        default: Some(|| hdf5_builder().max_connections.to_string()),
-        help: "the most connections kept",
-        read: |v| count(v).map(Setting::Connections),
-    },
-    Key {
-        name: "retries",
-        aliases: &[],
-        kind: Kind::Count,
-        default: Some(|| hdf5_builder().retry.retries().to_string()),
-        help: "retries of a failed request",
-        read: |v| {
-            let n = u32::try_from(count(v)?).map_err(|_| COUNT)?;
-            Ok(Setting::Retries(n))
-        },
-    },
-    Key {
-        name: "read_timeout",
-        aliases: &["timeout"],
-        kind: Kind::Duration,
-        default: Some(|| show_duration(hdf5_builder().read_timeout)),
-        help: "the longest wait for one read, retries included",
-        read: |v| duration(v).map(Setting::Timeout),
-    },
-    Key {
-        name: "connect_timeout",
-        aliases: &[],
-        kind: Kind::Duration,
-        default: Some(|| show_duration(hdf5_builder().connect_timeout)),
-        help: "the longest wait for a connection",
-        read: |v| duration(v).map(Setting::ConnectTimeout),
-    },
-    Key {
-        name: "metadata_prefetch",
-        aliases: &[],
-        kind: Kind::Switch,
-        default: Some(|| show_switch(METADATA_PREFETCH)),
-        help: "fetch what metadata points to",
-        read: |v| switch(v).map(Setting::MetadataPrefetch),
-    },
-    Key {
-        name: "chunk_read_ahead",
-        aliases: &[],
-        kind: Kind::Switch,
-        default: Some(|| show_switch(CHUNK_READ_AHEAD)),
-        help: "read chunks ahead along the chunk index",
-        read: |v| switch(v).map(Setting::ChunkReadAhead),
-    },
-    Key {
-        name: "ca_file",
-        aliases: &[],
-        kind: Kind::Path,
-        default: None,
-        help: "a PEM file of CA certificates to trust beside the built-in roots",
-        read: |v| path(v).map(Setting::CaFile),
-    },
-    Key {
-        name: "https_only",
-        aliases: &[],
-        kind: Kind::Switch,
-        default: Some(|| show_switch(hdf5_builder().https_only)),
-        help: "refuse plain http",
-        read: |v| switch(v).map(Setting::HttpsOnly),
-    },
-    Key {
-        name: "allow_redirect_to_http",
-        aliases: &[],
-        kind: Kind::Switch,
-        default: Some(|| show_switch(hdf5_builder().allow_redirect_to_http)),
-        help: "follow a redirect from https to plain http",
-        read: |v| switch(v).map(Setting::AllowRedirectToHttp),
-    },
-    Key {
-        name: "disk_cache",
-        aliases: &[],
-        kind: Kind::Path,
-        default: None,
-        help: "a directory for a disk cache shared by runs and processes",
-        read: |v| path(v).map(Setting::DiskCache),
-    },
-    Key {
-        name: "disk_capacity",
-        aliases: &[],
-        kind: Kind::Size,
-        default: Some(|| show_size(DISK_CAPACITY)),
-        help: "the disk cache's capacity",
-        read: |v| size(v).map(Setting::DiskCapacity),
-    },
-    Key {
-        name: "cache_key",
-        aliases: &[],
-        kind: Kind::Text,
-        default: None,
-        help: "the name the file goes by in the disk cache, instead of its URL",
-        read: |v| Ok(Setting::CacheKey(v.to_owned())),
-    },
-    Key {
-        name: "revalidate_after",
-        aliases: &[],
-        kind: Kind::Duration,
-        default: Some(|| show_duration(hdf5_builder().revalidate_after)),
-        help: "how long a version on disk is trusted without asking",
-        read: |v| duration(v).map(Setting::RevalidateAfter),
-    },
-    Key {
-        name: "immutable",
-        aliases: &[],
-        kind: Kind::Switch,
-        default: Some(|| show_switch(hdf5_builder().immutable)),
-        help: "the object at the URL never changes (a content-addressed blob, a versioned key): a version on disk is trusted for good, so a warm open sends no request; a changed object would be read stale",
-        read: |v| switch(v).map(Setting::Immutable),
-    },
-    Key {
-        name: "header",
-        aliases: &[],
-        kind: Kind::Text,
-        default: None,
-        help: "a header for every request to the file's own server, `Name: value` such as `Authorization: Bearer …`; repeat the key for more; never logged",
-        read: |v| {
-            let (name, value) = v.split_once(':').ok_or(HEADER)?;
-            let (name, value) = (name.trim(), value.trim());
-            if name.is_empty() {
-                return Err(HEADER);
-            }
-            Ok(Setting::Header(name.to_owned(), Secret(value.to_owned())))
-        },
-    },
-    Key {
-        name: "s3_region",
-        aliases: &[],
-        kind: Kind::Text,
-        default: None,
-        help: "the region of an s3:// URL's bucket, else AWS_REGION, the profile's, or the one the bucket names",
-        read: |v| Ok(Setting::S3Region(v.to_owned())),
-    },
-    Key {
-        name: "s3_endpoint",
-        aliases: &[],
-        kind: Kind::Text,
-        default: None,
-        help: "an S3-compatible service's URL for s3:// URLs, such as MinIO, Ceph or R2, else AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL or AWS",
-        read: |v| Ok(Setting::S3Endpoint(v.to_owned())),
-    },
-    Key {
-        name: "s3_profile",
-        aliases: &[],
-        kind: Kind::Text,
-        default: None,
-        help: "the AWS profile s3:// URLs take keys and region from, in place of AWS_PROFILE",
-        read: |v| Ok(Setting::S3Profile(v.to_owned())),
-    },
-    Key {
-        name: "s3_path_style",
-        aliases: &[],
-        kind: Kind::Switch,
-        default: None,
-        help: "path-style S3 requests, host/bucket/key; without it, for custom endpoints and dotted bucket names only",
-        read: |v| switch(v).map(Setting::S3PathStyle),
-    },
-    Key {
-        name: "s3_anonymous",
-        aliases: &[],
-        kind: Kind::Switch,
-        default: Some(|| show_switch(hdf5_builder().s3.anonymous)),
-        help: "unsigned S3 requests, without looking for credentials, for public buckets",
-        read: |v| switch(v).map(Setting::S3Anonymous),
-    },
-    Key {
-        name: "s3_requester_pays",
-        aliases: &[],
-        kind: Kind::Switch,
-        default: Some(|| show_switch(hdf5_builder().s3.requester_pays)),
-        help: "pay for the requests to a requester-pays bucket",
-        read: |v| switch(v).map(Setting::S3RequesterPays),
-    },
-    Key {
-        name: "s3_access_key_id",
-        aliases: &[],
-        kind: Kind::Text,
-        default: None,
-        help: "an AWS access key id for s3:// URLs, with s3_secret_access_key, in place of the credential chain",
-        read: |v| Ok(Setting::S3AccessKeyId(Secret(v.to_owned()))),
-    },
-    Key {
-        name: "s3_secret_access_key",
-        aliases: &[],
-        kind: Kind::Text,
-        default: None,
-        help: "the secret of s3_access_key_id",
-        read: |v| Ok(Setting::S3SecretAccessKey(Secret(v.to_owned()))),
-    },
-    Key {
-        name: "s3_session_token",
-        aliases: &[],
-        kind: Kind::Text,
-        default: None,
-        help: "the session token of temporary keys given by s3_access_key_id",
-        read: |v| Ok(Setting::S3SessionToken(Secret(v.to_owned()))),
-    },
-    Key {
-        name: "stats",
-        aliases: &[],
-        kind: Kind::Switch,
-        default: Some(|| show_switch(STATS)),
-        help: "print requests, round trips and bytes to standard error at close, as REMFILE_STATS=1 does",
-        read: |v| switch(v).map(Setting::Stats),
-    },
+    Key::new(
+        "block_size",
+        Sets::Size(field(Builder::block_size, |b| b.block_size)),
+        "the block size",
+    ),
+    Key::new(
+        "cache_capacity",
+        Sets::Size(field(Builder::cache_capacity, |b| b.cache_capacity)),
+        "the capacity of the block cache, which the process's files of one capacity share",
+    )
+    .or(&["cache"]),
+    Key::new(
+        "open_tail",
+        Sets::Size(field(Builder::open_tail, |b| b.open_tail)),
+        "bytes of the file's end fetched at open",
+    )
+    .or(&["tail"]),
+    Key::new(
+        "read_ahead_max",
+        Sets::Size(field(Builder::read_ahead_max, |b| b.read_ahead_max)),
+        "the most a sequential stream reads ahead, at most a quarter of the cache",
+    ),
+    Key::new(
+        "max_concurrent_requests",
+        Sets::Count(field(Builder::max_concurrent_requests, |b| {
+            b.max_concurrent_requests
+        })),
+        "parallel requests for one read",
+    )
+    .or(&["concurrency"]),
+    Key::new(
+        "max_connections",
+        Sets::Count(field(Builder::max_connections, |b| b.max_connections)),
+        "the most connections kept",
+    )
+    .or(&["connections"]),
+    Key::new(
+        "retries",
+        Sets::Count(field(retries, |b| u64::from(b.retry.retries()))),
+        "retries of a failed request",
+    ),
+    Key::new(
+        "read_timeout",
+        Sets::Duration(field(Builder::read_timeout, |b| b.read_timeout)),
+        "the longest wait for one read, retries included",
+    )
+    .or(&["timeout"]),
+    Key::new(
+        "connect_timeout",
+        Sets::Duration(field(Builder::connect_timeout, |b| b.connect_timeout)),
+        "the longest wait for a connection",
+    ),
+    Key::new(
+        "metadata_prefetch",
+        Sets::Switch(field(driver_reads, |_| METADATA_PREFETCH)),
+        "fetch what metadata points to",
+    ),
+    Key::new(
+        "chunk_read_ahead",
+        Sets::Switch(field(driver_reads, |_| CHUNK_READ_AHEAD)),
+        "read chunks ahead along the chunk index",
+    ),
+    Key::new(
+        "ca_file",
+        Sets::Path(read_ca_file),
+        "a PEM file of CA certificates to trust beside the built-in roots",
+    ),
+    Key::new(
+        "https_only",
+        Sets::Switch(field(Builder::https_only, |b| b.https_only)),
+        "refuse plain http",
+    ),
+    Key::new(
+        "allow_redirect_to_http",
+        Sets::Switch(field(Builder::allow_redirect_to_http, |b| {
+            b.allow_redirect_to_http
+        })),
+        "follow a redirect from https to plain http",
+    ),
+    Key::new(
+        "disk_cache",
+        Sets::Path(open_disk_cache),
+        "a directory for a disk cache shared by runs and processes",
+    ),
+    Key::new(
+        "disk_capacity",
+        Sets::Size(field(driver_reads, |_| DISK_CAPACITY)),
+        "the disk cache's capacity",
+    ),
+    Key::new(
+        "cache_key",
+        Sets::Text(no_default(|b, key| b.cache_key(key))),
+        "the name the file goes by in the disk cache, instead of its URL",
+    ),
+    Key::new(
+        "revalidate_after",
+        Sets::Duration(field(Builder::revalidate_after, |b| b.revalidate_after)),
+        "how long a version on disk is trusted without asking",
+    ),
+    Key::new(
+        "immutable",
+        Sets::Switch(field(Builder::immutable, |b| b.immutable)),
+        "the object at the URL never changes (a content-addressed blob, a versioned key): a version on disk is trusted for good, so a warm open sends no request; a changed object would be read stale",
+    ),
+    Key::new(
+        "header",
+        Sets::Header(|b, name, value| b.header(name, value)),
+        "a header for every request to the file's own server, `Name: value` such as `Authorization: Bearer …`; repeat the key for more; never logged",
+    )
+    .secret(),
+    Key::new(
+        "s3_region",
+        Sets::Text(no_default(|b, v| with_s3(b, |s| s.region(v)))),
+        "the region of an s3:// URL's bucket, else AWS_REGION, the profile's, or the one the bucket names",
+    ),
+    Key::new(
+        "s3_endpoint",
+        Sets::Text(no_default(|b, v| with_s3(b, |s| s.endpoint(v)))),
+        "an S3-compatible service's URL for s3:// URLs, such as MinIO, Ceph or R2, else AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL or AWS",
+    ),
+    Key::new(
+        "s3_profile",
+        Sets::Text(no_default(|b, v| with_s3(b, |s| s.profile(v)))),
+        "the AWS profile s3:// URLs take keys and region from, in place of AWS_PROFILE",
+    ),
+    Key::new(
+        "s3_path_style",
+        Sets::Switch(no_default(|b, on| with_s3(b, |s| s.path_style(on)))),
+        "path-style S3 requests, host/bucket/key; without it, for custom endpoints and dotted bucket names only",
+    ),
+    Key::new(
+        "s3_anonymous",
+        Sets::Switch(field(
+            |b, on| with_s3(b, |s| s.anonymous(on)),
+            |b| b.s3.anonymous,
+        )),
+        "unsigned S3 requests, without looking for credentials, for public buckets",
+    ),
+    Key::new(
+        "s3_requester_pays",
+        Sets::Switch(field(
+            |b, on| with_s3(b, |s| s.requester_pays(on)),
+            |b| b.s3.requester_pays,
+        )),
+        "pay for the requests to a requester-pays bucket",
+    ),
+    Key::new(
+        "s3_access_key_id",
+        Sets::Text(no_default(|b, v| {
+            with_s3(b, |s| s.key_part(KeyPart::Id, v))
+        })),
+        "an AWS access key id for s3:// URLs, with s3_secret_access_key, in place of the credential chain",
+    )
+    .secret(),
+    Key::new(
+        "s3_secret_access_key",
+        Sets::Text(no_default(|b, v| {
+            with_s3(b, |s| s.key_part(KeyPart::Secret, v))
+        })),
+        "the secret of s3_access_key_id",
+    )
+    .secret(),
+    Key::new(
+        "s3_session_token",
+        Sets::Text(no_default(|b, v| {
+            with_s3(b, |s| s.key_part(KeyPart::Token, v))
+        })),
+        "the session token of temporary keys given by s3_access_key_id",
+    )
+    .secret(),
+    Key::new(
+        "stats",
+        Sets::Switch(field(driver_reads, |_| STATS)),
+        "print requests, round trips and bytes to standard error at close, as REMFILE_STATS=1 does",
+    ),
 ];
+
+/// The key named `name` (not an alias).
+fn key(name: &str) -> Option<&'static Key> {
+    KEYS.iter().find(|k| k.name == name)
+}
+
+/// A value read, of a key's kind.
+#[derive(Clone, PartialEq)]
+enum Value {
+    Number(u64),
+    Duration(Duration),
+    Switch(bool),
+    Text(String),
+    Header(String, String),
+}
+
+impl Value {
+    /// As the configuration string writes a value of `kind`.
+    fn shown(&self, kind: Kind) -> String {
+        match self {
+            Value::Number(n) if kind == Kind::Size => show_size(*n),
+            Value::Number(n) => n.to_string(),
+            Value::Duration(d) => show_duration(*d),
+            Value::Switch(on) => show_switch(*on),
+            Value::Text(text) => text.clone(),
+            Value::Header(name, value) => format!("{name}: {value}"),
+        }
+    }
+}
+
+/// One setting: a key and its value.
+#[derive(Clone)]
+pub(crate) struct Setting {
+    key: &'static Key,
+    /// The name the string gave the key by (its name or an alias), for
+    /// errors about it.
+    given_as: &'static str,
+    value: Value,
+}
+
+impl Setting {
+    /// The key's name as the string gave it.
+    pub(crate) fn given_as(&self) -> &'static str {
+        self.given_as
+    }
+
+    /// Whether its value names something opened when the file is.
+    pub(crate) fn opens_something(&self) -> bool {
+        matches!(self.key.sets, Sets::Path(_))
+    }
+
+    /// Whether it is one part of a set of S3 keys (checked with the others).
+    pub(crate) fn is_s3_key_part(&self) -> bool {
+        self.key.name.starts_with("s3_") && self.key.secret
+    }
+
+    /// `b` with this setting; `config` for what it depends on. Files
+    /// opened (`Kind::Path`) are opened here.
+    pub(crate) fn apply(&self, b: Builder, config: &Config) -> Result<Builder, ConfigError> {
+        let v = self.value.clone();
+        Ok(match (self.key.sets, v) {
+            (Sets::Size(f) | Sets::Count(f), Value::Number(n)) => (f.set)(b, n),
+            (Sets::Duration(f), Value::Duration(d)) => (f.set)(b, d),
+            (Sets::Switch(f), Value::Switch(on)) => (f.set)(b, on),
+            (Sets::Text(f), Value::Text(text)) => (f.set)(b, text),
+            (Sets::Header(set), Value::Header(name, value)) => set(b, name, value),
+            (Sets::Path(open), Value::Text(path)) => {
+                open(b, &path, config).map_err(|reason| ConfigError {
+                    key: self.given_as.to_owned(),
+                    reason,
+                })?
+            }
+            // `Key::read` gives each kind its own value: never met.
+            _ => b,
+        })
+    }
+}
+
+/// Equal when the key and the value are (whichever of its names gave it).
+impl PartialEq for Setting {
+    fn eq(&self, other: &Setting) -> bool {
+        self.key.name == other.key.name && self.value == other.value
+    }
+}
+
+impl fmt::Debug for Setting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.key.secret {
+            write!(f, "{}=(hidden)", self.key.name)
+        } else {
+            write!(f, "{}={}", self.key.name, self.value.shown(self.key.kind()))
+        }
+    }
+}
 
 /// A configuration string, parsed: its settings in order (a later one of a
 /// key wins). The default, no settings, is what `parse("")` gives.
@@ -449,141 +620,45 @@ pub const KEYS: &[Key] = &[
 pub struct Config {
     /// The settings, in the order given.
     pub(crate) settings: Vec<Setting>,
-    /// The key each setting was given by, as written (a name or an alias).
-    keys: Vec<&'static str>,
 }
 
 impl Config {
-    /// Each setting with the key it was given by.
-    pub(crate) fn keyed(&self) -> impl Iterator<Item = (&'static str, &Setting)> {
-        self.keys.iter().copied().zip(&self.settings)
+    /// The value of the key `name`: the last setting of it, else its
+    /// default.
+    fn value(&self, name: &str) -> Option<Value> {
+        let set = self.settings.iter().rev().find(|s| s.key.name == name);
+        set.map(|s| s.value.clone())
+            .or_else(|| key(name).and_then(Key::default))
     }
 
-    /// The last setting `pick` finds, if any.
-    fn last<T>(&self, pick: impl Fn(&Setting) -> Option<T>) -> Option<T> {
-        self.settings.iter().rev().find_map(pick)
+    /// The switch `name`'s value (off if there is no such switch).
+    fn switch(&self, name: &str) -> bool {
+        matches!(self.value(name), Some(Value::Switch(true)))
+    }
+
+    /// The size or count `name`'s value (0 if there is none).
+    fn number(&self, name: &str) -> u64 {
+        match self.value(name) {
+            Some(Value::Number(n)) => n,
+            _ => 0,
+        }
     }
 
     /// `metadata_prefetch` (default on).
     pub fn metadata_prefetch(&self) -> bool {
-        self.last(|s| match s {
-            Setting::MetadataPrefetch(on) => Some(*on),
-            _ => None,
-        })
-        .unwrap_or(METADATA_PREFETCH)
+        self.switch("metadata_prefetch")
     }
 
     /// `chunk_read_ahead` (default on).
     pub fn chunk_read_ahead(&self) -> bool {
-        self.last(|s| match s {
-            Setting::ChunkReadAhead(on) => Some(*on),
-            _ => None,
-        })
-        .unwrap_or(CHUNK_READ_AHEAD)
+        self.switch("chunk_read_ahead")
     }
 
-    /// `stats` (default [`STATS`]).
+    /// `stats` (default off).
     pub fn stats(&self) -> bool {
-        self.last(|s| match s {
-            Setting::Stats(on) => Some(*on),
-            _ => None,
-        })
-        .unwrap_or(STATS)
-    }
-
-    /// `disk_capacity` (default [`DISK_CAPACITY`]).
-    pub(crate) fn disk_capacity(&self) -> u64 {
-        self.last(|s| match s {
-            Setting::DiskCapacity(n) => Some(*n),
-            _ => None,
-        })
-        .unwrap_or(DISK_CAPACITY)
+        self.switch("stats")
     }
 }
-
-/// One setting.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Setting {
-    /// `block_size`.
-    BlockSize(u64),
-    /// `cache`.
-    Cache(u64),
-    /// `tail`.
-    Tail(u64),
-    /// `read_ahead_max`.
-    ReadAheadMax(u64),
-    /// `concurrency`.
-    Concurrency(u64),
-    /// `connections`.
-    Connections(u64),
-    /// `retries`.
-    Retries(u32),
-    /// `timeout`.
-    Timeout(Duration),
-    /// `connect_timeout`.
-    ConnectTimeout(Duration),
-    /// `metadata_prefetch`.
-    MetadataPrefetch(bool),
-    /// `chunk_read_ahead`.
-    ChunkReadAhead(bool),
-    /// `ca_file`.
-    CaFile(String),
-    /// `https_only`.
-    HttpsOnly(bool),
-    /// `allow_redirect_to_http`.
-    AllowRedirectToHttp(bool),
-    /// `disk_cache`.
-    DiskCache(String),
-    /// `disk_capacity`.
-    DiskCapacity(u64),
-    /// `cache_key`.
-    CacheKey(String),
-    /// `revalidate_after`.
-    RevalidateAfter(Duration),
-    /// `immutable`.
-    Immutable(bool),
-    /// `stats`.
-    Stats(bool),
-    /// `header`: its name and value.
-    Header(String, Secret),
-    /// `s3_region`.
-    S3Region(String),
-    /// `s3_endpoint`.
-    S3Endpoint(String),
-    /// `s3_profile`.
-    S3Profile(String),
-    /// `s3_path_style`.
-    S3PathStyle(bool),
-    /// `s3_anonymous`.
-    S3Anonymous(bool),
-    /// `s3_requester_pays`.
-    S3RequesterPays(bool),
-    /// `s3_access_key_id`.
-    S3AccessKeyId(Secret),
-    /// `s3_secret_access_key`.
-    S3SecretAccessKey(Secret),
-    /// `s3_session_token`.
-    S3SessionToken(Secret),
-}
-
-/// A value that is never shown: `Debug` hides it, and a configuration error
-/// does not quote it.
-#[derive(Clone, PartialEq, Eq)]
-pub(crate) struct Secret(pub(crate) String);
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret(hidden)")
-    }
-}
-
-/// Keys whose values are secrets.
-const SECRET_KEYS: [&str; 4] = [
-    "header",
-    "s3_access_key_id",
-    "s3_secret_access_key",
-    "s3_session_token",
-];
 
 /// The disk cache's capacity when the configuration names none.
 pub(crate) const DISK_CAPACITY: u64 = 10 << 30;
@@ -615,7 +690,7 @@ pub fn parse(config: &str) -> Result<Config, ConfigError> {
     for pair in config.split(';').map(str::trim).filter(|p| !p.is_empty()) {
         // What is not a key is not quoted: it may be the rest of a header
         // value cut at a `;`.
-        let (key, value) = pair.split_once('=').ok_or_else(|| ConfigError {
+        let (key, text) = pair.split_once('=').ok_or_else(|| ConfigError {
             key: if KEYS.iter().any(|k| k.is_named(pair)) {
                 pair.to_owned()
             } else {
@@ -623,7 +698,7 @@ pub fn parse(config: &str) -> Result<Config, ConfigError> {
             },
             reason: "expected key=value".into(),
         })?;
-        let (key, value) = (key.trim(), value.trim());
+        let (key, text) = (key.trim(), text.trim());
         let Some(row) = KEYS.iter().find(|k| k.is_named(key)) else {
             let known: Vec<&str> = KEYS.iter().map(|k| k.name).collect();
             return Err(ConfigError {
@@ -631,21 +706,24 @@ pub fn parse(config: &str) -> Result<Config, ConfigError> {
                 reason: format!("unknown key (known: {})", known.join(", ")),
             });
         };
-        let setting = (row.read)(value).map_err(|reason| ConfigError {
+        let value = row.read(text).map_err(|reason| ConfigError {
             key: key.to_owned(),
-            reason: if SECRET_KEYS.contains(&row.name) {
+            reason: if row.secret {
                 reason.to_owned()
             } else {
-                format!("{reason}, not `{value}`")
+                format!("{reason}, not `{text}`")
             },
         })?;
-        out.settings.push(setting);
         // As written: an error about it names the key the string used.
-        let given = std::iter::once(row.name)
+        let given_as = std::iter::once(row.name)
             .chain(row.aliases.iter().copied())
             .find(|name| *name == key)
             .unwrap_or(row.name);
-        out.keys.push(given);
+        out.settings.push(Setting {
+            key: row,
+            given_as,
+            value,
+        });
     }
     Ok(out)
 }
@@ -749,28 +827,17 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            c.settings,
-            [
-                Setting::BlockSize(1 << 20),
-                Setting::Cache(2 << 30),
-                Setting::Timeout(Duration::from_secs(30)),
-                Setting::Retries(2),
-                Setting::Stats(true),
-                Setting::ChunkReadAhead(false),
-            ]
+            format!("{:?}", c.settings),
+            "[block_size=1MiB, cache_capacity=2GiB, read_timeout=30s, retries=2, stats=on, \
+             chunk_read_ahead=off]"
         );
         assert!(c.stats() && c.metadata_prefetch() && !c.chunk_read_ahead());
         assert_eq!(parse("").unwrap(), parse(" ; ").unwrap());
+        let shown = |text| format!("{:?}", parse(text).unwrap().settings);
+        assert_eq!(shown("tail=64KB"), "[open_tail=64000]");
+        assert_eq!(shown("connect_timeout=250ms"), "[connect_timeout=250ms]");
         assert_eq!(
-            parse("tail=64KB").unwrap().settings,
-            [Setting::Tail(64_000)]
-        );
-        assert_eq!(
-            parse("connect_timeout=250ms").unwrap().settings,
-            [Setting::ConnectTimeout(Duration::from_millis(250))]
-        );
-        assert_eq!(
-            parse("disk_capacity=1GiB").unwrap().disk_capacity(),
+            parse("disk_capacity=1GiB").unwrap().number("disk_capacity"),
             1 << 30
         );
         assert!(
@@ -784,7 +851,7 @@ mod tests {
         let (empty, default) = (parse("").unwrap(), Config::default());
         assert_eq!(empty, default);
         assert!(default.metadata_prefetch() && default.chunk_read_ahead() && !default.stats());
-        assert_eq!(default.disk_capacity(), DISK_CAPACITY);
+        assert_eq!(default.number("disk_capacity"), DISK_CAPACITY);
     }
 
     #[test]
@@ -804,10 +871,7 @@ mod tests {
                 .settings
         );
         // Named in errors as written.
-        assert_eq!(
-            parse("cache=1GiB").unwrap().keyed().next().unwrap().0,
-            "cache"
-        );
+        assert_eq!(parse("cache=1GiB").unwrap().settings[0].given_as(), "cache");
     }
 
     #[test]
@@ -891,19 +955,58 @@ mod tests {
     }
 
     #[test]
+    fn every_key_changes_what_it_names() {
+        let shown = |config: &Config| {
+            let b = super::super::source::apply(config, hdf5_builder()).unwrap();
+            format!("{b:?}")
+        };
+        let baseline = shown(&Config::default());
+        let driver_reads = [
+            "metadata_prefetch",
+            "chunk_read_ahead",
+            "stats",
+            "disk_capacity",
+        ];
+        for key in KEYS {
+            let other = match key.default() {
+                Some(Value::Switch(on)) => show_switch(!on),
+                Some(Value::Number(n)) => (n / 2).max(3).to_string(),
+                Some(Value::Duration(d)) => format!("{}ms", d.as_millis() / 2 + 7),
+                _ => match key.kind() {
+                    Kind::Switch => "on".to_owned(),
+                    Kind::Header => "X-Check: 1".to_owned(),
+                    Kind::Path => continue,
+                    _ => "eu-west-3".to_owned(),
+                },
+            };
+            let config = parse(&format!("{}={other}", key.name)).unwrap();
+            if driver_reads.contains(&key.name) {
+                assert_eq!(shown(&config), baseline, "{}", key.name);
+                assert!(config.value(key.name) != key.default(), "{}", key.name);
+            } else {
+                assert_ne!(shown(&config), baseline, "{}={other}", key.name);
+            }
+        }
+    }
+
+    #[test]
     fn headers_and_s3_keys_are_read_and_never_shown() {
         let c = parse(
             "header=Authorization: Bearer tok=en;header=X-Api-Key:k1;s3_region=eu-west-3;\
              s3_anonymous=on;s3_access_key_id=AKIAHIDDEN;s3_secret_access_key=very-secret",
         )
         .unwrap();
-        let header = |name: &str, value: &str| Setting::Header(name.into(), Secret(value.into()));
+        let header = |name: &str, value: &str| Setting {
+            key: key("header").unwrap(),
+            given_as: "header",
+            value: Value::Header(name.into(), value.into()),
+        };
         assert!(
             c.settings
                 .contains(&header("Authorization", "Bearer tok=en"))
         );
         assert!(c.settings.contains(&header("X-Api-Key", "k1")));
-        assert!(c.settings.contains(&Setting::S3Region("eu-west-3".into())));
+        assert!(format!("{:?}", c.settings).contains("s3_region=eu-west-3"));
         let shown = format!("{c:?}");
         for secret in ["tok=en", "k1", "AKIAHIDDEN", "very-secret"] {
             assert!(!shown.contains(secret), "{secret} in {shown}");

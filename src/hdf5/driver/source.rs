@@ -15,9 +15,8 @@ use super::crawl::Crawler;
 use super::many::Prefetched;
 use super::prefetch::{PrefetchStats, Prefetcher};
 use crate::process::workers::Closing;
-use crate::s3::KeyPart;
 use crate::sync::MadeIn;
-use crate::{Builder, Error, RemoteFile, RetryPolicy, S3Options};
+use crate::{Builder, Error, RemoteFile};
 
 /// What a driver file reads from, shared by every open of it and the fapl
 /// copies HDF5 keeps. Freed when the last of those goes.
@@ -256,11 +255,11 @@ pub fn builder(config: &Config) -> Result<Builder, ConfigError> {
 /// `disk_cache` that cannot be opened, or is refused (another user could
 /// write it), is left out, with a message on standard error once per
 /// process.
-pub fn apply(config: &Config, mut b: Builder) -> Result<Builder, ConfigError> {
-    for setting in &config.settings {
-        b = apply_one(config, setting.clone(), b)?;
-    }
-    Ok(b)
+pub fn apply(config: &Config, b: Builder) -> Result<Builder, ConfigError> {
+    config
+        .settings
+        .iter()
+        .try_fold(b, |b, setting| setting.apply(b, config))
 }
 
 /// Checks that every value of `config` is in range for the builder (a
@@ -268,22 +267,20 @@ pub fn apply(config: &Config, mut b: Builder) -> Result<Builder, ConfigError> {
 /// there), naming the key of the first that is not; reads no file and opens
 /// nothing (`ca_file` and `disk_cache` are checked when used).
 pub fn check(config: &Config) -> Result<(), ConfigError> {
-    for (key, setting) in config.keyed() {
-        if matches!(setting, Setting::DiskCache(_) | Setting::CaFile(_)) {
-            continue;
-        }
+    for setting in config.settings.iter().filter(|s| !s.opens_something()) {
         // The parts of a set of S3 keys are checked together.
-        let b = if is_key_part(setting) {
+        let together: Vec<&Setting> = if setting.is_s3_key_part() {
             config
                 .settings
                 .iter()
-                .filter(|s| is_key_part(s))
-                .try_fold(config::hdf5_builder(), |b, s| {
-                    apply_one(config, s.clone(), b)
-                })?
+                .filter(|s| s.is_s3_key_part())
+                .collect()
         } else {
-            apply_one(config, setting.clone(), config::hdf5_builder())?
+            vec![setting]
         };
+        let b = together
+            .into_iter()
+            .try_fold(config::hdf5_builder(), |b, s| s.apply(b, config))?;
         if let Err(e) = b.validate() {
             // The builder names its own option ("max_connections must be
             // ..."); the error names the key, so only the rule stays.
@@ -292,87 +289,12 @@ pub fn check(config: &Config) -> Result<(), ConfigError> {
                 .find(" must ")
                 .map_or(&message[..], |at| &message[at + 1..]);
             return Err(ConfigError {
-                key: key.to_owned(),
+                key: setting.given_as().to_owned(),
                 reason: rule.to_owned(),
             });
         }
     }
     Ok(())
-}
-
-fn is_key_part(setting: &Setting) -> bool {
-    matches!(
-        setting,
-        Setting::S3AccessKeyId(_) | Setting::S3SecretAccessKey(_) | Setting::S3SessionToken(_)
-    )
-}
-
-/// `b` with `setting` applied (`config` for what it depends on).
-fn apply_one(config: &Config, setting: Setting, b: Builder) -> Result<Builder, ConfigError> {
-    Ok(match setting {
-        Setting::BlockSize(n) => b.block_size(n),
-        Setting::Cache(n) => b.cache_capacity(n),
-        Setting::Tail(n) => b.open_tail(n),
-        Setting::ReadAheadMax(n) => b.read_ahead_max(n),
-        Setting::Concurrency(n) => b.max_concurrent_requests(n),
-        Setting::Connections(n) => b.max_connections(n),
-        Setting::Retries(n) => b.retry_policy(RetryPolicy::default().max_retries(n)),
-        Setting::Timeout(d) => b.read_timeout(d),
-        Setting::ConnectTimeout(d) => b.connect_timeout(d),
-        Setting::HttpsOnly(yes) => b.https_only(yes),
-        Setting::AllowRedirectToHttp(yes) => b.allow_redirect_to_http(yes),
-        Setting::DiskCache(dir) => match crate::DiskCache::open(&dir, config.disk_capacity()) {
-            Ok(disk) => b.disk_cache(disk),
-            Err(e) => {
-                // A cache is never worth a failed open: the file is
-                // read without it, and the user told why, once.
-                without_disk_cache(&dir, &e);
-                b
-            }
-        },
-        Setting::CacheKey(key) => b.cache_key(key),
-        Setting::RevalidateAfter(d) => b.revalidate_after(d),
-        Setting::Immutable(yes) => b.immutable(yes),
-        Setting::CaFile(path) => {
-            let pem = std::fs::read(&path).map_err(|e| ConfigError {
-                key: "ca_file".into(),
-                reason: format!("cannot read {path}: {e}"),
-            })?;
-            b.add_root_certificates(pem)
-        }
-        Setting::Header(name, value) => b.header(name, value.0),
-        Setting::S3Region(region) => with_s3(b, |s| s.region(region)),
-        Setting::S3Endpoint(url) => with_s3(b, |s| s.endpoint(url)),
-        Setting::S3Profile(name) => with_s3(b, |s| s.profile(name)),
-        Setting::S3PathStyle(yes) => with_s3(b, |s| s.path_style(yes)),
-        Setting::S3Anonymous(yes) => with_s3(b, |s| s.anonymous(yes)),
-        Setting::S3RequesterPays(yes) => with_s3(b, |s| s.requester_pays(yes)),
-        Setting::S3AccessKeyId(id) => with_s3(b, |s| s.key_part(KeyPart::Id, id.0)),
-        Setting::S3SecretAccessKey(secret) => with_s3(b, |s| s.key_part(KeyPart::Secret, secret.0)),
-        Setting::S3SessionToken(token) => with_s3(b, |s| s.key_part(KeyPart::Token, token.0)),
-        // The driver's own, or read by `disk_cache`.
-        Setting::DiskCapacity(_)
-        | Setting::MetadataPrefetch(_)
-        | Setting::ChunkReadAhead(_)
-        | Setting::Stats(_) => b,
-    })
-}
-
-/// `b` with its S3 options changed by `change`.
-fn with_s3(b: Builder, change: impl FnOnce(S3Options) -> S3Options) -> Builder {
-    let options = change(b.s3.clone());
-    b.s3(options)
-}
-
-/// Says, once per process, that the disk cache `dir` is not used and why.
-fn without_disk_cache(dir: &str, error: &std::io::Error) {
-    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    let line = format!("remfile: disk cache {dir} not used ({error}); files are read without it");
-    if !SAID.swap(true, Relaxed) {
-        super::report::report(tracing::Level::WARN, &line);
-    } else {
-        tracing::warn!("{line}");
-    }
 }
 
 /// Opens the remote file at `url` as the configuration string `config`
@@ -423,9 +345,7 @@ fn is_remote(name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
-    use super::super::config::{Setting, parse};
+    use super::super::config::parse;
     use super::*;
 
     #[test]
@@ -450,10 +370,7 @@ mod tests {
             dir.display()
         ))
         .unwrap();
-        assert!(
-            c.settings
-                .contains(&Setting::RevalidateAfter(Duration::from_secs(86_400)))
-        );
+        assert!(format!("{:?}", c.settings).contains("revalidate_after=1d"));
         let b = builder(&c).unwrap();
         assert!(b.disk_cache.is_some() && b.immutable);
         assert!(
