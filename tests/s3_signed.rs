@@ -7,6 +7,8 @@
 //! The chain reads the process's environment, so every test here holds
 //! [`ENV`] and sets the variables it needs.
 
+#![cfg(feature = "s3")]
+
 #[path = "support/nginx.rs"]
 mod nginx;
 #[path = "support/s3.rs"]

@@ -11,13 +11,13 @@
   fetched together, in one round, before h5py reads it.
 * :func:`set_defaults`: options for every file the process opens after it.
 
-Options are keyword arguments (the :class:`Options` keys, listed with their
-defaults by :func:`option_keys` and in ``help(remfile_hdf5.RemoteFile)``):
-sizes as ``"1.5GiB"``, ``"512k"`` or a number of bytes, durations as
-``"30s"``, a number of seconds or a ``timedelta``, switches as ``True`` or
-``False``, paths as strings or path objects. A misspelt key is a
-``TypeError`` that suggests the right one, a wrong value a ``ValueError``
-naming its key. ``headers={"Authorization": "Bearer …"}`` sends headers to
+Options are keyword arguments, the same for the driver, :func:`open`,
+:class:`RemoteFile`, :func:`prefetch_files` and :func:`set_defaults` (all
+listed below, and by :func:`option_keys`): sizes as ``"1.5GiB"``, ``"512k"``
+or a number of bytes, durations as ``"30s"``, a number of seconds or a
+``timedelta``, switches as ``True`` or ``False``, paths as strings or path
+objects. A misspelt key is a ``TypeError`` that suggests the right one, a
+wrong value a ``ValueError`` naming its key. ``headers={"Authorization": "Bearer …"}`` sends headers to
 the file's own server only, and no message shows them.
 
 ``s3://bucket/key`` URLs are signed with the AWS credentials the AWS SDKs
@@ -27,7 +27,8 @@ container's or the instance's role), or go unsigned where there are none
 from S3, and ``s3_endpoint`` names an S3-compatible store.
 
 ``REMFILE_OPTIONS`` in the environment (a configuration
-string, ``"cache=1GiB;timeout=60s"``) sets defaults for the whole process.
+string, ``"cache_capacity=1GiB;read_timeout=60s"``) sets defaults for the
+whole process.
 
 Reads wait on the network without holding the GIL (through h5py, when its
 HDF5 is its own private copy, as in its wheels), so other threads run
@@ -95,8 +96,8 @@ Path = Union[str, "os.PathLike[str]"]
 
 class Options(TypedDict, total=False):
     """Every option of the driver and of :class:`RemoteFile`, typed: for
-    type checkers and IDEs (``**options: Unpack[Options]``). Defaults and
-    what each sets: :func:`option_keys`."""
+    type checkers and IDEs (``**options: Unpack[Options]``). What each sets
+    and its default: ``help(remfile_hdf5)`` or :func:`option_keys`."""
 
     block_size: Size
     cache_capacity: Size
@@ -138,29 +139,58 @@ class Options(TypedDict, total=False):
 
 
 # The driver's keys (name, kind of value, default, what it sets, other
-# names), but its `header` (one `Name: value` each, repeated) is `headers`
-# here: a mapping of names to values.
+# names, group), but its `header` (one `Name: value` each, repeated) is
+# `headers` here: a mapping of names to values.
 _TABLE = [
     ("headers", "headers", None, "headers for every request to the file's own server, "
-     "a mapping such as {'Authorization': 'Bearer …'}; never logged", [])
+     "a mapping such as {'Authorization': 'Bearer …'}; never logged", [], group)
     if key == "header"
-    else (key, kind, default, text, aliases)
-    for key, kind, default, text, aliases in _native.option_keys()
+    else (key, kind, default, text, aliases, group)
+    for key, kind, default, text, aliases, group in _native.option_keys()
 ]
-# Each key's description: what it sets, the kind of its value and its default.
+# Each key's description: what it sets, the kind of its value, its default
+# and its other names.
 _KEYS = {
-    key: f"{text} ({kind}" + (f"; default {default})" if default else ")")
-    for key, kind, default, text, _ in _TABLE
+    key: f"{text} ({kind}"
+    + (f"; default {default}" if default else "")
+    + (f"; also taken as {', '.join(aliases)}" if aliases else "")
+    + ")"
+    for key, kind, default, text, aliases, _ in _TABLE
 }
 # Earlier names, still taken: each with the key it names.
-_ALIASES = {alias: key for key, _, _, _, aliases in _TABLE for alias in aliases}
+_ALIASES = {alias: key for key, _, _, _, aliases, _ in _TABLE for alias in aliases}
 # Keys whose values are secrets: no error quotes them.
 _SECRET = {"headers", "s3_access_key_id", "s3_secret_access_key", "s3_session_token"}
 # The kind of each key's value ("size", "duration", "switch", "count",
 # "path", "text", "headers"), also by its earlier names.
-_KINDS = {key: kind for key, kind, _, _, _ in _TABLE}
+_KINDS = {key: kind for key, kind, _, _, _, _ in _TABLE}
 _KINDS.update({alias: _KINDS[key] for alias, key in _ALIASES.items()})
-_DEFAULTS = {key: default for key, _, default, _, _ in _TABLE}
+_DEFAULTS = {key: default for key, _, default, _, _, _ in _TABLE}
+
+
+def _options_help() -> str:
+    """Every option, grouped, with the kind of its value, its default, what
+    it sets and its other names: the section the docstrings of the driver,
+    :func:`open`, :class:`RemoteFile` and :func:`prefetch_files` end with."""
+    lines = ["Options", "-------"]
+    for group, rows in itertools.groupby(_TABLE, key=lambda row: row[5]):
+        lines += ["", group]
+        for key, kind, default, text, aliases, _ in rows:
+            head = f"  {key}: {kind}" + (f", default {default}" if default else "")
+            if aliases:
+                head += f" (also taken as {', '.join(aliases)})"
+            lines += [head, f"      {text}"]
+    return "\n".join(lines)
+
+
+_OPTIONS_HELP = _options_help()
+
+
+def _with_options_help(doc: Optional[str]) -> str:
+    return f"{inspect.cleandoc(doc or '')}\n\n{_OPTIONS_HELP}\n"
+
+
+__doc__ = _with_options_help(__doc__)
 
 
 def _default_value(key: str) -> Any:
@@ -185,7 +215,8 @@ def _wrong(key: str, why: str) -> ValueError:
 
 def _unknown(key: str, where: str) -> TypeError:
     close = difflib.get_close_matches(key, [*_KEYS, *_ALIASES], n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    # An alias is suggested by the name it is an alias of.
+    hint = f" (did you mean {_ALIASES.get(close[0], close[0])!r}?)" if close else ""
     return TypeError(
         f"{where}() got an unexpected keyword argument {key!r}{hint}; "
         f"the options are: {', '.join(_KEYS)}"
@@ -296,7 +327,7 @@ def set_defaults(**options: Unpack[Options]) -> None:
     :class:`RemoteFile`; a file's own keyword arguments win. ``None`` gives a
     key back its built-in default. Checked as :func:`options_string` checks.
 
-    >>> remfile_hdf5.set_defaults(cache="1GiB", disk_cache="~/.cache/remfile")  # doctest: +SKIP
+    >>> remfile_hdf5.set_defaults(cache_capacity="1GiB", disk_cache="~/.cache/remfile")  # doctest: +SKIP
     """
     given = {key: value for key, value in options.items() if value is not None}
     _text(given, "set_defaults")
@@ -398,7 +429,7 @@ def open(url: Union[str, bytes, "os.PathLike[str]"], mode: str = "r", **options:
     """``h5py.File(url, mode, driver="remfile", **options)``: an HDF5 file on an
     HTTP(S) server or in S3 (``s3://bucket/key``), read through the driver. Only mode ``"r"`` is supported.
     Keyword arguments that are h5py's (``rdcc_nbytes``, ``locking``...) go to
-    h5py, the others (the :class:`Options`) to the driver."""
+    h5py, the others (the options below) to the driver."""
     import h5py
 
     if mode != "r":
@@ -489,7 +520,7 @@ def prefetch(dataset, selection: Any = Ellipsis) -> int:
     where the selection ends, so its last step may fetch a few chunks past
     it. Here the selection is known: HDF5's chunk index gives the chunks'
     places (one round for its nodes, if not cached yet), then every chunk
-    comes at once. The chunks must fit in the cache (``cache=``). A
+    comes at once. The chunks must fit in the cache (``cache_capacity``). A
     contiguous dataset's span is fetched only if the selection is most of it.
 
     ``selection`` is an index, a slice or a tuple of them (with at most one
@@ -679,7 +710,7 @@ class RemoteFile(io.RawIOBase):
     with connections and a lock of its own (also when a thread of the
     parent was reading it at the fork).
 
-    >>> with RemoteFile("https://example.com/data.zip", cache="64MiB") as fo:  # doctest: +SKIP
+    >>> with RemoteFile("https://example.com/data.zip", cache_capacity="64MiB") as fo:  # doctest: +SKIP
     ...     zipfile.ZipFile(fo).namelist()
     """
 
@@ -873,6 +904,8 @@ _shows_options(RemoteFile.__init__)
 _shows_options(prefetch_files)
 _shows_options(set_defaults)
 _shows_options(options_string)
+for _documented in (open, RemoteFile, prefetch_files):
+    _documented.__doc__ = _with_options_help(_documented.__doc__)
 
 
 def _reopen(url: str, options: dict, pos: int) -> RemoteFile:

@@ -863,9 +863,10 @@ fn check_options(options: &str) -> PyResult<()> {
     parse(options).map(drop)
 }
 
-/// The keys a configuration string may hold: each one's name, the kind of
-/// its value, its default (as the string writes it), what it sets, and the
-/// other names it answers to.
+/// The keys a configuration string may hold, in the order the
+/// documentation lists them: each one's name, the kind of its value, its
+/// default (as the string writes it), what it sets, the other names it
+/// answers to, and the title of its group.
 #[pyfunction]
 #[allow(clippy::type_complexity)]
 fn option_keys() -> Vec<(
@@ -874,6 +875,7 @@ fn option_keys() -> Vec<(
     Option<String>,
     &'static str,
     Vec<&'static str>,
+    &'static str,
 )> {
     config::KEYS
         .iter()
@@ -884,6 +886,7 @@ fn option_keys() -> Vec<(
                 k.default_value(),
                 k.help,
                 k.aliases.to_vec(),
+                k.group.title(),
             )
         })
         .collect()

@@ -225,6 +225,37 @@ def test_every_option_is_in_the_signatures_with_its_default():
     assert "**options" in str(inspect.signature(remfile_hdf5.open)), "h5py's own go on"
 
 
+def test_help_lists_every_option_with_its_default_and_names_aliases_as_such():
+    import pydoc
+
+    table = remfile_hdf5._native.option_keys()
+    assert len(table) == len(remfile_hdf5.option_keys())
+    pages = {
+        "the driver (help(remfile_hdf5))": pydoc.render_doc(remfile_hdf5, renderer=pydoc.plaintext),
+        "help(open)": pydoc.render_doc(remfile_hdf5.open, renderer=pydoc.plaintext),
+        "help(RemoteFile)": pydoc.render_doc(remfile_hdf5.RemoteFile, renderer=pydoc.plaintext),
+        "help(prefetch_files)": pydoc.render_doc(
+            remfile_hdf5.prefetch_files, renderer=pydoc.plaintext
+        ),
+    }
+    for where, page in pages.items():
+        for key, kind, default, text, aliases, group in table:
+            key = "headers" if key == "header" else key
+            head = f"  {key}: " + ("headers" if key == "headers" else kind)
+            if default:
+                head += f", default {default}"
+            assert head in page, (where, key)
+            assert group in page, (where, group)
+            if aliases:
+                assert f"{head} (also taken as {', '.join(aliases)})" in page, (where, key)
+    # One name per option: the docstrings use no alias as a name.
+    assert 'cache="' not in pages["help(RemoteFile)"]
+    assert "cache=1GiB" not in remfile_hdf5.__doc__
+    assert "also taken as cache" in remfile_hdf5.option_keys()["cache_capacity"]
+    with pytest.raises(TypeError, match="did you mean 'cache_capacity'"):
+        remfile_hdf5.options_string(cach="1GiB")
+
+
 def test_options_take_the_builders_names_and_the_earlier_ones():
     new = remfile_hdf5.options_string(cache_capacity="1GiB", read_timeout=30)
     old = remfile_hdf5.options_string(cache="1GiB", timeout=30)

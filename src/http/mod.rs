@@ -91,6 +91,7 @@ pub(crate) trait Service: Send + Sync {
 }
 
 /// What a [`Service`] makes of an error answer.
+#[cfg_attr(not(feature = "s3"), allow(dead_code))]
 pub(crate) enum Reaction {
     /// An error as any other.
     Nothing,

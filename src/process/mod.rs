@@ -89,6 +89,3 @@ pub const CRAWL_MEMORY: u64 = 64 << 20;
 /// take together: three quarters, so that the last quarter stays for the
 /// addresses every file's walk needs, however large one file's index.
 pub const CRAWL_CHUNK_MEMORY: u64 = CRAWL_MEMORY / 4 * 3;
-
-/// How long a look-up waits for one of the process-wide tables here.
-pub(crate) const TABLE_WAIT: std::time::Duration = crate::sync::TABLE_WAIT;

@@ -114,6 +114,37 @@ pub struct Key {
     sets: Sets,
     /// Whether its value is a secret, which no message or `Debug` shows.
     secret: bool,
+    /// Where the documentation lists it.
+    pub group: Group,
+}
+
+/// The groups the documentation lists the keys in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Group {
+    /// Blocks, caches and read-ahead in memory.
+    Blocks,
+    /// Connections, time limits and what the server is trusted with.
+    Network,
+    /// What the HDF5 driver fetches ahead and reports.
+    Hdf5,
+    /// The disk cache shared by runs and processes.
+    Disk,
+    /// `s3://` URLs.
+    S3,
+}
+
+impl Group {
+    /// Its title, as the documentation heads it.
+    pub fn title(self) -> &'static str {
+        match self {
+            Group::Blocks => "Blocks and memory",
+            Group::Network => "Network and security",
+            Group::Hdf5 => "HDF5",
+            Group::Disk => "Disk cache",
+            Group::S3 => "S3",
+        }
+    }
 }
 
 /// What a key sets, by the kind of its value.
@@ -210,7 +241,14 @@ impl Key {
             help,
             sets,
             secret: false,
+            group: Group::Blocks,
         }
+    }
+
+    /// The key, listed in `group`.
+    const fn group(mut self, group: Group) -> Key {
+        self.group = group;
+        self
     }
 
     /// The key, also answering to `aliases`.
@@ -341,30 +379,34 @@ fn read_ca_file(b: Builder, path: &str, _: &Config) -> Result<Builder, String> {
     Ok(b.add_root_certificates(pem))
 }
 
-/// Every key, in the order the documentation lists them.
+/// Every key, in the order the documentation lists them (by group).
 pub const KEYS: &[Key] = &[
     Key::new(
         "block_size",
         Sets::Size(field(Builder::block_size, |b| b.block_size)),
         "the block size",
-    ),
+    )
+    .group(Group::Blocks),
     Key::new(
         "cache_capacity",
         Sets::Size(field(Builder::cache_capacity, |b| b.cache_capacity)),
         "the capacity of the block cache, which the process's files of one capacity share",
     )
-    .or(&["cache"]),
+    .or(&["cache"])
+    .group(Group::Blocks),
     Key::new(
         "open_tail",
         Sets::Size(field(Builder::open_tail, |b| b.open_tail)),
         "bytes of the file's end fetched at open",
     )
-    .or(&["tail"]),
+    .or(&["tail"])
+    .group(Group::Blocks),
     Key::new(
         "read_ahead_max",
         Sets::Size(field(Builder::read_ahead_max, |b| b.read_ahead_max)),
         "the most a sequential stream reads ahead, at most a quarter of the cache",
-    ),
+    )
+    .group(Group::Blocks),
     Key::new(
         "max_concurrent_requests",
         Sets::Count(field(Builder::max_concurrent_requests, |b| {
@@ -372,107 +414,133 @@ pub const KEYS: &[Key] = &[
         })),
         "parallel requests for one read",
     )
-    .or(&["concurrency"]),
+    .or(&["concurrency"])
+    .group(Group::Network),
     Key::new(
         "max_connections",
         Sets::Count(field(Builder::max_connections, |b| b.max_connections)),
         "the most connections kept",
     )
-    .or(&["connections"]),
+    .or(&["connections"])
+    .group(Group::Network),
     Key::new(
         "retries",
         Sets::Count(field(retries, |b| u64::from(b.retry.retries()))),
         "retries of a failed request",
-    ),
+    )
+    .group(Group::Network),
     Key::new(
         "read_timeout",
         Sets::Duration(field(Builder::read_timeout, |b| b.read_timeout)),
         "the longest wait for one read, retries included",
     )
-    .or(&["timeout"]),
+    .or(&["timeout"])
+    .group(Group::Network),
     Key::new(
         "connect_timeout",
         Sets::Duration(field(Builder::connect_timeout, |b| b.connect_timeout)),
         "the longest wait for a connection",
-    ),
-    Key::new(
-        "metadata_prefetch",
-        Sets::Switch(field(driver_reads, |_| METADATA_PREFETCH)),
-        "fetch what metadata points to",
-    ),
-    Key::new(
-        "chunk_read_ahead",
-        Sets::Switch(field(driver_reads, |_| CHUNK_READ_AHEAD)),
-        "read chunks ahead along the chunk index",
-    ),
+    )
+    .group(Group::Network),
     Key::new(
         "ca_file",
         Sets::Path(read_ca_file),
         "a PEM file of CA certificates to trust beside the built-in roots",
-    ),
+    )
+    .group(Group::Network),
     Key::new(
         "https_only",
         Sets::Switch(field(Builder::https_only, |b| b.https_only)),
         "refuse plain http",
-    ),
+    )
+    .group(Group::Network),
     Key::new(
         "allow_redirect_to_http",
         Sets::Switch(field(Builder::allow_redirect_to_http, |b| {
             b.allow_redirect_to_http
         })),
         "follow a redirect from https to plain http",
-    ),
-    Key::new(
-        "disk_cache",
-        Sets::Path(open_disk_cache),
-        "a directory for a disk cache shared by runs and processes",
-    ),
-    Key::new(
-        "disk_capacity",
-        Sets::Size(field(driver_reads, |_| DISK_CAPACITY)),
-        "the disk cache's capacity",
-    ),
-    Key::new(
-        "cache_key",
-        Sets::Text(no_default(|b, key| b.cache_key(key))),
-        "the name the file goes by in the disk cache, instead of its URL",
-    ),
-    Key::new(
-        "revalidate_after",
-        Sets::Duration(field(Builder::revalidate_after, |b| b.revalidate_after)),
-        "how long a version on disk is trusted without asking",
-    ),
-    Key::new(
-        "immutable",
-        Sets::Switch(field(Builder::immutable, |b| b.immutable)),
-        "the object at the URL never changes (a content-addressed blob, a versioned key): a version on disk is trusted for good, so a warm open sends no request; a changed object would be read stale",
-    ),
+    )
+    .group(Group::Network),
     Key::new(
         "header",
         Sets::Header(|b, name, value| b.header(name, value)),
         "a header for every request to the file's own server, `Name: value` such as `Authorization: Bearer …`; repeat the key for more; never logged",
     )
-    .secret(),
+    .secret()
+    .group(Group::Network),
+    Key::new(
+        "metadata_prefetch",
+        Sets::Switch(field(driver_reads, |_| METADATA_PREFETCH)),
+        "fetch what metadata points to",
+    )
+    .group(Group::Hdf5),
+    Key::new(
+        "chunk_read_ahead",
+        Sets::Switch(field(driver_reads, |_| CHUNK_READ_AHEAD)),
+        "read chunks ahead along the chunk index",
+    )
+    .group(Group::Hdf5),
+    Key::new(
+        "stats",
+        Sets::Switch(field(driver_reads, |_| STATS)),
+        "print requests, round trips and bytes to standard error at close, as REMFILE_STATS=1 does",
+    )
+    .group(Group::Hdf5),
+    Key::new(
+        "disk_cache",
+        Sets::Path(open_disk_cache),
+        "a directory for a disk cache shared by runs and processes",
+    )
+    .group(Group::Disk),
+    Key::new(
+        "disk_capacity",
+        Sets::Size(field(driver_reads, |_| DISK_CAPACITY)),
+        "the disk cache's capacity",
+    )
+    .group(Group::Disk),
+    Key::new(
+        "cache_key",
+        Sets::Text(no_default(|b, key| b.cache_key(key))),
+        "the name the file goes by in the disk cache, instead of its URL",
+    )
+    .group(Group::Disk),
+    Key::new(
+        "revalidate_after",
+        Sets::Duration(field(Builder::revalidate_after, |b| b.revalidate_after)),
+        "how long a version on disk is trusted without asking",
+    )
+    .group(Group::Disk),
+    Key::new(
+        "immutable",
+        Sets::Switch(field(Builder::immutable, |b| b.immutable)),
+        "the object at the URL never changes (a content-addressed blob, a versioned key): a version on disk is trusted for good, so a warm open sends no request; a changed object would be read stale",
+    )
+    .group(Group::Disk),
     Key::new(
         "s3_region",
         Sets::Text(no_default(|b, v| with_s3(b, |s| s.region(v)))),
         "the region of an s3:// URL's bucket, else AWS_REGION, the profile's, or the one the bucket names",
-    ),
+    )
+    .group(Group::S3),
     Key::new(
         "s3_endpoint",
         Sets::Text(no_default(|b, v| with_s3(b, |s| s.endpoint(v)))),
         "an S3-compatible service's URL for s3:// URLs, such as MinIO, Ceph or R2, else AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL or AWS",
-    ),
+    )
+    .group(Group::S3),
     Key::new(
         "s3_profile",
         Sets::Text(no_default(|b, v| with_s3(b, |s| s.profile(v)))),
         "the AWS profile s3:// URLs take keys and region from, in place of AWS_PROFILE",
-    ),
+    )
+    .group(Group::S3),
     Key::new(
         "s3_path_style",
         Sets::Switch(no_default(|b, on| with_s3(b, |s| s.path_style(on)))),
         "path-style S3 requests, host/bucket/key; without it, for custom endpoints and dotted bucket names only",
-    ),
+    )
+    .group(Group::S3),
     Key::new(
         "s3_anonymous",
         Sets::Switch(field(
@@ -480,7 +548,8 @@ pub const KEYS: &[Key] = &[
             |b| b.s3.anonymous,
         )),
         "unsigned S3 requests, without looking for credentials, for public buckets",
-    ),
+    )
+    .group(Group::S3),
     Key::new(
         "s3_requester_pays",
         Sets::Switch(field(
@@ -488,7 +557,8 @@ pub const KEYS: &[Key] = &[
             |b| b.s3.requester_pays,
         )),
         "pay for the requests to a requester-pays bucket",
-    ),
+    )
+    .group(Group::S3),
     Key::new(
         "s3_access_key_id",
         Sets::Text(no_default(|b, v| {
@@ -496,7 +566,8 @@ pub const KEYS: &[Key] = &[
         })),
         "an AWS access key id for s3:// URLs, with s3_secret_access_key, in place of the credential chain",
     )
-    .secret(),
+    .secret()
+    .group(Group::S3),
     Key::new(
         "s3_secret_access_key",
         Sets::Text(no_default(|b, v| {
@@ -504,7 +575,8 @@ pub const KEYS: &[Key] = &[
         })),
         "the secret of s3_access_key_id",
     )
-    .secret(),
+    .secret()
+    .group(Group::S3),
     Key::new(
         "s3_session_token",
         Sets::Text(no_default(|b, v| {
@@ -512,12 +584,8 @@ pub const KEYS: &[Key] = &[
         })),
         "the session token of temporary keys given by s3_access_key_id",
     )
-    .secret(),
-    Key::new(
-        "stats",
-        Sets::Switch(field(driver_reads, |_| STATS)),
-        "print requests, round trips and bytes to standard error at close, as REMFILE_STATS=1 does",
-    ),
+    .secret()
+    .group(Group::S3),
 ];
 
 /// The key named `name` (not an alias).
@@ -951,6 +1019,17 @@ mod tests {
                 continue;
             };
             assert_eq!(format!("{applied:?}"), baseline, "{}={default}", key.name);
+        }
+    }
+
+    #[test]
+    fn the_keys_of_a_group_are_listed_together() {
+        let mut seen: Vec<Group> = Vec::new();
+        for key in KEYS {
+            if seen.last() != Some(&key.group) {
+                assert!(!seen.contains(&key.group), "{} apart from its group", key.name);
+                seen.push(key.group);
+            }
         }
     }
 

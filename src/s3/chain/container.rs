@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 
 use url::Url;
 
-use super::super::credentials::{self, Credentials, credentials_error};
+use super::super::answers;
+use super::super::credentials::{Credentials, credentials_error};
 use super::service::{agent, answer, parse_url_setting};
 use super::{Env, Source, read_small};
 use crate::error::Result;
@@ -97,7 +98,7 @@ pub(super) fn credentials(
     if status != 200 {
         return Err(credentials_error(format!("{what} answered HTTP {status}")));
     }
-    credentials::from_json_answer(&body, what)
+    answers::from_json_answer(&body, what)
 }
 
 #[cfg(test)]

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use ureq::RequestBuilder;
 use url::Url;
 
-use super::super::credentials::{self, Credentials, credentials_error};
+use super::super::answers;
+use super::super::credentials::{Credentials, credentials_error};
 use super::super::keys::{self, Keys};
 use super::service::{agent, answer, parse_url_setting};
 use super::{Env, Source};
@@ -94,7 +95,7 @@ mod absent {
 
     /// Whether `endpoint` was found unreachable within the bound, at `now`.
     pub(crate) fn known(endpoint: &Url, now: Instant) -> bool {
-        let Some(mut all) = UNREACHABLE.lock_unless_wedged(&WEDGED, crate::process::TABLE_WAIT)
+        let Some(mut all) = UNREACHABLE.lock_unless_wedged(&WEDGED, crate::sync::TABLE_WAIT)
         else {
             return false;
         };
@@ -104,7 +105,7 @@ mod absent {
 
     /// Remembers that `endpoint` could not be reached at `at`.
     pub(crate) fn remember(endpoint: &Url, at: Instant) {
-        if let Some(mut all) = UNREACHABLE.lock_unless_wedged(&WEDGED, crate::process::TABLE_WAIT) {
+        if let Some(mut all) = UNREACHABLE.lock_unless_wedged(&WEDGED, crate::sync::TABLE_WAIT) {
             all.retain(|(url, _)| url != endpoint);
             all.push((endpoint.clone(), at));
         }
@@ -249,7 +250,7 @@ impl Session<'_> {
                 "{WHAT} answered HTTP {status} for the role's credentials"
             )));
         }
-        credentials::from_json_answer(&body, WHAT)
+        answers::from_json_answer(&body, WHAT)
     }
 }
 

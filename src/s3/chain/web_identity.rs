@@ -9,7 +9,8 @@ use std::time::{Duration, SystemTime};
 use ureq::Agent;
 use url::Url;
 
-use super::super::credentials::{self, Credentials, credentials_error};
+use super::super::answers;
+use super::super::credentials::{Credentials, credentials_error};
 use super::service::{ProcessAgent, answer, credential_agent, parse_url_setting};
 use super::{Env, Source, read_small};
 use crate::error::Result;
@@ -110,8 +111,8 @@ pub(super) fn assume_role(
     if status != 200 {
         return Err(credentials_error(format!(
             "STS refused AssumeRoleWithWebIdentity for {role_arn} (HTTP {status}): {}",
-            credentials::sts_refusal(&body)
+            answers::sts_refusal(&body)
         )));
     }
-    credentials::from_sts_answer(&body)
+    answers::from_sts_answer(&body)
 }
