@@ -107,7 +107,7 @@ fn main() {
     }
     let (major, minor, patch) = h5::library_version();
     println!("HDF5 {major}.{minor}.{patch}");
-    // Files real writers made first: the README's table is on the pynwb one.
+    // Files real writers made first: docs/benchmarks.md's table is on the pynwb one.
     let mut files: Vec<(&str, PathBuf)> = Vec::new();
     if let Some(plain) = pynwb_file("pynwb-plain.nwb", None) {
         if let Some(latest) = latest_format(&plain, "pynwb-latest.nwb") {

@@ -117,13 +117,20 @@
 //! blocking is allowed — tokio's `spawn_blocking`, say — never on a worker
 //! thread of the runtime, whose other tasks would stall meanwhile:
 //!
-//! ```ignore
-//! let file = remfile::RemoteFile::open(url)?; // blocks too: inside spawn_blocking as well
+//! ```no_run
+//! # mod tokio { pub mod task {
+//! #     // tokio's, in outline: the example is compiled without tokio.
+//! #     pub async fn spawn_blocking<R>(f: impl FnOnce() -> R) -> Result<R, std::io::Error> { Ok(f()) }
+//! # } }
+//! # async fn example(url: String) -> Result<Vec<u8>, Box<dyn std::error::Error>> {
+//! let file = tokio::task::spawn_blocking(move || remfile::RemoteFile::open(url)).await??;
 //! let bytes = tokio::task::spawn_blocking(move || {
 //!     let mut buf = vec![0; 4096];
 //!     file.read_exact_at(1 << 20, &mut buf).map(|()| buf)
 //! })
 //! .await??;
+//! # Ok(bytes)
+//! # }
 //! ```
 //!
 //! # Platforms
@@ -250,3 +257,18 @@ pub use stats::Stats;
 #[cfg(all(doctest, feature = "hdf5"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+/// The Rust guide's examples (`docs/guide.md`), compiled as doc tests.
+#[cfg(all(doctest, feature = "hdf5"))]
+#[doc = include_str!("../docs/guide.md")]
+struct GuideDoctests;
+
+/// The S3 page's examples (`docs/s3.md`), compiled as doc tests.
+#[cfg(all(doctest, feature = "hdf5"))]
+#[doc = include_str!("../docs/s3.md")]
+struct S3Doctests;
+
+/// The HDF5 page's examples (`docs/hdf5.md`), compiled as doc tests.
+#[cfg(all(doctest, feature = "hdf5"))]
+#[doc = include_str!("../docs/hdf5.md")]
+struct Hdf5Doctests;

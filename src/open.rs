@@ -55,7 +55,11 @@ pub(crate) fn open(builder: &Builder, text: &str) -> Result<RemoteFile> {
             return Err(Error::new(ErrorKind::InvalidConfig, why));
         }
         let resolved = s3::resolve(&builder.s3, text, builder.https_only)?;
-        (resolved.url, resolved.name, Some((resolved.access, resolved.shown)))
+        (
+            resolved.url,
+            resolved.name,
+            Some((resolved.access, resolved.shown)),
+        )
     } else {
         let url = parse_url(text, builder.https_only)?;
         (url.clone(), url, None)

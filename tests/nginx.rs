@@ -14,8 +14,9 @@ const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
 
 #[test]
+#[ignore = "needs nginx: bash .ci/run installs it; then cargo test --test nginx -- --ignored"]
 fn files_of_every_size_read_back_exactly() {
-    let Some(nginx) = Nginx::start() else { return };
+    let nginx = Nginx::start();
     let bs = 64 * KIB;
     let sizes = [0, 1, 1000, bs - 1, bs, bs + 1, 5 * MIB + 3];
     for (i, &size) in sizes.iter().enumerate() {
@@ -37,8 +38,9 @@ fn files_of_every_size_read_back_exactly() {
 }
 
 #[test]
+#[ignore = "needs nginx: bash .ci/run installs it; then cargo test --test nginx -- --ignored"]
 fn ranges_across_block_boundaries_match() {
-    let Some(nginx) = Nginx::start() else { return };
+    let nginx = Nginx::start();
     let data = test_data(3 * MIB as usize + 777, 40);
     nginx.put("r.bin", &data);
     let bs = 100_000u64;
@@ -69,8 +71,9 @@ fn ranges_across_block_boundaries_match() {
 }
 
 #[test]
+#[ignore = "needs nginx: bash .ci/run installs it; then cargo test --test nginx -- --ignored"]
 fn concurrent_readers_get_their_bytes_and_share_fetches() {
-    let Some(nginx) = Nginx::start() else { return };
+    let nginx = Nginx::start();
     let data = test_data(16 * MIB as usize, 41);
     nginx.put("c.bin", &data);
     let file = builder().open(nginx.url("c.bin")).unwrap();
@@ -100,8 +103,9 @@ fn concurrent_readers_get_their_bytes_and_share_fetches() {
 }
 
 #[test]
+#[ignore = "needs nginx: bash .ci/run installs it; then cargo test --test nginx -- --ignored"]
 fn sequential_requests_reuse_one_connection() {
-    let Some(nginx) = Nginx::start() else { return };
+    let nginx = Nginx::start();
     nginx.put("k.bin", &test_data(8 * MIB as usize, 42));
     let file = builder()
         .block_size(64 * KIB)
@@ -117,8 +121,9 @@ fn sequential_requests_reuse_one_connection() {
 }
 
 #[test]
+#[ignore = "needs nginx: bash .ci/run installs it; then cargo test --test nginx -- --ignored"]
 fn a_file_replaced_on_the_server_is_detected() {
-    let Some(nginx) = Nginx::start() else { return };
+    let nginx = Nginx::start();
     nginx.put("v.bin", &test_data(3 * MIB as usize, 43));
     let file = builder().open(nginx.url("v.bin")).unwrap();
     let etag = file.etag().unwrap().to_owned();
@@ -146,8 +151,9 @@ fn a_file_replaced_on_the_server_is_detected() {
 }
 
 #[test]
+#[ignore = "needs nginx: bash .ci/run installs it; then cargo test --test nginx -- --ignored"]
 fn a_missing_file_is_not_found_after_one_request() {
-    let Some(nginx) = Nginx::start() else { return };
+    let nginx = Nginx::start();
     let e = RemoteFile::builder()
         .proxy_from_env(false)
         .open(nginx.url("nope.bin"))
@@ -158,8 +164,9 @@ fn a_missing_file_is_not_found_after_one_request() {
 }
 
 #[test]
+#[ignore = "needs nginx: bash .ci/run installs it; then cargo test --test nginx -- --ignored"]
 fn the_tail_comes_with_the_open() {
-    let Some(nginx) = Nginx::start() else { return };
+    let nginx = Nginx::start();
     let data = test_data(3 * MIB as usize + 5, 43);
     nginx.put("tail.bin", &data);
     let file = builder()
@@ -175,8 +182,9 @@ fn the_tail_comes_with_the_open() {
 }
 
 #[test]
+#[ignore = "needs nginx: bash .ci/run installs it; then cargo test --test nginx -- --ignored"]
 fn a_warm_open_with_a_disk_cache_costs_one_request_and_no_body() {
-    let Some(nginx) = Nginx::start() else { return };
+    let nginx = Nginx::start();
     let data = test_data(3 * MIB as usize, 41);
     nginx.put("warm.bin", &data);
     let dir = remfile_testkit::TempDir::new("nginx-disk");

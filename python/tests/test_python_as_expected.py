@@ -270,9 +270,9 @@ def test_options_take_the_builders_names_and_the_earlier_ones():
 
 def test_a_misspelt_option_is_a_type_error_that_suggests_the_key(server):
     mark = server.mark()
-    with pytest.raises(TypeError, match="'cahce'.*did you mean 'cache'"):
+    with pytest.raises(TypeError, match="'cahce'.*did you mean 'cache_capacity'"):
         remfile_hdf5.RemoteFile(server.url("blob.bin"), cahce="1GiB")
-    with pytest.raises(TypeError, match="'cahce'.*did you mean 'cache'"):
+    with pytest.raises(TypeError, match="'cahce'.*did you mean 'cache_capacity'"):
         h5py.File(server.url("data.h5"), "r", driver="remfile", cahce="1GiB")
     assert server.requests_since(mark) == []
 

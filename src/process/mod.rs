@@ -17,7 +17,7 @@
 //! by both would interleave their bytes), and the parent's locks may be
 //! held for good there by threads the child does not have.
 //!
-//! The bounds, for any number of open files (see the README's "Many files
+//! The bounds, for any number of open files (see docs/hdf5.md, "Many files
 //! in one process"):
 //! [`CONNECTIONS_PER_ORIGIN`] requests in flight to one origin,
 //! [`IDLE_CONNECTIONS`] idle connections kept,

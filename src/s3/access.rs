@@ -398,9 +398,9 @@ mod tests {
         /// keeps its key.
         #[test]
         fn hostile_text_never_panics(text in "\\PC{0,80}", bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..200)) {
-            let _ = profile::merged(Some(&text), Some(&text), "default");
-            let _ = super::answers::from_sts_answer(&text);
-            let _ = super::answers::from_json_answer(&text, "x");
+            let _ = crate::s3::profile::merged(Some(&text), Some(&text), "default");
+            let _ = crate::s3::answers::from_sts_answer(&text);
+            let _ = crate::s3::answers::from_json_answer(&text, "x");
             let _ = region::named_by(&HeaderMap::new(), &bytes);
             if let Ok(at) = location::parse(&format!("s3://bucket/{text}")) {
                 let url = location::object_url(&at, &Endpoint::Aws, Some("eu-west-1"), false).unwrap();

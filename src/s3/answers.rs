@@ -121,6 +121,7 @@ pub(crate) fn from_json_answer(json: &str, from: &str) -> Result<Credentials> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ErrorKind;
 
     const STS_ANSWER: &str = "<AssumeRoleWithWebIdentityResponse xmlns=\"https://sts.amazonaws.com/doc/2011-06-15/\">\
         <AssumeRoleWithWebIdentityResult><Credentials>\

@@ -47,4 +47,3 @@ impl Credentials {
 pub(crate) fn credentials_error(message: impl Into<String>) -> Error {
     Error::new(ErrorKind::Credentials, message)
 }
-

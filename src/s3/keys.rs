@@ -21,8 +21,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant, SystemTime};
 
-use super::chain::Source;
 use super::answers::due_for_renewal;
+use super::chain::Source;
 use super::credentials::Credentials;
 use crate::error::{Error, ErrorKind, Result};
 use crate::sync::{Condvar, MadeIn, Mutex, MutexGuard, ProcessLocal};

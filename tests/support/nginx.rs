@@ -18,8 +18,9 @@ pub struct Nginx {
     port: u16,
 }
 
-/// Finds a server binary, or explains why the test is skipped (failing under CI).
-pub fn require_binary(name: &str, candidates: &[&str]) -> Option<PathBuf> {
+/// Finds a server binary; the test fails, saying how to install it, if
+/// there is none.
+pub fn require_binary(name: &str, candidates: &[&str]) -> PathBuf {
     let found = candidates
         .iter()
         .map(PathBuf::from)
@@ -31,10 +32,7 @@ pub fn require_binary(name: &str, candidates: &[&str]) -> Option<PathBuf> {
                     .find(|p| p.exists())
             })
         });
-    if found.is_none() {
-        crate::support::skip::missing(&format!("{name} is not installed"));
-    }
-    found
+    found.unwrap_or_else(|| crate::support::skip::needed(&format!("{name} is not installed")))
 }
 
 fn free_port() -> u16 {
@@ -47,8 +45,8 @@ fn free_port() -> u16 {
 impl Nginx {
     /// Starts nginx serving an empty document root; put files there with
     /// [`Nginx::put`].
-    pub fn start() -> Option<Nginx> {
-        let bin = require_binary("nginx", &["/usr/sbin/nginx"])?;
+    pub fn start() -> Nginx {
+        let bin = require_binary("nginx", &["/usr/sbin/nginx"]);
         let own = tempfile::Builder::new()
             .prefix("remfile-nginx-")
             .tempdir()
@@ -97,7 +95,7 @@ impl Nginx {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        Some(server)
+        server
     }
 
     /// Writes a file into the document root.

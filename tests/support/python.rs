@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
-/// A Python that imports every one of `modules`, or `None` with a note that
-/// the caller's tests are skipped; under `CI=true` a missing one fails.
-pub fn with_modules(modules: &[&str]) -> Option<PathBuf> {
+/// A Python that imports every one of `modules`; the test fails, saying how
+/// to make one, if there is none.
+pub fn with_modules(modules: &[&str]) -> PathBuf {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let candidates = [
         std::env::var_os("REMFILE_PLUGIN_PYTHON").map(PathBuf::from),
@@ -20,22 +20,21 @@ pub fn with_modules(modules: &[&str]) -> Option<PathBuf> {
             .output()
             .is_ok_and(|o| o.status.success())
     });
-    if found.is_none() {
-        super::skip::missing(&format!(
+    found.unwrap_or_else(|| {
+        super::skip::needed(&format!(
             "no Python with {} (target/plugin-venv)",
             modules.join(", ")
-        ));
-    }
-    found
+        ))
+    })
 }
 
 /// The corpus of `benches/corpus.py` in its small size (files of a few MB
-/// from nine writers), written once under the tests' temporary directory;
-/// `None` (with a note) where no Python can write it.
-pub fn small_corpus() -> Option<PathBuf> {
-    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+/// from nine writers), written once under the tests' temporary directory
+/// (the test fails, saying how to get one, where no Python can write it).
+pub fn small_corpus() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let python = with_modules(&["h5py", "pynwb", "netCDF4", "tables", "h5netcdf"])?;
+        let python = with_modules(&["h5py", "pynwb", "netCDF4", "tables", "h5netcdf"]);
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
         let tmp = option_env!("CARGO_TARGET_TMPDIR")
             .map_or_else(|| root.join("target/tmp"), PathBuf::from);
@@ -52,7 +51,7 @@ pub fn small_corpus() -> Option<PathBuf> {
             "benches/corpus.py failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        Some(dir)
+        dir
     })
     .clone()
 }

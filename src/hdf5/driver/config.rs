@@ -1027,7 +1027,11 @@ mod tests {
         let mut seen: Vec<Group> = Vec::new();
         for key in KEYS {
             if seen.last() != Some(&key.group) {
-                assert!(!seen.contains(&key.group), "{} apart from its group", key.name);
+                assert!(
+                    !seen.contains(&key.group),
+                    "{} apart from its group",
+                    key.name
+                );
                 seen.push(key.group);
             }
         }

@@ -95,8 +95,7 @@ mod absent {
 
     /// Whether `endpoint` was found unreachable within the bound, at `now`.
     pub(crate) fn known(endpoint: &Url, now: Instant) -> bool {
-        let Some(mut all) = UNREACHABLE.lock_unless_wedged(&WEDGED, crate::sync::TABLE_WAIT)
-        else {
+        let Some(mut all) = UNREACHABLE.lock_unless_wedged(&WEDGED, crate::sync::TABLE_WAIT) else {
             return false;
         };
         all.retain(|(_, at)| now.saturating_duration_since(*at) < NO_INSTANCE_METADATA_FOR);
