@@ -58,7 +58,16 @@ fn demo() -> Result<(), Box<dyn std::error::Error>> {
         file.read_exact_at(pos, &mut buf)?;
         assert_eq!(buf[..], data[pos as usize..][..512]);
     }
-    report("5 scattered 512-byte reads", file.stats().since(&before));
+    let scattered = file.stats().since(&before);
+    report("5 scattered 512-byte reads", scattered);
+    println!(
+        "{:>38}(each miss fetches its whole block, {} KiB here (Builder::block_size): \
+         {} blocks for 5 reads, as the first block came with the open and the last read \
+         is the second's again)",
+        "",
+        file.block_size() >> 10,
+        scattered.bytes_fetched / file.block_size(),
+    );
 
     // The same kind of reads when their positions are known in advance: all
     // at once, in one round trip.

@@ -300,11 +300,36 @@ impl Error {
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.write(f, true)
+    }
+}
+
+impl Error {
+    /// What `Display` writes, without the URL: for a caller that shows the
+    /// URL apart (Python's `OSError` keeps it in `filename`).
+    ///
+    /// ```
+    /// let e = remfile::RemoteFile::open("http://127.0.0.1:9/data.h5").unwrap_err();
+    /// assert!(e.to_string().contains("127.0.0.1:9/data.h5"));
+    /// assert!(!e.message_without_url().contains("127.0.0.1:9/data.h5"));
+    /// ```
+    pub fn message_without_url(&self) -> String {
+        struct Shown<'a>(&'a Error);
+        impl fmt::Display for Shown<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.write(f, false)
+            }
+        }
+        Shown(self).to_string()
+    }
+
+    fn write(&self, f: &mut fmt::Formatter<'_>, with_url: bool) -> fmt::Result {
         let i = &*self.inner;
         f.write_str(&i.message)?;
         // A request is named only if one was made.
         let get = if i.attempts > 0 { "GET " } else { "" };
-        match (&i.url, &i.range) {
+        let url = i.url.as_ref().filter(|_| with_url);
+        match (url, &i.range) {
             (Some(url), Some(r)) if r.end > r.start => {
                 write!(f, " ({get}{url}, bytes {}-{})", r.start, r.end - 1)?
             }

@@ -411,8 +411,18 @@ fn read_options(builder: &Builder, cache: &BlockCache) -> ReadOptions {
 }
 
 fn parse_url(text: &str, https_only: bool) -> Result<Url> {
-    let url = Url::parse(text)
-        .map_err(|e| Error::new(ErrorKind::InvalidUrl, format!("invalid URL: {e}")))?;
+    let url = Url::parse(text).map_err(|e| {
+        let hint = match e {
+            url::ParseError::RelativeUrlWithoutBase => {
+                " (a URL starts with https://, http:// or s3://)"
+            }
+            _ => "",
+        };
+        Error::new(
+            ErrorKind::InvalidUrl,
+            format!("invalid URL `{}`: {e}{hint}", shown_input(text)),
+        )
+    })?;
     match url.scheme() {
         "https" => {}
         "http" if !https_only => {}
@@ -435,9 +445,35 @@ fn parse_url(text: &str, https_only: bool) -> Result<Url> {
     Ok(url)
 }
 
+/// `text`, which is no URL, as a message may quote it: without a query or
+/// fragment (where signatures go), without what comes before an `@` (where
+/// a password goes), printable and short.
+fn shown_input(text: &str) -> String {
+    let head = &text[..text.find(['?', '#']).unwrap_or(text.len())];
+    let cut = if head.len() < text.len() { "?…" } else { "" };
+    let head = match head.rfind('@') {
+        Some(at) => format!("…{}", &head[at..]),
+        None => head.to_owned(),
+    };
+    let shown = crate::http::redact::printable_excerpt(head.as_bytes(), 200);
+    format!("{shown}{cut}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bad_url_is_quoted_once_without_its_secrets() {
+        let e = parse_url("not a url", false).unwrap_err().to_string();
+        assert_eq!(e.matches("`not a url`").count(), 1, "{e}");
+        assert!(e.contains("https://"), "says what a URL looks like: {e}");
+        let e = parse_url("http://me:hunter2@[::1/x?X-Amz-Signature=abc", false)
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains("hunter2") && !e.contains("abc"), "{e}");
+        assert!(e.contains("@[::1/x?…"), "{e}");
+    }
 
     #[test]
     fn urls_are_checked() {

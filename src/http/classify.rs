@@ -4,8 +4,34 @@
 //! ureq's own messages are not passed on: some of them carry the full URL,
 //! query string (and so a presigned signature) included.
 
+use url::Url;
+
 use super::retry::Failure;
 use crate::error::{Error, ErrorKind};
+
+/// The hint of a connection refused on this machine.
+const NOTHING_LISTENS: &str =
+    "nothing listens on that port of this machine: is the server running, and on that port?";
+
+/// `failure` to connect to `url`, final if the refusal came from this
+/// machine: a loopback address's refusal is the local kernel saying that no
+/// process listens on the port (a server not started, or the wrong port),
+/// which waiting does not change, unlike a remote refusal (a load balancer
+/// between backends, a server restarting), so trying again would only
+/// delay the error by the whole retry schedule.
+pub(super) fn refused_here(url: &Url, failure: Failure) -> Failure {
+    let loopback = match url.host() {
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
+        None => false,
+    };
+    if loopback && failure.error.io_kind() == std::io::ErrorKind::ConnectionRefused {
+        Failure::fatal(failure.error.with_hint(NOTHING_LISTENS))
+    } else {
+        failure
+    }
+}
 
 pub(super) fn classify_io(e: std::io::Error, doing: &str) -> Failure {
     classify_ureq(ureq::Error::from(e), doing)
@@ -131,6 +157,35 @@ fn is_decompression_error(e: &ureq::Error) -> bool {
 mod tests {
     use super::*;
     use std::io;
+
+    #[test]
+    fn a_refusal_on_this_machine_is_final_and_says_why() {
+        let refused = || {
+            let io = io::Error::from(io::ErrorKind::ConnectionRefused);
+            classify_ureq(ureq::Error::Io(io), "making the request")
+        };
+        assert!(refused().error.is_retryable(), "as the system said it");
+        for local in [
+            "http://127.0.0.1:9/f",
+            "http://[::1]:9/f",
+            "http://LOCALHOST:9/f",
+        ] {
+            let f = refused_here(&Url::parse(local).unwrap(), refused());
+            assert!(!f.error.is_retryable(), "{local}");
+            assert!(f.error.to_string().contains("nothing listens"), "{local}");
+        }
+        for remote in ["https://example.com/f", "http://10.0.0.1/f"] {
+            let f = refused_here(&Url::parse(remote).unwrap(), refused());
+            assert!(f.error.is_retryable(), "{remote}");
+        }
+        // Other failures on this machine are retried as before.
+        let reset = classify_ureq(
+            ureq::Error::Io(io::Error::from(io::ErrorKind::ConnectionReset)),
+            "making the request",
+        );
+        let f = refused_here(&Url::parse("http://127.0.0.1:9/f").unwrap(), reset);
+        assert!(f.error.is_retryable());
+    }
 
     #[test]
     fn failures_keep_the_system_s_kind_and_say_which_wait_ran_out() {

@@ -12,7 +12,7 @@ use ureq::typestate::WithoutBody;
 use ureq::{Body, RequestBuilder};
 use url::Url;
 
-use super::classify::classify_ureq;
+use super::classify::{classify_ureq, refused_here};
 use super::redact::{redact, same_origin};
 use super::response::drain;
 use super::retry::{Failure, Retry, Try};
@@ -148,7 +148,7 @@ impl Transport {
         let waited = started.elapsed();
         let elapsed_ms = waited.as_millis() as u64;
         let mut resp = result.map_err(|e| {
-            let mut f = classify_ureq(e, "making the request");
+            let mut f = refused_here(url, classify_ureq(e, "making the request"));
             f.error = f.error.with_url(&self.shown(url));
             tracing::debug!(
                 url = %redact(url), range = %want,
