@@ -8,7 +8,7 @@
 //! ```sh
 //! export HDF5_PLUGIN_PATH=/path/to/target/release   # holds libremfile_hdf5.so
 //! export HDF5_DRIVER=remfile
-//! export HDF5_DRIVER_CONFIG="cache=1GiB;stats=on"   # optional
+//! export HDF5_DRIVER_CONFIG="cache_capacity=1GiB;stats=on"   # optional
 //! python -c 'import h5py; print(list(h5py.File("https://example.com/f.nwb", "r")))'
 //! ```
 //!

@@ -219,27 +219,14 @@ impl ChunkAhead {
             .is_some_and(|(bytes, _)| addr.saturating_add(len) <= bytes.end)
     }
 
-    /// Records HDF5's read of `len` bytes at `addr` (inside a known chunk,
-    /// see [`is_chunk`](Self::is_chunk)) and returns the chunks to fetch
-    /// ahead of it. `floor` is the least a step of a run asks for (the
-    /// link's bandwidth-delay product, say), `max` the most.
-    ///
-    /// A read of the chunk after the last one read continues a run. When it
-    /// reaches the last chunk asked for, the run asks for the next ones: at
-    /// first [`CHUNKS_AHEAD`] chunks' worth (or `floor`), then each step
-    /// twice the last, as the sequential read-ahead does, so that a long
-    /// run takes few rounds. A read from the start of a chunk not asked for
-    /// that stops short of its end is where a row-major selection ends, or
-    /// the first piece of a chunk read in pieces: it asks for nothing. A
-    /// read of the chunk read last that missed and follows the read before
-    /// closely (within [`STREAM_GAP`]) asks for the rest of the chunk, and
-    /// the run's next step once the run has crossed from one chunk into the
-    /// next. Any other read starts a new run, asking for nothing.
-    ///
-    /// As with the sequential read-ahead, only a read that `missed` the
-    /// cache, or one of a chunk the run asked for, asks for more: chunks
-    /// fetched by other means (all of a selection's, say) are read without
-    /// fetching past them.
+    /// Records HDF5's read (inside a known chunk, see
+    /// [`is_chunk`](Self::is_chunk)) and returns the chunks to fetch ahead of
+    /// it, by the module's rule: a run's step is at first [`CHUNKS_AHEAD`]
+    /// chunks' worth, then twice the last, never less than `floor` (the
+    /// link's bandwidth-delay product, say) nor more than `max`; a missed
+    /// piece that follows the last within [`STREAM_GAP`] asks for the rest of
+    /// its chunk. Only a read that `missed`, or one of a chunk the run asked
+    /// for, asks for more.
     pub fn on_read(&mut self, read: ChunkRead, floor: u64, max: u64) -> Vec<Range<u64>> {
         let ChunkRead { addr, len, missed } = read;
         let Some((bytes, place)) = self.chunk_at(addr) else {

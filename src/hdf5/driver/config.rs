@@ -1023,6 +1023,28 @@ mod tests {
     }
 
     #[test]
+    fn the_plugins_page_lists_every_key_with_its_default() {
+        let page = include_str!("../../../docs/plugin.md");
+        let rows: Vec<&str> = page.lines().filter(|l| l.starts_with("| `")).collect();
+        for key in KEYS {
+            let row = rows
+                .iter()
+                .find(|row| row.contains(&format!("`{}`", key.name)))
+                .unwrap_or_else(|| panic!("docs/plugin.md has no row for `{}`", key.name));
+            if let Some(default) = key.default_value() {
+                assert!(
+                    row.contains(&default),
+                    "`{}`'s default {default}: {row}",
+                    key.name
+                );
+            }
+            for alias in key.aliases {
+                assert!(row.contains(&format!("(or `{alias}`)")), "{alias}: {row}");
+            }
+        }
+    }
+
+    #[test]
     fn the_keys_of_a_group_are_listed_together() {
         let mut seen: Vec<Group> = Vec::new();
         for key in KEYS {
