@@ -168,6 +168,10 @@ _KINDS.update({alias: _KINDS[key] for alias, key in _ALIASES.items()})
 _DEFAULTS = {key: default for key, _, default, _, _, _ in _TABLE}
 
 
+# The kinds of values as Python writes them.
+_PYTHON_KINDS = {"switch": "bool", "count": "int", "text": "str", "headers": "mapping"}
+
+
 def _options_help() -> str:
     """Every option, grouped, with the kind of its value, its default, what
     it sets and its other names: the section the docstrings of the driver,
@@ -176,11 +180,22 @@ def _options_help() -> str:
     for group, rows in itertools.groupby(_TABLE, key=lambda row: row[5]):
         lines += ["", group]
         for key, kind, default, text, aliases, _ in rows:
-            head = f"  {key}: {kind}" + (f", default {default}" if default else "")
+            head = f"  {key}: {_PYTHON_KINDS.get(kind, kind)}"
+            if default is not None:
+                head += f", default {_default_value(key)!r}"
             if aliases:
                 head += f" (also taken as {', '.join(aliases)})"
             lines += [head, f"      {text}"]
     return "\n".join(lines)
+
+
+def _default_value(key: str) -> Any:
+    text = _DEFAULTS[key]
+    if text is not None and _KINDS[key] == "switch":
+        return text == "on"
+    if text is not None and _KINDS[key] == "count":
+        return int(text)
+    return text
 
 
 _OPTIONS_HELP = _options_help()
@@ -191,15 +206,6 @@ def _with_options_help(doc: Optional[str]) -> str:
 
 
 __doc__ = _with_options_help(__doc__)
-
-
-def _default_value(key: str) -> Any:
-    text = _DEFAULTS[key]
-    if text is not None and _KINDS[key] == "switch":
-        return text == "on"
-    if text is not None and _KINDS[key] == "count":
-        return int(text)
-    return text
 
 
 def option_keys() -> dict:

@@ -238,13 +238,16 @@ def test_help_lists_every_option_with_its_default_and_names_aliases_as_such():
             remfile_hdf5.prefetch_files, renderer=pydoc.plaintext
         ),
     }
+    python_kind = {"switch": "bool", "count": "int", "text": "str", "header": "mapping"}
+    defaults = remfile_hdf5.defaults()
     for where, page in pages.items():
         for key, kind, default, text, aliases, group in table:
             key = "headers" if key == "header" else key
-            head = f"  {key}: " + ("headers" if key == "headers" else kind)
-            if default:
-                head += f", default {default}"
-            assert head in page, (where, key)
+            head = f"  {key}: {python_kind.get(kind, kind)}"
+            if default is not None:
+                # As Python takes it: True, 5, '128KiB'.
+                head += f", default {defaults[key]!r}"
+            assert head in page, (where, key, head)
             assert group in page, (where, group)
             if aliases:
                 assert f"{head} (also taken as {', '.join(aliases)})" in page, (where, key)
