@@ -445,18 +445,19 @@ fn parse_url(text: &str, https_only: bool) -> Result<Url> {
     Ok(url)
 }
 
-/// `text`, which is no URL, as a message may quote it: without a query or
-/// fragment (where signatures go), without what comes before an `@` (where
-/// a password goes), printable and short.
+/// `text`, which is no URL, as a message may quote it: without what comes
+/// before its last `@` (where a password goes, which may hold a `?` or a
+/// `#`), then without a query or fragment (where signatures go), printable
+/// and short.
 fn shown_input(text: &str) -> String {
-    let head = &text[..text.find(['?', '#']).unwrap_or(text.len())];
-    let cut = if head.len() < text.len() { "?…" } else { "" };
-    let head = match head.rfind('@') {
-        Some(at) => format!("…{}", &head[at..]),
-        None => head.to_owned(),
+    let (hidden, rest) = match text.rfind('@') {
+        Some(at) => ("…", &text[at..]),
+        None => ("", text),
     };
-    let shown = crate::http::redact::printable_excerpt(head.as_bytes(), 200);
-    format!("{shown}{cut}")
+    let end = rest.find(['?', '#']).unwrap_or(rest.len());
+    let cut = if end < rest.len() { "…" } else { "" };
+    let shown = crate::http::redact::printable_excerpt(&rest.as_bytes()[..end], 200);
+    format!("{hidden}{shown}{cut}")
 }
 
 #[cfg(test)]
@@ -472,7 +473,13 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(!e.contains("hunter2") && !e.contains("abc"), "{e}");
-        assert!(e.contains("@[::1/x?…"), "{e}");
+        assert!(e.contains("`…@[::1/x…`"), "{e}");
+        for password in ["hunt?er2", "hunt#er2"] {
+            let e = parse_url(&format!("https://user:{password}@host/x"), false)
+                .unwrap_err()
+                .to_string();
+            assert!(!e.contains("hunt") && e.contains("`…@host/x`"), "{e}");
+        }
     }
 
     #[test]

@@ -6,8 +6,8 @@
 //! the same values as a local read, and a slice after it pays no round trip
 //! for its chunk index.
 //!
-//! Without such a Python (`bash .ci/run` makes one in `target/plugin-venv`)
-//! the tests say SKIPPED and pass, except under `CI=true`.
+//! They need such a Python (`bash .ci/run` makes one in `target/plugin-venv`),
+//! and so are ignored by `cargo test` alone: `-- --ignored` runs them.
 #![cfg(feature = "hdf5")]
 
 #[path = "support/h5files.rs"]

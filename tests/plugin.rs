@@ -3,8 +3,8 @@
 //! pynwb read remote files through it exactly like local ones.
 //!
 //! Needs a Python with h5py and pynwb from PyPI (`bash .ci/run` makes one in
-//! `target/plugin-venv`); without one the tests say SKIPPED and pass, except
-//! under `CI=true`.
+//! `target/plugin-venv`): the tests that use it are ignored by `cargo test`
+//! alone, and `-- --ignored` runs them.
 #![cfg(feature = "hdf5")]
 
 #[path = "support/h5files.rs"]
@@ -222,7 +222,7 @@ fn second_hdf5_opens(python: &std::path::Path, url: &str, h5py_first: bool) -> (
 }
 
 #[test]
-#[ignore = "needs target/plugin-venv (h5py, pynwb): bash .ci/run makes it; then cargo test --features hdf5 --test plugin -- --ignored"]
+#[ignore = "needs target/plugin-venv (h5py, netCDF4): bash .ci/run makes it; then cargo test --features hdf5 --test plugin -- --ignored"]
 /// The driver's callbacks call one HDF5: a second HDF5 in the process (both
 /// loading the plugin through `HDF5_DRIVER=remfile`) is refused the driver,
 /// not handed one that reads its settings from the first (`https_only`

@@ -26,6 +26,10 @@ fn how_to_build(feature: &str) -> &'static str {
 }
 
 fn main() {
+    // Asked for its tests (`--list`, as runners do): it has none.
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
     let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
     let mut files: Vec<_> = std::fs::read_dir(&tests)
         .expect("the tests directory")

@@ -146,7 +146,7 @@ _TABLE = [
      "a mapping such as {'Authorization': 'Bearer …'}; never logged", [], group)
     if key == "header"
     else (key, kind, default, text, aliases, group)
-    for key, kind, default, text, aliases, group in _native.option_keys()
+    for key, kind, default, text, aliases, group, _ in _native.option_keys()
 ]
 # Each key's description: what it sets, the kind of its value, its default
 # and its other names.
@@ -160,7 +160,11 @@ _KEYS = {
 # Earlier names, still taken: each with the key it names.
 _ALIASES = {alias: key for key, _, _, _, aliases, _ in _TABLE for alias in aliases}
 # Keys whose values are secrets: no error quotes them.
-_SECRET = {"headers", "s3_access_key_id", "s3_secret_access_key", "s3_session_token"}
+_SECRET = {
+    "headers" if key == "header" else key
+    for key, _, _, _, _, _, secret in _native.option_keys()
+    if secret
+}
 # The kind of each key's value ("size", "duration", "switch", "count",
 # "path", "text", "headers"), also by its earlier names.
 _KINDS = {key: kind for key, kind, _, _, _, _ in _TABLE}

@@ -868,7 +868,7 @@ fn check_options(options: &str) -> PyResult<()> {
 /// The keys a configuration string may hold, in the order the
 /// documentation lists them: each one's name, the kind of its value, its
 /// default (as the string writes it), what it sets, the other names it
-/// answers to, and the title of its group.
+/// answers to, the title of its group, and whether its value is a secret.
 #[pyfunction]
 #[allow(clippy::type_complexity)]
 fn option_keys() -> Vec<(
@@ -878,6 +878,7 @@ fn option_keys() -> Vec<(
     &'static str,
     Vec<&'static str>,
     &'static str,
+    bool,
 )> {
     config::KEYS
         .iter()
@@ -889,6 +890,7 @@ fn option_keys() -> Vec<(
                 k.help,
                 k.aliases.to_vec(),
                 k.group.title(),
+                k.is_secret(),
             )
         })
         .collect()

@@ -241,7 +241,7 @@ def test_help_lists_every_option_with_its_default_and_names_aliases_as_such():
     python_kind = {"switch": "bool", "count": "int", "text": "str", "header": "mapping"}
     defaults = remfile_hdf5.defaults()
     for where, page in pages.items():
-        for key, kind, default, text, aliases, group in table:
+        for key, kind, default, text, aliases, group, _ in table:
             key = "headers" if key == "header" else key
             head = f"  {key}: {python_kind.get(kind, kind)}"
             if default is not None:
@@ -255,6 +255,9 @@ def test_help_lists_every_option_with_its_default_and_names_aliases_as_such():
     assert 'cache="' not in pages["help(RemoteFile)"]
     assert "cache=1GiB" not in remfile_hdf5.__doc__
     assert "also taken as cache" in remfile_hdf5.option_keys()["cache_capacity"]
+    assert remfile_hdf5._SECRET == {
+        "headers", "s3_access_key_id", "s3_secret_access_key", "s3_session_token"
+    }
     with pytest.raises(TypeError, match="did you mean 'cache_capacity'"):
         remfile_hdf5.options_string(cach="1GiB")
 

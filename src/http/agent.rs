@@ -27,6 +27,15 @@ pub(crate) enum FileAgent {
 }
 
 impl FileAgent {
+    /// Whether its requests go straight to the server, through no proxy (a
+    /// caller's agent may have one: not known).
+    pub(crate) fn dials_directly(&self) -> bool {
+        match self {
+            FileAgent::Given(_) => false,
+            FileAgent::Shared(shared) => !shared.may_use_a_proxy(),
+        }
+    }
+
     /// The agent for the next request.
     pub(crate) fn get(&self) -> Agent {
         match self {

@@ -13,20 +13,23 @@ use crate::error::{Error, ErrorKind};
 const NOTHING_LISTENS: &str =
     "nothing listens on that port of this machine: is the server running, and on that port?";
 
-/// `failure` to connect to `url`, final if the refusal came from this
-/// machine: a loopback address's refusal is the local kernel saying that no
-/// process listens on the port (a server not started, or the wrong port),
-/// which waiting does not change, unlike a remote refusal (a load balancer
-/// between backends, a server restarting), so trying again would only
-/// delay the error by the whole retry schedule.
-pub(super) fn refused_here(url: &Url, failure: Failure) -> Failure {
+/// `failure` to connect to `url` while opening a file, final if the
+/// refusal came from this machine: a loopback address's refusal before the
+/// server ever answered is the local kernel saying that no process listens
+/// on the port (a server not started, or the wrong port), which the retry
+/// schedule (4.8 s by default) would only delay. Once the file is open a
+/// refusal is retried as any other (a local server or a port-forward
+/// restarting), and so is one met through a proxy (`direct` is false: the
+/// refusal may be the proxy's, or not this machine's).
+pub(super) fn refused_here(url: &Url, direct: bool, opened: bool, failure: Failure) -> Failure {
     let loopback = match url.host() {
         Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
         Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
         Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
         None => false,
     };
-    if loopback && failure.error.io_kind() == std::io::ErrorKind::ConnectionRefused {
+    let refused = failure.error.io_kind() == std::io::ErrorKind::ConnectionRefused;
+    if loopback && direct && !opened && refused {
         Failure::fatal(failure.error.with_hint(NOTHING_LISTENS))
     } else {
         failure
@@ -159,23 +162,36 @@ mod tests {
     use std::io;
 
     #[test]
-    fn a_refusal_on_this_machine_is_final_and_says_why() {
+    fn a_refusal_on_this_machine_at_open_is_final_and_says_why() {
         let refused = || {
             let io = io::Error::from(io::ErrorKind::ConnectionRefused);
             classify_ureq(ureq::Error::Io(io), "making the request")
         };
+        let url = |text| Url::parse(text).unwrap();
         assert!(refused().error.is_retryable(), "as the system said it");
         for local in [
             "http://127.0.0.1:9/f",
             "http://[::1]:9/f",
             "http://LOCALHOST:9/f",
         ] {
-            let f = refused_here(&Url::parse(local).unwrap(), refused());
+            let f = refused_here(&url(local), true, false, refused());
             assert!(!f.error.is_retryable(), "{local}");
             assert!(f.error.to_string().contains("nothing listens"), "{local}");
         }
+        let local = url("http://127.0.0.1:9/f");
+        // Once open (a server restarting), or through a proxy: retried.
+        assert!(
+            refused_here(&local, true, true, refused())
+                .error
+                .is_retryable()
+        );
+        assert!(
+            refused_here(&local, false, false, refused())
+                .error
+                .is_retryable()
+        );
         for remote in ["https://example.com/f", "http://10.0.0.1/f"] {
-            let f = refused_here(&Url::parse(remote).unwrap(), refused());
+            let f = refused_here(&url(remote), true, false, refused());
             assert!(f.error.is_retryable(), "{remote}");
         }
         // Other failures on this machine are retried as before.
@@ -183,8 +199,11 @@ mod tests {
             ureq::Error::Io(io::Error::from(io::ErrorKind::ConnectionReset)),
             "making the request",
         );
-        let f = refused_here(&Url::parse("http://127.0.0.1:9/f").unwrap(), reset);
-        assert!(f.error.is_retryable());
+        assert!(
+            refused_here(&local, true, false, reset)
+                .error
+                .is_retryable()
+        );
     }
 
     #[test]

@@ -148,7 +148,9 @@ impl Transport {
         let waited = started.elapsed();
         let elapsed_ms = waited.as_millis() as u64;
         let mut resp = result.map_err(|e| {
-            let mut f = refused_here(url, classify_ureq(e, "making the request"));
+            let opened = self.opened.load(std::sync::atomic::Ordering::Relaxed);
+            let failure = classify_ureq(e, "making the request");
+            let mut f = refused_here(url, self.agent.dials_directly(), opened, failure);
             f.error = f.error.with_url(&self.shown(url));
             tracing::debug!(
                 url = %redact(url), range = %want,

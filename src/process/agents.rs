@@ -73,6 +73,15 @@ impl SharedAgent {
 
     /// The agent for a request from this process: in a child forked since
     /// it was made, the child's own.
+    /// Whether its requests may go through a proxy (one named in the
+    /// environment it was made with).
+    pub(crate) fn may_use_a_proxy(&self) -> bool {
+        self.kind.proxy_env.as_ref().is_some_and(|vars| {
+            vars.iter()
+                .any(|(name, value)| !name.eq_ignore_ascii_case("no_proxy") && !value.is_empty())
+        })
+    }
+
     pub(crate) fn get(&self) -> Agent {
         if !self.made_in.inherited() {
             return self.agent.clone();

@@ -294,6 +294,11 @@ impl Key {
         }
     }
 
+    /// Whether its value is a secret, which no message shows.
+    pub fn is_secret(&self) -> bool {
+        self.secret
+    }
+
     /// Whether `name` names this key (its name or an alias).
     pub fn is_named(&self, name: &str) -> bool {
         self.name == name || self.aliases.contains(&name)
@@ -309,7 +314,7 @@ impl Key {
             Sets::Count(_) => text
                 .parse::<u32>()
                 .map(|n| Value::Number(n.into()))
-                .map_err(|_| "expected a whole number"),
+                .map_err(|_| "expected a whole number up to 4294967295"),
             Sets::Duration(_) => parse_duration(text)
                 .map(Value::Duration)
                 .ok_or("expected a duration such as 30s"),
@@ -660,7 +665,10 @@ impl Setting {
                 })?
             }
             // `Key::read` gives each kind its own value: never met.
-            _ => b,
+            _ => {
+                debug_assert!(false, "`{}`: a value of another kind", self.key.name);
+                b
+            }
         })
     }
 }
@@ -697,6 +705,30 @@ impl Config {
         let set = self.settings.iter().rev().find(|s| s.key.name == name);
         set.map(|s| s.value.clone())
             .or_else(|| key(name).and_then(Key::default))
+    }
+
+    /// Whether `other` sets what this does, whatever the order and the
+    /// names given: the last setting of each key (every `header`), compared
+    /// by value, secrets included.
+    pub(crate) fn same_effect(&self, other: &Config) -> bool {
+        let (mine, theirs) = (self.in_effect(), other.in_effect());
+        mine.len() == theirs.len()
+            && mine.iter().all(|s| theirs.contains(s))
+            && theirs.iter().all(|s| mine.contains(s))
+    }
+
+    /// The settings that take effect: the last of each key, every header.
+    fn in_effect(&self) -> Vec<&Setting> {
+        let mut seen: Vec<&str> = Vec::new();
+        let mut out = Vec::new();
+        for setting in self.settings.iter().rev() {
+            let name = setting.key.name;
+            if matches!(setting.key.sets, Sets::Header(_)) || !seen.contains(&name) {
+                seen.push(name);
+                out.push(setting);
+            }
+        }
+        out
     }
 
     /// The switch `name`'s value (off if there is no such switch).

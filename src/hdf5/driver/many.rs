@@ -366,7 +366,7 @@ impl Batch {
             && shared
                 .settings
                 .as_ref()
-                .is_some_and(|s| same_settings(s, settings))
+                .is_some_and(|s| s.same_effect(settings))
             && shared.state.lock().by_url.contains_key(url)
     }
 }
@@ -712,13 +712,6 @@ impl Average {
     }
 }
 
-/// Whether two driver configurations say the same, whatever their order.
-fn same_settings(a: &Config, b: &Config) -> bool {
-    a.settings.len() == b.settings.len()
-        && a.settings.iter().all(|s| b.settings.contains(s))
-        && b.settings.iter().all(|s| a.settings.contains(s))
-}
-
 /// The batches the driver's opens look in (the Python package's). A forked
 /// child forgets its parent's (dropping one could free what the parent's
 /// threads hold) and opens those files afresh.
@@ -848,12 +841,24 @@ mod tests {
     }
 
     #[test]
-    fn settings_are_the_same_in_any_order() {
-        let parse = |text| super::super::config::parse(text).unwrap();
+    fn settings_are_the_same_when_the_same_take_effect() {
+        let parse = |text: &str| super::super::config::parse(text).unwrap();
         let a = parse("cache=1GiB;block_size=64KiB");
-        assert!(same_settings(&a, &parse("block_size=64KiB;cache=1GiB")));
-        assert!(!same_settings(&a, &parse("cache=1GiB")));
-        assert!(!same_settings(&a, &parse("cache=2GiB;block_size=64KiB")));
+        assert!(a.same_effect(&parse("block_size=64KiB;cache_capacity=1GiB")));
+        assert!(!a.same_effect(&parse("cache=1GiB")));
+        assert!(!a.same_effect(&parse("cache=2GiB;block_size=64KiB")));
+        // The last of a key wins: the same settings in another order are not
+        // the same configuration.
+        let (on_off, off_on) = (parse("stats=on;stats=off"), parse("stats=off;stats=on"));
+        assert!(!on_off.same_effect(&off_on));
+        assert!(on_off.same_effect(&parse("stats=off")));
+        // Secrets are compared too (never shown, still told apart).
+        let keys = |secret| parse(&format!("s3_access_key_id=A;s3_secret_access_key={secret}"));
+        assert!(!keys("one").same_effect(&keys("two")));
+        // Every header counts.
+        let headers = parse("header=A: 1;header=B: 2");
+        assert!(headers.same_effect(&parse("header=B: 2;header=A: 1")));
+        assert!(!headers.same_effect(&parse("header=B: 2")));
     }
 
     #[test]
