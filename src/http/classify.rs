@@ -13,14 +13,10 @@ use crate::error::{Error, ErrorKind};
 const NOTHING_LISTENS: &str =
     "nothing listens on that port of this machine: is the server running, and on that port?";
 
-/// `failure` to connect to `url` while opening a file, final if the
-/// refusal came from this machine: a loopback address's refusal before the
-/// server ever answered is the local kernel saying that no process listens
-/// on the port (a server not started, or the wrong port), which the retry
-/// schedule (4.8 s by default) would only delay. Once the file is open a
-/// refusal is retried as any other (a local server or a port-forward
-/// restarting), and so is one met through a proxy (`direct` is false: the
-/// refusal may be the proxy's, or not this machine's).
+/// `failure` to connect to `url`, final if this machine's kernel refused it
+/// at open (a loopback address, no proxy: `direct`): nothing listens on the
+/// port, which retrying for 4.8 s would not change. Refusals once the file
+/// is `opened` (a local server restarting) are retried as any other.
 pub(super) fn refused_here(url: &Url, direct: bool, opened: bool, failure: Failure) -> Failure {
     let loopback = match url.host() {
         Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
