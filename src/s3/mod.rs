@@ -11,12 +11,18 @@
 //! | module | its one job |
 //! |---|---|
 //! | `location` | `s3://bucket/key` read; the object's URL at an endpoint, in either style |
+//! | `access` | an `s3://` URL resolved (endpoint, style, region, keys), and the S3 side of its requests: signing, a region learnt from a refusal, expired keys renewed |
 //! | `chain` | the credential chain, in the SDKs' order, and the keys it found; a file per link (`given`, `web_identity`, `container`, `instance`) |
-//! | `credentials` | keys, what credential services answer, when to renew |
+//! | `credentials` | one set of keys, shown nowhere |
+//! | `answers` | what credential services answer, when to renew |
 //! | `keys` | one source's keys, shared by the process's files: loaded by one thread, used while valid during a renewal, made anew in a forked child |
 //! | `profile` | AWS's shared configuration files |
 //! | `region` | a bucket's region, read from S3's answers and remembered |
 //! | `sign` | SigV4 headers for one request |
+//!
+//! Without feature `s3` only `location`, `credentials` and `region`'s name
+//! check are built, for [`S3Options`] and its checks; an `s3://` URL is then
+//! an [`ErrorKind::InvalidUrl`] error that names the feature.
 
 #[cfg(feature = "s3")]
 mod access;
