@@ -294,7 +294,6 @@ fn closing_a_file_mid_crawl_ends_its_background_work() {
         assert!(remote.wait_for_background_fetches(Duration::from_secs(60)));
         (remote.stats().requests, remote)
     };
-    let closed_asked = asked_for("/closed.h5");
     // A whole crawl of the same file, a wave per level from the same
     // server: a crawl the close did not end would ask meanwhile.
     let whole = {
@@ -304,7 +303,14 @@ fn closing_a_file_mid_crawl_ends_its_background_work() {
         remote.stats().requests
     };
     assert_eq!(remote.stats().requests, closed, "a request after the close");
-    assert_eq!(asked_for("/closed.h5"), closed_asked);
+    // The server sees no more than the file sent before the close (one sent
+    // then may reach it later, queued behind a slow answer on its
+    // connection).
+    let seen = asked_for("/closed.h5");
+    assert!(
+        seen as u64 <= closed,
+        "{seen} requests seen, {closed} sent before the close"
+    );
     eprintln!("crawl: {whole} requests left to run, {closed} when closed early");
     assert!(
         closed < whole,
