@@ -43,16 +43,13 @@ fn main() {
     for path in &files {
         let name = path.file_stem().unwrap().to_string_lossy().into_owned();
         let text = std::fs::read_to_string(path).expect("a test file");
-        let off: Vec<&str> = FEATURES
-            .iter()
-            .filter(|(feature, on)| !on && text.contains(&format!("feature = \"{feature}\"")))
-            .filter(|(feature, _)| {
-                text.lines()
-                    .any(|l| l.starts_with("#![cfg(") && l.contains(&format!("\"{feature}\"")))
+        // The first feature off that the file's `#![cfg(...)]` asks for.
+        let off = FEATURES.iter().find(|(feature, on)| {
+            !on && text.lines().any(|l| {
+                l.starts_with("#![cfg(") && l.contains(&format!("feature = \"{feature}\""))
             })
-            .map(|(feature, _)| *feature)
-            .collect();
-        if let Some(feature) = off.first() {
+        });
+        if let Some((feature, _)) = off {
             left_out.push((name, *feature));
             continue;
         }

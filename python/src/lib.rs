@@ -32,19 +32,18 @@ fn to_py(e: Error) -> PyErr {
     if let Some(raised) = take_stopped() {
         return raised;
     }
-    let message = e.to_string();
     // An OSError shows its filename (the URL) after the message: once.
-    let os_message = e.message_without_url();
+    let os_message = || e.message_without_url();
     match e.kind() {
-        ErrorKind::InvalidUrl | ErrorKind::InvalidConfig => PyValueError::new_err(message),
+        ErrorKind::InvalidUrl | ErrorKind::InvalidConfig => PyValueError::new_err(e.to_string()),
         // Not EINTR: Python's io retries a read that fails with it (PEP
         // 475), and a stop is for good.
         ErrorKind::Interrupted => {
-            PyOSError::new_err((libc::ECANCELED, os_message, e.url().map(str::to_owned)))
+            PyOSError::new_err((libc::ECANCELED, os_message(), e.url().map(str::to_owned)))
         }
         _ => {
             let errno = driver::errno_of(&e).unwrap_or(libc::EIO);
-            PyOSError::new_err((errno, os_message, e.url().map(str::to_owned)))
+            PyOSError::new_err((errno, os_message(), e.url().map(str::to_owned)))
         }
     }
 }

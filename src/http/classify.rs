@@ -18,14 +18,8 @@ const NOTHING_LISTENS: &str =
 /// port, which retrying for 4.8 s would not change. Refusals once the file
 /// is `opened` (a local server restarting) are retried as any other.
 pub(super) fn refused_here(url: &Url, direct: bool, opened: bool, failure: Failure) -> Failure {
-    let loopback = match url.host() {
-        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
-        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
-        Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
-        None => false,
-    };
     let refused = failure.error.io_kind() == std::io::ErrorKind::ConnectionRefused;
-    if loopback && direct && !opened && refused {
+    if super::names_this_machine(url) && direct && !opened && refused {
         Failure::fatal(failure.error.with_hint(NOTHING_LISTENS))
     } else {
         failure

@@ -90,6 +90,17 @@ pub(crate) trait Service: Send + Sync {
     fn refusal_hint(&self) -> &'static str;
 }
 
+/// Whether `url`'s host is this machine: a loopback address or
+/// `localhost` (which the URL parser writes in lower case).
+pub(crate) fn names_this_machine(url: &Url) -> bool {
+    match url.host() {
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        Some(url::Host::Domain(name)) => name == "localhost",
+        None => false,
+    }
+}
+
 /// What a [`Service`] makes of an error answer.
 #[cfg_attr(not(feature = "s3"), allow(dead_code))]
 pub(crate) enum Reaction {

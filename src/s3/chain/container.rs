@@ -28,18 +28,14 @@ pub(super) fn source(env: &dyn Env) -> Result<Option<Source>> {
 /// Hosts a container credentials URL may name over plain http: the ECS
 /// and EKS agents' link-local addresses, and loopback.
 fn may_use_http(url: &Url) -> bool {
-    match url.host() {
-        Some(url::Host::Ipv4(ip)) => {
-            ip.is_loopback()
-                || ip.octets() == [169, 254, 170, 2]
-                || ip.octets() == [169, 254, 170, 23]
+    crate::http::names_this_machine(url)
+        || match url.host() {
+            Some(url::Host::Ipv4(ip)) => {
+                ip.octets() == [169, 254, 170, 2] || ip.octets() == [169, 254, 170, 23]
+            }
+            Some(url::Host::Ipv6(ip)) => ip.segments() == [0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x23],
+            _ => false,
         }
-        Some(url::Host::Ipv6(ip)) => {
-            ip.is_loopback() || ip.segments() == [0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x23]
-        }
-        Some(url::Host::Domain(d)) => d == "localhost",
-        None => false,
-    }
 }
 
 /// The service's URL: ECS's relative one on its agent's address, or a full
