@@ -158,7 +158,7 @@ fn a_missing_file_is_not_found_after_one_request() {
         .proxy_from_env(false)
         .open(nginx.url("nope.bin"))
         .unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::HttpStatus(404));
+    assert_eq!(e.kind(), ErrorKind::HttpStatus(404), "{e}");
     assert!(e.body_excerpt().is_some_and(|b| b.contains("404")));
     assert_eq!(nginx.access_log().len(), 1);
 }

@@ -1,8 +1,7 @@
 //! A real nginx, started by the test in a temporary directory on 127.0.0.1.
 //!
-//! If the `nginx` binary is missing, `Nginx::start` returns `None` after
-//! saying why ([`crate::support::skip`]'s rule: skipped, but a failure under
-//! `CI=true`).
+//! If the `nginx` binary is missing, `Nginx::start` fails the test, saying
+//! how to install it ([`crate::support::skip::needed`]).
 #![allow(dead_code)]
 
 use std::net::{TcpListener, TcpStream};
@@ -35,11 +34,25 @@ pub fn require_binary(name: &str, candidates: &[&str]) -> PathBuf {
     found.unwrap_or_else(|| crate::support::skip::needed(&format!("{name} is not installed")))
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+/// A port free now for a server this process starts, never one it handed
+/// out before: two tests starting servers at once would otherwise be given
+/// the same port (the listener that found it is closed before the server
+/// binds it), and one test's requests would reach the other's server, or
+/// nothing once that one stopped.
+pub fn free_port() -> u16 {
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    // Held until a new port is found, so that the system offers others.
+    let mut refused = Vec::new();
+    loop {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a free port");
+        let port = listener.local_addr().expect("its address").port();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+        refused.push(listener);
+    }
 }
 
 impl Nginx {

@@ -3,12 +3,12 @@
 //! URLs presigned by AWS's own signer.
 #![allow(dead_code)]
 
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
-use super::nginx::require_binary;
+use super::nginx::{free_port, require_binary};
 
 pub const ACCESS_KEY: &str = "REMFILETESTKEY";
 pub const SECRET_KEY: &str = "remfile-test-secret-key-0123456789";
@@ -30,11 +30,7 @@ impl S3Server {
             .unwrap_or_default();
         let cargo_bin = home.join(".cargo/bin/s3s-fs");
         let bin = require_binary("s3s-fs", &[cargo_bin.to_str().unwrap_or("")]);
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = free_port();
         let own = tempfile::Builder::new()
             .prefix("remfile-s3-")
             .tempdir()
