@@ -64,6 +64,9 @@ pub enum ErrorKind {
     /// credential service (STS, the container's or the instance's) that
     /// refused or failed. The message says which.
     Credentials,
+    /// The file was closed ([`RemoteFile::close`](crate::RemoteFile::close)):
+    /// before the read, or while it waited.
+    Closed,
 }
 
 /// The error returned by every fallible operation of this crate.
@@ -294,6 +297,7 @@ impl Error {
             // others take as "try again".
             ErrorKind::Interrupted => io::ErrorKind::Other,
             ErrorKind::Credentials => io::ErrorKind::PermissionDenied,
+            ErrorKind::Closed => io::ErrorKind::Other,
         }
     }
 }
@@ -367,6 +371,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::UnexpectedEof => f.write_str("read past the end of the file"),
             ErrorKind::Interrupted => f.write_str("interrupted"),
             ErrorKind::Credentials => f.write_str("no usable credentials"),
+            ErrorKind::Closed => f.write_str("file closed"),
         }
     }
 }

@@ -158,10 +158,46 @@ impl RemoteFile {
     /// Runs `work`, which may wait for the network, watching this handle's
     /// cancel, as the host wants (see [`wait`]).
     fn waiting<T>(&self, work: impl FnOnce() -> Result<T>) -> Result<T> {
-        match &self.cancel {
+        self.engine.unless_closed(|| match &self.cancel {
             Some(cancel) => cancel.run(|| wait::blocking(work)),
             None => wait::blocking(work),
-        }
+        })
+    }
+
+    /// Closes the file, for this handle and every clone of it, as closing a
+    /// file descriptor shared by threads does: reads waiting for the network
+    /// on it stop at once (within [`wait::POLL`]), letting go of their
+    /// connections and their claims on blocks, and fail with
+    /// [`ErrorKind::Closed`]; every later read fails so too, without a
+    /// request; its background fetches stop. Other files, those sharing its
+    /// cache too, are untouched, and the blocks it fetched stay in the
+    /// caches for them. Closing twice does nothing more.
+    ///
+    /// Dropping the last handle lets go of the file too, but only once
+    /// every read in flight returned: `close` is for a program that must
+    /// end reads other threads are waiting in (a user who closed a
+    /// document, a server shutting down).
+    ///
+    /// ```no_run
+    /// use remfile::{ErrorKind, RemoteFile};
+    ///
+    /// let file = RemoteFile::open("https://example.com/data.bin")?;
+    /// let reader = file.clone();
+    /// let waiting = std::thread::spawn(move || reader.read_exact_at(0, &mut vec![0; 64 << 20]));
+    /// file.close();
+    /// if let Err(e) = waiting.join().unwrap() {
+    ///     assert_eq!(e.kind(), ErrorKind::Closed);
+    /// }
+    /// assert_eq!(file.read_exact_at(0, &mut [0; 8]).unwrap_err().kind(), ErrorKind::Closed);
+    /// # Ok::<(), remfile::Error>(())
+    /// ```
+    pub fn close(&self) {
+        self.engine.close();
+    }
+
+    /// Whether the file was closed ([`close`](RemoteFile::close)).
+    pub fn is_closed(&self) -> bool {
+        self.engine.check_open().is_err()
     }
 
     /// The file's size in bytes, as the server reported it at open.
@@ -255,6 +291,7 @@ impl RemoteFile {
     /// into it, on this thread; a read that must wait runs as the host
     /// wants waits run (see [`wait`]).
     fn read_into(&self, pos: u64, buf: &mut [u8]) -> Result<()> {
+        self.engine.check_open()?;
         if self.engine.read_if_cached(pos, buf, true) {
             return Ok(());
         }
@@ -263,6 +300,7 @@ impl RemoteFile {
 
     /// As [`read_into`](Self::read_into), for several reads at once.
     fn read_many(&self, reads: &mut [(u64, &mut [u8])]) -> Result<()> {
+        self.engine.check_open()?;
         let mut left: Vec<(u64, &mut [u8])> = Vec::new();
         for (pos, buf) in reads.iter_mut() {
             if !self.engine.read_if_cached(*pos, buf, false) {

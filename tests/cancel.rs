@@ -247,3 +247,51 @@ fn a_cancelled_read_over_https_ends_and_the_same_read_then_fetches() {
     );
     drop(release_tx);
 }
+
+#[test]
+fn closing_a_file_ends_its_stalled_read_and_every_later_one_and_spares_other_files() {
+    let _dog = watchdog(Duration::from_secs(120));
+    let data = Arc::new(test_data(4 << 20, 5));
+    let over = Arc::new(AtomicBool::new(false));
+    let (server, signals) = stall_first(data.clone(), over.clone());
+    let cache = remfile::BlockCache::new(64 << 20);
+    let file = patient()
+        .cache(cache.clone())
+        .open(server.url("/f"))
+        .unwrap();
+    let other = patient().cache(cache).open(server.url("/f")).unwrap();
+    assert!(!file.is_closed());
+
+    let reader = file.clone();
+    let reader = std::thread::spawn(move || read(&reader, 2 << 20, 1 << 20));
+    let (first, _) = signals.arrived.recv().unwrap();
+    assert_eq!(first, 2 << 20);
+    // A second reader of the same block waits for the first one's fetch.
+    let waiter = file.clone();
+    let waiter = std::thread::spawn(move || read(&waiter, 2 << 20, 10));
+    file.close();
+    for outcome in [reader.join().unwrap(), waiter.join().unwrap()] {
+        assert_eq!(outcome.unwrap_err().kind(), ErrorKind::Closed);
+    }
+    signals
+        .closed
+        .recv()
+        .expect("the stopped read closed its connection");
+    assert!(file.is_closed());
+
+    // Later reads, cached or not, fail without a request.
+    let asked = server.requests();
+    for pos in [0, 3 << 20] {
+        let e = read(&file, pos, 10).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Closed, "{e}");
+    }
+    assert_eq!(server.requests(), asked);
+    // The other file, sharing the cache, reads the stalled block (its
+    // claim was let go) and the rest.
+    assert_eq!(
+        read(&other, 2 << 20, 1 << 20).unwrap(),
+        data[2 << 20..3 << 20]
+    );
+    assert_eq!(read(&other, 0, 100).unwrap(), data[..100]);
+    over.store(true, SeqCst);
+}

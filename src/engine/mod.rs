@@ -97,6 +97,9 @@ pub(crate) struct Engine {
     /// Background fetches under way, and their end.
     background: sync::Mutex<usize>,
     background_done: sync::Condvar,
+    /// Cancelled when the file is closed: every read and background fetch
+    /// of it watches this.
+    closed: crate::wait::Cancel,
 }
 
 /// A fetched run of blocks, or why it failed.
@@ -143,7 +146,33 @@ impl Engine {
             queued: Queued::default(),
             background: sync::Mutex::new(0),
             background_done: sync::Condvar::new(),
+            closed: crate::wait::Cancel::closing(),
         }
+    }
+
+    /// Closes the file for every handle: its reads in flight stop within a
+    /// poll (letting go of their claims and connections) and fail with
+    /// [`ErrorKind::Closed`], as every later read does; its background
+    /// fetches stop and those queued are dropped. The blocks fetched so
+    /// far stay in the caches, for other files over the same URL.
+    pub(crate) fn close(&self) {
+        self.closed.cancel();
+        self.queued.forget_all();
+    }
+
+    /// An [`ErrorKind::Closed`] error once the file is closed.
+    pub(crate) fn check_open(&self) -> Result<()> {
+        match self.closed.is_cancelled() {
+            true => Err(crate::wait::closed().with_url(self.transport.redacted_url())),
+            false => Ok(()),
+        }
+    }
+
+    /// Runs `work` (a read of this file) watching the file's close, beside
+    /// what it watches already.
+    pub(crate) fn unless_closed<T>(&self, work: impl FnOnce() -> Result<T>) -> Result<T> {
+        self.check_open()?;
+        self.closed.run(work)
     }
 
     /// Caches block `index`, fetched while opening the file, if it is as
@@ -793,10 +822,10 @@ impl Engine {
         let queued = workers::submit(Priority::ReadAhead, move || {
             if let Some(engine) = engine.upgrade() {
                 let _ends = BackgroundEnds(&engine);
-                if closing.is_closed() {
+                if closing.is_closed() || engine.closed.is_cancelled() {
                     engine.queued.forget(&job);
                 } else {
-                    closing.run(|| engine.run_queued(&job));
+                    closing.run(|| engine.closed.run(|| engine.run_queued(&job)));
                 }
             }
         });

@@ -49,6 +49,11 @@ impl Queued {
         self.take(fetch, |_| ());
     }
 
+    /// Drops every fetch nobody took yet (the file was closed).
+    pub(crate) fn forget_all(&self) {
+        self.fetches.lock().clear();
+    }
+
     /// Takes every queued fetch that brings one of `needed` (sorted), and
     /// gives `claim` the blocks they bring (sorted, each once; empty if
     /// none) before anybody else looks. A fetch whose file was closed is

@@ -138,6 +138,9 @@ pub struct Cancel(Arc<Inner>);
 #[derive(Debug, Default)]
 struct Inner {
     cancelled: AtomicBool,
+    /// Whether cancelling it means its file was closed (its reads then
+    /// fail with [`ErrorKind::Closed`]).
+    closes: bool,
     deadline: Option<Instant>,
     /// The cancels this one was made under: any of them stops it too.
     parents: Vec<Cancel>,
@@ -148,6 +151,15 @@ impl Cancel {
     /// called.
     pub fn new() -> Cancel {
         Cancel::default()
+    }
+
+    /// The cancel of a file's [`close`](crate::RemoteFile::close): its
+    /// reads stop with [`ErrorKind::Closed`].
+    pub(crate) fn closing() -> Cancel {
+        Cancel(Arc::new(Inner {
+            closes: true,
+            ..Inner::default()
+        }))
     }
 
     /// A cancel that stops its reads at `deadline`, or when cancelled
@@ -212,7 +224,10 @@ impl Cancel {
     /// Why the reads watching it are to stop, if they are.
     fn why_stopped(&self) -> Option<Stopped> {
         if self.0.cancelled.load(Relaxed) {
-            return Some(Stopped::Cancelled);
+            return Some(match self.0.closes {
+                true => Stopped::Closed,
+                false => Stopped::Cancelled,
+            });
         }
         if self.0.deadline.is_some_and(|d| Instant::now() >= d) {
             return Some(Stopped::DeadlinePassed);
@@ -227,6 +242,7 @@ enum Stopped {
     Cancelled,
     DeadlinePassed,
     ProcessEnding,
+    Closed,
 }
 
 impl Stopped {
@@ -239,6 +255,7 @@ impl Stopped {
             Stopped::ProcessEnding => {
                 Error::new(ErrorKind::Interrupted, "interrupted: the process is ending")
             }
+            Stopped::Closed => closed(),
         }
     }
 }
@@ -408,6 +425,12 @@ pub(crate) fn check_stopped() -> Result<()> {
         Some(why) => Err(why.error()),
         None => Ok(()),
     }
+}
+
+/// The error of a read of a file that was closed (before it, or while it
+/// waited).
+pub(crate) fn closed() -> Error {
+    Error::new(ErrorKind::Closed, "the file was closed")
 }
 
 /// The error of a wait the host (or a [`Cancel`]) stopped.
