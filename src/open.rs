@@ -178,7 +178,7 @@ fn disk_file(
     if let Some(freshness) = confirmed {
         disk.remember(&name, identity, freshness);
     }
-    Some(disk.file(version, builder.block_size))
+    Some(disk.file(version, builder.block_size).named(name))
 }
 
 /// What the disk holds of a file for a warm open: the version seen last and
@@ -278,8 +278,8 @@ fn warm_open(builder: &Builder, transport: &Transport, warm: Warm) -> Result<(Op
     let opened = match transport.open_unless(builder.block_size, &on_disk.identity)? {
         // A 304 that says nothing of freshness leaves what was said before
         // standing.
-        Revalidated::Unchanged(said) => Opened {
-            freshness: said.unwrap_or(on_disk.freshness),
+        Revalidated::Unchanged { freshness, .. } => Opened {
+            freshness: freshness.unwrap_or(on_disk.freshness),
             ..on_disk
         },
         Revalidated::Changed(changed) => changed,

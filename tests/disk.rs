@@ -363,11 +363,11 @@ fn a_warm_open_of_a_file_that_grew_or_shrank_reads_the_new_bytes() {
 fn within_revalidate_after_a_warm_open_asks_nothing() {
     let data = test_data(1 << 20, 72);
     let server = RangeServer::new(data.clone());
-    // Last-Modified only: the revalidation would ask If-Modified-Since.
+    // Last-Modified only: the revalidation fetches the first block.
     server.set_etag(None);
     server.set_last_modified(Some("Mon, 30 Nov 2026 12:00:00 GMT"));
     let dir = temp_dir("revalidate");
-    read(&open(&server, "/f", &dir), 0, 100);
+    read(&open(&server, "/f", &dir), 0, data.len());
     let before = server.requests();
     let trusting = builder()
         .block_size(BLOCK)
@@ -377,15 +377,179 @@ fn within_revalidate_after_a_warm_open_asks_nothing() {
         .unwrap();
     assert_eq!(read(&trusting, 0, 100), &data[..100]);
     assert_eq!(server.requests(), before, "no request at all");
-    // Without it, the same open asks, with the date.
+    // Without it, the same open asks for the first block, whose date says
+    // the version is the same: the rest comes from disk.
     let asking = open(&server, "/f", &dir);
     assert_eq!(server.requests(), before + 1);
     let asked = server.log().last().unwrap().clone();
     assert_eq!(
         asked.header("if-modified-since"),
+        None,
+        "a 304 proves no date"
+    );
+    assert_eq!(asked.header("range"), Some("bytes=0-65535"));
+    assert_eq!(read(&asking, 0, data.len()), data);
+    assert_eq!(server.requests(), before + 1, "the rest from disk");
+    assert!(asking.stats().disk_hits > 0);
+}
+
+/// Runs this test binary's test `test` in a child process with `key` set
+/// to `spec` in its environment (the child's part of the test reads it),
+/// and waits for it to pass.
+fn in_child(test: &str, key: &str, spec: &str) {
+    let status = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([test, "--exact", "--nocapture"])
+        .env(key, spec)
+        .status()
+        .unwrap();
+    assert!(status.success(), "the child process failed");
+}
+
+/// One download endpoint serving two files of one size, told apart by the
+/// query: `id=2` is `two`, anything else `one`, both with one strong ETag
+/// (as nginx's mtime-size ETag of two files extracted from one archive).
+fn two_files_one_etag(one: Vec<u8>, two: Vec<u8>) -> RangeServer {
+    const ETAG: &str = "\"1700000000-2dc6c0\"";
+    let server = RangeServer::new(one).with_hook(move |req, reply| {
+        if req.query.as_deref() == Some("id=2") {
+            remfile_testkit::range_reply(&two, Some(ETAG), None, req)
+        } else {
+            reply
+        }
+    });
+    server.set_etag(Some(ETAG));
+    server
+}
+
+/// The child's part of
+/// [`two_files_behind_one_strong_etag_never_share_blocks_across_processes`]:
+/// reads the whole file at the URL in `spec` through the disk cache, and
+/// checks its bytes.
+fn read_whole_in_child(spec: &str) {
+    let mut parts = spec.split('|');
+    let (url, dir, seed) = (parts.next().unwrap(), parts.next().unwrap(), parts.next());
+    let file = builder()
+        .block_size(BLOCK)
+        .disk_cache(DiskCache::open(dir, 64 << 20).unwrap())
+        .open(url)
+        .unwrap();
+    let expected = test_data(file.len() as usize, seed.unwrap().parse().unwrap());
+    assert!(
+        read(&file, 0, expected.len()) == expected,
+        "{url}: another file's bytes"
+    );
+}
+
+#[test]
+fn two_files_behind_one_strong_etag_never_share_blocks_across_processes() {
+    const TEST: &str = "two_files_behind_one_strong_etag_never_share_blocks_across_processes";
+    if let Ok(spec) = std::env::var("REMFILE_DISK_WHOLE") {
+        return read_whole_in_child(&spec);
+    }
+    let (one, two) = (test_data(1 << 20, 91), test_data(1 << 20, 92));
+    let server = two_files_one_etag(one.clone(), two.clone());
+    let dir = temp_dir("one-etag");
+    let spec = |id: u32, seed: u32| {
+        let url = server.url(&format!("/download?id={id}"));
+        format!("{url}|{}|{seed}", dir.display())
+    };
+    // Each read whole by a process of its own, then each again.
+    in_child(TEST, "REMFILE_DISK_WHOLE", &spec(1, 91));
+    in_child(TEST, "REMFILE_DISK_WHOLE", &spec(2, 92));
+    let fetched = server.body_bytes();
+    assert!(fetched >= 2 << 20, "each file's bytes fetched: {fetched}");
+    in_child(TEST, "REMFILE_DISK_WHOLE", &spec(1, 91));
+    in_child(TEST, "REMFILE_DISK_WHOLE", &spec(2, 92));
+    assert!(
+        server.body_bytes() < fetched + (1 << 20),
+        "each from its own blocks"
+    );
+}
+
+#[test]
+fn a_file_replaced_by_an_older_dated_one_of_its_size_is_read_new() {
+    let (old, new) = (test_data(1 << 20, 93), test_data(1 << 20, 94));
+    let server = RangeServer::new(old.clone());
+    server.set_etag(None);
+    server.set_last_modified(Some("Tue, 01 Dec 2026 12:00:00 GMT"));
+    let dir = temp_dir("older-date");
+    assert!(read(&open(&server, "/f", &dir), 0, old.len()) == old);
+    // Restored from a backup (`cp -p`, `rsync -a`): an older date. As real
+    // servers do, it answers any `If-Modified-Since` later than its date
+    // with a 304.
+    server.set_data(new.clone());
+    server.set_last_modified(Some("Mon, 30 Nov 2026 12:00:00 GMT"));
+    server.set_hook(|req, reply| match req.header("if-modified-since") {
+        Some(_) => remfile_testkit::Reply::new(304),
+        None => reply,
+    });
+    let reopened = open(&server, "/f", &dir);
+    assert_eq!(
+        reopened.last_modified(),
         Some("Mon, 30 Nov 2026 12:00:00 GMT")
     );
-    assert_eq!(asking.stats().bytes_fetched, 0);
+    assert!(read(&reopened, 0, new.len()) == new, "the new bytes");
+    assert_eq!(reopened.stats().disk_hits, 0);
+    // And the new version is what the disk keeps from now on.
+    let again = open(&server, "/f", &dir);
+    assert!(read(&again, 0, new.len()) == new);
+    assert!(again.stats().disk_hits > 0);
+}
+
+#[test]
+fn a_304_naming_another_etag_confirms_nothing() {
+    let (old, new) = (test_data(1 << 20, 95), test_data(1 << 20, 96));
+    let server = RangeServer::new(old.clone());
+    server.set_etag(Some("\"v1\""));
+    let dir = temp_dir("304-other-etag");
+    assert!(read(&open(&server, "/f", &dir), 0, old.len()) == old);
+    server.set_data(new.clone());
+    server.set_etag(Some("\"v2\""));
+    // A server (or a cache on the way) that answers 304 to any
+    // If-None-Match, with the ETag it has now.
+    server.set_hook(|req, reply| match req.header("if-none-match") {
+        Some(_) => remfile_testkit::Reply::new(304).header("ETag", "\"v2\""),
+        None => reply,
+    });
+    let reopened = open(&server, "/f", &dir);
+    assert_eq!(reopened.etag(), Some("\"v2\""));
+    assert!(read(&reopened, 0, new.len()) == new, "the new bytes");
+    assert_eq!(reopened.stats().disk_hits, 0);
+}
+
+#[test]
+fn a_412_under_a_long_max_age_makes_the_next_open_read_the_new_version() {
+    for (n, said) in ["max-age=31536000", "public, max-age=31536000, immutable"]
+        .into_iter()
+        .enumerate()
+    {
+        let (old, new) = (test_data(2 << 20, 97), test_data(2 << 20, 98));
+        let server = RangeServer::new(old.clone());
+        server.set_etag(Some("\"v1\""));
+        server.set_cache_control(Some(said));
+        let dir = temp_dir(&format!("412-{n}"));
+        assert!(read(&open(&server, "/f", &dir), 0, 1 << 20) == old[..1 << 20]);
+        server.set_data(new.clone());
+        server.set_etag(Some("\"v2\""));
+        // Trusted without a request: the blocks on disk are served, the
+        // first one it lacks meets the new version.
+        let trusting = open(&server, "/f", &dir);
+        assert_eq!(trusting.etag(), Some("\"v1\""), "{said}");
+        let mut buf = vec![0; 1000];
+        let e = trusting.read_exact_at(3 << 19, &mut buf).unwrap_err();
+        assert_eq!(e.kind(), remfile::ErrorKind::RemoteChanged, "{said}: {e}");
+        drop(trusting);
+        // The server proved the version gone: the next open asks, and
+        // reads the new version, every byte of it.
+        let reopened = open(&server, "/f", &dir);
+        assert_eq!(reopened.etag(), Some("\"v2\""), "{said}");
+        assert!(read(&reopened, 0, new.len()) == new, "{said}");
+        assert_eq!(reopened.stats().disk_hits, 0, "{said}");
+        drop(reopened);
+        let again = open(&server, "/f", &dir);
+        assert!(read(&again, 0, new.len()) == new, "{said}");
+        assert_eq!(again.stats().requests, 0, "{said}: trusted, from disk");
+    }
 }
 
 /// The options eight processes sharing a file open it with.

@@ -60,29 +60,36 @@ const STALE_TEMPORARY: Duration = Duration::from_secs(3600);
 /// Put it behind a file's memory cache with
 /// [`Builder::disk_cache`](crate::Builder::disk_cache): a read looks in
 /// memory, then on disk, then fetches. A block on disk belongs to one
-/// version of one remote file — the file (its URL's scheme, host, port and
-/// path, or the builder's [`cache_key`](crate::Builder::cache_key)), its
-/// validator (a strong ETag, or else `Last-Modified`) and its size — so a
-/// changed file never receives its old bytes. A file with no validator is
-/// not cached on disk.
+/// version of one remote file — the file (its URL's scheme, host, port,
+/// path and query without credential parameters, below, or the builder's
+/// [`cache_key`](crate::Builder::cache_key)), its validator (a strong ETag,
+/// or else `Last-Modified`) and its size — so a changed file never receives
+/// its old bytes, nor a file another's. A file with no validator is not
+/// cached on disk.
 ///
-/// Whether the query takes part depends on the validator. A strong ETag
-/// names the bytes: the query is left out, so a URL whose token or
-/// signature changes from one open to the next (a presigned URL, an
-/// `access_token`, a token under any name) finds the blocks every earlier
-/// one fetched. A date does not: with `Last-Modified` only, the query takes
-/// part (without its signature and credential parameters, below), so
-/// `download?id=1` and `download?id=2` of one date and size never share a
-/// block. The query (without those parameters) also names the record of
-/// the version seen last, which lets an open cost one request with no body
-/// (or none, see [`revalidate_after`](crate::Builder::revalidate_after) and
-/// [`immutable`](crate::Builder::immutable)):
-/// a token under a name no rule knows makes a new name, whose first open
-/// fetches the file's first block again (with a strong ETag, the others
-/// still come from disk). A [`cache_key`](crate::Builder::cache_key)
-/// names a file whatever its URL.
+/// The query takes part because an ETag names one version of one resource,
+/// and the query is part of the resource: `download?id=1` and
+/// `download?id=2` may carry one ETag (nginx's is the modification time and
+/// the size) and never share a block. Only parameters known to be
+/// credentials are left out, so a presigned URL whose signature changes
+/// from one open to the next finds the blocks every earlier one fetched; a
+/// token under a name no rule knows makes a new name, whose blocks are
+/// fetched again. A [`cache_key`](crate::Builder::cache_key) names a file
+/// whatever its URL. The same name also names the record of the version
+/// seen last, which lets an open cost one request with no body (or none,
+/// see [`revalidate_after`](crate::Builder::revalidate_after) and
+/// [`immutable`](crate::Builder::immutable)).
 ///
-/// The parameters left out: `access_token` (OAuth 2), `api_key`, `apikey`,
+/// A version on disk is confirmed by a `304 Not Modified` that carries its
+/// strong ETag, or by a response whose date and size are its own (a
+/// version known by `Last-Modified` alone is confirmed only by its first
+/// block, fetched again: servers answer `If-Modified-Since` with `304`
+/// whenever the file is not newer, a file restored with an older date
+/// too). A `412 Precondition Failed`, or an answer with another validator
+/// or size, forgets the version — its record and its blocks — so the next
+/// open reads the file as it is now.
+///
+/// The parameters left out: `access_token` (OAuth 2), `token`, `api_key`, `apikey`,
 /// `X-Amz-*` and `X-Goog-*` (S3, GCS) always; in a URL that carries a
 /// signature (`X-Amz-Signature`, `X-Goog-Signature`, `Signature` or
 /// `sig`), also `AWSAccessKeyId`, `GoogleAccessId`, `Signature`, `Expires`
@@ -299,6 +306,7 @@ impl DiskCache {
             identity: version,
             block_size,
             dir,
+            name: None,
         }
     }
 
@@ -412,9 +420,30 @@ pub(crate) struct DiskFile {
     identity: Digest,
     block_size: u64,
     dir: PathBuf,
+    /// The name the file goes by (its record's), once known: what
+    /// [`forget_version`](DiskFile::forget_version) forgets.
+    name: Option<record::Name>,
 }
 
 impl DiskFile {
+    /// This file, known by `name` (see [`record::name`]).
+    pub(crate) fn named(self, name: record::Name) -> DiskFile {
+        DiskFile {
+            name: Some(name),
+            ..self
+        }
+    }
+
+    /// Forgets this version of the file — its record, if it still names
+    /// it, and its blocks — because the server proved it is no longer the
+    /// file's (a `412` to `If-Match`, another validator or size): the next
+    /// open then asks the server and reads the new version.
+    pub(crate) fn forget_version(&self) {
+        if let Some(name) = &self.name {
+            self.cache.forget(name, &self.identity);
+        }
+    }
+
     /// The most bytes of blocks its cache holds, for all files together.
     pub(crate) fn capacity(&self) -> u64 {
         self.cache.capacity()

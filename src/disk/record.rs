@@ -64,9 +64,9 @@ impl Name {
 /// The name a file goes by on disk: the builder's cache key, or its URL
 /// without fragment and user information, cut into the file (scheme, host,
 /// port, path) and its query without signature and credential parameters.
-/// Both name the file's record, so a warm open finds the version seen last
-/// of `download?id=1`, never of `download?id=2`; whether the query also
-/// names its blocks depends on the validator (see [`version`]).
+/// Both name the file's record and its blocks (see [`version`]), so a warm
+/// open finds the version seen last of `download?id=1`, never of
+/// `download?id=2`.
 pub(crate) fn name(url: &url::Url, key: Option<&str>) -> Name {
     if let Some(k) = key {
         return Name {
@@ -93,15 +93,16 @@ pub(crate) fn name(url: &url::Url, key: Option<&str>) -> Name {
 }
 
 /// Query parameters that are credentials whatever the URL: OAuth 2's
-/// bearer token in a query (RFC 6750, `access_token`) and API keys
-/// (`api_key`, `apikey`). They authorize a request and never say what it
-/// is for, so a new token still finds the file's record and blocks.
-/// (Tokens under other names stay in [`Name::query`]: hashed, never
-/// written, but a new one is then a new name.)
+/// bearer token in a query (RFC 6750, `access_token`), a plain `token`, and
+/// API keys (`api_key`, `apikey`). They authorize a request and never say
+/// what it is for, so a new token still finds the file's record and blocks.
+/// The list is declared, never guessed: a parameter under any other name
+/// (`t`, `auth`, `hmac`) is taken to say which file is meant, and a new
+/// value is a new name.
+const CREDENTIALS: [&str; 4] = ["access_token", "token", "api_key", "apikey"];
+
 fn is_credential(key: &str) -> bool {
-    ["access_token", "api_key", "apikey"]
-        .iter()
-        .any(|c| key.eq_ignore_ascii_case(c))
+    CREDENTIALS.iter().any(|c| key.eq_ignore_ascii_case(c))
 }
 /// Query parameters that carry a URL's signature itself.
 fn is_signature_itself(key: &str) -> bool {
@@ -180,28 +181,27 @@ fn record_text(identity: &Identity, freshness: Freshness) -> Option<String> {
 /// of blocks is named by it, and every block file carries it. `None`
 /// without a validator (a strong ETag, or `Last-Modified`).
 ///
-/// With a strong ETag it is of the file (scheme, host, port and path, or
-/// the cache key), the ETag and the size, not of the query: a strong ETag
-/// names the bytes, so a URL whose token rotates (under any name) finds
-/// the blocks every earlier one fetched. With `Last-Modified` only, the
-/// query (without signature and credential parameters) is in it too: two
-/// files served at one path (`download?id=1`, `download?id=2`) may share a
-/// date and a size, never their blocks.
+/// It is of the whole name — scheme, host, port, path and the query
+/// without signature and credential parameters (or the cache key) — and of
+/// the validator and the size. An ETag names one representation of one
+/// resource, and the query is part of the resource: two files served at
+/// one path (`download?id=1`, `download?id=2`) may carry one ETag (nginx's
+/// is the modification time and the size), never share their blocks.
 pub(crate) fn version(name: &Name, identity: &Identity) -> Option<Digest> {
     let size = identity.size.to_le_bytes();
-    let file = name.file.as_bytes();
-    let parts: Vec<&[u8]> = match (identity.strong_etag(), &identity.last_modified) {
-        (Some(e), _) => vec![b"etag", file, e.as_bytes(), &size],
-        (None, Some(m)) => vec![
-            b"modified",
-            file,
-            name.query.as_bytes(),
-            m.as_bytes(),
-            &size,
-        ],
+    let (kind, validator): (&[u8], &str) = match (identity.strong_etag(), &identity.last_modified) {
+        (Some(e), _) => (b"etag", e),
+        (None, Some(m)) => (b"modified", m),
         (None, None) => return None,
     };
-    Some(digest::of("remfile version", &parts))
+    let parts: [&[u8]; 5] = [
+        kind,
+        name.file.as_bytes(),
+        name.query.as_bytes(),
+        validator.as_bytes(),
+        &size,
+    ];
+    Some(digest::of("remfile version 2", &parts))
 }
 
 /// The version a record's `text` (see [`record_text`]) says, and its
@@ -289,6 +289,20 @@ impl DiskCache {
         if let Err(e) = self.store_file(&self.record_path(name), &record) {
             self.warn_once("cannot note a file's version", &e);
         }
+    }
+
+    /// Forgets `version` of the file called `name`: its record, if the
+    /// record still names that version (another process may have noted a
+    /// newer one meanwhile), and its blocks.
+    pub(crate) fn forget(&self, name: &Name, version: &Digest) {
+        if self
+            .recall(name)
+            .is_some_and(|known| known.version == *version)
+        {
+            let _ = fs::remove_file(self.record_path(name));
+        }
+        let _ = fs::remove_dir_all(self.version_dir(version));
+        tracing::debug!("disk cache: a version the server no longer has was forgotten");
     }
 
     /// As [`remember`](Self::remember), once the blocks queued so far (the
@@ -402,13 +416,15 @@ mod tests {
     }
 
     #[test]
-    fn a_strong_etag_leaves_out_the_query_and_a_date_keeps_it() {
+    fn a_version_is_of_the_whole_name_its_validator_and_its_size() {
         let u = |s: &str| name(&url::Url::parse(s).unwrap(), None);
         let e = version_of(Some("\"e\""), None, 9);
         let a = version(&u("https://h/f.nwb?X-Amz-Signature=1"), &e);
         assert!(a.is_some());
-        // A token under any name, rotated: the same blocks.
-        assert_eq!(a, version(&u("https://h/f.nwb?t=2&access_token=3"), &e));
+        // A token under a declared name, rotated: the same blocks.
+        assert_eq!(a, version(&u("https://h/f.nwb?token=2&access_token=3"), &e));
+        // Under any other name it says which file is meant.
+        assert_ne!(a, version(&u("https://h/f.nwb?t=2"), &e));
         let f = u("https://h/f.nwb");
         assert_ne!(a, version(&f, &version_of(Some("\"f\""), None, 9)));
         assert_ne!(a, version(&f, &version_of(Some("\"e\""), None, 10)));
@@ -421,7 +437,12 @@ mod tests {
             None,
             "a weak ETag"
         );
-        // Last-Modified only: one date and size, two files.
+        // One strong ETag and size, two files told apart by the query.
+        assert_ne!(
+            version(&u("https://h/download?id=1"), &e),
+            version(&u("https://h/download?id=2"), &e)
+        );
+        // Last-Modified only: likewise.
         let lm = version_of(Some("W/\"e\""), Some("Mon"), 9);
         let one = version(&u("https://h/download?id=1"), &lm);
         assert!(one.is_some());
@@ -437,6 +458,11 @@ mod tests {
                 &version_of(None, Some("Tue"), 9)
             )
         );
+        // An ETag and a date of the same text are two versions.
+        assert_ne!(
+            version(&f, &version_of(Some("\"x\""), None, 9)),
+            version(&f, &version_of(None, Some("\"x\""), 9))
+        );
         // A cache key names the file whatever its URL.
         let key = |s: &str| name(&url::Url::parse(s).unwrap(), Some("asset-1"));
         assert_eq!(
@@ -447,6 +473,23 @@ mod tests {
             version(&key("https://h/a"), &e),
             version(&u("https://h/a"), &e)
         );
+    }
+
+    #[test]
+    fn forgetting_a_version_drops_its_record_only_if_it_is_still_the_files() {
+        let dir_own = tempfile::tempdir().unwrap();
+        let disk = DiskCache::open(dir_own.path().join("d"), 1 << 20).unwrap();
+        let f = name(&url::Url::parse("https://h/f").unwrap(), None);
+        let (v1, v2) = (
+            version_of(Some("\"1\""), None, 9),
+            version_of(Some("\"2\""), None, 9),
+        );
+        let (d1, d2) = (version(&f, &v1).unwrap(), version(&f, &v2).unwrap());
+        disk.remember(&f, &v2, Freshness::Forever);
+        disk.forget(&f, &d1);
+        assert_eq!(disk.recall(&f).unwrap().version, d2, "a newer one stays");
+        disk.forget(&f, &d2);
+        assert_eq!(disk.recall(&f), None);
     }
 
     #[test]

@@ -176,12 +176,7 @@ impl Engine {
             self.options.guess_concurrency as usize,
             |range| {
                 let mut bytes = vec![0; (range.end - range.start) as usize];
-                let result = self.transport.fetch(
-                    range.clone(),
-                    &mut Sink::over(&mut bytes),
-                    &self.identity,
-                    deadline,
-                );
+                let result = self.fetch_range(range.clone(), &mut Sink::over(&mut bytes), deadline);
                 Done {
                     attempts: *result.as_ref().unwrap_or(&1),
                     outcome: (range, result.ok().map(|_| bytes)),

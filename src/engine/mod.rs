@@ -424,9 +424,7 @@ impl Engine {
             cut(buf, pos, parts).into_iter().enumerate().collect(),
             self.options.max_concurrency as usize,
             |(n, (range, piece))| {
-                let result =
-                    self.transport
-                        .fetch(range, &mut Sink::over(piece), &self.identity, deadline);
+                let result = self.fetch_range(range, &mut Sink::over(piece), deadline);
                 Done {
                     attempts: *result.as_ref().unwrap_or(&1),
                     outcome: result.err().map(|e| (n, e)),
@@ -902,6 +900,25 @@ impl Engine {
         true
     }
 
+    /// Fills `sink` with `range` of the file's version, from the network.
+    /// A server that proves the version gone (a `412`, another validator or
+    /// size) makes the disk forget it, so that the next open reads the
+    /// file's new version rather than fail on every block it lacks.
+    fn fetch_range(
+        &self,
+        range: Range<u64>,
+        sink: &mut Sink<'_>,
+        deadline: Instant,
+    ) -> Result<u32> {
+        let result = self.transport.fetch(range, sink, &self.identity, deadline);
+        if let (Err(e), Some(disk)) = (&result, &self.disk) {
+            if e.kind() == ErrorKind::RemoteChanged {
+                disk.forget_version();
+            }
+        }
+        result
+    }
+
     /// Fetches the run of blocks `part` into buffers of their own (recycled
     /// from evicted blocks where possible).
     fn fetch_blocks(&self, part: Range<u64>, deadline: Instant) -> Done<Fetched> {
@@ -912,9 +929,7 @@ impl Engine {
             .collect();
         let bytes = plan::byte_range(&part, bs, size);
         let mut sink = Sink::new(buffers.iter_mut().map(|b| &mut b[..]).collect());
-        let result = self
-            .transport
-            .fetch(bytes, &mut sink, &self.identity, deadline);
+        let result = self.fetch_range(bytes, &mut sink, deadline);
         if let (Some(disk), Ok(_)) = (&self.disk, &result) {
             for (index, block) in part.clone().zip(&buffers) {
                 disk.write(index, block);

@@ -212,24 +212,34 @@ impl Transport {
     pub fn open(&self, first_len: u64) -> Result<Opened, Error> {
         self.open_with(first_len, None).map(|answer| match answer {
             Revalidated::Changed(opened) => opened,
-            Revalidated::Unchanged(_) => unreachable!("no 304 without a precondition"),
+            Revalidated::Unchanged { .. } => unreachable!("no 304 without a precondition"),
         })
     }
 
     /// As [`open`](Self::open), unless the file is still the version
     /// `known` describes: then the server says so (`304 Not Modified`) with
-    /// no body.
+    /// no body, if the version has a strong ETag to ask with
+    /// (`If-None-Match`), and the `304` carries that ETag (else the file is
+    /// opened again, unconditionally).
+    ///
+    /// A version known by its `Last-Modified` alone is not asked about: a
+    /// server answers `If-Modified-Since` with `304` whenever the file's
+    /// date is not later, so a file replaced by an older-dated one (a
+    /// restore, `cp -p`) would pass. Its first block is fetched instead,
+    /// and the caller compares the date and the size it comes with.
     pub fn open_unless(&self, first_len: u64, known: &Identity) -> Result<Revalidated, Error> {
-        let condition = known
-            .strong_etag()
-            .map(Precondition::NoneMatch)
-            .or_else(|| {
-                known
-                    .last_modified
-                    .as_deref()
-                    .map(Precondition::ModifiedSince)
-            });
-        self.open_with(first_len, condition)
+        let Some(etag) = known.strong_etag() else {
+            return self.open_with(first_len, None);
+        };
+        match self.open_with(first_len, Some(Precondition::NoneMatch(etag)))? {
+            Revalidated::Unchanged { etag, .. } if !known.confirmed_by(etag.as_deref()) => {
+                tracing::debug!(
+                    "a 304 Not Modified without the ETag asked about; the file is opened again"
+                );
+                self.open_with(first_len, None)
+            }
+            answer => Ok(answer),
+        }
     }
 
     fn open_with(

@@ -5,9 +5,7 @@ use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use ureq::http::Response;
-use ureq::http::header::{
-    ACCEPT_ENCODING, IF_MATCH, IF_MODIFIED_SINCE, IF_NONE_MATCH, LOCATION, RANGE, USER_AGENT,
-};
+use ureq::http::header::{ACCEPT_ENCODING, IF_MATCH, IF_NONE_MATCH, LOCATION, RANGE, USER_AGENT};
 use ureq::typestate::WithoutBody;
 use ureq::{Body, RequestBuilder};
 use url::Url;
@@ -45,8 +43,6 @@ pub(crate) enum Precondition<'a> {
     Match(&'a str),
     /// Nothing if the file still has this ETag: `304 Not Modified`.
     NoneMatch(&'a str),
-    /// Nothing if the file was not modified since this date: `304`.
-    ModifiedSince(&'a str),
 }
 
 /// How long a response's headers took, and when they arrived (its body is
@@ -194,7 +190,6 @@ impl Transport {
         req = match condition {
             Some(Precondition::Match(tag)) => req.header(IF_MATCH, tag),
             Some(Precondition::NoneMatch(tag)) => req.header(IF_NONE_MATCH, tag),
-            Some(Precondition::ModifiedSince(date)) => req.header(IF_MODIFIED_SINCE, date),
             None => req,
         };
         // The caller's headers are for the file's own origin: the one given,

@@ -77,9 +77,14 @@ pub(crate) struct Opened {
 /// The answer to a conditional opening request.
 #[derive(Debug)]
 pub(crate) enum Revalidated {
-    /// The file is still the version known (`304 Not Modified`); with how
-    /// long the server now says it stays good, if it said.
-    Unchanged(Option<Freshness>),
+    /// The server says the file is still the version known (`304 Not
+    /// Modified`): with how long it now says the version stays good, if it
+    /// said, and the ETag it gave, which must be the known one's (see
+    /// [`Identity::confirmed_by`]).
+    Unchanged {
+        freshness: Option<Freshness>,
+        etag: Option<String>,
+    },
     /// It is not: the answer as [`Transport::open`] gives it.
     Changed(Opened),
 }
@@ -110,7 +115,10 @@ impl Transport {
             304 if conditional => {
                 drain(&mut resp);
                 self.remember(url);
-                return Ok(Revalidated::Unchanged(freshness_said(&headers)));
+                return Ok(Revalidated::Unchanged {
+                    freshness: freshness_said(&headers),
+                    etag: header::get(&headers, ETAG).map(str::to_owned),
+                });
             }
             206 => {
                 let (first, last, total) = bytes_with_size(&headers)?;
