@@ -67,7 +67,7 @@ pub(crate) fn open(builder: &Builder, text: &str) -> Result<RemoteFile> {
     let counters = Arc::new(Counters::default());
     let link = Arc::new(LinkMeter::new(builder.link));
     let transport = transport(builder, request_url, service, &link, &counters)?;
-    let (warm, first_open) = look_on_disk(builder, &url);
+    let (warm, first_open) = look_on_disk(builder, &url)?;
     let (opened, tail, asked) = match warm {
         Some(warm) => {
             let (opened, asked) = warm_open(builder, &transport, warm)?;
@@ -200,9 +200,9 @@ struct Warm {
 /// it once: one claims the first open and fetches, the others wait until
 /// its first blocks are on disk and open it warm, without a request of
 /// their own (the version was confirmed during their open).
-fn look_on_disk(builder: &Builder, url: &Url) -> (Option<Warm>, Option<FetchLock>) {
+fn look_on_disk(builder: &Builder, url: &Url) -> Result<(Option<Warm>, Option<FetchLock>)> {
     let Some(disk) = builder.disk_cache.as_ref() else {
-        return (None, None);
+        return Ok((None, None));
     };
     let name = disk::name(url, builder.cache_key.as_deref());
     let first_block = |known: Recalled, confirmed_meanwhile| {
@@ -218,23 +218,25 @@ fn look_on_disk(builder: &Builder, url: &Url) -> (Option<Warm>, Option<FetchLock
     };
     let before = disk.recall(&name);
     if let Some(warm) = before.clone().and_then(|known| first_block(known, false)) {
-        return (Some(warm), None);
+        return Ok((Some(warm), None));
     }
     let deadline = crate::wait::deadline::after(builder.read_timeout);
-    let lock = match disk.claim_first_open(&name, deadline) {
+    let lock = match disk.claim_first_open(&name, deadline)? {
         FirstOpen::Ours(lock) => Some(lock),
         FirstOpen::Waited => None,
-        FirstOpen::Unclaimed => return (None, None),
+        FirstOpen::Unclaimed => return Ok((None, None)),
     };
     // Looked at again: the claim may have been let go just before it was
     // asked for, the first block on disk by then.
     let after = disk.recall(&name);
     let meanwhile = confirmed_meanwhile(before.as_ref(), after.as_ref());
-    match after.and_then(|known| first_block(known, meanwhile)) {
-        // The claim, if taken, is let go at once: nothing to fetch.
-        Some(warm) => (Some(warm), None),
-        None => (None, lock),
-    }
+    Ok(
+        match after.and_then(|known| first_block(known, meanwhile)) {
+            // The claim, if taken, is let go at once: nothing to fetch.
+            Some(warm) => (Some(warm), None),
+            None => (None, lock),
+        },
+    )
 }
 
 /// Whether the record `after` a wait for another process's first open

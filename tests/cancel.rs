@@ -295,3 +295,29 @@ fn closing_a_file_ends_its_stalled_read_and_every_later_one_and_spares_other_fil
     assert_eq!(read(&other, 0, 100).unwrap(), data[..100]);
     over.store(true, SeqCst);
 }
+
+#[test]
+fn a_connect_that_never_completes_ends_at_a_cancel() {
+    let _dog = watchdog(Duration::from_secs(120));
+    let Some((listener, _held)) = remfile_testkit::full_listener() else {
+        eprintln!("the backlog never filled here: a hanging connect cannot be provoked; skipping");
+        return;
+    };
+    let url = format!("http://{}/f", listener.local_addr().unwrap());
+    // Only the cancel's deadline can end it: the connect timeout is ten
+    // minutes.
+    let e = Cancel::after(Duration::from_millis(300))
+        .run(|| patient().connect_timeout(PATIENT).open(&url))
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+    assert!(e.to_string().contains("deadline the read was given"), "{e}");
+    // And a plain cancel, from another thread, once the open waits.
+    let cancel = Cancel::new();
+    let opening = {
+        let cancel = cancel.clone();
+        std::thread::spawn(move || cancel.run(|| patient().connect_timeout(PATIENT).open(&url)))
+    };
+    cancel.cancel();
+    let e = opening.join().unwrap().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Interrupted, "{e}");
+}

@@ -489,24 +489,11 @@ fn a_dns_failure_is_a_network_error() {
 
 #[test]
 fn a_connect_that_never_completes_times_out() {
-    // A listener that never accepts, its backlog filled: further connects hang.
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let mut held = Vec::new();
-    let mut full = false;
-    for _ in 0..4096 {
-        match std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(100)) {
-            Ok(s) => held.push(s),
-            Err(_) => {
-                full = true;
-                break;
-            }
-        }
-    }
-    if !full {
+    let Some((listener, _held)) = remfile_testkit::full_listener() else {
         eprintln!("the backlog never filled here: a connect timeout cannot be provoked; skipping");
         return;
-    }
+    };
+    let addr = listener.local_addr().unwrap();
     let e = builder()
         .connect_timeout(Duration::from_millis(200))
         .retry_policy(quick_retries(1))

@@ -284,23 +284,17 @@ fn make_unless_held(path: &Path, mut make: impl FnMut() -> io::Result<()>) -> io
     Ok(false)
 }
 
-/// Looks with `look` until it finds what it looks for, the lock at `path`
-/// is no longer held, or `deadline`; then once more (it may have come just
-/// before the lock went).
-pub(crate) fn look_while_held<T>(
-    path: &Path,
-    deadline: Instant,
-    mut look: impl FnMut() -> Option<T>,
-) -> Option<T> {
+/// Waits until the lock at `path` is no longer held, or `deadline`; an
+/// error if the work on this thread is stopped first (a cancel, a Ctrl-C,
+/// a close, the process ending): within a poll, whoever holds the lock.
+pub(crate) fn wait_while_held(path: &Path, deadline: Instant) -> crate::error::Result<()> {
     let mut pause = Duration::from_millis(1);
     loop {
-        if let Some(found) = look() {
-            return Some(found);
-        }
+        crate::wait::check_stopped()?;
         if !is_held(path) || Instant::now() >= deadline {
-            return look();
+            return Ok(());
         }
-        std::thread::sleep(pause);
+        std::thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));
         pause = (pause * 2).min(Duration::from_millis(20));
     }
 }

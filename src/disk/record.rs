@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::time::{Instant, SystemTime};
 
 use super::digest::{self, Digest};
-use super::lock::{FetchLock, WAIT_AT_MOST, look_while_held};
+use super::lock::{FetchLock, WAIT_AT_MOST, wait_while_held};
 use super::{DiskCache, private};
 use crate::identity::Identity;
 use crate::identity::freshness::{Freshness, MAX_FRESH};
@@ -256,18 +256,23 @@ impl DiskCache {
     /// fetch its first block once: the one that gets the claim opens it as
     /// usual (and notes the version it got and releases the claim once its
     /// first blocks are on disk, see [`DiskCache::remember_after_writes`]);
-    /// the others wait for that, then open it warm.
-    pub(crate) fn claim_first_open(&self, name: &Name, deadline: Instant) -> FirstOpen {
+    /// the others wait for that, then open it warm. The wait ends at a
+    /// stop of the open (an error then).
+    pub(crate) fn claim_first_open(
+        &self,
+        name: &Name,
+        deadline: Instant,
+    ) -> crate::error::Result<FirstOpen> {
         let path = self.record_path(name).with_extension("lock");
-        match FetchLock::take(&path) {
+        Ok(match FetchLock::take(&path) {
             Ok(Some(lock)) => FirstOpen::Ours(lock),
             Ok(None) => {
                 let deadline = deadline.min(Instant::now() + WAIT_AT_MOST);
-                look_while_held(&path, deadline, || None::<()>);
+                wait_while_held(&path, deadline)?;
                 FirstOpen::Waited
             }
             Err(_) => FirstOpen::Unclaimed,
-        }
+        })
     }
 
     /// Notes that the file called `name` is, as of now, the version

@@ -99,19 +99,17 @@ fn make(kind: &AgentKind) -> Result<Agent, Error> {
     Ok(Agent::with_parts(
         config.build(),
         connector(),
-        ureq::unversioned::resolver::DefaultResolver::default(),
+        super::tcp::StoppableResolver,
     ))
 }
 
 /// ureq's connector chain (an HTTP CONNECT proxy if one is set, TCP, TLS),
-/// with the plain connection's waits made stoppable beneath TLS. A SOCKS
-/// proxy never reaches it ([`refuse_socks`]).
+/// with the connect and the plain connection's waits made stoppable
+/// beneath TLS. A SOCKS proxy never reaches it ([`refuse_socks`]).
 fn connector() -> impl ureq::unversioned::transport::Connector {
-    use ureq::unversioned::transport::{
-        ConnectProxyConnector, Connector, RustlsConnector, TcpConnector,
-    };
+    use ureq::unversioned::transport::{ConnectProxyConnector, Connector, RustlsConnector};
     ().chain(ConnectProxyConnector::default())
-        .chain(TcpConnector::default())
+        .chain(super::tcp::StoppableTcpConnector)
         .chain(super::stoppable::StoppableConnector)
         .chain(RustlsConnector::default())
 }

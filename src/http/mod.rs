@@ -26,6 +26,7 @@ mod response;
 mod retry;
 mod sink;
 mod stoppable;
+mod tcp;
 
 use std::ops::Range;
 use std::sync::Arc;

@@ -40,7 +40,7 @@ pub(crate) struct Stoppable<T>(T);
 /// The error a stopped wait gives ureq; the request's caller reports the
 /// stop itself (see `with_retries`). Never of kind `Interrupted`: rustls's
 /// and std's read loops retry that kind, and the stop would never end them.
-fn stopped() -> Error {
+pub(super) fn stopped() -> Error {
     Error::Io(io::Error::other("the read was stopped"))
 }
 

@@ -68,6 +68,24 @@ impl AsRef<std::path::Path> for TempDir {
     }
 }
 
+/// A listener on 127.0.0.1 that never accepts, its accept queue filled by
+/// the connections held beside it: a further connect to it waits (the
+/// system drops its SYNs) until its own timeout. `None` where the queue
+/// never filled (a system that answers otherwise): the test then cannot
+/// provoke such a connect.
+pub fn full_listener() -> Option<(std::net::TcpListener, Vec<std::net::TcpStream>)> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a listener");
+    let addr = listener.local_addr().expect("its address");
+    let mut held = Vec::new();
+    for _ in 0..4096 {
+        match std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(100)) {
+            Ok(s) => held.push(s),
+            Err(_) => return Some((listener, held)),
+        }
+    }
+    None
+}
+
 /// Deterministic pseudo-random bytes (xorshift), different for each seed.
 pub fn test_data(len: usize, seed: u64) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
