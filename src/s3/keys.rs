@@ -187,7 +187,7 @@ impl Keys {
     /// are due and no other thread renews them. Waits for another thread's
     /// load only when no valid keys are in hand, until `deadline` and
     /// while the read is not stopped.
-    pub fn get(&self, deadline: Instant) -> Result<Credentials> {
+    pub fn get(self: &Arc<Self>, deadline: Instant) -> Result<Credentials> {
         if let Source::Given { keys, .. } = &self.source {
             return Ok(keys.clone());
         }
@@ -207,23 +207,79 @@ impl Keys {
                 }
             }
             if !state.loading {
-                return self.load(state);
+                return self.load(state, deadline);
             }
             waited_for.get_or_insert(state.loads_ended);
             state = self.wait(state, deadline)?;
         }
     }
 
-    /// Loads keys, the lock let go meanwhile; see [`State::took`].
-    fn load(&self, mut state: MutexGuard<'_, State>) -> Result<Credentials> {
+    /// Loads keys on a thread of its own, the lock let go meanwhile (see
+    /// [`State::took`]), and waits for them in slices of [`POLL`]: a caller
+    /// stopped (a cancel, a Ctrl-C) or past `deadline` returns at once
+    /// with its own error, and the load goes on for the callers after it
+    /// (a service that never answers ends it at the agent's timeout). A
+    /// stop is never taken for the load's failure.
+    fn load(
+        self: &Arc<Self>,
+        mut state: MutexGuard<'_, State>,
+        deadline: Instant,
+    ) -> Result<Credentials> {
         state.loading = true;
         drop(state);
-        let _ends = LoadEnds(self);
-        let outcome = self.source.load();
-        let mut state = self.state.lock();
-        let taken = state.took(outcome, &self.source.name());
-        drop(state);
-        taken
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let keys = Arc::clone(self);
+        let load = move || {
+            let _ends = LoadEnds(&keys);
+            let outcome = keys.source.load();
+            let mut state = keys.state.lock();
+            let taken = state.took(outcome, &keys.source.name());
+            let generation = state.generation;
+            drop(state);
+            let _ = tx.send((taken, generation));
+        };
+        if let Err(e) = std::thread::Builder::new()
+            .name("remfile-credentials".into())
+            .spawn(load)
+        {
+            drop(LoadEnds(self));
+            return Err(Error::new(
+                ErrorKind::Credentials,
+                format!("no thread to load AWS credentials on: {e}"),
+            ));
+        }
+        loop {
+            match rx.recv_timeout(POLL.min(deadline.saturating_duration_since(Instant::now()))) {
+                Ok((taken, generation)) => {
+                    if taken.is_ok() {
+                        SIGNED_WITH.set(generation);
+                    }
+                    return taken;
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(Error::new(
+                        ErrorKind::Credentials,
+                        format!("loading AWS credentials from {} failed", self.source.name()),
+                    ));
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    check_stopped()?;
+                    if Instant::now() >= deadline {
+                        return Err(self.not_by_the_deadline());
+                    }
+                }
+            }
+        }
+    }
+
+    fn not_by_the_deadline(&self) -> Error {
+        Error::new(
+            ErrorKind::Timeout,
+            format!(
+                "no AWS credentials by the deadline: they are still being loaded from {}",
+                self.source.name()
+            ),
+        )
     }
 
     /// Waits one slice (at most [`POLL`]) for the load under way to end.
@@ -233,13 +289,7 @@ impl Keys {
         deadline: Instant,
     ) -> Result<MutexGuard<'a, State>> {
         if Instant::now() >= deadline {
-            return Err(Error::new(
-                ErrorKind::Timeout,
-                format!(
-                    "no AWS credentials by the deadline: they are still being loaded from {}",
-                    self.source.name()
-                ),
-            ));
+            return Err(self.not_by_the_deadline());
         }
         state.waiting += 1;
         let slice = deadline.min(Instant::now() + POLL);
@@ -257,7 +307,7 @@ impl Keys {
     /// Keys another caller loaded since this thread signed with the old
     /// ones count, and a load under way is waited for (to `deadline`):
     /// requests refused at once (a file's parallel reads) renew once.
-    pub fn renew(&self, deadline: Instant) -> bool {
+    pub fn renew(self: &Arc<Self>, deadline: Instant) -> bool {
         if !self.renewable() {
             return false;
         }
@@ -280,7 +330,7 @@ impl Keys {
             }
         }
         let old = state.keys.as_ref().map(|(k, _)| k.clone());
-        match self.load(state) {
+        match self.load(state, deadline) {
             Ok(keys) => old.is_none_or(|old| old != keys),
             Err(e) => {
                 tracing::warn!(error = %e, "renewing AWS credentials failed");
@@ -443,6 +493,32 @@ mod tests {
     }
 
     #[test]
+    fn a_loader_stopped_returns_at_once_and_its_load_goes_on_for_the_next() {
+        let gate = Gate::new();
+        let service = gated(&gate, false);
+        let keys = Arc::new(Keys::new(container(&service), None));
+        let cancel = crate::wait::Cancel::new();
+        let (done, got) = channel();
+        {
+            let (keys, cancel) = (keys.clone(), cancel.clone());
+            std::thread::spawn(move || {
+                let _ = done.send(cancel.run(|| keys.get(soon())).map(|k| k.token));
+            });
+        }
+        // The service has the request and never answers while the gate is
+        // shut: only the stop ends the caller's wait.
+        gate.arrived();
+        cancel.cancel();
+        let e = got.recv().unwrap().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Interrupted, "{e}");
+        // The stop is not the load's failure: the next caller gets the
+        // keys that load brings, with no second request.
+        gate.open();
+        assert_eq!(keys.get(soon()).unwrap().token.as_deref(), Some("new1"));
+        assert_eq!(service.asked().len(), 1);
+    }
+
+    #[test]
     fn callers_that_waited_for_a_failed_load_get_its_error() {
         let held = held_load(true);
         let waiters: Vec<_> = (0..3).map(|_| get_elsewhere(&held.keys)).collect();
@@ -461,10 +537,10 @@ mod tests {
         // As a child finds a file's keys that its parent was loading: made
         // by another process, a load under way that no thread here runs.
         let parents = Keys::new(container(&service), None);
-        let parents = Keys {
+        let parents = Arc::new(Keys {
             made_in: MadeIn::elsewhere(),
             ..parents
-        };
+        });
         parents.state.lock().loading = true;
         let got = parents.get(soon()).unwrap();
         assert_eq!(got.token.as_deref(), Some("child1"));
