@@ -1,16 +1,20 @@
-//! Waits that can be stopped: every wait of a read — on a socket, for a
-//! connection permit, for another reader's fetch of the same block, for a
-//! piece, for another process's block, between retries — lasts at most
-//! [`POLL`] past a stop, and a stopped read lets go of everything it held
-//! (its claims on blocks, its connection, its buffers) as it returns.
+//! Waits that can be stopped: every wait of a read or an open — on a
+//! socket, for a name lookup or a TCP connect, for a connection permit, for
+//! another reader's fetch of the same block, for a piece, for another
+//! process's block or first open of the file, for S3 keys being loaded,
+//! between retries — lasts at most [`POLL`] past a stop, and a stopped read
+//! lets go of everything it held (its claims on blocks, its connection, its
+//! buffers) as it returns.
 //!
 //! A read is stopped by a [`Cancel`] (a handle the program holds: a user's
 //! "stop" button, a deadline per call), by a host runtime's request (the
-//! Python package's Ctrl-C), by closing the file for its background work,
-//! or by [`stop_everything`] (the process is ending). It then fails with
+//! Python package's Ctrl-C), by closing its file
+//! ([`RemoteFile::close`](crate::RemoteFile::close)), or by
+//! [`stop_everything`] (the process is ending). It then fails with
 //! [`ErrorKind::Interrupted`] (or [`ErrorKind::Timeout`] for a
-//! [`Cancel`]'s own deadline); the file stays usable, and the next read of
-//! the same bytes fetches them itself at once.
+//! [`Cancel`]'s own deadline, [`ErrorKind::Closed`] for a close); unless
+//! closed, the file stays usable, and the next read of the same bytes
+//! fetches them itself at once.
 //!
 //! ```no_run
 //! use std::time::Duration;
