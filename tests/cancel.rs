@@ -321,3 +321,47 @@ fn a_connect_that_never_completes_ends_at_a_cancel() {
     let e = opening.join().unwrap().unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Interrupted, "{e}");
 }
+
+#[test]
+fn a_wait_for_another_openers_first_open_of_a_file_ends_at_a_cancel() {
+    let _dog = watchdog(Duration::from_secs(120));
+    let data = Arc::new(test_data(1 << 20, 6));
+    let over = Arc::new(AtomicBool::new(false));
+    let (arrived_tx, arrived) = mpsc::channel();
+    let arrived_tx = Mutex::new(arrived_tx);
+    let (d, o) = (data.clone(), over.clone());
+    let used = AtomicBool::new(false);
+    // The first opening request is held: its opener keeps the file's
+    // first-open claim on the disk cache until the test lets it go.
+    let server = RawServer::new(move |req, out| {
+        if used.swap(true, SeqCst) {
+            return raw_serve(&d, req, out);
+        }
+        let _ = arrived_tx.lock().unwrap().send(());
+        hold_until_hung_up(out, &o);
+        After::Close
+    });
+    let dir = remfile_testkit::TempDir::new("cancel-first-open");
+    let disk = remfile::DiskCache::open(&dir, 64 << 20).unwrap();
+    let url = server.url("/f");
+    let first = {
+        let (disk, url) = (disk.clone(), url.clone());
+        std::thread::spawn(move || patient().disk_cache(disk).open(&url))
+    };
+    arrived.recv().unwrap();
+    // Another opener (a process of its own, as far as the disk cache is
+    // concerned) waits for that claim; only its cancel can end the wait.
+    // It may wait 20 s for a claim: far less is the proof that the cancel
+    // ended it (the stop's bound is `wait::POLL`).
+    let second = remfile::DiskCache::open(&dir, 64 << 20).unwrap();
+    let dog = watchdog(Duration::from_secs(10));
+    let e = Cancel::after(Duration::from_millis(300))
+        .run(|| patient().disk_cache(second).open(&url))
+        .unwrap_err();
+    drop(dog);
+    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+    assert!(e.to_string().contains("deadline the read was given"), "{e}");
+    assert_eq!(server.requests(), 1, "the stopped open asked nothing");
+    over.store(true, SeqCst);
+    let _ = first.join().unwrap();
+}

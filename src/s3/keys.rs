@@ -509,7 +509,10 @@ mod tests {
         // shut: only the stop ends the caller's wait.
         gate.arrived();
         cancel.cancel();
-        let e = got.recv().unwrap().unwrap_err();
+        let e = got
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the stopped caller returned while the service kept silent")
+            .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Interrupted, "{e}");
         // The stop is not the load's failure: the next caller gets the
         // keys that load brings, with no second request.
