@@ -4,10 +4,13 @@
 //! failed fetch is reported to every reader that was waiting for it, and it carries
 //! no `ureq` types, so the transport can change without breaking callers.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::io;
 use std::ops::Range;
 use std::sync::Arc;
+
+use crate::http::secrets::{Secrets, redact_values};
 
 /// A specialized `Result` for this crate's operations.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -171,6 +174,23 @@ impl Error {
         self.edit(|i| i.body = Some(body))
     }
 
+    /// The error without the values `known` holds in its message or body
+    /// excerpt: a message may quote a server's header or a URL provider's
+    /// words, which may echo what the request carried.
+    pub(crate) fn without_values(self, known: &Secrets) -> Error {
+        let message = redact_values(&self.inner.message, known);
+        let body = self.inner.body.as_deref().map(|b| redact_values(b, known));
+        let changed = matches!(message, Cow::Owned(_)) || matches!(body, Some(Cow::Owned(_)));
+        if !changed {
+            return self;
+        }
+        let (message, body) = (message.into_owned(), body.map(Cow::into_owned));
+        self.edit(|i| {
+            i.message = message;
+            i.body = body;
+        })
+    }
+
     pub(crate) fn with_hint(self, hint: &'static str) -> Error {
         self.edit(|i| i.hint = Some(hint))
     }
@@ -209,7 +229,11 @@ impl Error {
     }
 
     /// The first bytes (at most 512) of the body the server sent with an error
-    /// status, decoded lossily as UTF-8. S3, for one, explains its refusals there.
+    /// status, decoded lossily as UTF-8, on one printable line. S3, for one,
+    /// explains its refusals there. What the request carried (its URL's query
+    /// values and password, the values of headers given to the builder, S3's
+    /// keys: each of 8 bytes or more, as it is, percent-encoded or in base64)
+    /// and credentials the server names are shown as `…`.
     pub fn body_excerpt(&self) -> Option<&str> {
         self.inner.body.as_deref()
     }
@@ -501,6 +525,27 @@ mod tests {
         );
         assert_eq!(e.kind().to_string(), "HTTP status 404");
         assert_eq!(ErrorKind::Timeout.to_string(), "timed out");
+    }
+
+    #[test]
+    fn the_request_s_values_leave_the_message_and_the_body() {
+        let mut known = Secrets::new();
+        known.add("PROVIDER-SECRET-1");
+        let e = Error::new(
+            ErrorKind::HttpStatus(403),
+            "the URL provider failed: fetching /sign?k=PROVIDER-SECRET-1",
+        )
+        .with_body("echo PROVIDER-SECRET-1".into())
+        .without_values(&known);
+        assert_eq!(
+            e.message_without_url(),
+            "the URL provider failed: fetching /sign?k=…: server said: echo …"
+        );
+        assert_eq!(e.body_excerpt(), Some("echo …"));
+        // Nothing to hide: the same error, shared.
+        let clean = Error::new(ErrorKind::Network, "reset");
+        let same = clean.clone().without_values(&known);
+        assert!(Arc::ptr_eq(&clean.inner, &same.inner));
     }
 
     #[test]

@@ -125,9 +125,14 @@ fn signed_urls_never_reach_logs_errors_or_debug_output() {
 
 const SESSION_TOKEN: &str = "IQoJb3JpZ2luX2VjEOPENSESSIONTOKENxyz";
 
+/// A server that answers every request with `status` and `body`.
+fn refusing(status: u16, body: String) -> RangeServer {
+    RangeServer::new(test_data(1 << 20, 5))
+        .with_hook(move |_, _| Reply::new(status).body(body.as_bytes().to_vec()))
+}
+
 fn open_error(body: &'static str) -> remfile::Error {
-    let server = RangeServer::new(test_data(1 << 20, 5))
-        .with_hook(move |_, _| Reply::new(400).body(body.as_bytes().to_vec()));
+    let server = refusing(400, body.into());
     builder().open(server.url("/f")).unwrap_err()
 }
 
@@ -155,4 +160,91 @@ fn no_bidirectional_control_reaches_the_excerpt() {
     let err = open_error("denied \u{061C}gpj.exe");
     let excerpt = err.body_excerpt().unwrap();
     assert!(!excerpt.contains('\u{061C}'), "{excerpt:?}");
+}
+
+/// Checks that no text a caller may show of `err` (its message, `Debug`,
+/// body excerpt, and the `std::io::Error` made of it) holds any of
+/// `secrets`.
+fn assert_none_shown(err: &remfile::Error, secrets: &[&str]) {
+    let io_err: std::io::Error = err.clone().into();
+    let texts = [
+        err.to_string(),
+        format!("{err:?}"),
+        err.body_excerpt().unwrap_or_default().to_owned(),
+        io_err.to_string(),
+        format!("{io_err:?}"),
+    ];
+    for text in texts {
+        for secret in secrets {
+            assert!(!text.contains(secret), "{secret} in {text}");
+        }
+    }
+}
+
+#[test]
+fn a_refusal_echoing_the_request_shows_none_of_its_values() {
+    const HMAC: &str = "DEADBEEF1234";
+    const TOKEN: &str = "ghp_SECRETVALUE12345";
+    // The server quotes the request in its own words, under names no rule
+    // knows.
+    let server = refusing(
+        403,
+        format!("denied: GET /e1?hmac={HMAC} HTTP/1.1\nToken {TOKEN} is not valid; id=1 kept"),
+    );
+    let err = builder()
+        .header("Authorization", format!("token {TOKEN}"))
+        .open(server.url(&format!("/e1?hmac={HMAC}&id=1")))
+        .unwrap_err();
+    assert_eq!(err.status(), Some(403), "{err}");
+    assert_none_shown(&err, &[HMAC, TOKEN, "SECRETVALUE"]);
+    let excerpt = err.body_excerpt().unwrap();
+    assert!(excerpt.contains("denied: GET /e1?hmac=…"), "{excerpt}");
+    assert!(excerpt.contains("Token … is not valid"), "{excerpt}");
+    assert!(
+        excerpt.contains("id=1 kept"),
+        "short values stay: {excerpt}"
+    );
+}
+
+#[test]
+fn a_password_in_the_url_is_not_shown_as_it_is_or_in_base64() {
+    const PASSWORD: &str = "hunter2secret";
+    // base64 of `user:hunter2secret`, as Basic authentication sends it.
+    const BASIC: &str = "dXNlcjpodW50ZXIyc2VjcmV0";
+    let server = refusing(
+        401,
+        format!("credentials {BASIC}= were refused; the password {PASSWORD} is wrong"),
+    );
+    let with_password = format!("http://user:{PASSWORD}@");
+    let url = server
+        .url("/private.bin")
+        .replacen("http://", &with_password, 1);
+    let err = builder().open(url).unwrap_err();
+    assert_eq!(err.status(), Some(401), "{err}");
+    assert_none_shown(&err, &[PASSWORD, BASIC]);
+    let excerpt = err.body_excerpt().unwrap();
+    assert_eq!(
+        excerpt, "credentials … were refused; the password … is wrong",
+        "{err:?}"
+    );
+}
+
+#[test]
+fn a_redirect_target_s_values_are_not_shown_either() {
+    const TICKET: &str = "TICKET-9f8e7d6c5b";
+    let server =
+        RangeServer::new(test_data(1 << 20, 8)).with_hook(|req, r| match req.path.as_str() {
+            "/api" => Reply::redirect(302, &format!("/store?ticket={TICKET}")),
+            _ if req.path.starts_with("/store") => {
+                Reply::new(403).body(format!("ticket {TICKET} was already used"))
+            }
+            _ => r,
+        });
+    let err = builder().open(server.url("/api")).unwrap_err();
+    assert_eq!(err.status(), Some(403), "{err}");
+    assert_none_shown(&err, &[TICKET]);
+    assert!(
+        err.to_string().contains("ticket … was already used"),
+        "{err}"
+    );
 }

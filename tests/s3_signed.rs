@@ -837,3 +837,33 @@ fn bad_s3_urls_and_options_are_refused_before_any_request() {
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidConfig);
 }
+
+#[test]
+fn a_refusal_echoing_the_keys_shows_none_of_them() {
+    let _env = environment(&[]);
+    const KEY_ID: &str = "EXAMPLEKEYID0001";
+    const SECRET: &str = "echoed/secret+key=value0001";
+    const TOKEN: &str = "echoed-session-token-0001";
+    // A store that quotes the keys in its own words, under no name a rule
+    // knows, as they are and percent-encoded.
+    let store = RangeServer::new(b"x".to_vec()).with_hook(|_, _| {
+        Reply::new(403).body(format!(
+            "<Error><Code>AccessDenied</Code><Message>key {KEY_ID} with \
+             echoed%2Fsecret%2Bkey%3Dvalue0001 and {TOKEN} refused</Message></Error>"
+        ))
+    });
+    let opts = S3Options::new()
+        .credentials(KEY_ID, SECRET, Some(TOKEN.into()))
+        .region("eu-west-3")
+        .endpoint(store.url(""));
+    let e = builder().s3(opts).open(url("k.bin")).unwrap_err();
+    assert_eq!(e.status(), Some(403), "{e}");
+    let io: std::io::Error = e.clone().into();
+    let excerpt = e.body_excerpt().unwrap_or_default().to_owned();
+    for shown in [e.to_string(), format!("{e:?}"), excerpt, io.to_string()] {
+        for secret in [KEY_ID, SECRET, "echoed%2Fsecret", TOKEN] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+    }
+    assert!(e.to_string().contains("AccessDenied"), "{e}");
+}

@@ -12,7 +12,7 @@
 //! | `classify` | ureq's failures in the crate's terms |
 //! | `header` | header names the crate owns, and reading response headers |
 //! | `agent` | the ureq agent: connection pool, proxy, TLS roots |
-//! | `content_range`, `redact`, `sink` | pure parsing, URLs fit to print, body destinations |
+//! | `content_range`, `redact`, `secrets`, `sink` | pure parsing, URLs and error bodies fit to print, the request's values they must not show, body destinations |
 //!
 //! Everything that touches `ureq` lives here.
 
@@ -24,6 +24,7 @@ pub(crate) mod redact;
 mod request;
 mod response;
 mod retry;
+pub(crate) mod secrets;
 mod sink;
 mod stoppable;
 mod tcp;
@@ -40,6 +41,7 @@ use url::Url;
 use self::redact::redact;
 use self::request::{Precondition, Want};
 use self::retry::Try;
+use self::secrets::Secrets;
 use crate::error::{Error, ErrorKind};
 use crate::identity::Identity;
 use crate::link::LinkMeter;
@@ -89,6 +91,9 @@ pub(crate) trait Service: Send + Sync {
     fn renew(&self) -> bool;
     /// What a refusal's error adds for the user.
     fn refusal_hint(&self) -> &'static str;
+    /// Adds the values the service sends that no error text may show (its
+    /// keys), as they are now: an error body may echo them.
+    fn add_known_values(&self, known: &mut Secrets);
 }
 
 /// Whether `url`'s host is this machine: a loopback address or
@@ -143,6 +148,9 @@ pub(crate) struct Transport {
     /// The URL given at open: the caller's headers are for its origin
     /// alone, wherever a redirect or the URL provider leads.
     headers_for: Url,
+    /// The values of the URL given at open and of the caller's headers:
+    /// what an error must not show, whatever the server echoes.
+    given_values: Secrets,
     user_agent: String,
     timeouts: Timeouts,
     retry: RetryPolicy,
@@ -170,7 +178,15 @@ impl Transport {
     }
 
     pub fn new(url: Url, config: TransportConfig, counters: Arc<Counters>) -> Transport {
+        // The caller's headers first: within the bounds, a URL of many
+        // parameters does not crowd them out.
+        let mut given_values = Secrets::new();
+        for (_, value) in &config.headers {
+            given_values.add_header_value(value);
+        }
+        given_values.add_url(&url);
         Transport {
+            given_values,
             agent: config.agent,
             redacted: config.shown_as.unwrap_or_else(|| redact(&url)),
             target: RwLock::new(url.clone()),
@@ -206,6 +222,30 @@ impl Transport {
             Some(_) => self.redacted.clone(),
             None => redact(url),
         }
+    }
+
+    /// What errors about a request to `url` must not show: the values of
+    /// the URL given and the caller's headers, the service's keys as they
+    /// are now, and the values of the URLs requests go to now (renewed by
+    /// the provider, moved by a redirect) and of `url`.
+    fn known_values(&self, url: Option<&Url>) -> Secrets {
+        let mut known = Secrets::new();
+        if let Some(service) = &self.service {
+            service.add_known_values(&mut known);
+        }
+        known.extend(&self.given_values);
+        known.add_url(&self.original.read());
+        known.add_url(&self.target.read());
+        if let Some(url) = url {
+            known.add_url(url);
+        }
+        known
+    }
+
+    /// `error` without the values of [`known_values`](Self::known_values)
+    /// in its message or body excerpt.
+    fn scrubbed(&self, error: Error) -> Error {
+        error.without_values(&self.known_values(None))
     }
 
     /// Learns the size and validators and fetches the first `first_len` bytes,
@@ -258,7 +298,7 @@ impl Transport {
         if result.is_ok() {
             self.opened.store(true, Relaxed);
         }
-        result.map_err(|e| e.with_url(&self.redacted))
+        result.map_err(|e| self.scrubbed(e).with_url(&self.redacted))
     }
 
     /// Fetches the last `len` bytes of the file with a suffix range, once (it
@@ -276,7 +316,11 @@ impl Transport {
             .send(Want::Last(len), None, deadline, at)
             .and_then(|(resp, _)| self.tail_response(resp, len));
         drop(permit);
-        result.map_err(|f| f.error.with_url(&self.redacted).with_attempts(1))
+        result.map_err(|f| {
+            self.scrubbed(f.error)
+                .with_url(&self.redacted)
+                .with_attempts(1)
+        })
     }
 
     /// Fills `sink` with exactly `range` of the file identified by
@@ -299,7 +343,7 @@ impl Transport {
         });
         result
             .map(|()| in_sequence)
-            .map_err(|e| e.with_url(&self.redacted).with_range(range))
+            .map_err(|e| self.scrubbed(e).with_url(&self.redacted).with_range(range))
     }
 
     /// Waits until `deadline` for a connection the file's and the process's

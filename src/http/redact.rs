@@ -13,6 +13,8 @@ use std::ops::Range;
 
 use url::Url;
 
+use super::secrets::{Secrets, redact_values};
+
 /// `scheme://host:port/path`, with the query string, fragment and user
 /// information removed. A query string is replaced by `?…` so a reader can
 /// tell there was one.
@@ -81,7 +83,15 @@ const SECRET_NAME_PARTS: [&str; 8] = [
 /// and invisible format characters (bidirectional controls, zero-width
 /// ones) vanish.
 pub fn printable_excerpt(body: &[u8], max: usize) -> String {
-    let mut text = String::from_utf8_lossy(body).into_owned();
+    printable_excerpt_without(body, &Secrets::new(), max)
+}
+
+/// As [`printable_excerpt`], with every value `known` holds hidden first
+/// (see [`redact_values`]): the request's own values, in whatever words
+/// the server echoed them, before the rules by name.
+pub(crate) fn printable_excerpt_without(body: &[u8], known: &Secrets, max: usize) -> String {
+    let text = String::from_utf8_lossy(body);
+    let mut text = redact_values(&text, known).into_owned();
     for name in SECRET_ELEMENTS {
         text = hide_elements(&text, name);
     }
@@ -612,6 +622,21 @@ mod tests {
             100,
         );
         assert_eq!(shown, "abcdef");
+    }
+
+    #[test]
+    fn the_request_s_values_go_before_the_cut_and_the_name_rules() {
+        let mut known = Secrets::new();
+        known.add("VALUE-0123456789");
+        // Cut inside the value: none of it shows, not even its start.
+        let body = format!("{}VALUE-0123456789 and more", "x".repeat(95));
+        let shown = printable_excerpt_without(body.as_bytes(), &known, 102);
+        assert_eq!(shown, format!("{}… and", "x".repeat(95)));
+        // The name rules still run after it.
+        let body = b"said VALUE-0123456789 with api_key=OTHER and [2J";
+        let shown = printable_excerpt_without(body, &known, 100);
+        assert_eq!(shown, "said … with api_key=… and [2J");
+        assert!(printable_excerpt(body, 100).contains("VALUE-0123456789"));
     }
 
     #[test]

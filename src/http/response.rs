@@ -320,7 +320,8 @@ impl Transport {
         )
         .with_url(&self.shown(url));
         let body = drain_raw(&mut resp);
-        let excerpt = super::redact::printable_excerpt(&body, BODY_EXCERPT_LEN);
+        let known = self.known_values(Some(url));
+        let excerpt = super::redact::printable_excerpt_without(&body, &known, BODY_EXCERPT_LEN);
         if !excerpt.is_empty() {
             error = error.with_body(excerpt);
         }

@@ -238,10 +238,12 @@ impl Transport {
                 },
             );
             drop(permit);
-            let failure = match outcome {
+            let mut failure = match outcome {
                 Ok(v) => return Ok(v),
                 Err(f) => f,
             };
+            // Before it is logged (a retry's warning shows it).
+            failure.error = self.scrubbed(failure.error);
             // A request ended by a stop failed for no fault of the server's:
             // the stop's error, and no retry.
             crate::wait::check_stopped().map_err(|e| e.with_attempts(so_far.made))?;

@@ -257,6 +257,14 @@ impl Service for Access {
             .is_some_and(|k| k.renew(Instant::now() + chain::LONGEST_LOAD))
     }
 
+    fn add_known_values(&self, known: &mut crate::http::secrets::Secrets) {
+        if let Some(keys) = self.keys.as_ref().and_then(|k| k.held()) {
+            for value in [&keys.key_id, &keys.secret].into_iter().chain(&keys.token) {
+                known.add(value);
+            }
+        }
+    }
+
     fn refusal_hint(&self) -> &'static str {
         match (&self.keys, self.anonymous_by_choice) {
             (None, true) => {
@@ -400,7 +408,7 @@ mod tests {
         fn hostile_text_never_panics(text in "\\PC{0,80}", bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..200)) {
             let _ = crate::s3::profile::merged(Some(&text), Some(&text), "default");
             let _ = crate::s3::answers::from_sts_answer(&text);
-            let _ = crate::s3::answers::from_json_answer(&text, "x");
+            let _ = crate::s3::answers::from_json_answer(&text, "x", &crate::http::secrets::Secrets::new());
             let _ = region::named_by(&HeaderMap::new(), &bytes);
             if let Ok(at) = location::parse(&format!("s3://bucket/{text}")) {
                 let url = location::object_url(&at, &Endpoint::Aws, Some("eu-west-1"), false).unwrap();

@@ -9,7 +9,8 @@ use aws_smithy_types::date_time::Format;
 
 use super::credentials::{Credentials, credentials_error};
 use crate::error::Result;
-use crate::http::redact::printable_excerpt;
+use crate::http::redact::printable_excerpt_without;
+use crate::http::secrets::Secrets;
 
 /// The longest before expiry that temporary keys are renewed: SDKs renew
 /// 5 to 15 minutes ahead.
@@ -73,21 +74,23 @@ pub(crate) fn from_sts_answer(xml: &str) -> Result<Credentials> {
     creds.checked("STS")
 }
 
-/// What an STS error answer says (`<Code>`: `<Message>`), fit to print.
-pub(crate) fn sts_refusal(xml: &str) -> String {
+/// What an STS error answer says (`<Code>`: `<Message>`), fit to print,
+/// without the values `sent` holds (the web identity token: STS may quote
+/// it).
+pub(crate) fn sts_refusal(xml: &str, sent: &Secrets) -> String {
+    let shown = |text: &str, max| printable_excerpt_without(text.as_bytes(), sent, max);
     match (xml_text(xml, "Code"), xml_text(xml, "Message")) {
-        (Some(code), Some(message)) => {
-            printable_excerpt(format!("{code}: {message}").as_bytes(), 300)
-        }
-        (Some(code), None) => printable_excerpt(code.as_bytes(), 100),
-        _ => printable_excerpt(xml.as_bytes(), 200),
+        (Some(code), Some(message)) => shown(&format!("{code}: {message}"), 300),
+        (Some(code), None) => shown(&code, 100),
+        _ => shown(xml, 200),
     }
 }
 
 /// The credentials in a JSON answer of the container credentials service
 /// or the instance metadata service (`AccessKeyId`, `SecretAccessKey`,
-/// `Token`, `Expiration`).
-pub(crate) fn from_json_answer(json: &str, from: &str) -> Result<Credentials> {
+/// `Token`, `Expiration`); an error names the service's code, without the
+/// values `sent` holds (the token the request carried).
+pub(crate) fn from_json_answer(json: &str, from: &str, sent: &Secrets) -> Result<Credentials> {
     let value: serde_json::Value = serde_json::from_str(json).map_err(|_| {
         credentials_error(format!("{from} answered with something other than JSON"))
     })?;
@@ -95,7 +98,7 @@ pub(crate) fn from_json_answer(json: &str, from: &str) -> Result<Credentials> {
         if code != "Success" {
             return Err(credentials_error(format!(
                 "{from} answered {}",
-                printable_excerpt(code.as_bytes(), 100)
+                printable_excerpt_without(code.as_bytes(), sent, 100)
             )));
         }
     }
@@ -155,13 +158,16 @@ mod tests {
             "{e}"
         );
         let refusal = "<ErrorResponse><Error><Code>AccessDenied</Code><Message>Not authorized</Message></Error></ErrorResponse>";
-        assert_eq!(sts_refusal(refusal), "AccessDenied: Not authorized");
+        assert_eq!(
+            sts_refusal(refusal, &Secrets::new()),
+            "AccessDenied: Not authorized"
+        );
     }
 
     #[test]
     fn json_answers_give_keys_or_say_why_not() {
         let ok = r#"{"Code":"Success","AccessKeyId":"ASIA1","SecretAccessKey":"s","Token":"t","Expiration":"2026-12-02T15:04:05Z"}"#;
-        let c = from_json_answer(ok, "IMDS").unwrap();
+        let c = from_json_answer(ok, "IMDS", &Secrets::new()).unwrap();
         assert_eq!(
             (c.key_id.as_str(), c.token.as_deref()),
             ("ASIA1", Some("t"))
@@ -174,9 +180,29 @@ mod tests {
             r#"{"AccessKeyId":"A","SecretAccessKey":"s","Expiration":"soon"}"#,
             r#"{"AccessKeyId":"A B","SecretAccessKey":"s"}"#,
         ] {
-            let e = from_json_answer(bad, "IMDS").unwrap_err();
+            let e = from_json_answer(bad, "IMDS", &Secrets::new()).unwrap_err();
             assert_eq!(e.kind(), ErrorKind::Credentials, "{bad}");
         }
+    }
+
+    #[test]
+    fn a_refusal_quoting_the_token_sent_shows_none_of_it() {
+        let mut sent = Secrets::new();
+        sent.add("eyJhbGciOiJSUzI1NiJ9.PAYLOAD.SIG");
+        let refusal = "<ErrorResponse><Error><Code>InvalidIdentityToken</Code>\
+            <Message>Token eyJhbGciOiJSUzI1NiJ9.PAYLOAD.SIG is expired</Message></Error></ErrorResponse>";
+        assert_eq!(
+            sts_refusal(refusal, &sent),
+            "InvalidIdentityToken: Token … is expired"
+        );
+        let e = from_json_answer(
+            r#"{"Code":"bad token eyJhbGciOiJSUzI1NiJ9.PAYLOAD.SIG"}"#,
+            "the container credentials service",
+            &sent,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(!e.contains("PAYLOAD") && e.contains("bad token …"), "{e}");
     }
 
     #[test]

@@ -302,6 +302,23 @@ impl Keys {
         Ok(self.state.lock())
     }
 
+    /// The keys held now, loading none: the values an error's text must
+    /// not show. `None` where none are held, or the state stays busy past
+    /// [`TABLE_WAIT`](crate::sync::TABLE_WAIT) (its lock is held only to look
+    /// or write).
+    pub fn held(&self) -> Option<Credentials> {
+        if let Source::Given { keys, .. } = &self.source {
+            return Some(keys.clone());
+        }
+        if self.made_in.inherited() {
+            return for_this_process(self).held();
+        }
+        let state = self
+            .state
+            .try_lock_until(Instant::now() + crate::sync::TABLE_WAIT)?;
+        state.keys.as_ref().map(|(keys, _)| keys.clone())
+    }
+
     /// Loads new keys after S3 refused the current ones as expired.
     /// Whether new keys were got.
     /// Keys another caller loaded since this thread signed with the old

@@ -10,6 +10,7 @@ use super::super::credentials::{Credentials, credentials_error};
 use super::service::{agent, answer, parse_url_setting};
 use super::{Env, Source, read_small};
 use crate::error::Result;
+use crate::http::secrets::Secrets;
 
 /// The container source, if the environment names the service.
 pub(super) fn source(env: &dyn Env) -> Result<Option<Source>> {
@@ -86,15 +87,17 @@ pub(super) fn credentials(
     let mut req = agent()
         .get(url.as_str())
         .header("accept", "application/json");
+    let mut sent = Secrets::new();
     if let Some(token) = from_file.as_deref().or(authorization).map(str::trim) {
         req = req.header("authorization", token);
+        sent.add_header_value(token);
     }
     let what = "the container credentials service";
     let (status, body) = answer(req.call(), what)?;
     if status != 200 {
         return Err(credentials_error(format!("{what} answered HTTP {status}")));
     }
-    answers::from_json_answer(&body, what)
+    answers::from_json_answer(&body, what, &sent)
 }
 
 #[cfg(test)]

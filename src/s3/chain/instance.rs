@@ -17,6 +17,7 @@ use super::super::keys::{self, Keys};
 use super::service::{agent, answer, parse_url_setting};
 use super::{Env, Source};
 use crate::error::Result;
+use crate::http::secrets::Secrets;
 
 /// How long the instance metadata service gets to take a connection (it is
 /// on the instance's own link), and to answer each request.
@@ -249,7 +250,11 @@ impl Session<'_> {
                 "{WHAT} answered HTTP {status} for the role's credentials"
             )));
         }
-        answers::from_json_answer(&body, WHAT)
+        let mut sent = Secrets::new();
+        if let Some(token) = &self.token {
+            sent.add(token);
+        }
+        answers::from_json_answer(&body, WHAT, &sent)
     }
 }
 

@@ -14,6 +14,7 @@ use super::super::credentials::{Credentials, credentials_error};
 use super::service::{ProcessAgent, answer, credential_agent, parse_url_setting};
 use super::{Env, Source, read_small};
 use crate::error::Result;
+use crate::http::secrets::Secrets;
 
 /// How long STS gets: a public service, over the internet.
 const STS_CONNECT: Duration = Duration::from_secs(10);
@@ -109,9 +110,11 @@ pub(super) fn assume_role(
         "STS",
     )?;
     if status != 200 {
+        let mut sent = Secrets::new();
+        sent.add(token.trim());
         return Err(credentials_error(format!(
             "STS refused AssumeRoleWithWebIdentity for {role_arn} (HTTP {status}): {}",
-            answers::sts_refusal(&body)
+            answers::sts_refusal(&body, &sent)
         )));
     }
     answers::from_sts_answer(&body)
