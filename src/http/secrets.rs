@@ -101,6 +101,12 @@ impl Secrets {
         for (lower, plus) in [(false, false), (true, false), (false, true), (true, true)] {
             self.push_form(percent_encoded(value, lower, plus), false);
         }
+        // As a JSON string escapes it: PHP's json_encode writes `/` as
+        // `\/`, .NET's System.Text.Json writes `+` as `\u002B` (a base64
+        // token echoed in a JSON error message).
+        self.push_form(value.replace('/', "\\/"), false);
+        self.push_form(value.replace('+', "\\u002B"), false);
+        self.push_form(value.replace('+', "\\u002b"), false);
         // The base64 of a value cut short ends at its last whole group of
         // three bytes: the characters after it depend on what was cut.
         let whole = match cut_short {
@@ -367,6 +373,24 @@ mod tests {
             format!("a {url}= b"),
         ] {
             assert_eq!(redact_values(&text, &s), "a … b", "{text}");
+        }
+    }
+
+    #[test]
+    fn json_escaped_forms_are_hidden() {
+        // A base64 token as PHP's json_encode (`\/`) and .NET's
+        // System.Text.Json (`\u002B`) echo it in an error message.
+        let s = known(&["AbCd/EfGh+IjKl"]);
+        for text in [
+            r#"{"message":"invalid token AbCd\/EfGh+IjKl"}"#,
+            r#"{"message":"invalid token AbCd/EfGh\u002BIjKl"}"#,
+            r#"{"message":"invalid token AbCd/EfGh\u002bIjKl"}"#,
+        ] {
+            assert_eq!(
+                redact_values(text, &s),
+                r#"{"message":"invalid token …"}"#,
+                "{text}"
+            );
         }
     }
 
