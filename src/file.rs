@@ -255,6 +255,8 @@ impl RemoteFile {
     /// # Ok::<(), remfile::Error>(())
     /// ```
     pub fn read_at(&self, pos: u64, buf: &mut [u8]) -> Result<usize> {
+        // A closed file fails every read, even one of nothing or at its end.
+        self.engine.check_open()?;
         let size = self.len();
         if buf.is_empty() || pos >= size {
             return Ok(0);
@@ -280,6 +282,7 @@ impl RemoteFile {
     /// # Ok::<(), remfile::Error>(())
     /// ```
     pub fn read_exact_at(&self, pos: u64, buf: &mut [u8]) -> Result<()> {
+        self.engine.check_open()?;
         self.check_within(pos, buf.len())?;
         if !buf.is_empty() {
             self.read_into(pos, buf)?;

@@ -365,3 +365,34 @@ fn a_wait_for_another_openers_first_open_of_a_file_ends_at_a_cancel() {
     over.store(true, SeqCst);
     let _ = first.join().unwrap();
 }
+
+#[test]
+fn a_closed_file_fails_every_read_even_at_its_end_and_queues_nothing() {
+    let _dog = watchdog(Duration::from_secs(120));
+    let data = Arc::new(test_data(1 << 20, 7));
+    let d = data.clone();
+    let server = RawServer::new(move |req, out| raw_serve(&d, req, out));
+    let file = patient().open(server.url("/f")).unwrap();
+    file.close();
+    let size = data.len() as u64;
+    let kind = |r: remfile::Result<usize>| r.map_err(|e| e.kind());
+    // At the end, or of no bytes: a closed file says so rather than `0`,
+    // as a closed descriptor does.
+    assert_eq!(
+        kind(file.read_at(size, &mut [0; 8])),
+        Err(ErrorKind::Closed)
+    );
+    assert_eq!(kind(file.read_at(0, &mut [])), Err(ErrorKind::Closed));
+    assert_eq!(
+        file.read_exact_at(size, &mut []).map_err(|e| e.kind()),
+        Err(ErrorKind::Closed)
+    );
+    let mut at_end = &file;
+    std::io::Seek::seek(&mut at_end, std::io::SeekFrom::End(0)).unwrap();
+    assert!(std::io::Read::read(&mut at_end, &mut [0; 8]).is_err());
+    // Nothing is queued for it, and nothing claimed.
+    let asked = server.requests();
+    assert_eq!(file.prefetch_in_background([0..size], size), 0);
+    assert!(file.wait_for_background_fetches(Duration::from_secs(30)));
+    assert_eq!(server.requests(), asked);
+}

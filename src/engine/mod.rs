@@ -798,6 +798,9 @@ impl Engine {
         closing: Option<&workers::Closing>,
         leaving: Range<u64>,
     ) -> u64 {
+        if self.closed.is_cancelled() {
+            return 0;
+        }
         let mut missing = self.guessable(ranges, max_bytes);
         if !leaving.is_empty() {
             let bs = self.options.block_size;
