@@ -85,10 +85,14 @@ impl Engine {
         ranges: impl IntoIterator<Item = Range<u64>>,
         max_bytes: u64,
     ) -> u64 {
+        // A closed file guesses nothing, and a close ends its guess.
+        if self.closed.is_cancelled() {
+            return 0;
+        }
         let (guess, claimed) = self.claim_guess(ranges, max_bytes);
         if let Some(mut guess) = guess {
             let _ends = self.background_started();
-            self.fetch_guess(&mut guess);
+            self.closed.run(|| self.fetch_guess(&mut guess));
         }
         claimed
     }
@@ -171,22 +175,27 @@ impl Engine {
     ) {
         let deadline = self.read_deadline();
         let _ends = self.background_started();
-        fan_out(
-            ranges,
-            self.options.guess_concurrency as usize,
-            |range| {
-                let mut bytes = vec![0; (range.end - range.start) as usize];
-                let result = self.fetch_range(range.clone(), &mut Sink::over(&mut bytes), deadline);
-                Done {
-                    attempts: *result.as_ref().unwrap_or(&1),
-                    outcome: (range, result.ok().map(|_| bytes)),
-                }
-            },
-            |(range, bytes)| {
-                deliver(range, bytes);
-                Next::Continue
-            },
-        );
+        // A close ends the fetches (those it leaves undone are delivered
+        // without bytes, as failed ones are).
+        self.closed.run(|| {
+            fan_out(
+                ranges,
+                self.options.guess_concurrency as usize,
+                |range| {
+                    let mut bytes = vec![0; (range.end - range.start) as usize];
+                    let result =
+                        self.fetch_range(range.clone(), &mut Sink::over(&mut bytes), deadline);
+                    Done {
+                        attempts: *result.as_ref().unwrap_or(&1),
+                        outcome: (range, result.ok().map(|_| bytes)),
+                    }
+                },
+                |(range, bytes)| {
+                    deliver(range, bytes);
+                    Next::Continue
+                },
+            )
+        });
     }
 
     /// Counts background work that is not one fetch (the HDF5 driver's

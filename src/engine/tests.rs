@@ -444,3 +444,30 @@ fn a_readers_own_deadline_fails_that_reader_alone_and_its_waiter_fetches() {
         );
     });
 }
+
+/// The HDF5 driver's guesses made on its own threads (`prefetch_here`,
+/// `fetch_exact`) stop at a close of the file as every other fetch of it
+/// does: the source holds them, so only the close can end them.
+#[cfg(feature = "extension")]
+#[test]
+fn a_close_ends_the_driver_s_fetches_on_its_own_threads() {
+    for exact in [false, true] {
+        let (_, source, file) = file_over(16, &builder().read_ahead_max(0));
+        source.shut();
+        let engine = Arc::clone(file.engine());
+        let (done, ended) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            match exact {
+                true => engine.fetch_exact(vec![0..4 * BLOCK], |_, _| ()),
+                false => drop(engine.prefetch_here([0..4 * BLOCK], u64::MAX)),
+            }
+            let _ = done.send(());
+        });
+        source.wait_until_holding(1);
+        file.close();
+        let stopped = ended.recv_timeout(Duration::from_secs(20)).is_ok();
+        // Let a fetch the close did not stop end, then fail.
+        source.open();
+        assert!(stopped, "exact: {exact}: the fetch went on past the close");
+    }
+}
