@@ -66,31 +66,47 @@ pub(crate) fn open(builder: &Builder, text: &str) -> Result<RemoteFile> {
     };
     let counters = Arc::new(Counters::default());
     let link = Arc::new(LinkMeter::new(builder.link));
+    let asked_at = request_url.clone();
     let transport = transport(builder, request_url, service, &link, &counters)?;
-    let (warm, first_open) = look_on_disk(builder, &url)?;
-    let (opened, tail, asked) = match warm {
+    let name = disk::name(&url, builder.cache_key.as_deref());
+    let (warm, first_open) = look_on_disk(builder, &name)?;
+    let (opened, tail, known_via) = match warm {
         Some(warm) => {
-            let (opened, asked) = warm_open(builder, &transport, warm)?;
-            (opened, None, asked)
+            let via = warm.known.via;
+            let (opened, asked) = warm_open(builder, &transport, warm, (&name, &asked_at))?;
+            (opened, None, (!asked).then_some(via))
         }
         None => {
             let (opened, tail) = first_request(&transport, builder.block_size, builder.open_tail);
-            (opened?, tail, true)
+            (opened?, tail, None)
         }
     };
+    let asked = known_via.is_none();
     let tail = tail.and_then(|t| matching_tail(t, &opened.identity, &transport));
+    // The file the URL reached: where this open's requests went, or, for a
+    // version trusted without one, where they went when it was confirmed.
+    let name = match known_via {
+        Some(via) => name.reached_via(via),
+        None => name.reached_at(&asked_at, &transport.target()),
+    };
+    // What the server says of a redirect's target is not said of the URL
+    // that led there (which may lead elsewhere next time): ask again.
+    let freshness = match opened.freshness {
+        _ if asked && name.is_redirected() => Freshness::Ask,
+        said => said,
+    };
     // The first open of a file notes its version once its first blocks are
     // on disk (below); any other answer, now.
-    let confirmed = (asked && first_open.is_none()).then_some(opened.freshness);
-    let (identity, freshness) = (opened.identity.clone(), opened.freshness);
+    let confirmed = (asked && first_open.is_none()).then_some(freshness);
+    let identity = opened.identity.clone();
     let meters = (link, counters);
-    let engine = engine_over(builder, &url, transport, opened.identity, meters, confirmed);
+    let disk = disk_file(builder, &name, &identity, confirmed);
+    let engine = engine_over(builder, &url, transport, opened.identity, meters, disk);
     seed(&engine, opened.first, tail, builder.block_size);
     if let (Some(claim), Some(disk)) = (first_open, &builder.disk_cache) {
         // The blocks fetched at open (the tail's too) on disk, then the
         // version noted, then the claim let go: the processes waiting for
         // it find all three.
-        let name = disk::name(&url, builder.cache_key.as_deref());
         disk.remember_after_writes(&name, &identity, freshness, claim);
     }
     Ok(RemoteFile::new(engine))
@@ -121,30 +137,27 @@ pub(crate) fn open_over(
     let meters = (Arc::new(LinkMeter::new(builder.link)), source.counters());
     source.measure_with(Arc::clone(&meters.0));
     let confirmed = Some(crate::identity::freshness::Freshness::Ask);
-    RemoteFile::new(engine_over(
-        builder, &url, source, identity, meters, confirmed,
-    ))
+    let name = disk::name(&url, builder.cache_key.as_deref());
+    let disk = disk_file(builder, &name, &identity, confirmed);
+    RemoteFile::new(engine_over(builder, &url, source, identity, meters, disk))
 }
 
 /// The engine of the file at `url`, version `identity`, read through
-/// `source`: its memory and disk caches as `builder` says (the disk notes
-/// the version as confirmed now, with the freshness the server gave, if it
-/// was `confirmed` by an answer), and in driver builds the driver's side
-/// store.
+/// `source`: its memory cache as `builder` says, its blocks on `disk` (if
+/// any), and in driver builds the driver's side store.
 fn engine_over(
     builder: &Builder,
     url: &Url,
     source: impl crate::engine::range_source::RangeSource,
     identity: Identity,
     (link, counters): (Arc<LinkMeter>, Arc<Counters>),
-    confirmed: Option<Freshness>,
+    disk: Option<DiskFile>,
 ) -> Engine {
     let cache = builder
         .cache
         .clone()
         .unwrap_or_else(|| BlockCache::new(builder.cache_capacity));
     let key = file_key(&cache, url, &identity, builder.block_size);
-    let disk = disk_file(builder, url, &identity, confirmed);
     let options = read_options(builder, &cache);
     Engine::new(
         source,
@@ -156,19 +169,19 @@ fn engine_over(
     )
 }
 
-/// Where the file's blocks go on disk, if the builder has a disk cache and
-/// the file a validator to tell its versions apart; notes the version as
-/// the file's latest, confirmed now, if an answer of the server
-/// `confirmed` it (with how long it said the version stays good).
+/// Where the blocks of the file called `name` go on disk, if the builder
+/// has a disk cache and the file a validator to tell its versions apart;
+/// notes the version as the file's latest, confirmed now, if an answer of
+/// the server `confirmed` it (with how long it said the version stays
+/// good).
 fn disk_file(
     builder: &Builder,
-    url: &Url,
+    name: &disk::Name,
     identity: &Identity,
     confirmed: Option<Freshness>,
 ) -> Option<DiskFile> {
     let disk = builder.disk_cache.as_ref()?;
-    let name = disk::name(url, builder.cache_key.as_deref());
-    let Some(version) = disk::version(&name, identity) else {
+    let Some(version) = disk::version(name, identity) else {
         tracing::debug!(
             "disk cache: the file has neither a strong ETag nor Last-Modified, so its blocks \
              cannot be validated and stay off the disk"
@@ -176,9 +189,9 @@ fn disk_file(
         return None;
     };
     if let Some(freshness) = confirmed {
-        disk.remember(&name, identity, freshness);
+        disk.remember(name, identity, freshness);
     }
-    Some(disk.file(version, builder.block_size).named(name))
+    Some(disk.file(version, builder.block_size).named(name.clone()))
 }
 
 /// What the disk holds of a file for a warm open: the version seen last and
@@ -191,6 +204,9 @@ struct Warm {
     /// meanwhile): as good as an answer to a request of this open's own,
     /// which would have come no earlier.
     confirmed_meanwhile: bool,
+    /// The version was confirmed with this open's credentials (see
+    /// [`disk::Name`]): else it is asked about, whatever was said of it.
+    may_trust: bool,
 }
 
 /// What the disk holds of the file at `url` for a warm open, if anything;
@@ -200,35 +216,35 @@ struct Warm {
 /// it once: one claims the first open and fetches, the others wait until
 /// its first blocks are on disk and open it warm, without a request of
 /// their own (the version was confirmed during their open).
-fn look_on_disk(builder: &Builder, url: &Url) -> Result<(Option<Warm>, Option<FetchLock>)> {
+fn look_on_disk(builder: &Builder, name: &disk::Name) -> Result<(Option<Warm>, Option<FetchLock>)> {
     let Some(disk) = builder.disk_cache.as_ref() else {
         return Ok((None, None));
     };
-    let name = disk::name(url, builder.cache_key.as_deref());
     let first_block = |known: Recalled, confirmed_meanwhile| {
         let first_len = builder.block_size.min(known.identity.size);
         let first = disk
             .file(known.version, builder.block_size)
             .read(0, first_len)?;
         Some(Warm {
+            may_trust: name.may_trust(&known),
             known,
             first,
             confirmed_meanwhile,
         })
     };
-    let before = disk.recall(&name);
+    let before = disk.recall(name);
     if let Some(warm) = before.clone().and_then(|known| first_block(known, false)) {
         return Ok((Some(warm), None));
     }
     let deadline = crate::wait::deadline::after(builder.read_timeout);
-    let lock = match disk.claim_first_open(&name, deadline)? {
+    let lock = match disk.claim_first_open(name, deadline)? {
         FirstOpen::Ours(lock) => Some(lock),
         FirstOpen::Waited => None,
         FirstOpen::Unclaimed => return Ok((None, None)),
     };
     // Looked at again: the claim may have been let go just before it was
     // asked for, the first block on disk by then.
-    let after = disk.recall(&name);
+    let after = disk.recall(name);
     let meanwhile = confirmed_meanwhile(before.as_ref(), after.as_ref());
     Ok(
         match after.and_then(|known| first_block(known, meanwhile)) {
@@ -255,12 +271,19 @@ fn confirmed_meanwhile(before: Option<&Recalled>, after: Option<&Recalled>) -> b
 /// with one that asks the server to send nothing if the file is still that
 /// version (`304 Not Modified`), and gives the file as the server sends it
 /// if it changed. With whether the server was asked.
-fn warm_open(builder: &Builder, transport: &Transport, warm: Warm) -> Result<(Opened, bool)> {
+fn warm_open(
+    builder: &Builder,
+    transport: &Transport,
+    warm: Warm,
+    (name, asked_at): (&disk::Name, &Url),
+) -> Result<(Opened, bool)> {
     let Warm {
         known,
         first,
         confirmed_meanwhile,
+        may_trust,
     } = warm;
+    let via = known.via;
     let trust = Trust {
         immutable: builder.immutable,
         revalidate_after: builder.revalidate_after,
@@ -272,7 +295,8 @@ fn warm_open(builder: &Builder, transport: &Transport, warm: Warm) -> Result<(Op
         first,
         freshness: known.freshness,
     };
-    if confirmed_meanwhile || freshness::is_trusted(trust, known.freshness, since) {
+    let trusted = confirmed_meanwhile || freshness::is_trusted(trust, known.freshness, since);
+    if may_trust && trusted {
         return Ok((on_disk, false));
     }
     // A whole first block is asked for, not the known version's: if the
@@ -280,10 +304,17 @@ fn warm_open(builder: &Builder, transport: &Transport, warm: Warm) -> Result<(Op
     let opened = match transport.open_unless(builder.block_size, &on_disk.identity)? {
         // A 304 that says nothing of freshness leaves what was said before
         // standing.
-        Revalidated::Unchanged { freshness, .. } => Opened {
-            freshness: freshness.unwrap_or(on_disk.freshness),
-            ..on_disk
-        },
+        // A 304 from where the URL led before: the version on disk.
+        Revalidated::Unchanged { freshness, .. }
+            if name.via_to(asked_at, &transport.target()) == via =>
+        {
+            Opened {
+                freshness: freshness.unwrap_or(on_disk.freshness),
+                ..on_disk
+            }
+        }
+        // From elsewhere, it says nothing of the file on disk.
+        Revalidated::Unchanged { .. } => transport.open(builder.block_size)?,
         Revalidated::Changed(changed) => changed,
     };
     Ok((opened, true))
@@ -512,6 +543,8 @@ mod tests {
             version: [0; 32],
             seen: std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs),
             freshness: Freshness::Ask,
+            asked_with: None,
+            via: None,
         };
         let (old, new) = (at(1), at(2));
         assert!(confirmed_meanwhile(None, Some(&new)), "the first record");

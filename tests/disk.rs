@@ -948,9 +948,6 @@ fn a_fetch_that_keeps_bringing_blocks_is_waited_for_past_the_wait_bound() {
 }
 
 #[test]
-#[ignore = "review: `token` is stripped from the disk name, so a file selected by its token \
-            (download?token=A, download?token=B) finds another file's record and, trusted \
-            by max-age, its blocks"]
 fn files_told_apart_by_a_token_parameter_never_share_a_trusted_version() {
     let (one, two) = (test_data(1 << 20, 111), test_data(1 << 20, 112));
     let served = two.clone();
@@ -973,9 +970,6 @@ fn files_told_apart_by_a_token_parameter_never_share_a_trusted_version() {
 }
 
 #[test]
-#[ignore = "review: the version is of the URL given, not of where its redirect leads: a 304 \
-            from a new redirect target with an nginx-style ETag (mtime-size) confirms the \
-            old target's blocks"]
 fn a_redirect_to_another_file_of_one_etag_is_not_the_version_on_disk() {
     const ETAG: &str = "\"1700000000-100000\"";
     let (one, two) = (test_data(1 << 20, 113), test_data(1 << 20, 114));

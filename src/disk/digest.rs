@@ -40,9 +40,20 @@ pub(crate) fn hex(digest: &Digest) -> String {
 }
 
 /// Whether `name` is a [`hex`] digest's.
-#[cfg(test)]
 pub(crate) fn is_hex(name: &str) -> bool {
     name.len() == 64 && name.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// The digest [`hex`] wrote as `text`; `None` for anything else.
+pub(crate) fn from_hex(text: &str) -> Option<Digest> {
+    if !is_hex(text) {
+        return None;
+    }
+    let mut digest = [0u8; 32];
+    for (byte, pair) in digest.iter_mut().zip(text.as_bytes().chunks(2)) {
+        *byte = u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok()?;
+    }
+    Some(digest)
 }
 
 /// `plain` sealed with `key` (parts, as [`of`] takes them): a tag, the

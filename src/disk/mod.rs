@@ -27,7 +27,7 @@ mod record;
 mod shared;
 mod writer;
 
-pub(crate) use record::{FirstOpen, Recalled, name, version};
+pub(crate) use record::{FirstOpen, Name, Recalled, name, version};
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -78,7 +78,9 @@ const STALE_TEMPORARY: Duration = Duration::from_secs(3600);
 /// whatever its URL. The same name also names the record of the version
 /// seen last, which lets an open cost one request with no body (or none,
 /// see [`revalidate_after`](crate::Builder::revalidate_after) and
-/// [`immutable`](crate::Builder::immutable)).
+/// [`immutable`](crate::Builder::immutable)) — without a request only with
+/// the credential parameters it was confirmed with. A URL that redirects
+/// is the file it reached: another target is another version.
 ///
 /// A version on disk is confirmed by a `304 Not Modified` that carries its
 /// strong ETag, or by a response whose date and size are its own (a
@@ -185,6 +187,10 @@ struct Inner {
     warned: AtomicBool,
     /// Block files waiting to be written, and the thread that writes them.
     writer: Arc<Writer>,
+    /// The versions this process forgot (a server proved them gone), and
+    /// when: a note of one confirmed before that, still to be written,
+    /// is not (see [`DiskCache::remember`]).
+    forgotten: Mutex<VecDeque<(Digest, Instant)>>,
     /// Readers waiting for other processes' blocks now (tests order their
     /// threads by it).
     #[cfg(test)]
@@ -257,6 +263,7 @@ impl DiskCache {
                 evicting: Mutex::new(()),
                 warned: AtomicBool::new(false),
                 writer: Arc::default(),
+                forgotten: Mutex::default(),
                 #[cfg(test)]
                 waiting: std::sync::atomic::AtomicUsize::new(0),
             }

@@ -34,6 +34,10 @@ pub(crate) enum FirstOpen {
 /// kilobytes).
 const MAX_RECORD_LEN: u64 = 64 << 10;
 
+/// The most versions a process remembers having forgotten (a handful is
+/// usual: one per file that changed while read).
+const MAX_FORGOTTEN: usize = 64;
+
 /// The first bytes of every record (the version of its layout is in it:
 /// records of the first layout were text, the file's URL in clear, under
 /// other names).
@@ -52,12 +56,59 @@ pub(crate) struct Name {
     /// cache key. It tells apart files served at one path
     /// (`download?id=1`, `download?id=2`).
     query: String,
+    /// A digest of the credential parameters left out of `query` (names
+    /// and values, in order): a version confirmed by a request with other
+    /// credentials is asked about again, never trusted unasked, since a
+    /// server may pick the file by them.
+    credentials: Digest,
+    /// Where the URL's requests were redirected to, if elsewhere (a digest
+    /// of that URL's own name): a version is of the file reached, not only
+    /// of the URL asked for.
+    via: Option<Digest>,
 }
 
 impl Name {
     /// The key of the file's record, and of its seal.
     fn key(&self) -> [&[u8]; 2] {
         [self.file.as_bytes(), self.query.as_bytes()]
+    }
+
+    /// The file reached through the URL this name is of, when its requests
+    /// went to `target` (the URL `request` redirected to, if it did): a
+    /// name of its own unless the two name one file. Under a cache key the
+    /// key names the file, wherever its URL leads.
+    pub(crate) fn reached_at(self, request: &url::Url, target: &url::Url) -> Name {
+        Name {
+            via: self.via_to(request, target),
+            ..self
+        }
+    }
+
+    /// The file as a version on disk knows it: reached through `via`
+    /// (for an open that trusted that version without a request).
+    pub(crate) fn reached_via(self, via: Option<Digest>) -> Name {
+        Name { via, ..self }
+    }
+
+    /// What [`reached_at`](Self::reached_at) notes of `target`: a digest
+    /// of its name, if it names another file than `request`.
+    pub(crate) fn via_to(&self, request: &url::Url, target: &url::Url) -> Option<Digest> {
+        if self.file.starts_with("key ") || request == target {
+            return None;
+        }
+        let (asked, reached) = (name(request, None), name(target, None));
+        (asked.key() != reached.key()).then(|| digest::of("remfile via", &reached.key()))
+    }
+
+    /// Whether the URL's requests went to another file's URL (a redirect).
+    pub(crate) fn is_redirected(&self) -> bool {
+        self.via.is_some()
+    }
+
+    /// Whether a version recalled under this name may be trusted without
+    /// asking: it was confirmed with the same credentials.
+    pub(crate) fn may_trust(&self, known: &Recalled) -> bool {
+        known.asked_with == Some(self.credentials)
     }
 }
 
@@ -68,37 +119,46 @@ impl Name {
 /// open finds the version seen last of `download?id=1`, never of
 /// `download?id=2`.
 pub(crate) fn name(url: &url::Url, key: Option<&str>) -> Name {
-    if let Some(k) = key {
-        return Name {
-            file: format!("key {k}"),
-            query: String::new(),
-        };
-    }
-    let mut bare = url.clone();
-    bare.set_query(None);
-    bare.set_fragment(None);
-    let _ = bare.set_password(None);
-    let _ = bare.set_username("");
-    let signed = url.query_pairs().any(|(k, _)| is_signature_itself(&k));
     let mut query = url::form_urlencoded::Serializer::new(String::new());
+    let mut credentials = url::form_urlencoded::Serializer::new(String::new());
+    let signed = url.query_pairs().any(|(k, _)| is_signature_itself(&k));
     for (k, v) in url.query_pairs() {
-        if !is_signature(&k, signed) && !is_credential(&k) {
+        if is_credential(&k) {
+            credentials.append_pair(&k, &v);
+        } else if !is_signature(&k, signed) && key.is_none() {
             query.append_pair(&k, &v);
         }
     }
+    let credentials = digest::of("remfile credentials", &[credentials.finish().as_bytes()]);
+    let file = match key {
+        Some(k) => format!("key {k}"),
+        None => {
+            let mut bare = url.clone();
+            bare.set_query(None);
+            bare.set_fragment(None);
+            let _ = bare.set_password(None);
+            let _ = bare.set_username("");
+            format!("url {bare}")
+        }
+    };
     Name {
-        file: format!("url {bare}"),
+        file,
         query: query.finish(),
+        credentials,
+        via: None,
     }
 }
 
 /// Query parameters that are credentials whatever the URL: OAuth 2's
 /// bearer token in a query (RFC 6750, `access_token`), a plain `token`, and
-/// API keys (`api_key`, `apikey`). They authorize a request and never say
-/// what it is for, so a new token still finds the file's record and blocks.
-/// The list is declared, never guessed: a parameter under any other name
-/// (`t`, `auth`, `hmac`) is taken to say which file is meant, and a new
-/// value is a new name.
+/// API keys (`api_key`, `apikey`). They authorize a request and are not
+/// taken to say what it is for, so a new token still finds the file's
+/// record and blocks; but a version is trusted without asking only by
+/// requests with the credentials that confirmed it (see
+/// [`Name::may_trust`]): a server may pick a file by its token, and the
+/// ETag it answers with then tells the files apart. The list is declared,
+/// never guessed: a parameter under any other name (`t`, `auth`, `hmac`)
+/// is taken to say which file is meant, and a new value is a new name.
 const CREDENTIALS: [&str; 4] = ["access_token", "token", "api_key", "apikey"];
 
 fn is_credential(key: &str) -> bool {
@@ -155,26 +215,33 @@ fn is_signature(key: &str, signed: bool) -> bool {
 }
 
 /// What tells one version of a file from another — its strong ETag, or
-/// else its `Last-Modified`, and its size — and how long the server said it
-/// stays good, as the record's text holds them (sealed). `None` without a
+/// else its `Last-Modified`, and its size — how long the server said it
+/// stays good, the credentials it was confirmed with and where the file's
+/// URL led, as the record's text holds them (sealed). `None` without a
 /// validator to tell versions apart.
 ///
-/// The freshness is a third line, `fresh forever` or `fresh <seconds>`,
-/// and only when there is one to keep: a record that says to ask is as
-/// earlier versions of the crate wrote it, and read it (they take a record
-/// with a third line for none, and open the file as new).
-fn record_text(identity: &Identity, freshness: Freshness) -> Option<String> {
+/// After the validator and the size, each further line is optional:
+/// `fresh forever` or `fresh <seconds>` (none: ask), `with <hex>` (the
+/// digest of the credentials, see [`Name`]) and `via <hex>` (the
+/// redirect's target, see [`Name::reached_at`]). Records of earlier
+/// versions of the crate have no `with` line, so they are asked about once.
+fn record_text(identity: &Identity, freshness: Freshness, name: &Name) -> Option<String> {
     let validator = match (identity.strong_etag(), &identity.last_modified) {
         (Some(e), _) => format!("etag {e}"),
         (None, Some(m)) => format!("modified {m}"),
         (None, None) => return None,
     };
-    let fresh = match freshness {
-        Freshness::Ask => String::new(),
-        Freshness::For(d) => format!("\nfresh {}", d.as_secs()),
-        Freshness::Forever => "\nfresh forever".to_owned(),
-    };
-    Some(format!("{validator}\nsize {}{fresh}", identity.size))
+    let mut text = format!("{validator}\nsize {}", identity.size);
+    match freshness {
+        Freshness::Ask => {}
+        Freshness::For(d) => text.push_str(&format!("\nfresh {}", d.as_secs())),
+        Freshness::Forever => text.push_str("\nfresh forever"),
+    }
+    text.push_str(&format!("\nwith {}", digest::hex(&name.credentials)));
+    if let Some(via) = &name.via {
+        text.push_str(&format!("\nvia {}", digest::hex(via)));
+    }
+    Some(text)
 }
 
 /// The digest a version of the file `name` goes by on disk: its directory
@@ -183,7 +250,8 @@ fn record_text(identity: &Identity, freshness: Freshness) -> Option<String> {
 ///
 /// It is of the whole name — scheme, host, port, path and the query
 /// without signature and credential parameters (or the cache key) — and of
-/// the validator and the size. An ETag names one representation of one
+/// the file its requests reached (see [`Name::reached_at`]), and of the
+/// validator and the size. An ETag names one representation of one
 /// resource, and the query is part of the resource: two files served at
 /// one path (`download?id=1`, `download?id=2`) may carry one ETag (nginx's
 /// is the modification time and the size), never share their blocks.
@@ -194,20 +262,22 @@ pub(crate) fn version(name: &Name, identity: &Identity) -> Option<Digest> {
         (None, Some(m)) => (b"modified", m),
         (None, None) => return None,
     };
-    let parts: [&[u8]; 5] = [
+    let via: &[u8] = name.via.as_ref().map_or(&[], |v| &v[..]);
+    let parts: [&[u8]; 6] = [
         kind,
         name.file.as_bytes(),
         name.query.as_bytes(),
+        via,
         validator.as_bytes(),
         &size,
     ];
     Some(digest::of("remfile version 2", &parts))
 }
 
-/// The version a record's `text` (see [`record_text`]) says, and its
-/// freshness. A freshness line that does not parse makes the record none:
-/// never trusted for longer than the server said.
-fn decode(text: &str) -> Option<(Identity, Freshness)> {
+/// What a record's `text` (see [`record_text`]) says. A line that does not
+/// parse, or comes twice, makes the record none: never trusted for longer
+/// than the server said, nor with other credentials.
+fn decode(text: &str) -> Option<Decoded> {
     let mut lines = text.lines();
     let validator = lines.next()?;
     let size = lines.next()?.strip_prefix("size ")?.parse().ok()?;
@@ -216,21 +286,49 @@ fn decode(text: &str) -> Option<(Identity, Freshness)> {
         ("modified", m) => (None, Some(m.to_owned())),
         _ => return None,
     };
-    let freshness = match lines.next().map(|l| l.strip_prefix("fresh ")) {
-        None => Freshness::Ask,
-        Some(Some("forever")) => Freshness::Forever,
-        Some(Some(secs)) if !secs.is_empty() && secs.bytes().all(|b| b.is_ascii_digit()) => {
-            let secs = std::time::Duration::from_secs(secs.parse().ok()?);
-            Freshness::For(secs.min(MAX_FRESH))
+    let mut decoded = Decoded {
+        identity: Identity {
+            size,
+            etag,
+            last_modified,
+        },
+        freshness: Freshness::Ask,
+        asked_with: None,
+        via: None,
+    };
+    let mut seen = (false, false, false);
+    for line in lines {
+        let (what, value) = line.split_once(' ')?;
+        let first = |seen: &mut bool| !std::mem::replace(seen, true);
+        match what {
+            "fresh" if first(&mut seen.0) => decoded.freshness = fresh(value)?,
+            "with" if first(&mut seen.1) => decoded.asked_with = Some(digest::from_hex(value)?),
+            "via" if first(&mut seen.2) => decoded.via = Some(digest::from_hex(value)?),
+            _ => return None,
         }
-        Some(_) => return None,
-    };
-    let identity = Identity {
-        size,
-        etag,
-        last_modified,
-    };
-    lines.next().is_none().then_some((identity, freshness))
+    }
+    Some(decoded)
+}
+
+/// A `fresh` line's value.
+fn fresh(value: &str) -> Option<Freshness> {
+    match value {
+        "forever" => Some(Freshness::Forever),
+        secs if !secs.is_empty() && secs.bytes().all(|b| b.is_ascii_digit()) => {
+            let secs = std::time::Duration::from_secs(secs.parse().ok()?);
+            Some(Freshness::For(secs.min(MAX_FRESH)))
+        }
+        _ => None,
+    }
+}
+
+/// What a record says.
+#[derive(Debug, PartialEq)]
+struct Decoded {
+    identity: Identity,
+    freshness: Freshness,
+    asked_with: Option<Digest>,
+    via: Option<Digest>,
 }
 
 /// The version of a file seen last, as [`DiskCache::recall`] finds it.
@@ -243,6 +341,11 @@ pub(crate) struct Recalled {
     pub seen: SystemTime,
     /// How long the server said it stays good after that.
     pub freshness: Freshness,
+    /// The digest of the credentials it was confirmed with (see [`Name`]),
+    /// if the record says.
+    pub asked_with: Option<Digest>,
+    /// Where the URL led when it was confirmed (see [`Name::reached_at`]).
+    pub via: Option<Digest>,
 }
 
 impl DiskCache {
@@ -280,10 +383,28 @@ impl DiskCache {
     /// of the version it was before, if another. Nothing is noted of a
     /// version without a validator.
     pub(crate) fn remember(&self, name: &Name, identity: &Identity, freshness: Freshness) {
-        let text = record_text(identity, freshness);
+        self.remember_confirmed_at(name, identity, freshness, Instant::now());
+    }
+
+    /// As [`remember`](Self::remember), for an answer that came at
+    /// `confirmed`: nothing is noted if this process forgot the version
+    /// since (a `412` to a read that came after that answer, but before its
+    /// note was written).
+    fn remember_confirmed_at(
+        &self,
+        name: &Name,
+        identity: &Identity,
+        freshness: Freshness,
+        confirmed: Instant,
+    ) {
+        let text = record_text(identity, freshness, name);
         let (Some(version), Some(text)) = (version(name, identity), text) else {
             return;
         };
+        let forgotten_since = |(v, at): &(Digest, Instant)| *v == version && *at >= confirmed;
+        if self.inner.forgotten.lock().iter().any(forgotten_since) {
+            return;
+        }
         if let Some(old) = self.recall(name) {
             if old.version != version {
                 let _ = fs::remove_dir_all(self.version_dir(&old.version));
@@ -300,6 +421,13 @@ impl DiskCache {
     /// record still names that version (another process may have noted a
     /// newer one meanwhile), and its blocks.
     pub(crate) fn forget(&self, name: &Name, version: &Digest) {
+        {
+            let mut forgotten = self.inner.forgotten.lock();
+            if forgotten.len() >= MAX_FORGOTTEN {
+                forgotten.pop_front();
+            }
+            forgotten.push_back((*version, Instant::now()));
+        }
         if self
             .recall(name)
             .is_some_and(|known| known.version == *version)
@@ -323,7 +451,8 @@ impl DiskCache {
         claim: FetchLock,
     ) {
         let (cache, name, identity) = (self.clone(), name.clone(), identity.clone());
-        let note = move || cache.remember(&name, &identity, freshness);
+        let confirmed = Instant::now();
+        let note = move || cache.remember_confirmed_at(&name, &identity, freshness, confirmed);
         self.release_after_writes_then(vec![claim], Some(Box::new(note)));
     }
 
@@ -336,12 +465,18 @@ impl DiskCache {
         file.take(MAX_RECORD_LEN).read_to_end(&mut bytes).ok()?;
         let sealed = bytes.strip_prefix(RECORD_SIGNATURE)?;
         let text = String::from_utf8(digest::unseal(&name.key(), sealed)?).ok()?;
-        let (identity, freshness) = decode(&text)?;
+        let decoded = decode(&text)?;
+        let reached = Name {
+            via: decoded.via,
+            ..name.clone()
+        };
         Some(Recalled {
-            version: version(name, &identity)?,
-            identity,
+            version: version(&reached, &decoded.identity)?,
+            identity: decoded.identity,
             seen,
-            freshness,
+            freshness: decoded.freshness,
+            asked_with: decoded.asked_with,
+            via: decoded.via,
         })
     }
 }
@@ -495,31 +630,112 @@ mod tests {
         assert_eq!(disk.recall(&f).unwrap().version, d2, "a newer one stays");
         disk.forget(&f, &d2);
         assert_eq!(disk.recall(&f), None);
+        // A note of an answer that came before the version was forgotten,
+        // written late (the first open's, once its blocks are on disk), is
+        // not written; one of a later answer is.
+        let before = Instant::now() - std::time::Duration::from_secs(1);
+        disk.remember_confirmed_at(&f, &v2, Freshness::Forever, before);
+        assert_eq!(disk.recall(&f), None, "a stale note");
+        disk.remember(&f, &v2, Freshness::Forever);
+        assert_eq!(disk.recall(&f).unwrap().version, d2, "confirmed again");
     }
 
     #[test]
     fn a_version_reads_back_as_written() {
         let hour = Freshness::For(std::time::Duration::from_secs(3600));
+        let u = |s: &str| url::Url::parse(s).unwrap();
+        let plain = name(&u("https://h/f?id=1"), None);
+        let redirected = name(&u("https://h/latest?token=T"), None)
+            .reached_at(&u("https://h/latest"), &u("https://h/b"));
+        assert!(redirected.is_redirected());
         for v in [
             version_of(Some("\"e\""), None, 9),
             version_of(None, Some("Mon, 1 Dec"), 1 << 40),
         ] {
             for f in [Freshness::Ask, hour, Freshness::Forever] {
-                assert_eq!(decode(&record_text(&v, f).unwrap()), Some((v.clone(), f)));
+                for n in [&plain, &redirected] {
+                    let decoded = decode(&record_text(&v, f, n).unwrap()).unwrap();
+                    assert_eq!(decoded.identity, v);
+                    assert_eq!(decoded.freshness, f);
+                    assert_eq!(decoded.asked_with, Some(n.credentials));
+                    assert_eq!(decoded.via, n.via);
+                }
             }
         }
-        // As earlier versions wrote (and read) it: no freshness, ask.
-        let asking = record_text(&version_of(Some("\"e\""), None, 9), Freshness::Ask);
-        assert_eq!(asking.as_deref(), Some("etag \"e\"\nsize 9"));
+        // As earlier versions wrote it: no freshness (ask), no credentials
+        // (asked about before it is trusted).
+        let earlier = decode("etag \"e\"\nsize 9").unwrap();
+        assert_eq!(
+            (earlier.freshness, earlier.asked_with),
+            (Freshness::Ask, None)
+        );
         assert_eq!(decode("size 9"), None, "damaged");
         assert_eq!(decode("etag \"e\"\nsize 9\nmore"), None, "damaged");
         assert_eq!(decode("etag \"e\"\nsize 9\nfresh "), None, "damaged");
         assert_eq!(decode("etag \"e\"\nsize 9\nfresh -1"), None, "damaged");
         assert_eq!(decode("etag \"e\"\nsize 9\nfresh 1\nx"), None, "damaged");
+        assert_eq!(
+            decode("etag \"e\"\nsize 9\nfresh 1\nfresh 2"),
+            None,
+            "twice"
+        );
+        assert_eq!(decode("etag \"e\"\nsize 9\nwith 00"), None, "damaged");
+        assert_eq!(decode("etag \"e\"\nsize 9\nvia xyz"), None, "damaged");
         let long = format!("etag \"e\"\nsize 9\nfresh {}", "9".repeat(40));
         assert_eq!(decode(&long), None, "damaged");
         let clamped = decode("etag \"e\"\nsize 9\nfresh 99999999999").unwrap();
-        assert_eq!(clamped.1, Freshness::For(MAX_FRESH));
+        assert_eq!(clamped.freshness, Freshness::For(MAX_FRESH));
+    }
+
+    #[test]
+    fn a_version_is_trusted_only_with_the_credentials_that_confirmed_it() {
+        let u = |s: &str| url::Url::parse(s).unwrap();
+        let a = name(&u("https://h/download?id=1&token=A"), None);
+        let b = name(&u("https://h/download?id=1&token=B"), None);
+        assert!(a.key() == b.key(), "one record");
+        let v = version_of(Some("\"e\""), None, 9);
+        let known = |n: &Name| Recalled {
+            identity: v.clone(),
+            version: version(n, &v).unwrap(),
+            seen: std::time::SystemTime::now(),
+            freshness: Freshness::Forever,
+            asked_with: Some(n.credentials),
+            via: None,
+        };
+        assert!(a.may_trust(&known(&a)));
+        assert!(!b.may_trust(&known(&a)), "another token");
+        let earlier = Recalled {
+            asked_with: None,
+            ..known(&a)
+        };
+        assert!(!a.may_trust(&earlier), "a record that does not say");
+        // Signatures are bound to the object they sign: a new one is trusted.
+        let s1 = name(&u("https://h/f?X-Amz-Signature=1&X-Amz-Date=1"), None);
+        let s2 = name(&u("https://h/f?X-Amz-Signature=2&X-Amz-Date=2"), None);
+        assert!(s2.may_trust(&known(&s1)));
+    }
+
+    #[test]
+    fn a_redirect_to_another_file_is_another_version() {
+        let u = |s: &str| url::Url::parse(s).unwrap();
+        let latest = || name(&u("https://h/latest"), None);
+        let v = version_of(Some("\"e\""), None, 9);
+        let to = |target: &str| latest().reached_at(&u("https://h/latest"), &u(target));
+        assert_eq!(to("https://h/latest").via, None, "not redirected");
+        assert_ne!(
+            version(&to("https://h/a"), &v),
+            version(&to("https://h/b"), &v)
+        );
+        assert_ne!(version(&to("https://h/a"), &v), version(&latest(), &v));
+        // A presigned target whose signature rotates is one file.
+        assert_eq!(
+            version(&to("https://s3/a?X-Amz-Signature=1"), &v),
+            version(&to("https://s3/a?X-Amz-Signature=2"), &v)
+        );
+        // Under a cache key, the key names the file wherever the URL leads.
+        let keyed = name(&u("https://h/latest"), Some("k"))
+            .reached_at(&u("https://h/latest"), &u("https://h/a"));
+        assert_eq!(keyed.via, None);
     }
 
     #[test]

@@ -209,6 +209,11 @@ impl Transport {
         }
     }
 
+    /// Where requests go now: the original URL, or where it redirected.
+    pub(crate) fn target(&self) -> Url {
+        self.target.read().clone()
+    }
+
     /// The original URL, redacted.
     pub fn redacted_url(&self) -> &str {
         &self.redacted

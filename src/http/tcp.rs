@@ -26,18 +26,53 @@ use ureq::unversioned::transport::{
 };
 
 use super::stoppable::stopped;
+use crate::sync::{ProcessLocal, start_afresh};
 use crate::wait;
+
+/// The most lookups and connects on threads of their own at once, in the
+/// process (those a stop left behind included, each until its timeout):
+/// past it, a lookup or connect runs on the caller's thread, bounded by its
+/// timeout but not by a stop, so that a program retrying against a host
+/// that never answers cannot pile threads up.
+const MAX_THREADS: usize = 64;
+
+/// The lookups and connects on threads of their own now (a child forked
+/// from the process has none of them).
+static ON_THREADS: ProcessLocal<usize> = ProcessLocal::new(0, start_afresh);
+
+/// One of [`ON_THREADS`], for as long as it lives.
+struct OnAThread;
+
+impl OnAThread {
+    fn take() -> Option<OnAThread> {
+        ON_THREADS
+            .with(|n| (*n < MAX_THREADS).then(|| *n += 1))
+            .flatten()
+            .map(|()| OnAThread)
+    }
+}
+
+impl Drop for OnAThread {
+    fn drop(&mut self) {
+        ON_THREADS.with(|n| *n = n.saturating_sub(1));
+    }
+}
 
 /// Waits for what `work`, run on a thread of its own, gives, in slices of
 /// [`POLL`](wait::POLL): an error at a stop of the work on this thread.
+/// Past [`MAX_THREADS`], `work` runs here.
 fn on_a_thread_of_its_own<T: Send + 'static>(
     what: &str,
     work: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, Error> {
+    let Some(place) = OnAThread::take() else {
+        return Ok(work());
+    };
     let (tx, rx) = mpsc::sync_channel(1);
     std::thread::Builder::new()
         .name(format!("remfile-{what}"))
         .spawn(move || {
+            let _place = place;
             let _ = tx.send(work());
         })
         .map_err(Error::Io)?;
@@ -174,6 +209,15 @@ fn set_timeout(
     Ok(())
 }
 
+/// `timeout`, unless no time is left of it: then ureq's timeout error (a
+/// socket timeout of zero would mean none at all).
+fn time_left(timeout: NextTimeout) -> Result<NextTimeout, Error> {
+    match timeout.after.is_zero() {
+        true => Err(Error::Timeout(timeout.reason)),
+        false => Ok(timeout),
+    }
+}
+
 /// ureq's error for a socket error: its timeout for one that timed out.
 fn io_error(e: io::Error, timeout: &NextTimeout) -> Error {
     match e.kind() {
@@ -188,7 +232,7 @@ impl Transport for PlainTcp {
     }
 
     fn transmit_output(&mut self, amount: usize, timeout: NextTimeout) -> Result<(), Error> {
-        let timeout = timeout.for_write();
+        let timeout = time_left(timeout.for_write())?;
         let wanted = timeout.not_zero().map(|d| *d);
         let stream = &self.stream;
         set_timeout(&mut self.write_timeout, wanted, |t| {
@@ -201,7 +245,7 @@ impl Transport for PlainTcp {
     }
 
     fn await_input(&mut self, timeout: NextTimeout) -> Result<bool, Error> {
-        let timeout = timeout.for_read();
+        let timeout = time_left(timeout.for_read())?;
         let wanted = timeout.not_zero().map(|d| *d);
         let stream = &self.stream;
         set_timeout(&mut self.read_timeout, wanted, |t| {
