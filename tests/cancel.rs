@@ -392,7 +392,10 @@ fn a_closed_file_fails_every_read_even_at_its_end_and_queues_nothing() {
     assert!(std::io::Read::read(&mut at_end, &mut [0; 8]).is_err());
     // Nothing is queued for it, and nothing claimed.
     let asked = server.requests();
-    assert_eq!(file.prefetch_in_background([0..size], size), 0);
+    assert_eq!(
+        file.prefetch_in_background(std::iter::once(0..size), size),
+        0
+    );
     assert!(file.wait_for_background_fetches(Duration::from_secs(30)));
     assert_eq!(server.requests(), asked);
 }

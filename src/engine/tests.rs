@@ -458,8 +458,8 @@ fn a_close_ends_the_driver_s_fetches_on_its_own_threads() {
         let (done, ended) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             match exact {
-                true => engine.fetch_exact(vec![0..4 * BLOCK], |_, _| ()),
-                false => drop(engine.prefetch_here([0..4 * BLOCK], u64::MAX)),
+                true => engine.fetch_exact(std::iter::once(0..4 * BLOCK).collect(), |_, _| ()),
+                false => drop(engine.prefetch_here(std::iter::once(0..4 * BLOCK), u64::MAX)),
             }
             let _ = done.send(());
         });
