@@ -43,17 +43,19 @@ impl Drop for Waiting<'_> {
 
 /// A mutual exclusion lock over `std::sync::Mutex`, without poisoning.
 #[derive(Debug, Default)]
-pub(crate) struct Mutex<T>(std::sync::Mutex<T>);
+pub struct Mutex<T>(std::sync::Mutex<T>);
 
 /// The guard of a [`Mutex`].
-pub(crate) type MutexGuard<'a, T> = std::sync::MutexGuard<'a, T>;
+pub type MutexGuard<'a, T> = std::sync::MutexGuard<'a, T>;
 
 impl<T> Mutex<T> {
-    pub(crate) const fn new(value: T) -> Mutex<T> {
+    /// A lock over `value`.
+    pub const fn new(value: T) -> Mutex<T> {
         Mutex(std::sync::Mutex::new(value))
     }
 
-    pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
+    /// The lock, however long that takes.
+    pub fn lock(&self) -> MutexGuard<'_, T> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -64,7 +66,7 @@ impl<T> Mutex<T> {
 
     /// The value, through a unique borrow (no locking).
     #[cfg_attr(not(feature = "extension"), allow(dead_code))]
-    pub(crate) fn get_mut(&mut self) -> &mut T {
+    pub fn get_mut(&mut self) -> &mut T {
         self.0.get_mut().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -138,15 +140,16 @@ pub(crate) const TABLE_WAIT: Duration = Duration::from_secs(2);
 /// The process a value was made in. A child of `fork` inherits the value
 /// but not the threads that worked for it nor the locks they held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct MadeIn(u32);
+pub struct MadeIn(u32);
 
 impl MadeIn {
-    pub(crate) fn here() -> MadeIn {
+    /// This process.
+    pub fn here() -> MadeIn {
         MadeIn(std::process::id())
     }
 
     /// Whether this process only inherited the value (forked since).
-    pub(crate) fn inherited(self) -> bool {
+    pub fn inherited(self) -> bool {
         self.0 != std::process::id()
     }
 

@@ -37,7 +37,9 @@ meanwhile. Ctrl-C stops a wait within a tenth of a second with
 read again fetches at once, and the file stays usable. Inside h5py's calls no
 other signal handler or finalizer runs (HDF5 is not re-entrant): they run
 once the call returns. At interpreter exit every read stops (``OSError``
-with ``ECANCELED`` in threads still reading), so scripts end.
+with ``ECANCELED`` in threads still reading), so scripts end; but the reads of
+the thread that runs the exit handlers (``atexit``) go on, so that a handler
+registered before the import still reads.
 
 Errors are ``OSError``\\ s with ``errno``, ``strerror`` and ``filename`` (the
 URL without its query string) set, through h5py as from :class:`RemoteFile`:
@@ -690,7 +692,8 @@ def prefetch_files(urls: Iterable[Union[str, bytes, "os.PathLike[str]"]], *,
     room until then: cancel a batch you leave, or use ``with``). Errors stay
     per file: a file that fails here raises only at its own open.
     ``wait=True`` waits for the batch (:meth:`PrefetchedFiles.wait`) before
-    returning.
+    returning; if that wait raises (Ctrl-C), the batch is cancelled first
+    (its caller never got it to cancel).
 
     >>> ahead = remfile_hdf5.prefetch_files(urls)  # doctest: +SKIP
     >>> for url in urls:  # doctest: +SKIP
@@ -703,7 +706,11 @@ def prefetch_files(urls: Iterable[Union[str, bytes, "os.PathLike[str]"]], *,
     listed = [_url(url) for url in urls]
     batch = PrefetchedFiles(_native.Files(listed, text), listed)
     if wait:
-        batch.wait()
+        try:
+            batch.wait()
+        except BaseException:
+            batch.cancel()
+            raise
     return batch
 
 
@@ -718,7 +725,19 @@ class RemoteFile(io.RawIOBase):
     take none, so several threads read those at once. A child process
     (``fork``) that inherits the object opens the file again on first use,
     with connections and a lock of its own (also when a thread of the
-    parent was reading it at the fork).
+    parent was reading it at the fork). :meth:`close` from another thread
+    stops the reads waiting on the file at once: they raise the
+    ``ValueError`` of a closed file.
+
+    A pickle of it (a dask task's argument, a ``spawn`` child's) holds the
+    URL, as given, and the options given here, ``headers`` and the S3 keys
+    included: unpickled, it opens the file again with them.
+    ``pickle_secrets=False`` leaves ``headers`` and the S3 keys out (the
+    pickle of the file opened again from it too): it then opens with the
+    unpickling process's defaults (:func:`set_defaults`,
+    ``REMFILE_OPTIONS``, its own AWS credentials) in their place, and a
+    server that needs them refuses it (``PermissionError``). A presigned
+    URL's signature is part of its URL, and is pickled with it.
 
     >>> with RemoteFile("https://example.com/data.zip", cache_capacity="64MiB") as fo:  # doctest: +SKIP
     ...     zipfile.ZipFile(fo).namelist()
@@ -726,9 +745,11 @@ class RemoteFile(io.RawIOBase):
 
     _final_stats: dict = {}
 
-    def __init__(self, url: Union[str, bytes, "os.PathLike[str]"], **options: Unpack[Options]) -> None:
+    def __init__(self, url: Union[str, bytes, "os.PathLike[str]"], *, pickle_secrets: bool = True,
+                 **options: Unpack[Options]) -> None:
         super().__init__()
         self._options = dict(options)
+        self._pickle_secrets = bool(pickle_secrets)
         self._url = _url(url)
         self._text = _with_defaults(options, "RemoteFile")
         self._pos = 0
@@ -757,10 +778,17 @@ class RemoteFile(io.RawIOBase):
         return f"<remfile_hdf5.RemoteFile {handle.url!r} size={handle.size}{state}>"
 
     def __reduce__(self):
-        # A child process (spawn) opens the file again, with the same options.
+        # A child process (spawn) opens the file again, with the same options
+        # (but the secret ones, if so asked).
         if self.closed:
             raise ValueError("cannot pickle a closed RemoteFile")
-        return (_reopen, (self._url, self._options, self.tell()))
+        if self._pickle_secrets:
+            return (_reopen, (self._url, self._options, self.tell()))
+        options = {
+            key: value for key, value in self._options.items()
+            if _ALIASES.get(key, key) not in _SECRET
+        }
+        return (_reopen, (self._url, options, self.tell(), False))
 
     @property
     def url(self) -> str:
@@ -918,8 +946,8 @@ for _documented in (open, RemoteFile, prefetch_files):
     _documented.__doc__ = _with_options_help(_documented.__doc__)
 
 
-def _reopen(url: str, options: dict, pos: int) -> RemoteFile:
-    f = RemoteFile(url, **options)
+def _reopen(url: str, options: dict, pos: int, pickle_secrets: bool = True) -> RemoteFile:
+    f = RemoteFile(url, pickle_secrets=pickle_secrets, **options)
     f.seek(pos)
     return f
 
@@ -941,14 +969,18 @@ def _at_exit() -> None:
 
     Runs before the interpreter finalizes (``atexit``; non-daemon threads
     have been joined by then). Every read, open and background fetch of
-    the package stops at once (an ``InterruptedError`` in threads still
+    the package stops at once but those of this thread, the one that runs
+    the exit handlers (an ``OSError`` with ``ECANCELED`` in threads still
     reading), so that a daemon thread inside an h5py call leaves it; then
-    this thread takes h5py's lock and keeps it, so that no thread enters
-    h5py again. Finalization's deallocations take that lock too: held by a
-    thread parked for good inside an h5py call, it would never come (the
-    process would hang); held by this thread, they take it again.
+    this thread takes h5py's lock and keeps it, so that no other thread
+    enters h5py again. Finalization's deallocations take that lock too:
+    held by a thread parked for good inside an h5py call, it would never
+    come (the process would hang); held by this thread, they take it again.
+    Exit handlers registered before the package was imported run after
+    this one (``atexit`` runs the last registered first), on this thread:
+    their reads, through h5py too (its lock is re-entrant), go on as any.
     """
-    _native._stop_everything()
+    _native._stop_at_exit()
     h5py = sys.modules.get("h5py")
     phil = getattr(getattr(h5py, "_objects", None), "phil", None)
     if phil is not None:

@@ -9,12 +9,12 @@
 use std::ffi::{CString, c_void};
 use std::sync::OnceLock;
 
-use parking_lot::Mutex;
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use remfile::hdf5::driver::loader::{self, Control, FIRST_VERSION};
 use remfile::hdf5::driver::{self, HostApi, config, hid_t};
+use remfile::wait::sync::{MadeIn, Mutex};
 use remfile::{Error, ErrorKind, RemoteFile, Stats, wait};
 
 /// A remote error as the Python exception of its kind, with `errno`,
@@ -23,9 +23,11 @@ use remfile::{Error, ErrorKind, RemoteFile, Stats, wait};
 /// timeout a `TimeoutError`, a refused connection a
 /// `ConnectionRefusedError` (Python picks the subclass from the error
 /// number, as for local files); a malformed URL or option a `ValueError`;
-/// a wait stopped by a signal, the exception the signal's handler raised
-/// (`KeyboardInterrupt` for Ctrl-C); one stopped otherwise (the process is
-/// ending) an `OSError` with `ECANCELED`.
+/// a read of a closed file (closed before it, or while it waited) the
+/// `ValueError` Python's own files raise; a wait stopped by a signal, the
+/// exception the signal's handler raised (`KeyboardInterrupt` for Ctrl-C);
+/// one stopped otherwise (the process is ending) an `OSError` with
+/// `ECANCELED`.
 fn to_py(e: Error) -> PyErr {
     // A signal handler's exception, raised during the wait, is the call's
     // whatever the read then failed with.
@@ -36,6 +38,7 @@ fn to_py(e: Error) -> PyErr {
     let os_message = || e.message_without_url();
     match e.kind() {
         ErrorKind::InvalidUrl | ErrorKind::InvalidConfig => PyValueError::new_err(e.to_string()),
+        ErrorKind::Closed => PyValueError::new_err("I/O operation on closed file"),
         // Not EINTR: Python's io retries a read that fails with it (PEP
         // 475), and a stop is for good.
         ErrorKind::Interrupted => {
@@ -92,6 +95,7 @@ impl wait::Host for PythonHost {
     fn outside(&self, wait: &mut dyn FnMut()) {
         let inside_hdf5 = !local::get(&FROM_PYTHON);
         let _waiting = inside_hdf5.then(WaitingInsideHdf5::enter);
+        let _main = on_main_thread().then(MainThreadWaiting::enter);
         let release = gil::held() && (!inside_hdf5 || gil::release_inside_hdf5());
         if !release {
             wait();
@@ -119,7 +123,9 @@ impl wait::Host for PythonHost {
         }
         // A stop's exception is raised by the failure it causes (see
         // `to_py`, through `failed_under_a_library` for HDF5), or, if the read ended
-        // well all the same, later (`stop_not_needed`).
+        // well all the same (or its failure went unreported), once the
+        // call returns (`stop_not_needed`, also at the end of each driver
+        // callback): never by a later call.
     }
 
     fn stop_not_needed(&self) {
@@ -258,15 +264,39 @@ impl Drop for WaitingInsideHdf5 {
     }
 }
 
+/// How many waits the main thread is in now.
+static MAIN_THREAD_WAITS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Counts a wait of the main thread while it lives.
+struct MainThreadWaiting;
+
+impl MainThreadWaiting {
+    fn enter() -> MainThreadWaiting {
+        MAIN_THREAD_WAITS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        MainThreadWaiting
+    }
+}
+
+impl Drop for MainThreadWaiting {
+    fn drop(&mut self) {
+        MAIN_THREAD_WAITS.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 /// Runs `read`, a read (or open) one of the package's own methods asks
 /// for, without the GIL and with every signal handler allowed to run (see
 /// `PythonHost`). Its error as Python's; or the exception a signal handler
 /// raised meanwhile, even if the read then ended well (a handler's
 /// exception ends the blocking call, as for any of Python's own).
+///
+/// A stop kept on this thread from before the call belongs to an earlier
+/// one, and is let go of: only a stop asked for during this call is its
+/// exception (and none outlives it).
 fn from_python<T: Send>(
     py: Python<'_>,
     read: impl FnOnce() -> Result<T, Error> + Send,
 ) -> PyResult<T> {
+    drop(take_stopped());
     let outer = local::replace(&FROM_PYTHON, true);
     let outcome = py.detach(read);
     local::replace(&FROM_PYTHON, outer);
@@ -493,17 +523,30 @@ struct Remote {
     url: String,
     size: u64,
     /// The process that opened it.
-    pid: u32,
+    made_in: MadeIn,
+    /// Whether its `close` closes the file (else it is the driver's, which
+    /// its HDF5 file closes, and `close` only lets go of this handle).
+    owned: bool,
 }
 
 impl Remote {
     /// `file`, opened by this process.
     fn of(file: RemoteFile) -> Remote {
+        Remote::new_in_process(file, true)
+    }
+
+    /// `file`, which an open HDF5 file of the driver's reads.
+    fn sharing(file: RemoteFile) -> Remote {
+        Remote::new_in_process(file, false)
+    }
+
+    fn new_in_process(file: RemoteFile, owned: bool) -> Remote {
         Remote {
             url: file.url().to_owned(),
             size: file.len(),
             file: Mutex::new(Some(file)),
-            pid: std::process::id(),
+            made_in: MadeIn::here(),
+            owned,
         }
     }
 
@@ -522,7 +565,7 @@ impl Remote {
 
     /// Whether this process only inherited it.
     fn inherited(&self) -> bool {
-        self.pid != std::process::id()
+        self.made_in.inherited()
     }
 }
 
@@ -630,13 +673,19 @@ impl Remote {
         })
     }
 
-    /// Lets go of the file: its connections, and the wait for its disk-cache
-    /// writes, without holding the GIL. Reads after it are a `ValueError`.
+    /// Closes the file: reads waiting on it in other threads stop at once
+    /// (a `ValueError`, as for a closed file of Python's), then its
+    /// connections are let go of and its disk-cache writes waited for,
+    /// without holding the GIL. Reads after it are a `ValueError`.
     fn close(&self, py: Python<'_>) {
         if self.inherited() {
             return;
         }
         let file = self.file.lock().take();
+        if let Some(file) = file.as_ref().filter(|_| self.owned) {
+            // Every clone of it: the reads in flight hold clones.
+            file.close();
+        }
         py.detach(move || {
             drop(file);
             give_memory_back();
@@ -946,7 +995,7 @@ fn _remote_of_file(file: hid_t) -> PyResult<Option<Remote>> {
     let Some(handle) = driver_handle(file)? else {
         return Ok(None);
     };
-    Ok(driver::remote_of_handle(handle).map(Remote::of))
+    Ok(driver::remote_of_handle(handle).map(Remote::sharing))
 }
 
 /// The driver's handle of the open HDF5 file `file`, if the driver reads
@@ -984,11 +1033,20 @@ fn _forked() {
 }
 
 /// Stops every read, open and background fetch of the process, now and
-/// from now on (the package's `atexit` hook: threads reading in the
-/// background then leave h5py before the interpreter finalizes).
+/// from now on.
 #[pyfunction]
 fn _stop_everything() {
     wait::stop_everything();
+}
+
+/// Stops every read, open and background fetch of the process, now and
+/// from now on, but the reads of this thread (the package's `atexit` hook,
+/// on the thread that runs the exit handlers: threads reading in the
+/// background then leave h5py before the interpreter finalizes, and the
+/// exit handlers that run after the hook still read).
+#[pyfunction]
+fn _stop_at_exit() {
+    wait::stop_everything_but_this_thread();
 }
 
 /// Whether this thread is waiting inside an HDF5 call now (for tests: no
@@ -996,6 +1054,21 @@ fn _stop_everything() {
 #[pyfunction]
 fn _waiting_inside_hdf5() -> bool {
     local::get(&INSIDE_HDF5) > 0
+}
+
+/// Whether Python's main thread is waiting for the network in the package
+/// now (for tests: a signal sent then arrives during the wait).
+#[pyfunction]
+fn _main_thread_waiting() -> bool {
+    MAIN_THREAD_WAITS.load(std::sync::atomic::Ordering::SeqCst) > 0
+}
+
+/// Keeps a `KeyboardInterrupt` on this thread as a stopped wait whose
+/// failure no one reported would (for tests: no later call may raise it).
+#[pyfunction]
+fn _keep_a_stop() {
+    let raised = pyo3::exceptions::PyKeyboardInterrupt::new_err(());
+    let _ = STOPPED.try_with(|s| *s.borrow_mut() = Some(raised));
 }
 
 /// Whether reads inside h5py's HDF5 calls let go of the GIL while they wait
@@ -1055,8 +1128,11 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_remote_of_file, m)?)?;
     m.add_function(wrap_pyfunction!(_hdf5_version, m)?)?;
     m.add_function(wrap_pyfunction!(_stop_everything, m)?)?;
+    m.add_function(wrap_pyfunction!(_stop_at_exit, m)?)?;
     m.add_function(wrap_pyfunction!(_forked, m)?)?;
     m.add_function(wrap_pyfunction!(_releases_gil_inside_hdf5, m)?)?;
     m.add_function(wrap_pyfunction!(_waiting_inside_hdf5, m)?)?;
+    m.add_function(wrap_pyfunction!(_main_thread_waiting, m)?)?;
+    m.add_function(wrap_pyfunction!(_keep_a_stop, m)?)?;
     Ok(())
 }

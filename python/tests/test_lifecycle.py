@@ -423,3 +423,200 @@ def test_ctrl_c_stops_a_wait_for_a_batch_and_cancel_ends_its_requests(holding, f
     assert result["progress"]["pending"] == 0 and result["progress"]["dropped"] == 1, result
     assert result["held"]["hung_up"] >= 1, "the held request was not ended"
     assert result["errors"] == []
+
+
+# Waits (in the script) until Python's main thread waits for the network in
+# the package: a signal sent then arrives during that wait.
+_MAIN_WAITS = """
+    import time
+    from remfile_hdf5 import _native
+    def wait_until_main_waits():
+        while not _native._main_thread_waiting():
+            time.sleep(0.005)
+"""
+
+# A survey of `urls` as users write one: the batch, waited for, then each
+# file opened through the driver and two levels of it read.
+_SURVEY = _HELD + _MAIN_WAITS + """
+    import os, signal, sys, threading
+    import h5py, remfile_hdf5
+    def logged(base):
+        with urllib.request.urlopen(base + "/__log") as r:
+            return len(json.loads(r.read()))
+    def survey(urls):
+        ahead = remfile_hdf5.prefetch_files(urls, wait=True, timeout=600)
+        seen = []
+        for url in urls:
+            with h5py.File(url, "r", driver="remfile", timeout=600) as f:
+                seen.append([str(f.attrs["title"]), sorted(f["group03"].keys()),
+                             int(f["group03/inner"].attrs["index"])])
+        ahead.cancel()
+        return seen
+    base, n, interrupted = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "interrupted"
+    urls = [f"{base}/data.h5?copy={i}" for i in range(n)]
+    if interrupted:
+        # The batch opens the files, then its crawls' requests are held.
+        urllib.request.urlopen(base + "/__stall?hold").read()
+        def interrupt():
+            wait_until_held(base, n)
+            wait_until_main_waits()
+            os.kill(os.getpid(), signal.SIGINT)
+        threading.Thread(target=interrupt).start()
+        # The batch the call makes, which it does not return when interrupted.
+        made = []
+        class Spy(remfile_hdf5.PrefetchedFiles):
+            def __init__(self, *args):
+                super().__init__(*args)
+                made.append(self)
+        remfile_hdf5.PrefetchedFiles = Spy
+        try:
+            remfile_hdf5.prefetch_files(urls, wait=True, timeout=600)
+            print(json.dumps("no exception"))
+        except KeyboardInterrupt:
+            print(json.dumps("KeyboardInterrupt"))
+        print(json.dumps(made[0].progress))
+        urllib.request.urlopen(base + "/__stall?off").read()
+    mark = logged(base)
+    seen = survey(urls)
+    print(json.dumps({"asked": logged(base) - mark, "seen": seen}))
+"""
+
+
+def test_ctrl_c_in_a_waited_batch_cancels_it_and_the_survey_again_costs_no_more(holding, files):
+    # The Ctrl-C comes while the batch's crawls wait for the server: the
+    # batch it interrupted must not go on beside the next survey's.
+    n = "8"
+    cold = json.loads(_run(_SURVEY, holding.base, n, "cold").splitlines()[-1])
+    out = _run(_SURVEY, holding.base, n, "interrupted").splitlines()
+    assert json.loads(out[0]) == "KeyboardInterrupt"
+    progress = json.loads(out[1])
+    # Every file opened, its crawl under way: cancelled, all let go of.
+    assert progress["dropped"] == int(n) and progress["pending"] == 0, progress
+    again = json.loads(out[2])
+    assert cold["seen"][0] == ["a test file", ["inner"], 3]
+    assert again["seen"] == cold["seen"]
+    assert again["asked"] <= cold["asked"], (again["asked"], cold["asked"])
+
+
+def test_ctrl_c_during_an_open_the_batch_holds_fails_that_open_and_no_later_call(holding, files):
+    # The batch's requests past the file's first 128 KiB are held by the
+    # server; the open of the same file waits for the batch's work on it,
+    # and the Ctrl-C comes during that wait. New requests are served.
+    script = _HELD + _MAIN_WAITS + """
+    import os, signal, sys, threading
+    import h5py, remfile_hdf5
+    url, other, base = sys.argv[1:]
+    urllib.request.urlopen(base + "/__stall?hold").read()
+    ahead = remfile_hdf5.prefetch_files([url], timeout=5)
+    wait_until_held(base)
+    urllib.request.urlopen(base + "/__stall?off").read()
+    def interrupt():
+        wait_until_main_waits()
+        os.kill(os.getpid(), signal.SIGINT)
+    threading.Thread(target=interrupt).start()
+    try:
+        h5py.File(url, "r", driver="remfile", timeout=5)
+        print(json.dumps("opened"))
+    except KeyboardInterrupt:
+        print(json.dumps("KeyboardInterrupt"))
+    ahead.cancel()
+    # Calls whose requests all succeed raise nothing.
+    f = remfile_hdf5.RemoteFile(other)
+    data = f.read_at(1_000_000, 16).hex()
+    with h5py.File(url, "r", driver="remfile", timeout=5) as h:
+        title = str(h.attrs["title"])
+    print(json.dumps({"data": data, "title": title}))
+    """
+    out = _run(script, holding.url("data.h5"), holding.url("blob.bin"),
+               holding.base).splitlines()
+    assert json.loads(out[0]) == "KeyboardInterrupt"
+    result = json.loads(out[1])
+    with open(os.path.join(files, "blob.bin"), "rb") as local:
+        local.seek(1_000_000)
+        assert result["data"] == local.read(16).hex()
+    assert result["title"] == "a test file"
+
+
+def test_a_stop_kept_from_an_earlier_call_is_raised_by_no_later_one(server, files):
+    # As a wait stopped by Ctrl-C whose failure no one reported leaves it.
+    script = """
+    import sys
+    import remfile_hdf5
+    from remfile_hdf5 import _native
+    url = sys.argv[1]
+    _native._keep_a_stop()
+    f = remfile_hdf5.RemoteFile(url)
+    _native._keep_a_stop()
+    print(f.read_at(1_000_000, 16).hex())
+    """
+    out = _run(script, server.url("blob.bin")).split()
+    with open(os.path.join(files, "blob.bin"), "rb") as local:
+        local.seek(1_000_000)
+        assert out == [local.read(16).hex()]
+
+
+def test_exit_handlers_registered_before_the_import_read(server, files):
+    # atexit runs its handlers last registered first: the package's own
+    # stops reads at exit, and this one runs after it.
+    # h5py's own exit hook (registered at its import) unregisters its type
+    # converters: imported first, it runs after this handler.
+    script = """
+    import atexit, sys
+    import h5py
+    url_bin, url_h5 = sys.argv[1:]
+    def at_exit():
+        import remfile_hdf5
+        with remfile_hdf5.RemoteFile(url_bin) as f:
+            print(f.read_at(1_000_000, 16).hex(), flush=True)
+        with h5py.File(url_h5, "r", driver="remfile") as h:
+            print(h.attrs["title"], h["big"][5].tobytes().hex(), flush=True)
+    atexit.register(at_exit)
+    import remfile_hdf5
+    print("main returns", flush=True)
+    """
+    out = _run(script, server.url("blob.bin"), server.url("data.h5")).splitlines()
+    assert out[0] == "main returns"
+    with open(os.path.join(files, "blob.bin"), "rb") as local:
+        local.seek(1_000_000)
+        assert out[1] == local.read(16).hex()
+    with h5py.File(os.path.join(files, "data.h5"), "r") as local:
+        assert out[2] == f"a test file {local['big'][5].tobytes().hex()}"
+
+
+def test_an_exit_handler_reads_while_a_daemon_thread_is_stopped_inside_h5py(holding, files):
+    # The daemon thread's read is held by the server inside an h5py call;
+    # the handler, registered before the import, reads a small file (no
+    # request of it is held): it reads, and the script ends.
+    small = os.path.join(files, "small.bin")
+    with open(small, "wb") as out:
+        out.write(bytes(range(256)) * 256)
+    script = """
+    import atexit, sys
+    url_h5, url_small, base = sys.argv[1:]
+    def at_exit():
+        import remfile_hdf5
+        with remfile_hdf5.RemoteFile(url_small) as f:
+            print(f.read_at(1000, 8).hex(), flush=True)
+    atexit.register(at_exit)
+    """ + _HELD + """
+    import threading
+    import h5py, remfile_hdf5
+    f = h5py.File(url_h5, "r", driver="remfile", metadata_prefetch=False, timeout=600)
+    ds = f["contiguous"]
+    urllib.request.urlopen(base + "/__stall?hold").read()
+    def reader():
+        while True:
+            try:
+                ds[200_000:200_100]
+            except BaseException:
+                pass
+    threading.Thread(target=reader, daemon=True).start()
+    wait_until_held(base)
+    print("main returns", flush=True)
+    """
+    try:
+        out = _run(script, holding.url("data.h5"), holding.url("small.bin"),
+                   holding.base).splitlines()
+    finally:
+        os.remove(small)
+    assert out == ["main returns", (bytes(range(256)) * 256)[1000:1008].hex()]

@@ -387,3 +387,37 @@ def test_a_type_checker_catches_a_misspelt_option(tmp_path):
     assert 'Unexpected keyword argument "cahce"' in out, out
     assert "user.py:5:" in out and '"retries"' in out, out
     assert "user.py:3:" not in out, out
+
+
+def test_close_from_another_thread_ends_a_read_waiting_on_a_stalled_server(server, files):
+    # As for a file Python opened: a read in one thread, close() in another,
+    # and the read fails with the ValueError of a closed file.
+    fo = remfile_hdf5.RemoteFile(server.url("blob.bin"), timeout=600)
+    outcome = []
+    mark = server.mark()
+    _control(server, "__stall?on")
+    try:
+        def reader():
+            try:
+                fo.read_at(2_500_000, 100)
+                outcome.append("bytes")
+            except BaseException as e:
+                outcome.append(e)
+        thread = threading.Thread(target=reader, daemon=True)
+        thread.start()
+        # Until the server holds the read's request (bounded).
+        deadline = time.monotonic() + 30
+        while not any(r[2] and int(r[2][6:].split("-")[0]) >= 128 << 10
+                      for r in server.requests_since(mark)):
+            assert time.monotonic() < deadline, "the read sent no request"
+            time.sleep(0.01)
+        fo.close()
+        thread.join(timeout=10)
+        assert not thread.is_alive(), "the read still waits after close()"
+    finally:
+        _control(server, "__stall?off")
+    assert len(outcome) == 1 and isinstance(outcome[0], ValueError), outcome
+    assert str(outcome[0]) == "I/O operation on closed file"
+    assert fo.closed
+    with pytest.raises(ValueError):
+        fo.read_at(0, 10)

@@ -198,3 +198,38 @@ def test_headers_in_remfile_options_reach_the_server(server):
     assert lines[1] == "a test file", out.stderr
     sent = server.headers_since(mark)
     assert sent and all(h.get("x-api-key") == "k9" and h.get("x-team") == "lab" for h in sent)
+
+
+def test_a_pickle_carries_headers_unless_told_not_to(server, files):
+    import pickle
+
+    secret = "PLANTED-header-value-41"
+    url = server.url("blob.bin")
+    with open(os.path.join(files, "blob.bin"), "rb") as f:
+        local = f.read(4096)
+    # By default the headers go with it (a dask worker reads as the client).
+    with remfile_hdf5.RemoteFile(url, headers={"X-Api-Key": secret}) as fo:
+        assert secret.encode() in pickle.dumps(fo)
+    with remfile_hdf5.RemoteFile(url, headers={"X-Api-Key": secret}, block_size="64k",
+                                 pickle_secrets=False) as fo:
+        fo.seek(100)
+        data = pickle.dumps(fo)
+    assert secret.encode() not in data
+    mark = server.mark()
+    with pickle.loads(data) as again:
+        # Opened again without them, its other options and position kept.
+        assert again.tell() == 100 and again.read(16) == local[100:116]
+        assert secret.encode() not in pickle.dumps(again)
+    sent = server.headers_since(mark)
+    assert sent and not any("x-api-key" in h for h in sent), sent
+
+
+def test_a_pickle_without_secrets_leaves_s3_keys_out(server):
+    import pickle
+
+    key, secret = "PLANTEDKEYID99", "PLANTED-secret-access-key-99"
+    with remfile_hdf5.RemoteFile(server.url("blob.bin"), s3_access_key_id=key,
+                                 s3_secret_access_key=secret, s3_session_token="PLANTEDtok",
+                                 pickle_secrets=False) as fo:
+        data = pickle.dumps(fo)
+    assert not any(s.encode() in data for s in (key, secret, "PLANTEDtok"))

@@ -59,6 +59,15 @@
 
 pub(crate) mod deadline;
 
+/// The crate's locks and its mark of the process a value was made in, for
+/// a host's own state (the Python package's, feature `vfd`): sound in a
+/// child `fork` makes, as the crate's own are. Not a stable API.
+#[cfg(feature = "extension")]
+#[doc(hidden)]
+pub mod sync {
+    pub use crate::sync::{MadeIn, Mutex, MutexGuard};
+}
+
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 use std::sync::OnceLock;
@@ -66,7 +75,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::sync::{ProcessFlag, ProcessLocal, start_afresh};
+use crate::sync::{MadeIn, ProcessFlag, ProcessLocal, start_afresh};
 
 /// The longest a wait goes on after a stop: waits are made in slices of
 /// this, looking for a stop between them.
@@ -95,7 +104,10 @@ pub trait Host: Send + Sync + 'static {
     /// Called when a read the host asked to stop ended well all the same
     /// (its bytes came before the stop took effect), on its thread, after
     /// [`outside`](Host::outside): an interpreter delivers the stop later
-    /// (Python raises the Ctrl-C at its next chance).
+    /// (Python raises the Ctrl-C at its next chance). Also called at the
+    /// end of each call a library makes into the HDF5 driver, for a stop
+    /// asked for during it that no failure reported: a host that keeps a
+    /// stop until then delivers it there, not in a later call.
     fn stop_not_needed(&self) {}
 
     /// Called when a read or an open made for a library that takes only a
@@ -208,10 +220,12 @@ impl Cancel {
             None => Watch {
                 cancel: self.clone(),
                 polls_host: false,
+                spared: spared_thread(),
             },
             Some(outer) => Watch {
                 cancel: Cancel::of_either([self.clone(), outer.cancel]),
                 polls_host: outer.polls_host,
+                spared: outer.spared || spared_thread(),
             },
         };
         Watch::run_watching(Some(watch), f)
@@ -272,10 +286,16 @@ pub(crate) struct Watch {
     /// Whether this thread asks the host to stop (the thread the host ran
     /// the read on; the threads it starts only look at the cancel).
     polls_host: bool,
+    /// Whether it is work of the thread [`stop_everything_but_this_thread`]
+    /// spared (run there, or by a thread helping such work).
+    spared: bool,
 }
 
 thread_local! {
     static CURRENT: RefCell<Option<Watch>> = const { RefCell::new(None) };
+    /// Whether [`stop_everything_but_this_thread`] was called on this
+    /// thread, and in which process (a child forked from it is not spared).
+    static SPARED: Cell<Option<MadeIn>> = const { Cell::new(None) };
     /// When this thread last asked the host.
     static LAST_ASKED: Cell<Option<Instant>> = const { Cell::new(None) };
 }
@@ -284,7 +304,11 @@ impl Watch {
     /// What this thread watches, for a thread that works for the same read
     /// (which never asks the host: the read's own thread does).
     pub(crate) fn for_helper() -> Option<Watch> {
-        current_watch().map(|w| Watch::of(w.cancel))
+        current_watch().map(|w| Watch {
+            cancel: w.cancel,
+            polls_host: false,
+            spared: w.spared,
+        })
     }
 
     /// A watch of `cancel` alone, for background work (closing its file
@@ -293,6 +317,7 @@ impl Watch {
         Watch {
             cancel,
             polls_host: false,
+            spared: false,
         }
     }
 
@@ -323,11 +348,6 @@ fn current_watch() -> Option<Watch> {
     CURRENT.try_with(|c| c.borrow().clone()).ok().flatten()
 }
 
-/// The cancel the work on this thread watches, if any.
-fn current() -> Option<Cancel> {
-    current_watch().map(|w| w.cancel)
-}
-
 /// Raised by [`stop_everything`]: a child forked from a process that was
 /// ending finds it lowered.
 static EVERYTHING_STOPPED: ProcessFlag = ProcessFlag::new();
@@ -335,19 +355,43 @@ static EVERYTHING_STOPPED: ProcessFlag = ProcessFlag::new();
 /// Stops every read, open and background fetch of the process, now and
 /// from now on: each wait ends within [`POLL`] with
 /// [`ErrorKind::Interrupted`]. For a process that is ending (the Python
-/// package calls it from an `atexit` hook, so that threads reading in the
-/// background let go of what they hold before the interpreter finalizes).
-/// A child forked afterwards reads normally.
+/// package calls [`stop_everything_but_this_thread`] from an `atexit` hook,
+/// so that threads reading in the background let go of what they hold
+/// before the interpreter finalizes). A child forked afterwards reads
+/// normally.
 pub fn stop_everything() {
     if EVERYTHING_STOPPED.raise() {
         EXIT_BOUND.with(|bound| *bound = Some(Instant::now() + EXIT_WAIT));
     }
 }
 
+/// As [`stop_everything`], sparing the reads, opens and closes the calling
+/// thread makes from now on (and the threads that help them): for a
+/// process whose exit still runs code of its own on this thread (Python's
+/// `atexit` handlers, on its main thread), while every other thread's
+/// waits stop. Background fetches stop, whichever thread started them.
+pub fn stop_everything_but_this_thread() {
+    let _ = SPARED.try_with(|spared| spared.set(Some(MadeIn::here())));
+    stop_everything();
+}
+
+/// Whether [`stop_everything_but_this_thread`] spared this thread.
+fn spared_thread() -> bool {
+    let spared = SPARED.try_with(Cell::get).ok().flatten();
+    spared.is_some_and(|made_in| !made_in.inherited())
+}
+
 /// Whether [`stop_everything`] was called in this process (and not in a
 /// parent it was forked from): the process is ending.
 pub fn everything_stopped() -> bool {
     EVERYTHING_STOPPED.is_raised()
+}
+
+/// Whether the work `watch` watches (or this thread's, if none) is to stop
+/// because the process is ending: everything was stopped, and it was not
+/// spared.
+fn process_ending(watch: Option<&Watch>) -> bool {
+    everything_stopped() && !spared_thread() && !watch.is_some_and(|w| w.spared)
 }
 
 /// The longest that closing files may wait, all together, once
@@ -368,10 +412,11 @@ pub(crate) fn within_exit_bound(deadline: Instant) -> Instant {
 /// Why the work on this thread should stop, if it should: asks the host
 /// (at most every [`POLL`] / 2) on the thread the host ran the read on.
 fn why_stop() -> Option<Stopped> {
-    if everything_stopped() {
+    let watch = current_watch();
+    if process_ending(watch.as_ref()) {
         return Some(Stopped::ProcessEnding);
     }
-    let watch = current_watch()?;
+    let watch = watch?;
     if let Some(why) = watch.cancel.why_stopped() {
         return Some(why);
     }
@@ -410,10 +455,11 @@ pub(crate) fn was_stopped() -> bool {
 /// Why the work on this thread is stopped already, the host not asked:
 /// the process is ending, or a cancel it watches was cancelled.
 fn why_stopped_already() -> Option<Stopped> {
-    if everything_stopped() {
+    let watch = current_watch();
+    if process_ending(watch.as_ref()) {
         return Some(Stopped::ProcessEnding);
     }
-    current()?.why_stopped()
+    watch?.cancel.why_stopped()
 }
 
 /// Whether the work on this thread should stop now.
@@ -468,10 +514,13 @@ pub(crate) fn blocking<T>(work: impl FnOnce() -> Result<T>) -> Result<T> {
     let Some(host) = host() else {
         return work();
     };
-    let cancel = Cancel::of_either(current());
+    let outer = current_watch();
+    let spared = spared_thread() || outer.as_ref().is_some_and(|w| w.spared);
+    let cancel = Cancel::of_either(outer.map(|w| w.cancel));
     let watch = Watch {
         cancel,
         polls_host: true,
+        spared,
     };
     let mut work = Some(work);
     let mut outcome = None;

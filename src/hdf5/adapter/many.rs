@@ -110,7 +110,8 @@ impl PrefetchedFiles {
     pub fn open(&self, url: impl AsRef<str>) -> Result<File, OpenError> {
         let url = url.as_ref();
         let options = &self.options;
-        match self.batch.take(url) {
+        // A wait for the batch's work on it that was stopped fails the open.
+        match self.batch.take(url).map_err(OpenError::from_remote)? {
             Some(prefetched) => options.open_reader(prefetched_source(prefetched, options)),
             None => {
                 // With the batch's builder: into the cache its files share.

@@ -156,8 +156,20 @@ pub(super) fn with_errno(message: String, error: &Error) -> String {
     }
 }
 
-/// Runs a callback body, turning a panic into an HDF5 error.
+/// Runs a callback body, turning a panic into an HDF5 error. A stop the
+/// host asked for during it that no failure of the callback reported is
+/// the host's to deliver once the library's call returns
+/// ([`Host::stop_not_needed`](wait::Host::stop_not_needed)), never in a
+/// later call.
 fn guard<T>(failed: T, body: impl FnOnce() -> T) -> T {
+    let out = guarded(failed, body);
+    if let Some(host) = wait::host() {
+        host.stop_not_needed();
+    }
+    out
+}
+
+fn guarded<T>(failed: T, body: impl FnOnce() -> T) -> T {
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(v) => v,
         Err(panic) => {

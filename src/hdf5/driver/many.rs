@@ -338,8 +338,9 @@ impl Batch {
 
     /// Takes the file at `url`, if the batch has it: opened (and crawled,
     /// or being crawled) here. A file not started yet is left to its open
-    /// (the batch will not start it); one being opened is waited for.
-    pub(crate) fn take(&self, url: &str) -> Option<Prefetched> {
+    /// (the batch will not start it); one being opened is waited for. A
+    /// wait stopped meanwhile (the host's interrupt) is the open's error.
+    pub(crate) fn take(&self, url: &str) -> crate::Result<Option<Prefetched>> {
         self.shared.take(url)
     }
 
@@ -590,17 +591,20 @@ impl Shared {
         self.changed.notify_all();
     }
 
-    fn take(self: &Arc<Self>, url: &str) -> Option<Prefetched> {
+    fn take(self: &Arc<Self>, url: &str) -> crate::Result<Option<Prefetched>> {
         if self.inherited() {
-            return None;
+            return Ok(None);
         }
-        let index = *self.state.lock().by_url.get(url)?;
+        let Some(&index) = self.state.lock().by_url.get(url) else {
+            return Ok(None);
+        };
         let opening = matches!(self.state.lock().files[index].stage, Stage::Opening);
         if opening {
             // As any wait of an open: stoppable, the interpreter's lock let
-            // go of meanwhile (a driver open runs inside HDF5).
+            // go of meanwhile (a driver open runs inside HDF5). Stopped, the
+            // open fails: the file stays the batch's.
             let deadline = Instant::now() + self.builder.read_timeout.min(OPENING_WAIT);
-            let _ = crate::wait::blocking(|| self.wait_opened(index, deadline));
+            crate::wait::blocking(|| self.wait_opened(index, deadline))?;
         }
         let builder = &self.builder;
         let mut state = self.state.lock();
@@ -618,7 +622,7 @@ impl Shared {
             // Held, or being opened still (the wait gave up), or not
             // started: taken by this open (which opens the last two afresh).
             Stage::Open { .. } | Stage::Opening | Stage::Queued => Stage::Taken,
-            Stage::Failed(_) | Stage::Taken | Stage::Dropped => return None,
+            Stage::Failed(_) | Stage::Taken | Stage::Dropped => return Ok(None),
         };
         let handing_over = matches!(next, Stage::Taken);
         let before = state.let_go(index, next);
@@ -630,15 +634,17 @@ impl Shared {
             ..
         } = before
         else {
-            return None;
+            return Ok(None);
         };
-        // Its crawl is its open's from here, or no one's.
+        // Its crawl is its open's from here, or no one's. Stopped, the open
+        // fails (the file is let go of: a next open opens it afresh).
         let deadline = Instant::now() + self.builder.read_timeout.min(OPENING_WAIT);
-        let _ = crate::wait::blocking(|| handover.take(deadline));
+        let handed = crate::wait::blocking(|| handover.take(deadline));
         self.changed.notify_all();
         // The room given back.
         self.spawn_workers();
-        handing_over.then_some(Prefetched { file, prefetch })
+        handed?;
+        Ok(handing_over.then_some(Prefetched { file, prefetch }))
     }
 
     /// Waits until the file at `index` is no longer being opened, or
@@ -746,12 +752,14 @@ fn unregister(shared: &Arc<Shared>) {
     }
 }
 
-/// The file at `url` a registered batch opened with `settings`, if any.
-pub(crate) fn take_registered(url: &str, settings: &Config) -> Option<Prefetched> {
-    let batch = {
-        let registered = registered()?;
-        registered.iter().find(|b| b.serves(url, settings)).cloned()
-    }?;
+/// The file at `url` a registered batch opened with `settings`, if any;
+/// an error if the wait for it was stopped (the open fails with it).
+pub(crate) fn take_registered(url: &str, settings: &Config) -> crate::Result<Option<Prefetched>> {
+    let batch = registered()
+        .and_then(|registered| registered.iter().find(|b| b.serves(url, settings)).cloned());
+    let Some(batch) = batch else {
+        return Ok(None);
+    };
     let taken = batch.take(url);
     if batch.is_spent() {
         unregister(&batch.shared);

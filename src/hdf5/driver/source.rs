@@ -312,20 +312,22 @@ pub(crate) fn open_source(url: &str, config: &str) -> Result<Arc<Source>, String
     }
     let metadata = config.metadata_prefetch();
     let chunks = config.chunk_read_ahead();
-    let source = match super::many::take_registered(url, &config) {
+    let failed = |e: crate::Error| {
+        // On the thread HDF5 called the driver on, with any interpreter's
+        // lock held again.
+        if let Some(host) = crate::wait::host() {
+            host.failed_under_a_library(&e);
+        }
+        super::callbacks::with_errno(format!("cannot open the remote file: {e}"), &e)
+    };
+    // A wait for a batch's file that was stopped (Ctrl-C) fails the open.
+    let source = match super::many::take_registered(url, &config).map_err(failed)? {
         Some(prefetched) => Source::prefetched(prefetched, metadata, chunks),
         None => {
             let file = builder(&config)
                 .map_err(|e| e.to_string())?
                 .open(url)
-                .map_err(|e| {
-                    // On the thread HDF5 called the driver on, with any
-                    // interpreter's lock held again.
-                    if let Some(host) = crate::wait::host() {
-                        host.failed_under_a_library(&e);
-                    }
-                    super::callbacks::with_errno(format!("cannot open the remote file: {e}"), &e)
-                })?;
+                .map_err(failed)?;
             Source::new(file, metadata, chunks)
         }
     };
