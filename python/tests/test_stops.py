@@ -18,8 +18,7 @@ import pytest
 DEADLINE = 15
 
 # A server that accepts, reads each request and never answers; and a
-# Ctrl-C sent once the main thread waits inside the call on line `line`
-# of this script (its frame stays there while the native code waits).
+# Ctrl-C sent once the main thread waits inside the package's native code.
 _COMMON = """
     import os, signal, socket, sys, threading, time
 
@@ -38,10 +37,10 @@ _COMMON = """
         threading.Thread(target=serve, daemon=True).start()
         return listener.getsockname()[1], asked
 
-    def interrupt_when_waiting_on(line):
-        main = threading.main_thread().ident
+    def interrupt_when_waiting():
+        import remfile_hdf5
         def interrupt():
-            while sys._current_frames()[main].f_lineno != line:
+            while not remfile_hdf5._native._main_thread_waiting():
                 time.sleep(0.005)
             os.kill(os.getpid(), signal.SIGINT)
         threading.Thread(target=interrupt, daemon=True).start()
@@ -62,12 +61,6 @@ def _run(script, *args, env=None):
     return done.stdout.strip().splitlines()
 
 
-def _line_of(script, marker):
-    """The line of `marker` in the script as run (after the common part)."""
-    full = textwrap.dedent(_COMMON) + textwrap.dedent(script)
-    return next(n for n, text in enumerate(full.splitlines(), 1) if marker in text)
-
-
 def test_ctrl_c_ends_a_wait_for_another_processs_first_open(tmp_path):
     # Another process opens the file first, through the same disk cache: its
     # opening request is never answered, so it keeps the file's first-open
@@ -81,7 +74,7 @@ def test_ctrl_c_ends_a_wait_for_another_processs_first_open(tmp_path):
         "import sys, remfile_hdf5; remfile_hdf5.RemoteFile(sys.argv[1], disk_cache=sys.argv[2], read_timeout='600s')",
         url, cache], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     asked.wait(30)
-    interrupt_when_waiting_on(LINE)
+    interrupt_when_waiting()
     try:
         remfile_hdf5.RemoteFile(url, disk_cache=cache, read_timeout="600s")  # the wait
         print("opened")
@@ -89,7 +82,6 @@ def test_ctrl_c_ends_a_wait_for_another_processs_first_open(tmp_path):
         print("KeyboardInterrupt")
     first.kill()
     """
-    script = script.replace("LINE", str(_line_of(script, "# the wait")))
     assert _run(script, str(tmp_path / "cache")) == ["KeyboardInterrupt"]
 
 
@@ -98,7 +90,7 @@ def test_ctrl_c_ends_a_wait_for_s3_keys_from_a_service_that_never_answers(tmp_pa
     import remfile_hdf5
     port, asked = black_hole()
     os.environ["AWS_CONTAINER_CREDENTIALS_FULL_URI"] = f"http://127.0.0.1:{port}/creds"
-    interrupt_when_waiting_on(LINE)
+    interrupt_when_waiting()
     try:
         remfile_hdf5.RemoteFile("s3://bucket/f.bin", s3_endpoint=f"http://127.0.0.1:{port}")  # the wait
         print("opened")
@@ -106,7 +98,6 @@ def test_ctrl_c_ends_a_wait_for_s3_keys_from_a_service_that_never_answers(tmp_pa
         print("KeyboardInterrupt")
     print("asked" if asked.is_set() else "not asked")
     """
-    script = script.replace("LINE", str(_line_of(script, "# the wait")))
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env.update({
         "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
@@ -133,12 +124,11 @@ def test_ctrl_c_ends_a_connect_to_a_listener_whose_queue_is_full():
             held.append(s)
         except OSError:
             break
-    interrupt_when_waiting_on(LINE)
+    interrupt_when_waiting()
     try:
         remfile_hdf5.RemoteFile(f"http://127.0.0.1:{addr[1]}/f.bin", connect_timeout="600s")  # the wait
         print("opened")
     except KeyboardInterrupt:
         print("KeyboardInterrupt")
     """
-    script = script.replace("LINE", str(_line_of(script, "# the wait")))
     assert _run(script) == ["KeyboardInterrupt"]
