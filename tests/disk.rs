@@ -563,6 +563,9 @@ enum Sharers {
     /// 128 KiB blocks, the last MiB fetched beside the first block, 64
     /// connections).
     Hdf5Defaults,
+    /// The crate's defaults, each process reading the file in 256 KiB
+    /// pieces in an order of its own.
+    Shuffled,
 }
 
 impl Sharers {
@@ -571,6 +574,7 @@ impl Sharers {
             Sharers::SmallBlocks => "small-blocks",
             Sharers::Defaults => "defaults",
             Sharers::Hdf5Defaults => "hdf5-defaults",
+            Sharers::Shuffled => "shuffled",
         }
     }
 
@@ -579,6 +583,7 @@ impl Sharers {
             Sharers::SmallBlocks,
             Sharers::Defaults,
             Sharers::Hdf5Defaults,
+            Sharers::Shuffled,
         ]
         .into_iter()
         .find(|s| s.name() == name)
@@ -598,7 +603,7 @@ impl Sharers {
             Sharers::SmallBlocks => builder()
                 .block_size(BLOCK)
                 .read_timeout(std::time::Duration::from_secs(120)),
-            Sharers::Defaults => defaults,
+            Sharers::Defaults | Sharers::Shuffled => defaults,
             Sharers::Hdf5Defaults => defaults
                 .block_size(128 << 10)
                 .open_tail(1 << 20)
@@ -619,7 +624,28 @@ fn sharing_reader(spec: &str) {
         .open(url)
         .unwrap();
     let data = test_data(file.len() as usize, seed.parse().unwrap());
-    assert!(read(&file, 0, data.len()) == data, "wrong bytes");
+    if sharers != Sharers::Shuffled {
+        assert!(read(&file, 0, data.len()) == data, "wrong bytes");
+        return;
+    }
+    const PIECE: usize = 256 << 10;
+    let mut order: Vec<usize> = (0..data.len().div_ceil(PIECE)).collect();
+    // An order of this process's own (Fisher-Yates, an LCG seeded by its id).
+    let mut x = u64::from(std::process::id()) | 1;
+    for i in (1..order.len()).rev() {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        order.swap(i, (x >> 33) as usize % (i + 1));
+    }
+    for piece in order {
+        let at = piece * PIECE;
+        let len = PIECE.min(data.len() - at);
+        assert!(
+            read(&file, at as u64, len) == data[at..at + len],
+            "wrong bytes"
+        );
+    }
 }
 
 #[test]
@@ -628,6 +654,14 @@ fn processes_sharing_a_directory_fetch_each_block_about_once() {
         return sharing_reader(&spec);
     }
     share_one_file_among_processes("sharing", &[], true, Sharers::SmallBlocks);
+}
+
+#[test]
+fn processes_reading_a_file_in_pieces_of_their_own_order_fetch_each_block_once() {
+    if std::env::var("REMFILE_DISK_SHARER").is_ok() {
+        return;
+    }
+    share_one_file_among_processes("shuffled", &[], true, Sharers::Shuffled);
 }
 
 /// Eight processes open a file the directory does not know at the same
