@@ -65,6 +65,9 @@ pub(crate) struct Name {
     /// of that URL's own name): a version is of the file reached, not only
     /// of the URL asked for.
     via: Option<Digest>,
+    /// The name says which file is meant wherever its requests go (a cache
+    /// key, an S3 object's `s3://` name): no redirect is noted.
+    fixed: bool,
 }
 
 impl Name {
@@ -93,11 +96,21 @@ impl Name {
     /// What [`reached_at`](Self::reached_at) notes of `target`: a digest
     /// of its name, if it names another file than `request`.
     pub(crate) fn via_to(&self, request: &url::Url, target: &url::Url) -> Option<Digest> {
-        if self.file.starts_with("key ") || request == target {
+        if self.fixed || request == target {
             return None;
         }
         let (asked, reached) = (name(request, None), name(target, None));
         (asked.key() != reached.key()).then(|| digest::of("remfile via", &reached.key()))
+    }
+
+    /// The name of an object a storage service names (S3's bucket and key):
+    /// the service's moves (a bucket's region learnt, its requests sent to
+    /// another host) reach the same object, so none is a redirect to note.
+    pub(crate) fn named_by_service(self) -> Name {
+        Name {
+            fixed: true,
+            ..self
+        }
     }
 
     /// Whether the URL's requests went to another file's URL (a redirect).
@@ -146,6 +159,7 @@ pub(crate) fn name(url: &url::Url, key: Option<&str>) -> Name {
         query: query.finish(),
         credentials,
         via: None,
+        fixed: key.is_some(),
     }
 }
 
