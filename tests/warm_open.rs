@@ -238,3 +238,32 @@ fn a_rotated_presigned_url_is_trusted_or_asked_about_once() {
         }
     }
 }
+
+/// Under a cache key the key names the file, whatever the URL carries: a
+/// token that rotates from one session to the next (the case the key is
+/// for) leaves an `immutable` warm open without a request.
+#[test]
+fn under_a_cache_key_a_rotated_token_is_trusted_as_immutable() {
+    let data = test_data(1 << 20, 106);
+    let server = RangeServer::new(data.clone());
+    let dir = remfile_testkit::TempDir::new("warm-cache-key-token");
+    let open = |token: &str, immutable: bool| {
+        builder()
+            .block_size(BLOCK)
+            .disk_cache(DiskCache::open(&*dir, 64 << 20).unwrap())
+            .cache_key("asset-1")
+            .immutable(immutable)
+            .open(server.url(&format!("/download/1?token={token}")))
+            .unwrap()
+    };
+    let cold = open("T1", false);
+    assert_eq!(read(&cold, 0, data.len()), data);
+    drop(cold);
+    let (requests, bytes) = (server.requests(), server.body_bytes());
+    let warm = open("T2", true);
+    assert_eq!(read(&warm, 0, data.len()), data);
+    assert_eq!(
+        (server.requests() - requests, server.body_bytes() - bytes),
+        (0, 0)
+    );
+}

@@ -135,10 +135,13 @@ pub(crate) fn name(url: &url::Url, key: Option<&str>) -> Name {
     let mut query = url::form_urlencoded::Serializer::new(String::new());
     let mut credentials = url::form_urlencoded::Serializer::new(String::new());
     let signed = url.query_pairs().any(|(k, _)| is_signature_itself(&k));
-    for (k, v) in url.query_pairs() {
+    // Under a cache key the key names the file, whatever the URL carries
+    // (its token may rotate from one session to the next: what the key is
+    // for).
+    for (k, v) in url.query_pairs().filter(|_| key.is_none()) {
         if is_credential(&k) {
             credentials.append_pair(&k, &v);
-        } else if !is_signature(&k, signed) && key.is_none() {
+        } else if !is_signature(&k, signed) {
             query.append_pair(&k, &v);
         }
     }
@@ -727,6 +730,9 @@ mod tests {
         let s1 = name(&u("https://h/f?X-Amz-Signature=1&X-Amz-Date=1"), None);
         let s2 = name(&u("https://h/f?X-Amz-Signature=2&X-Amz-Date=2"), None);
         assert!(s2.may_trust(&known(&s1)));
+        // Under a cache key the key names the file, whatever the token.
+        let keyed = |t: &str| name(&u(&format!("https://h/d?token={t}")), Some("k"));
+        assert!(keyed("B").may_trust(&known(&keyed("A"))));
     }
 
     #[test]
