@@ -67,8 +67,16 @@ pub(crate) fn open(builder: &Builder, text: &str) -> Result<RemoteFile> {
     let counters = Arc::new(Counters::default());
     let link = Arc::new(LinkMeter::new(builder.link));
     let asked_at = request_url.clone();
+    let by_service = service.is_some();
     let transport = transport(builder, request_url, service, &link, &counters)?;
     let name = disk::name(&url, builder.cache_key.as_deref());
+    // S3 names its object by bucket and key wherever its requests go (a
+    // region learnt moves them to another host): no redirect of a file.
+    let name = if by_service {
+        name.named_by_service()
+    } else {
+        name
+    };
     let (warm, first_open) = look_on_disk(builder, &name)?;
     let (opened, tail, known_via) = match warm {
         Some(warm) => {

@@ -867,3 +867,111 @@ fn a_refusal_echoing_the_keys_shows_none_of_them() {
     }
     assert!(e.to_string().contains("AccessDenied"), "{e}");
 }
+
+/// An agent whose every connection, whatever the host, goes to `to` over
+/// plain TCP and counts as TLS: AWS's own hosts (`bucket.s3.amazonaws.com`,
+/// `bucket.s3.eu-west-3.amazonaws.com`) served by a local test server.
+fn agent_to(to: std::net::SocketAddr) -> ureq::Agent {
+    use ureq::unversioned::resolver::{ResolvedSocketAddrs, Resolver};
+    use ureq::unversioned::transport::{
+        Buffers, ConnectionDetails, Connector, NextTimeout, TcpConnector, Transport,
+    };
+
+    #[derive(Debug)]
+    struct To(std::net::SocketAddr);
+    impl Resolver for To {
+        fn resolve(
+            &self,
+            _: &ureq::http::Uri,
+            _: &ureq::config::Config,
+            _: NextTimeout,
+        ) -> Result<ResolvedSocketAddrs, ureq::Error> {
+            let mut addrs = self.empty();
+            addrs.push(self.0);
+            Ok(addrs)
+        }
+    }
+    #[derive(Debug)]
+    struct AsTls;
+    #[derive(Debug)]
+    struct Marked(Box<dyn Transport>);
+    impl Transport for Marked {
+        fn buffers(&mut self) -> &mut dyn Buffers {
+            self.0.buffers()
+        }
+        fn transmit_output(&mut self, n: usize, t: NextTimeout) -> Result<(), ureq::Error> {
+            self.0.transmit_output(n, t)
+        }
+        fn await_input(&mut self, t: NextTimeout) -> Result<bool, ureq::Error> {
+            self.0.await_input(t)
+        }
+        fn is_open(&mut self) -> bool {
+            self.0.is_open()
+        }
+        fn is_tls(&self) -> bool {
+            true
+        }
+    }
+    impl<In: Transport> Connector<In> for AsTls {
+        type Out = Marked;
+        fn connect(
+            &self,
+            _: &ConnectionDetails,
+            chained: Option<In>,
+        ) -> Result<Option<Marked>, ureq::Error> {
+            Ok(chained.map(|t| Marked(Box::new(t))))
+        }
+    }
+    let config = ureq::config::Config::builder().proxy(None).build();
+    ureq::Agent::with_parts(config, TcpConnector::default().chain(AsTls), To(to))
+}
+
+/// A bucket on AWS in another region than the first guess: the first open
+/// is moved there (`bucket.s3.amazonaws.com` to
+/// `bucket.s3.eu-west-3.amazonaws.com`), the next goes there at once (the
+/// region learnt). Both reach one object, named on disk by its `s3://` URL
+/// "so that any region or style reaches the same blocks": the second open
+/// is one request that gets no body (a 304), and its reads come from disk.
+#[test]
+fn an_object_reached_by_a_region_move_is_the_same_object_on_disk() {
+    let _env = environment(&[]);
+    let data = test_data(MIB as usize + 100, 31);
+    let server = fake_s3(data.clone(), |_| true);
+    let dir = TempDir::new("s3-region-disk");
+    let open = || {
+        builder()
+            .agent(agent_to(server.addr()))
+            .block_size(64 * 1024)
+            .disk_cache(remfile::DiskCache::open(&*dir, 64 << 20).unwrap())
+            .s3(S3Options::new().credentials("AKIAMOVED", "secret", None))
+            .open("s3://region-review-bucket/f.bin")
+            .unwrap()
+    };
+    let cold = open();
+    assert!(read_all(&cold) == data);
+    assert!(
+        server.log()[0]
+            .header("host")
+            .unwrap()
+            .starts_with("region-review-bucket.s3.amazonaws.com"),
+        "{:?}",
+        server.log()[0]
+    );
+    drop(cold);
+    let (requests, bytes) = (server.requests(), server.body_bytes());
+    let warm = open();
+    assert!(read_all(&warm) == data);
+    let log = server.log();
+    assert!(
+        log[requests..]
+            .iter()
+            .all(|r| r.header("host").unwrap().contains(".eu-west-3.")),
+        "the region learnt: {:?}",
+        &log[requests..]
+    );
+    assert_eq!(
+        (server.requests() - requests, server.body_bytes() - bytes),
+        (1, 0),
+        "one 304, every block from disk"
+    );
+}

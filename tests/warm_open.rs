@@ -177,3 +177,93 @@ fn a_changed_file_at_a_url_the_user_called_immutable_is_read_stale_never_mixed()
     let asking = open(&server, &dir, false);
     assert_eq!(read(&asking, 0, 1000), &test_data(1 << 20, 103)[..1000]);
 }
+
+/// A presigned S3 URL, every signing parameter rotated from one open to the
+/// next, whether given or reached through an API's redirect (whose target
+/// rotates too): `immutable` opens and reads with no request, else one that
+/// gets a 304; every byte from disk.
+#[test]
+fn a_rotated_presigned_url_is_trusted_or_asked_about_once() {
+    let data = test_data(1 << 20, 105);
+    let server = RangeServer::new(data.clone());
+    let counter = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let presigned = {
+        let url = server.url("/bucket/f.nwb");
+        move |n: usize| {
+            format!(
+                "{url}?versionId=7&X-Amz-Algorithm=AWS4-HMAC-SHA256\
+                 &X-Amz-Credential=AKIA{n}%2F2026%2Fus-east-1%2Fs3%2Faws4_request\
+                 &X-Amz-Date=2026010{n}T000000Z&X-Amz-Expires=3600\
+                 &X-Amz-SignedHeaders=host&X-Amz-Signature={n:064}"
+            )
+        }
+    };
+    {
+        let (presigned, counter) = (presigned.clone(), counter.clone());
+        server.set_hook(move |req, reply| {
+            if req.path == "/api/download" {
+                let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                return remfile_testkit::Reply::new(302).header("Location", presigned(100 + n));
+            }
+            reply
+        });
+    }
+    for (kind, given) in [("signed", None), ("redirected", Some("/api/download"))] {
+        let dir = remfile_testkit::TempDir::new(&format!("warm-rotated-{kind}"));
+        let open = |n: usize, immutable: bool| {
+            let url = given.map_or_else(|| presigned(n), |p| server.url(p));
+            builder()
+                .block_size(BLOCK)
+                .disk_cache(DiskCache::open(&*dir, 64 << 20).unwrap())
+                .immutable(immutable)
+                .open(url)
+                .unwrap()
+        };
+        let cold = open(1, false);
+        assert_eq!(read(&cold, 0, data.len()), data);
+        drop(cold);
+        for (n, immutable, cost) in [(2, true, (0, 0)), (3, false, (1, 0)), (4, true, (0, 0))] {
+            let (requests, bytes) = (server.requests(), server.body_bytes());
+            let warm = open(n, immutable);
+            assert_eq!(read(&warm, 0, data.len()), data, "{kind} {n}");
+            let asked = server.requests() - requests;
+            // A redirect's hop is a request of its own.
+            let hops = usize::from(given.is_some() && asked > 0);
+            assert_eq!(
+                (asked - hops, server.body_bytes() - bytes),
+                cost,
+                "{kind} {n}: {:?}",
+                &server.log()[requests..]
+            );
+        }
+    }
+}
+
+/// Under a cache key the key names the file, whatever the URL carries: a
+/// token that rotates from one session to the next (the case the key is
+/// for) leaves an `immutable` warm open without a request.
+#[test]
+fn under_a_cache_key_a_rotated_token_is_trusted_as_immutable() {
+    let data = test_data(1 << 20, 106);
+    let server = RangeServer::new(data.clone());
+    let dir = remfile_testkit::TempDir::new("warm-cache-key-token");
+    let open = |token: &str, immutable: bool| {
+        builder()
+            .block_size(BLOCK)
+            .disk_cache(DiskCache::open(&*dir, 64 << 20).unwrap())
+            .cache_key("asset-1")
+            .immutable(immutable)
+            .open(server.url(&format!("/download/1?token={token}")))
+            .unwrap()
+    };
+    let cold = open("T1", false);
+    assert_eq!(read(&cold, 0, data.len()), data);
+    drop(cold);
+    let (requests, bytes) = (server.requests(), server.body_bytes());
+    let warm = open("T2", true);
+    assert_eq!(read(&warm, 0, data.len()), data);
+    assert_eq!(
+        (server.requests() - requests, server.body_bytes() - bytes),
+        (0, 0)
+    );
+}

@@ -65,6 +65,9 @@ pub(crate) struct Name {
     /// of that URL's own name): a version is of the file reached, not only
     /// of the URL asked for.
     via: Option<Digest>,
+    /// The name says which file is meant wherever its requests go (a cache
+    /// key, an S3 object's `s3://` name): no redirect is noted.
+    fixed: bool,
 }
 
 impl Name {
@@ -93,11 +96,21 @@ impl Name {
     /// What [`reached_at`](Self::reached_at) notes of `target`: a digest
     /// of its name, if it names another file than `request`.
     pub(crate) fn via_to(&self, request: &url::Url, target: &url::Url) -> Option<Digest> {
-        if self.file.starts_with("key ") || request == target {
+        if self.fixed || request == target {
             return None;
         }
         let (asked, reached) = (name(request, None), name(target, None));
         (asked.key() != reached.key()).then(|| digest::of("remfile via", &reached.key()))
+    }
+
+    /// The name of an object a storage service names (S3's bucket and key):
+    /// the service's moves (a bucket's region learnt, its requests sent to
+    /// another host) reach the same object, so none is a redirect to note.
+    pub(crate) fn named_by_service(self) -> Name {
+        Name {
+            fixed: true,
+            ..self
+        }
     }
 
     /// Whether the URL's requests went to another file's URL (a redirect).
@@ -122,10 +135,13 @@ pub(crate) fn name(url: &url::Url, key: Option<&str>) -> Name {
     let mut query = url::form_urlencoded::Serializer::new(String::new());
     let mut credentials = url::form_urlencoded::Serializer::new(String::new());
     let signed = url.query_pairs().any(|(k, _)| is_signature_itself(&k));
-    for (k, v) in url.query_pairs() {
+    // Under a cache key the key names the file, whatever the URL carries
+    // (its token may rotate from one session to the next: what the key is
+    // for).
+    for (k, v) in url.query_pairs().filter(|_| key.is_none()) {
         if is_credential(&k) {
             credentials.append_pair(&k, &v);
-        } else if !is_signature(&k, signed) && key.is_none() {
+        } else if !is_signature(&k, signed) {
             query.append_pair(&k, &v);
         }
     }
@@ -146,6 +162,7 @@ pub(crate) fn name(url: &url::Url, key: Option<&str>) -> Name {
         query: query.finish(),
         credentials,
         via: None,
+        fixed: key.is_some(),
     }
 }
 
@@ -713,6 +730,9 @@ mod tests {
         let s1 = name(&u("https://h/f?X-Amz-Signature=1&X-Amz-Date=1"), None);
         let s2 = name(&u("https://h/f?X-Amz-Signature=2&X-Amz-Date=2"), None);
         assert!(s2.may_trust(&known(&s1)));
+        // Under a cache key the key names the file, whatever the token.
+        let keyed = |t: &str| name(&u(&format!("https://h/d?token={t}")), Some("k"));
+        assert!(keyed("B").may_trust(&known(&keyed("A"))));
     }
 
     #[test]
