@@ -944,7 +944,7 @@ fn an_object_reached_by_a_region_move_is_the_same_object_on_disk() {
             .block_size(64 * 1024)
             .disk_cache(remfile::DiskCache::open(&*dir, 64 << 20).unwrap())
             .s3(S3Options::new().credentials("AKIAMOVED", "secret", None))
-            .open("s3://region-review-bucket/f.bin")
+            .open("s3://region-moved-bucket/f.bin")
             .unwrap()
     };
     let cold = open();
@@ -953,7 +953,7 @@ fn an_object_reached_by_a_region_move_is_the_same_object_on_disk() {
         server.log()[0]
             .header("host")
             .unwrap()
-            .starts_with("region-review-bucket.s3.amazonaws.com"),
+            .starts_with("region-moved-bucket.s3.amazonaws.com"),
         "{:?}",
         server.log()[0]
     );

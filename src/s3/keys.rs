@@ -142,6 +142,18 @@ struct LoadEnds<'a>(&'a Keys);
 impl Drop for LoadEnds<'_> {
     fn drop(&mut self) {
         let mut state = self.0.state.lock();
+        if std::thread::panicking() {
+            // The callers that waited for it get this, as they would the
+            // load's own error, rather than each loading again in turn.
+            state.failed_at = Some(Instant::now());
+            state.failure = Some(Error::new(
+                ErrorKind::Credentials,
+                format!(
+                    "loading AWS credentials from {} failed",
+                    self.0.source.name()
+                ),
+            ));
+        }
         state.loading = false;
         state.loads_ended += 1;
         drop(state);

@@ -1,4 +1,4 @@
-"""Review tests: exit handlers and a file a daemon thread reads, and what a
+"""Exit handlers and a file a daemon thread reads, and what a
 pickle without secrets holds."""
 import os
 import pickle
