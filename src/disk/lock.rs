@@ -290,11 +290,10 @@ fn make_unless_held(path: &Path, mut make: impl FnMut() -> io::Result<()>) -> io
 pub(crate) fn wait_while_held(path: &Path, deadline: Instant) -> crate::error::Result<()> {
     let mut pause = Duration::from_millis(1);
     loop {
-        crate::wait::check_stopped()?;
         if !is_held(path) || Instant::now() >= deadline {
             return Ok(());
         }
-        std::thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));
+        crate::wait::sleep_until((Instant::now() + pause).min(deadline))?;
         pause = (pause * 2).min(Duration::from_millis(20));
     }
 }

@@ -134,12 +134,8 @@ impl<In: Transport> Connector<In> for StoppableTcpConnector {
         }
         let addrs: Vec<SocketAddr> = details.addrs.iter().copied().collect();
         let budget = details.timeout.not_zero().map(|d| *d);
-        let reason = details.timeout.reason;
         let stream = on_a_thread_of_its_own("connect", move || connect_any(&addrs, budget))?
-            .map_err(|e| match e.kind() {
-                io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => Error::Timeout(reason),
-                _ => Error::Io(e),
-            })?;
+            .map_err(|e| io_error(e, &details.timeout))?;
         let config = details.config;
         if config.no_delay() {
             stream.set_nodelay(true)?;
