@@ -56,6 +56,16 @@ impl<'f> Extension<'f> {
         self.engine.guess_link_estimate()
     }
 
+    /// See [`Engine::guessing_on_line`].
+    pub(crate) fn guessing_on_line(self) -> crate::link::AtWork {
+        self.engine.guessing_on_line()
+    }
+
+    /// See [`Engine::line_sharing`].
+    pub(crate) fn line_sharing(self) -> u64 {
+        self.engine.line_sharing()
+    }
+
     /// See [`Engine::guess_concurrency`].
     pub(crate) fn guess_concurrency(self) -> u64 {
         self.engine.guess_concurrency()

@@ -1,6 +1,7 @@
-//! What the network path to the server is like — its round-trip time and
-//! each connection's throughput — measured from the responses, and the
-//! bandwidth-delay product that sizes fetches.
+//! What the network path to the server is like — its round-trip time, each
+//! connection's throughput and what all connections to it carry together —
+//! measured from the responses, and the bandwidth-delay product that sizes
+//! fetches.
 //!
 //! The product is the number of bytes that could arrive in the time one round
 //! trip costs. Fetching that many more bytes costs about as much as one more
@@ -8,10 +9,23 @@
 //! read ahead at least that far, parts of a split fetch are no smaller than
 //! needed to keep a connection busy for a round trip, and runs closer than
 //! that are fetched together when requests are scarce.
+//!
+//! A home or campus line is shared by every connection: eight connections
+//! do not carry eight times what one does. What the bytes fetched ahead of
+//! need (a metadata crawl's guesses, a tail fetched at open) may cost is
+//! priced by the *line*: the process's connections to one server measure
+//! it together ([`Line`]), whichever file they read, so that a file opened
+//! after others on the same server starts out knowing its link. A user who
+//! pays for every byte weighs bytes more ([`Builder::byte_weight`](crate::Builder::byte_weight)).
 
-use std::time::Duration;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
 
-use crate::sync::Mutex;
+use url::Url;
+
+use crate::sync::{MadeIn, Mutex, MutexGuard, ProcessLocal, start_afresh};
 
 /// What remfile assumes about the link to the server, for sizing fetches; see
 /// [`Builder::link`](crate::Builder::link).
@@ -66,6 +80,8 @@ impl Link {
 /// if let Some(link) = file.link_estimate() {
 ///     // The bytes one more round trip costs as much time as.
 ///     println!("{} bytes in flight per round trip", link.bandwidth_delay_product());
+///     // What eight connections carry in a round trip, as far as the line lets them.
+///     println!("{} bytes per round on eight connections", link.bytes_per_round(8));
 /// }
 /// # Ok::<(), remfile::Error>(())
 /// ```
@@ -76,12 +92,73 @@ pub struct LinkEstimate {
     pub round_trip: Duration,
     /// What one connection carries, in bytes per second.
     pub bytes_per_second: u64,
+    /// What all of the process's connections to the server carried
+    /// together at best, in bytes per second (at least `bytes_per_second`),
+    /// where it was measured; `None` for a link given with [`Link::known`],
+    /// whose connections are taken to add up.
+    pub line_bytes_per_second: Option<u64>,
 }
 
 impl LinkEstimate {
     /// The bytes one connection carries in one round trip.
     pub fn bandwidth_delay_product(&self) -> u64 {
         (self.round_trip.as_secs_f64() * self.bytes_per_second as f64) as u64
+    }
+
+    /// The bytes `connections` connections carry together in one round
+    /// trip: each one's [`bandwidth_delay_product`](Self::bandwidth_delay_product),
+    /// as far as the line carries them. On a line shared by every
+    /// connection (a home link), more connections add nothing.
+    pub fn bytes_per_round(&self, connections: u64) -> u64 {
+        let all = (self.bytes_per_second as f64) * connections.max(1) as f64;
+        let carried = self
+            .line_bytes_per_second
+            .map_or(all, |line| all.min(line as f64));
+        (self.round_trip.as_secs_f64() * carried) as u64
+    }
+
+    /// Whether bytes are dear on this link: its line (all connections
+    /// together, as weighed by the user's byte weight) carries less than
+    /// [`CHEAP_LINE`].
+    pub(crate) fn bytes_are_dear(&self) -> bool {
+        self.line_bytes_per_second.unwrap_or(self.bytes_per_second) < CHEAP_LINE
+    }
+
+    /// The estimate with every rate divided by `weight`: a byte that weighs
+    /// `weight` times its transfer time.
+    fn weighed(mut self, weight: u32) -> LinkEstimate {
+        let w = u64::from(weight.max(1));
+        self.bytes_per_second = (self.bytes_per_second / w).max(1);
+        self.line_bytes_per_second = self.line_bytes_per_second.map(|l| (l / w).max(1));
+        self
+    }
+}
+
+/// A line carrying this much (bytes per second, all connections together)
+/// or more carries 16 MiB in a third of a second: its bytes are cheap next
+/// to any round trip worth saving.
+pub(crate) const CHEAP_LINE: u64 = 50_000_000;
+
+/// The least tail an open fetches where bytes are dear (see
+/// [`priced_tail`]).
+const LEAST_TAIL: u64 = 64 << 10;
+
+/// The rounds' worth of its line's share an open's tail may take where
+/// bytes are dear: a tail is likely metadata (writers put much of it last),
+/// and the first of the next reads may need it.
+const TAIL_ROUNDS: u64 = 2;
+
+/// The tail an open fetches, of the `asked` bytes, on `link` shared by
+/// `sharing` files at work: where bytes are dear, at most [`TAIL_ROUNDS`]
+/// round trips' worth of the file's share of the line (and at least
+/// [`LEAST_TAIL`]); else as asked.
+pub(crate) fn priced_tail(asked: u64, link: Option<LinkEstimate>, sharing: u64) -> u64 {
+    match link {
+        Some(l) if l.bytes_are_dear() => {
+            let share = l.bytes_per_round(1).saturating_mul(TAIL_ROUNDS) / sharing.max(1);
+            asked.min(share.max(LEAST_TAIL))
+        }
+        _ => asked,
     }
 }
 
@@ -96,11 +173,45 @@ pub(crate) const MIN_BODY_SAMPLE: u64 = 256 * 1024;
 /// would size guesses beyond what a host's CPU keeps up with.
 pub(crate) const MOST_RATE: f64 = 125_000_000.0;
 
-/// The live estimate of one file's link, fed by its transport.
+/// The bodies a line remembers for measuring what its connections carry
+/// together.
+const LINE_BODIES: usize = 64;
+
+/// The most servers whose lines a process remembers; a line forgotten is
+/// measured again.
+const MOST_LINES: usize = 256;
+
+/// The live estimate of one file's link, fed by its transport: the
+/// [`Line`] to its server, as the file's [`Link`] mode and byte weight say.
 #[derive(Debug)]
 pub(crate) struct LinkMeter {
     mode: Link,
+    weight: u32,
+    line: Arc<Line>,
+}
+
+/// What is measured of the path to one server, shared by every file of the
+/// process that reads from it: round trips, each connection's throughput,
+/// and what all connections carry at once.
+#[derive(Debug)]
+pub(crate) struct Line {
     samples: Mutex<Samples>,
+    /// How many files are fetching guesses on the line now (opening, or
+    /// crawling their metadata): they share what it carries.
+    at_work: AtomicU64,
+    /// A forked child's copy of its parent's line may find its lock held
+    /// for good by a thread that is not there: it only tries it.
+    made_in: MadeIn,
+}
+
+impl Default for Line {
+    fn default() -> Line {
+        Line {
+            samples: Mutex::default(),
+            at_work: AtomicU64::new(0),
+            made_in: MadeIn::here(),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -109,6 +220,18 @@ struct Samples {
     rates: Window<f64>,
     /// Lower bounds of the rate, from bodies that came too fast to time.
     floors: Window<f64>,
+    /// Recent bodies on any connection: when each began and ended, and
+    /// its bytes.
+    bodies: VecDeque<Body>,
+    /// What the connections carried together, at recent moments.
+    line_rates: Window<f64>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Body {
+    began: Instant,
+    ended: Instant,
+    bytes: u64,
 }
 
 /// The last [`WINDOW`] values pushed.
@@ -129,15 +252,64 @@ impl<T: Copy> Default for Window<T> {
 
 impl Samples {
     /// The shortest recent wait, which handshakes and queues inflate least,
-    /// with the fastest of `rates`, which slow start slows least.
+    /// with the fastest of `rates`, which slow start slows least, and the
+    /// most the connections carried together (never less than one did).
     fn estimate(&self, rates: impl Iterator<Item = f64>) -> Option<LinkEstimate> {
         let round_trip = self.waits.values().min()?;
         let rate = rates.reduce(f64::max)?;
+        let line = self.line_rates.values().fold(rate, f64::max);
         Some(LinkEstimate {
             round_trip,
             bytes_per_second: rate as u64,
+            line_bytes_per_second: Some(line as u64),
         })
     }
+
+    /// Takes in a body and, if the bodies that came while it did say it,
+    /// what the line carried then: their bytes over the time any of them
+    /// was arriving, so that connections at work together count once.
+    fn add_body(&mut self, body: Body) {
+        if self.bodies.len() == LINE_BODIES {
+            self.bodies.pop_front();
+        }
+        self.bodies.push_back(body);
+        // The bodies that came while this one did.
+        let recent: Vec<Body> = self
+            .bodies
+            .iter()
+            .filter(|b| b.began <= body.ended && b.ended >= body.began)
+            .copied()
+            .collect();
+        let (bytes, busy) = line_sample(&recent);
+        // As for one body: too little, or too soon after the headers to be
+        // the link's doing rather than buffers', says nothing.
+        let least = self.waits.values().min().map_or(Duration::ZERO, |w| w / 2);
+        if bytes >= MIN_BODY_SAMPLE && busy > least && !busy.is_zero() {
+            self.line_rates.push(bytes as f64 / busy.as_secs_f64());
+        }
+    }
+}
+
+/// The bytes of `bodies` and the time at least one of them was arriving.
+fn line_sample(bodies: &[Body]) -> (u64, Duration) {
+    let mut spans: Vec<(Instant, Instant)> = bodies.iter().map(|b| (b.began, b.ended)).collect();
+    spans.sort_unstable();
+    let mut busy = Duration::ZERO;
+    let mut current: Option<(Instant, Instant)> = None;
+    for (began, ended) in spans {
+        current = match current {
+            Some((b, e)) if began <= e => Some((b, e.max(ended))),
+            Some((b, e)) => {
+                busy += e - b;
+                Some((began, ended))
+            }
+            None => Some((began, ended)),
+        };
+    }
+    if let Some((b, e)) = current {
+        busy += e - b;
+    }
+    (bodies.iter().map(|b| b.bytes).sum(), busy)
 }
 
 impl<T: Copy> Window<T> {
@@ -151,18 +323,70 @@ impl<T: Copy> Window<T> {
     }
 }
 
-impl LinkMeter {
-    pub fn new(mode: Link) -> LinkMeter {
-        LinkMeter {
-            mode,
-            samples: Mutex::new(Samples::default()),
+/// A file counted among those at work on a line; see [`LinkMeter::at_work`].
+pub(crate) struct AtWork(Arc<Line>);
+
+impl Drop for AtWork {
+    fn drop(&mut self) {
+        self.0.at_work.fetch_sub(1, Relaxed);
+    }
+}
+
+impl Line {
+    /// The line to the server of `url` (its scheme, host and port), shared
+    /// by every file of this process that reads from there.
+    pub fn to(url: &Url) -> Arc<Line> {
+        // A forked child measures its own lines.
+        static LINES: ProcessLocal<Option<HashMap<String, Arc<Line>>>> =
+            ProcessLocal::new(None, start_afresh);
+        let origin = format!(
+            "{}://{}:{}",
+            url.scheme(),
+            url.host_str().unwrap_or(""),
+            url.port_or_known_default().unwrap_or(0)
+        );
+        let Some(mut lines) = LINES.lock() else {
+            return Arc::default();
+        };
+        let lines = lines.get_or_insert_with(HashMap::new);
+        if lines.len() >= MOST_LINES && !lines.contains_key(&origin) {
+            // A process that reads from hundreds of servers measures again.
+            lines.clear();
         }
+        Arc::clone(lines.entry(origin).or_default())
+    }
+
+    /// The samples, locked; `None` in a forked child whose parent left the
+    /// lock held (the sample is skipped, the estimate unknown).
+    fn samples(&self) -> Option<MutexGuard<'_, Samples>> {
+        if self.made_in.inherited() {
+            return self
+                .samples
+                .try_lock_until(Instant::now() + Duration::from_millis(10));
+        }
+        Some(self.samples.lock())
+    }
+}
+
+impl LinkMeter {
+    /// A meter of a line of its own (files over an in-memory source).
+    #[cfg(test)]
+    pub fn new(mode: Link) -> LinkMeter {
+        LinkMeter::on(mode, 1, Arc::default())
+    }
+
+    /// A meter that measures `line` (if `mode` measures), its rates
+    /// weighed by `weight`.
+    pub fn on(mode: Link, weight: u32, line: Arc<Line>) -> LinkMeter {
+        LinkMeter { mode, weight, line }
     }
 
     /// A response's headers arrived `waited` after its request was sent.
     pub fn record_wait(&self, waited: Duration) {
         if self.mode == Link::Measured {
-            self.samples.lock().waits.push(waited);
+            if let Some(mut samples) = self.line.samples() {
+                samples.waits.push(waited);
+            }
         }
     }
 
@@ -176,15 +400,51 @@ impl LinkMeter {
     /// [`guess_estimate`](LinkMeter::guess_estimate) uses, counted as at most
     /// [`MOST_RATE`].
     pub fn record_body(&self, bytes: u64, took: Duration, waited: Option<Duration>) {
-        if self.mode != Link::Measured || bytes < MIN_BODY_SAMPLE {
+        self.record_body_ended(bytes, took, waited, Instant::now());
+    }
+
+    /// As [`record_body`](Self::record_body), for a body that ended at
+    /// `ended`.
+    pub fn record_body_ended(
+        &self,
+        bytes: u64,
+        took: Duration,
+        waited: Option<Duration>,
+        ended: Instant,
+    ) {
+        if self.mode != Link::Measured {
+            return;
+        }
+        let Some(mut samples) = self.line.samples() else {
+            return;
+        };
+        let began = ended.checked_sub(took).unwrap_or(ended);
+        samples.add_body(Body {
+            began,
+            ended,
+            bytes,
+        });
+        if bytes < MIN_BODY_SAMPLE {
             return;
         }
         let rate = bytes as f64 / took.as_secs_f64();
-        let mut samples = self.samples.lock();
         match waited {
             Some(w) if took >= w / 2 => samples.rates.push(rate),
             _ => samples.floors.push(rate.min(MOST_RATE)),
         }
+    }
+
+    /// Counts this file among those fetching guesses on its line until the
+    /// guard returned is dropped: each prices its guesses at its share of
+    /// the line ([`sharing`](Self::sharing)).
+    pub fn at_work(&self) -> AtWork {
+        self.line.at_work.fetch_add(1, Relaxed);
+        AtWork(Arc::clone(&self.line))
+    }
+
+    /// How many files fetch guesses on this file's line now (at least 1).
+    pub fn sharing(&self) -> u64 {
+        self.line.at_work.load(Relaxed).max(1)
     }
 
     /// The estimate for sizing guesses (the HDF5 driver's metadata budget):
@@ -193,18 +453,19 @@ impl LinkMeter {
     /// whose bodies all come with their headers, has no ordinary estimate,
     /// but it carries a guess at least that fast; the sizes of reads stay as
     /// for an unknown link.
-    #[cfg_attr(not(feature = "extension"), allow(dead_code))]
     pub fn guess_estimate(&self) -> Option<LinkEstimate> {
         if self.mode != Link::Measured {
             return self.estimate();
         }
-        let samples = self.samples.lock();
-        samples.estimate(samples.rates.values().chain(samples.floors.values()))
+        let samples = self.line.samples()?;
+        samples
+            .estimate(samples.rates.values().chain(samples.floors.values()))
+            .map(|e| e.weighed(self.weight))
     }
 
     /// The estimate, once there is one.
     pub fn estimate(&self) -> Option<LinkEstimate> {
-        match self.mode {
+        let estimate = match self.mode {
             Link::Ignored => None,
             Link::Known {
                 round_trip,
@@ -212,12 +473,14 @@ impl LinkMeter {
             } => Some(LinkEstimate {
                 round_trip,
                 bytes_per_second,
+                line_bytes_per_second: None,
             }),
             Link::Measured => {
-                let samples = self.samples.lock();
+                let samples = self.line.samples()?;
                 samples.estimate(samples.rates.values())
             }
-        }
+        };
+        estimate.map(|e| e.weighed(self.weight))
     }
 }
 
@@ -287,5 +550,84 @@ mod tests {
         assert_eq!(ignored.estimate(), None);
         assert_eq!(ignored.guess_estimate(), None);
         assert_eq!(known.guess_estimate(), known.estimate());
+    }
+
+    #[test]
+    fn connections_at_work_together_measure_the_line_they_share() {
+        let line = Arc::new(Line::default());
+        let (a, b) = (
+            LinkMeter::on(Link::Measured, 1, Arc::clone(&line)),
+            LinkMeter::on(Link::Measured, 1, Arc::clone(&line)),
+        );
+        a.record_wait(30 * MS);
+        let t0 = Instant::now();
+        // Alone, a connection carries 10 MB/s ...
+        a.record_body_ended(1_000_000, 100 * MS, Some(30 * MS), t0 + 100 * MS);
+        let alone = b.estimate().expect("the other file's sample, on one line");
+        assert_eq!(alone.bytes_per_second, 10_000_000);
+        assert_eq!(alone.line_bytes_per_second, Some(10_000_000));
+        // ... and four at once 5 MB/s each: the line carries 20 MB/s.
+        for _ in 0..4 {
+            b.record_body_ended(1_000_000, 200 * MS, Some(30 * MS), t0 + 400 * MS);
+        }
+        let together = a.estimate().unwrap();
+        assert_eq!(together.bytes_per_second, 10_000_000, "the fastest body");
+        assert_eq!(together.line_bytes_per_second, Some(20_000_000));
+        assert_eq!(together.bytes_per_round(1), 300_000);
+        assert_eq!(
+            together.bytes_per_round(64),
+            600_000,
+            "as far as the line goes"
+        );
+    }
+
+    #[test]
+    fn one_connection_after_another_measures_no_more_than_one() {
+        let meter = LinkMeter::new(Link::Measured);
+        meter.record_wait(30 * MS);
+        let t0 = Instant::now();
+        for i in 1..=4 {
+            meter.record_body_ended(1_000_000, 100 * MS, Some(30 * MS), t0 + i * 100 * MS);
+        }
+        let e = meter.estimate().unwrap();
+        assert_eq!(e.line_bytes_per_second, Some(10_000_000));
+        // Small bodies buffered with their headers add bytes, no time of
+        // their own: too few to say anything.
+        let fresh = LinkMeter::new(Link::Measured);
+        fresh.record_wait(30 * MS);
+        for _ in 0..10 {
+            fresh.record_body_ended(4096, Duration::ZERO, Some(30 * MS), t0);
+        }
+        assert_eq!(fresh.guess_estimate(), None);
+    }
+
+    #[test]
+    fn files_on_one_server_share_a_line_and_others_do_not() {
+        let url = |u: &str| Url::parse(u).unwrap();
+        let a = Line::to(&url("http://127.0.0.1:9/a.nwb?x=1"));
+        let b = Line::to(&url("http://127.0.0.1:9/b.nwb"));
+        let other = Line::to(&url("http://127.0.0.1:10/a.nwb"));
+        let tls = Line::to(&url("https://127.0.0.1:9/a.nwb"));
+        assert!(Arc::ptr_eq(&a, &b));
+        assert!(!Arc::ptr_eq(&a, &other));
+        assert!(!Arc::ptr_eq(&a, &tls));
+    }
+
+    #[test]
+    fn a_byte_weighed_more_makes_the_link_look_slower_by_as_much() {
+        let line = Arc::new(Line::default());
+        let heavy = LinkMeter::on(Link::Measured, 10, Arc::clone(&line));
+        let plain = LinkMeter::on(Link::Measured, 1, line);
+        plain.record_wait(30 * MS);
+        plain.record_body(1 << 20, 20 * MS, Some(30 * MS));
+        let (p, h) = (plain.estimate().unwrap(), heavy.estimate().unwrap());
+        assert_eq!(h.round_trip, p.round_trip);
+        assert_eq!(h.bytes_per_second, p.bytes_per_second / 10);
+        assert_eq!(
+            h.bandwidth_delay_product(),
+            p.bandwidth_delay_product() / 10
+        );
+        let known = LinkMeter::on(Link::known(80 * MS, 20_000_000), 4, Arc::default());
+        assert_eq!(known.estimate().unwrap().bytes_per_second, 5_000_000);
     }
 }

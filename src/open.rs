@@ -18,7 +18,7 @@ use crate::file::RemoteFile;
 use crate::http::{self, Opened, Revalidated, Service, Tail, Timeouts, Transport, TransportConfig};
 use crate::identity::Identity;
 use crate::identity::freshness::{self, Freshness, Trust};
-use crate::link::LinkMeter;
+use crate::link::{Line, LinkMeter, priced_tail};
 use crate::options::Builder;
 use crate::s3;
 use crate::stats::Counters;
@@ -65,7 +65,11 @@ pub(crate) fn open(builder: &Builder, text: &str) -> Result<RemoteFile> {
         (url.clone(), url, None)
     };
     let counters = Arc::new(Counters::default());
-    let link = Arc::new(LinkMeter::new(builder.link));
+    let link = Arc::new(LinkMeter::on(
+        builder.link,
+        builder.byte_weight,
+        Line::to(&request_url),
+    ));
     let asked_at = request_url.clone();
     let by_service = service.is_some();
     let transport = transport(builder, request_url, service, &link, &counters)?;
@@ -85,7 +89,11 @@ pub(crate) fn open(builder: &Builder, text: &str) -> Result<RemoteFile> {
             (opened, None, (!asked).then_some(via))
         }
         None => {
-            let (opened, tail) = first_request(&transport, builder.block_size, builder.open_tail);
+            // Where bytes are dear, the tail is priced by this file's share
+            // of the line (as the files opening on it at once know it).
+            let _at_work = link.at_work();
+            let tail = priced_tail(builder.open_tail, link.guess_estimate(), link.sharing());
+            let (opened, tail) = first_request(&transport, builder.block_size, tail);
             (opened?, tail, None)
         }
     };

@@ -22,6 +22,9 @@ const MIB: u64 = 1024 * KIB;
 /// it holds; 1-byte blocks made a 1 MB read take a minute.
 pub const MIN_BLOCK_SIZE: u64 = 4 * KIB;
 
+/// The largest [`byte_weight`](Builder::byte_weight) accepted.
+const MAX_BYTE_WEIGHT: u32 = 1_000_000;
+
 /// The largest block size accepted.
 pub const MAX_BLOCK_SIZE: u64 = 256 * MIB;
 
@@ -41,6 +44,7 @@ pub const MAX_BLOCK_SIZE: u64 = 256 * MIB;
 /// | [`split_size`](Builder::split_size) | 4 MiB |
 /// | [`coalesce_gap`](Builder::coalesce_gap) | the link's bandwidth-delay product, or 2 MiB |
 /// | [`link`](Builder::link) | [`Link::Measured`] |
+/// | [`byte_weight`](Builder::byte_weight) | 1 (time alone) |
 /// | [`open_tail`](Builder::open_tail) | 0 (off) |
 /// | [`cache_bypass`](Builder::cache_bypass) | a quarter of the cache's capacity |
 /// | [`retry_policy`](Builder::retry_policy) | [`RetryPolicy::default`] |
@@ -86,6 +90,7 @@ pub struct Builder {
     pub(crate) split_size: u64,
     pub(crate) coalesce_gap: Option<u64>,
     pub(crate) link: Link,
+    pub(crate) byte_weight: u32,
     pub(crate) open_tail: u64,
     pub(crate) cache_bypass: Option<u64>,
     pub(crate) retry: RetryPolicy,
@@ -121,6 +126,7 @@ impl Default for Builder {
             split_size: 4 * MIB,
             coalesce_gap: None,
             link: Link::Measured,
+            byte_weight: 1,
             open_tail: 0,
             cache_bypass: None,
             retry: RetryPolicy::default(),
@@ -159,6 +165,7 @@ impl fmt::Debug for Builder {
             .field("split_size", &self.split_size)
             .field("coalesce_gap", &self.coalesce_gap)
             .field("link", &self.link)
+            .field("byte_weight", &self.byte_weight)
             .field("open_tail", &self.open_tail)
             .field("cache_bypass", &self.cache_bypass)
             .field("retry", &self.retry)
@@ -383,6 +390,25 @@ impl Builder {
         self
     }
 
+    /// How much a byte weighs against a round trip: each byte fetched counts
+    /// as `weight` bytes' worth of transfer time wherever remfile decides
+    /// whether bytes beyond a read are worth the round trips they save — the
+    /// gaps filled between pieces it fetches together, the metadata an HDF5
+    /// file's crawl guesses ahead of the reader, the tail fetched at open,
+    /// the read-ahead's least step. 1 (the default) weighs time alone; a
+    /// user who pays for every byte (egress billed by the byte, a metered
+    /// line) sets more, and gets fewer bytes for a few more round trips. It
+    /// never makes a read fetch less than it needs. At most 1,000,000.
+    ///
+    /// ```
+    /// // Bytes ten times as dear as the time they take.
+    /// let builder = remfile::RemoteFile::builder().byte_weight(10);
+    /// ```
+    pub fn byte_weight(mut self, weight: u32) -> Self {
+        self.byte_weight = weight;
+        self
+    }
+
     /// Opening also fetches the file's last `bytes` (the whole blocks in
     /// them), with a suffix range request sent at the same time as the first
     /// block's: formats that keep an index at the end of the file (HDF5 files
@@ -589,6 +615,12 @@ impl Builder {
         // cannot hold it.
         const MAX_TIMEOUT: Duration = Duration::from_secs(30 * 86_400);
         let bad = |what: String| Err(Error::new(ErrorKind::InvalidConfig, what));
+        if !(1..=MAX_BYTE_WEIGHT).contains(&self.byte_weight) {
+            return bad(format!(
+                "byte_weight must be 1 to {MAX_BYTE_WEIGHT}, not {}",
+                self.byte_weight
+            ));
+        }
         if !(MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&self.block_size) {
             return bad(format!(
                 "block_size must be {MIN_BLOCK_SIZE} to {MAX_BLOCK_SIZE} bytes, not {}",

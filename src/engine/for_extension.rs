@@ -64,6 +64,17 @@ impl Engine {
         self.link.guess_estimate()
     }
 
+    /// Counts the file among those guessing on its line while the guard
+    /// lives (see [`crate::link::LinkMeter::at_work`]).
+    pub(crate) fn guessing_on_line(&self) -> crate::link::AtWork {
+        self.link.at_work()
+    }
+
+    /// How many files guess on the file's line now.
+    pub(crate) fn line_sharing(&self) -> u64 {
+        self.link.sharing()
+    }
+
     /// The most requests a guess has in flight.
     pub(crate) fn guess_concurrency(&self) -> u64 {
         self.options.guess_concurrency

@@ -216,7 +216,10 @@ impl RangeSource for Arc<MemorySource> {
             ));
         }
         if let Some(meter) = meter {
-            meter.record_body(len, body, Some(headers));
+            // On the source's clock, where fetches take turns.
+            static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+            let ended = *EPOCH.get_or_init(Instant::now) + state.clock;
+            meter.record_body_ended(len, body, Some(headers), ended);
         }
         drop(state);
         let mut bytes = &self.data[range.start as usize..range.end as usize];

@@ -594,6 +594,9 @@ unsafe extern "C" fn read(
                 let end = addr.saturating_add(size as u64);
                 let missed =
                     f.reader.prefetch.is_some() && !f.reader.file.extension().is_cached(addr..end);
+                if missed {
+                    fetch_exactly_where_bytes_are_dear(&f.reader, addr..end);
+                }
                 (read_into(f, addr, buf), missed)
             }
         };
@@ -611,6 +614,21 @@ unsafe extern "C" fn read(
             }
         }
     })
+}
+
+/// Fetches the metadata HDF5 missed at `wanted`, on a link whose bytes are
+/// dear, as a piece of its own bytes with a little on each side
+/// ([`spans::exact_slack`]) rather than in whole blocks: scattered metadata
+/// would cost a block each. A failure costs nothing here: the read that
+/// follows reads blocks and meets it.
+fn fetch_exactly_where_bytes_are_dear(source: &Source, wanted: std::ops::Range<u64>) {
+    let link = source.file.extension().guess_link_estimate();
+    if !spans::bytes_are_dear(link) {
+        return;
+    }
+    let (behind, ahead) = spans::exact_slack(link);
+    let span = wanted.start.saturating_sub(behind)..wanted.end.saturating_add(ahead);
+    pieces::guess(source.file.extension(), vec![span], u64::MAX);
 }
 
 /// The first bytes of every HDF5 file without a user block.

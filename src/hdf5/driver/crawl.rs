@@ -181,17 +181,32 @@ pub(crate) fn wave(
     if missing.is_empty() {
         return any;
     }
+    // Counted among the files guessing on this line while it plans and
+    // fetches: they share what the line carries.
+    let _at_work = file.extension().guessing_on_line();
+    let budget = spans::guess_budget(
+        // A fast link whose bodies all come at once has no ordinary
+        // estimate, but it carries guesses at least as fast as they came.
+        file.extension().guess_link_estimate(),
+        file.extension().guess_concurrency(),
+        file.cache().capacity(),
+        file.extension().line_sharing(),
+    );
+    let allowed = prefetch.lock().allowance(budget);
+    // The targets past the allowance wait on the frontier, in the order
+    // found, until HDF5 has read more: the crawl stays that far ahead of it.
+    let later = beyond_allowance(&mut missing, allowed);
+    if !later.is_empty() {
+        prefetch.lock().hold(later);
+    }
+    if missing.is_empty() {
+        return false;
+    }
     let plan = spans::plan_wave(
         &missing,
         spans::gap_worth_filling(file.link_estimate()),
         file.extension().guess_concurrency(),
-        prefetch.lock().allowance(spans::guess_budget(
-            // A fast link whose bodies all come at once has no ordinary
-            // estimate, but it carries guesses at least as fast as they came.
-            file.extension().guess_link_estimate(),
-            file.extension().guess_concurrency(),
-            file.cache().capacity(),
-        )),
+        allowed,
         file.block_size(),
     );
     if stopped() {
@@ -211,6 +226,20 @@ pub(crate) fn wave(
         parse(prefetch, file, target);
     }
     true
+}
+
+/// Splits off the targets of `wave` (in the order found) past the first
+/// whose bytes add up to more than `allowed`, and returns them.
+fn beyond_allowance(wave: &mut Vec<Target>, allowed: u64) -> Vec<Target> {
+    let mut total = 0u64;
+    let within = wave
+        .iter()
+        .take_while(|t| {
+            total = total.saturating_add(t.bytes.end - t.bytes.start);
+            total <= allowed
+        })
+        .count();
+    wave.split_off(within)
 }
 
 /// Parses `target` if its bytes are cached (a target only fetched

@@ -358,7 +358,7 @@ pub(crate) fn rounds(
     let mut prefetch = Prefetcher::default();
     prefetch.start();
     let gap = spans::gap_worth_filling(Some(link));
-    let budget = spans::guess_budget(Some(link), lanes, cache_capacity);
+    let budget = spans::guess_budget(Some(link), lanes, cache_capacity, 1);
     loop {
         let mut missing = Vec::new();
         loop {
@@ -500,6 +500,7 @@ fn priced() {
         })
         .unwrap_or((30u64, 25f64));
     let link = crate::LinkEstimate {
+        line_bytes_per_second: None,
         round_trip: std::time::Duration::from_millis(ms),
         bytes_per_second: (mbps * 1e6) as u64,
     };
@@ -541,6 +542,7 @@ fn a_priced_crawl_fetches_each_byte_once_and_every_target() {
     let file = std::fs::read(&path).unwrap();
     let _ = std::fs::remove_file(&path);
     let link = crate::LinkEstimate {
+        line_bytes_per_second: None,
         round_trip: std::time::Duration::from_millis(30),
         bytes_per_second: 25_000_000,
     };

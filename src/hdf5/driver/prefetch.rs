@@ -74,6 +74,11 @@ struct Known {
 /// The most bytes of one piece of metadata kept for parsing.
 pub(crate) const MAX_PIECE: usize = 1 << 16;
 
+/// How many more bytes of metadata HDF5 reads before a crawl held for want
+/// of allowance goes on: a few pieces, so that a held crawl is not woken by
+/// every read.
+const HELD_STEP: u64 = 8 << 10;
+
 /// The bytes of a superblock with its root group's entry (HDF5 reads up to
 /// this much of it first).
 const SUPERBLOCK_READ: u64 = 256;
@@ -118,6 +123,9 @@ pub(crate) struct Prefetcher {
     /// The stream of metadata reads nothing pointed to, if any.
     stream: Option<Stream>,
     stats: PrefetchStats,
+    /// The metadata HDF5 had read when the crawl last held targets for want
+    /// of allowance, if it did and has not been woken since.
+    held_at: Option<u64>,
     /// What the tables above hold of the crawl's budget (the chunk
     /// index's own are its own).
     weights: Weights,
@@ -167,6 +175,7 @@ impl Prefetcher {
             frontier: VecDeque::new(),
             stream: None,
             stats: PrefetchStats::default(),
+            held_at: None,
             weights: Weights {
                 known: Charge::new(budget),
                 frontier: Charge::new(budget),
@@ -273,7 +282,16 @@ impl Prefetcher {
             kept
         };
         let found = meta::pointers(piece, *addr, mem, *expected, &self.context);
-        work | self.absorb(*addr, found, len, false)
+        work |= self.absorb(*addr, found, len, false);
+        // A crawl held for want of allowance goes on once HDF5 has read
+        // a step's worth more.
+        if let Some(at) = self.held_at {
+            if self.stats.metadata_bytes >= at.saturating_add(HELD_STEP) {
+                self.held_at = None;
+                work |= !self.frontier.is_empty();
+            }
+        }
+        work
     }
 
     /// The targets to fetch and parse next: the whole frontier, which
@@ -283,6 +301,14 @@ impl Prefetcher {
         let wave = Vec::from(std::mem::take(&mut self.frontier));
         self.weights.frontier.set(0, 0);
         wave
+    }
+
+    /// Puts `targets` of a wave back on the frontier, as
+    /// [`put_back`](Self::put_back) does, until HDF5 has read [`HELD_STEP`]
+    /// more bytes of metadata: the wave had no allowance for them.
+    pub fn hold(&mut self, targets: Vec<Target>) {
+        self.put_back(targets);
+        self.held_at = Some(self.stats.metadata_bytes);
     }
 
     /// Puts `targets` of a wave that was not fetched back on the frontier,

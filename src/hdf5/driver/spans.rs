@@ -233,6 +233,20 @@ const LEAST_SHRUNK_GAP: u64 = 4 << 10;
 /// trip.
 pub(crate) const BESIDE_PIECE: u64 = 4 << 10;
 
+/// The bytes fetched behind and ahead of a piece of metadata HDF5 missed
+/// where bytes are dear: [`BESIDE_PIECE`] behind, and ahead a sixteenth of
+/// what a connection carries in a round trip (what HDF5 reads next is
+/// often just past: a long header's rest, the heap after a node), from
+/// [`BESIDE_PIECE`] to [`MOST_EXACT_AHEAD`].
+pub(crate) fn exact_slack(link: Option<LinkEstimate>) -> (u64, u64) {
+    let ahead = link.map_or(0, |l| l.bytes_per_round(1) / 16);
+    (BESIDE_PIECE, ahead.clamp(BESIDE_PIECE, MOST_EXACT_AHEAD))
+}
+
+/// The most bytes fetched ahead of a piece HDF5 missed where bytes are
+/// dear.
+const MOST_EXACT_AHEAD: u64 = 64 << 10;
+
 /// The spans to fetch a wave in, within `allowed` bytes: `exact` targets
 /// (chunk-index nodes, whose gaps are raw data) with [`BESIDE_PIECE`] bytes
 /// on each side, `clustered` ones with the gaps between them filled up to
@@ -366,26 +380,51 @@ pub(crate) fn as_pieces(spans: &[Range<u64>], block_size: u64) -> bool {
     })
 }
 
-/// The least bytes guessed beyond the metadata HDF5 has read, whatever the
-/// link.
+/// The least bytes guessed beyond the metadata HDF5 has read where bytes
+/// are cheap (or the link unknown).
 pub(crate) const LEAST_BUDGET: u64 = 16 << 20;
+
+/// The least bytes guessed beyond the metadata HDF5 has read on a line
+/// whose bytes are dear: a few pages of a writer's metadata.
+const LEAST_DEAR_BUDGET: u64 = 256 << 10;
 
 /// The rounds of every connection the guesses beyond what HDF5 has read may
 /// take, on a link whose speed is known.
 const BUDGET_ROUNDS: u64 = 4;
 
 /// How many bytes may be guessed beyond the metadata HDF5 has read: what
-/// [`BUDGET_ROUNDS`] rounds of `lanes` connections carry (a fast link then
-/// fetches the metadata of a file whose writer spread it among the data),
-/// at least [`LEAST_BUDGET`] and at most [`MOST_BUDGET`] — and never more
-/// than half the block cache's `cache_capacity`, whose blocks the guesses
-/// would otherwise evict as they came.
-pub(crate) fn guess_budget(link: Option<LinkEstimate>, lanes: u64, cache_capacity: u64) -> u64 {
-    let carried = link.map_or(0, |l| l.bandwidth_delay_product());
-    carried
-        .saturating_mul(BUDGET_ROUNDS * lanes)
-        .clamp(LEAST_BUDGET, MOST_BUDGET)
+/// [`BUDGET_ROUNDS`] rounds of `lanes` connections carry as far as the line
+/// they share carries it ([`LinkEstimate::bytes_per_round`]; a fast link
+/// then fetches the metadata of a file whose writer spread it among the
+/// data), at most [`MOST_BUDGET`] — and never more than half the block
+/// cache's `cache_capacity`, whose blocks the guesses would otherwise evict
+/// as they came. At least [`LEAST_BUDGET`] where bytes are cheap; on a
+/// line whose bytes are dear ([`bytes_are_dear`]) the guesses then stay a
+/// few rounds' worth ahead of the reader, and grow as it reads: a survey
+/// that reads a file's top levels fetches little more than those. There,
+/// the files `sharing` the line (crawling on it at once) share the rounds'
+/// bytes too.
+pub(crate) fn guess_budget(
+    link: Option<LinkEstimate>,
+    lanes: u64,
+    cache_capacity: u64,
+    sharing: u64,
+) -> u64 {
+    let carried = link.map_or(0, |l| l.bytes_per_round(lanes));
+    let (least, share) = if bytes_are_dear(link) {
+        (LEAST_DEAR_BUDGET, sharing.max(1))
+    } else {
+        (LEAST_BUDGET, 1)
+    };
+    (carried.saturating_mul(BUDGET_ROUNDS) / share)
+        .clamp(least, MOST_BUDGET)
         .min(cache_capacity / 2)
+}
+
+/// Whether the link's bytes are dear (see
+/// [`LinkEstimate::bytes_are_dear`]); unknown, they are not.
+pub(crate) fn bytes_are_dear(link: Option<LinkEstimate>) -> bool {
+    link.is_some_and(|l| l.bytes_are_dear())
 }
 
 /// The most bytes guessed beyond what HDF5 read, however fast the link: a
@@ -507,6 +546,7 @@ mod tests {
         Some(LinkEstimate {
             round_trip: Duration::from_millis(rtt_ms),
             bytes_per_second,
+            line_bytes_per_second: None,
         })
     }
 
@@ -551,24 +591,49 @@ mod tests {
     #[test]
     fn the_budget_grows_with_the_link() {
         const CACHE: u64 = 256 << 20;
-        assert_eq!(guess_budget(None, 16, CACHE), LEAST_BUDGET);
+        assert_eq!(guess_budget(None, 16, CACHE, 1), LEAST_BUDGET);
         // 30 ms at 25 MB/s: 750 kB a round, 16 connections, 4 rounds.
         assert_eq!(
-            guess_budget(estimate(30, 25_000_000), 16, CACHE),
+            guess_budget(estimate(30, 25_000_000), 16, CACHE, 1),
             48_000_000
         );
+        // 30 ms at 1 MB/s: 30 kB a round, however many connections (one
+        // line carries them all): bytes are dear, the least such budget.
+        let shared = |rtt_ms, bps| {
+            estimate(rtt_ms, bps).map(|mut l| {
+                l.line_bytes_per_second = Some(bps);
+                l
+            })
+        };
         assert_eq!(
-            guess_budget(estimate(30, 1_000_000), 16, CACHE),
+            guess_budget(shared(30, 1_000_000), 16, CACHE, 1),
+            LEAST_DEAR_BUDGET
+        );
+        // 12.5 MB/s shared: 375 kB a round, four rounds.
+        assert_eq!(
+            guess_budget(shared(30, 12_500_000), 64, CACHE, 1),
+            1_500_000
+        );
+        // 125 MB/s shared: cheap, as before.
+        assert_eq!(
+            guess_budget(shared(30, 125_000_000), 64, CACHE, 8),
             LEAST_BUDGET
         );
+        assert!(!bytes_are_dear(None));
+        // Files crawling on one dear line at once share its rounds.
+        assert_eq!(guess_budget(shared(30, 12_500_000), 64, CACHE, 3), 500_000);
         assert_eq!(
-            guess_budget(estimate(1000, u64::MAX), 16, CACHE),
+            guess_budget(shared(30, 12_500_000), 64, CACHE, 16),
+            LEAST_DEAR_BUDGET
+        );
+        assert_eq!(
+            guess_budget(estimate(1000, u64::MAX), 16, CACHE, 1),
             MOST_BUDGET
         );
         // A small cache: half of it, whatever the link.
-        assert_eq!(guess_budget(None, 16, 16 << 20), 8 << 20);
+        assert_eq!(guess_budget(None, 16, 16 << 20, 1), 8 << 20);
         assert_eq!(
-            guess_budget(estimate(1000, u64::MAX), 16, 64 << 20),
+            guess_budget(estimate(1000, u64::MAX), 16, 64 << 20, 1),
             32 << 20
         );
     }
