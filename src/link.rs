@@ -56,6 +56,14 @@ pub enum Link {
         /// What one connection carries, in bytes per second.
         bytes_per_second: u64,
     },
+    /// Known in advance, and shared by every connection (a home or campus
+    /// line): more connections carry no more. Nothing is measured.
+    SharedLine {
+        /// The time from sending a request to its response's first byte.
+        round_trip: Duration,
+        /// What all connections together carry, in bytes per second.
+        bytes_per_second: u64,
+    },
     /// Not considered: the sizes are exactly the builder's
     /// ([`split_size`](crate::Builder::split_size),
     /// [`coalesce_gap`](crate::Builder::coalesce_gap), the read-ahead window).
@@ -63,9 +71,27 @@ pub enum Link {
 }
 
 impl Link {
-    /// A link known in advance.
+    /// A link known in advance, each connection carrying `bytes_per_second`.
     pub fn known(round_trip: Duration, bytes_per_second: u64) -> Link {
         Link::Known {
+            round_trip,
+            bytes_per_second,
+        }
+    }
+
+    /// A line known in advance that all connections share, carrying
+    /// `bytes_per_second` together.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use remfile::{Link, RemoteFile};
+    ///
+    /// // A 100 Mbit/s home line, 30 ms from the server.
+    /// let home = RemoteFile::builder()
+    ///     .link(Link::shared_line(Duration::from_millis(30), 12_500_000));
+    /// ```
+    pub fn shared_line(round_trip: Duration, bytes_per_second: u64) -> Link {
+        Link::SharedLine {
             round_trip,
             bytes_per_second,
         }
@@ -119,9 +145,10 @@ impl LinkEstimate {
 
     /// Whether bytes are dear on this link: its line (all connections
     /// together, as weighed by the user's byte weight) carries less than
-    /// [`CHEAP_LINE`].
+    /// [`CHEAP_LINE`]. A link whose connections add up (one given with
+    /// [`Link::known`]) has no such line.
     pub(crate) fn bytes_are_dear(&self) -> bool {
-        self.line_bytes_per_second.unwrap_or(self.bytes_per_second) < CHEAP_LINE
+        self.line_bytes_per_second.is_some_and(|l| l < CHEAP_LINE)
     }
 
     /// The estimate with every rate divided by `weight`: a byte that weighs
@@ -146,7 +173,7 @@ const LEAST_TAIL: u64 = 64 << 10;
 /// The rounds' worth of its line's share an open's tail may take where
 /// bytes are dear: a tail is likely metadata (writers put much of it last),
 /// and the first of the next reads may need it.
-const TAIL_ROUNDS: u64 = 2;
+const TAIL_ROUNDS: u64 = 1;
 
 /// The tail an open fetches, of the `asked` bytes, on `link` shared by
 /// `sharing` files at work: where bytes are dear, at most [`TAIL_ROUNDS`]
@@ -475,6 +502,14 @@ impl LinkMeter {
                 bytes_per_second,
                 line_bytes_per_second: None,
             }),
+            Link::SharedLine {
+                round_trip,
+                bytes_per_second,
+            } => Some(LinkEstimate {
+                round_trip,
+                bytes_per_second,
+                line_bytes_per_second: Some(bytes_per_second),
+            }),
             Link::Measured => {
                 let samples = self.line.samples()?;
                 samples.estimate(samples.rates.values())
@@ -629,5 +664,18 @@ mod tests {
         );
         let known = LinkMeter::on(Link::known(80 * MS, 20_000_000), 4, Arc::default());
         assert_eq!(known.estimate().unwrap().bytes_per_second, 5_000_000);
+    }
+
+    #[test]
+    fn a_tail_is_priced_by_the_line_where_bytes_are_dear() {
+        let home = LinkMeter::new(Link::shared_line(30 * MS, 12_500_000)).estimate();
+        assert_eq!(home.unwrap().bytes_per_round(64), 375_000);
+        assert_eq!(priced_tail(1 << 20, home, 1), 375_000, "a round of it");
+        assert_eq!(priced_tail(1 << 20, home, 2), 187_500, "half each");
+        assert_eq!(priced_tail(1 << 20, home, 100), LEAST_TAIL);
+        assert_eq!(priced_tail(4096, home, 1), 4096, "never more than asked");
+        let fast = LinkMeter::new(Link::shared_line(30 * MS, 125_000_000)).estimate();
+        assert_eq!(priced_tail(1 << 20, fast, 16), 1 << 20);
+        assert_eq!(priced_tail(1 << 20, None, 16), 1 << 20);
     }
 }

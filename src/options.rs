@@ -419,6 +419,12 @@ impl Builder {
     /// is dropped and the open goes on. `0` (the default) sends no such
     /// request. `remfile::hdf5::open_url` (feature `hdf5`) uses 1 MiB.
     ///
+    /// Where the server's line is already known to carry little (less than
+    /// 50 MB/s, all connections together, as measured by the process's
+    /// earlier files there or given with [`Link::shared_line`]), the tail
+    /// is at most what the file's share of the line carries in one round
+    /// trip (files opening at once share it), and at least 64 KiB.
+    ///
     /// ```no_run
     /// let file = remfile::RemoteFile::builder()
     ///     .open_tail(1 << 20)

@@ -1107,3 +1107,71 @@ fn an_open_waits_for_the_batch_opening_its_file_and_takes_it() {
     assert_eq!(opening_requests, 1);
     assert_eq!(ahead.progress().opened, 1);
 }
+
+/// Reads the root's attributes and those of its members two levels down,
+/// as a survey of many files does; the names and attribute names seen.
+fn survey_two_levels(file: &h5::File) -> Vec<String> {
+    let mut seen = Vec::new();
+    let mut note = |name: String, location: &h5lib::Location| {
+        let mut attrs = location.attr_names().unwrap();
+        attrs.sort();
+        seen.push(format!("{name} {attrs:?}"));
+    };
+    note("/".into(), file);
+    for first in file.member_names().unwrap() {
+        if let Ok(group) = file.group(&first) {
+            note(first.clone(), &group);
+            for second in group.member_names().unwrap() {
+                let path = format!("{first}/{second}");
+                match group.group(&second) {
+                    Ok(inner) => note(path, &inner),
+                    Err(_) => note(path, &group.dataset(&second).unwrap()),
+                }
+            }
+        } else if let Ok(ds) = file.dataset(&first) {
+            note(first, &ds);
+        }
+    }
+    seen
+}
+
+/// Surveys the spread file (its top two levels) over `link`, with the
+/// driver's defaults: the bytes fetched, the round trips, and the bytes of
+/// metadata HDF5 read.
+fn survey_spread(link: remfile::Link) -> (u64, u64, u64) {
+    let server = serve_far_away(spread_file());
+    let file = h5::OpenOptions::new()
+        .remote(h5::builder().link(link).proxy_from_env(false))
+        .open_url(server.url("/spread.nwb"))
+        .unwrap();
+    let local = h5::File::open(spread_file()).unwrap();
+    assert_eq!(survey_two_levels(&file), survey_two_levels(&local));
+    let info = h5::driver_info(&file).unwrap();
+    assert!(
+        info.remote
+            .wait_for_background_fetches(Duration::from_secs(20))
+    );
+    let stats = info.remote.stats();
+    let read = h5::driver_info(&file).unwrap().prefetch.metadata_bytes;
+    (server.body_bytes(), stats.round_trips, read)
+}
+
+#[test]
+fn on_a_line_whose_bytes_are_dear_a_survey_fetches_a_few_times_what_it_reads() {
+    let ms = Duration::from_millis;
+    let (dear, dear_rounds, read) = survey_spread(remfile::Link::shared_line(ms(30), 12_500_000));
+    let (cheap, cheap_rounds, _) = survey_spread(remfile::Link::shared_line(ms(30), 500_000_000));
+    eprintln!(
+        "HDF5 read {read} bytes; a dear line fetched {dear} in {dear_rounds} rounds, \
+         a cheap one {cheap} in {cheap_rounds}"
+    );
+    // Where bytes are cheap the crawl buys the whole graph and the open's
+    // whole tail (24 times what HDF5 reads here); where they are dear it
+    // stays two rounds' worth ahead of HDF5, and the tail is one round's.
+    assert!(dear <= 10 * read, "{dear} bytes fetched for {read} read");
+    assert!(dear * 2 <= cheap, "{dear} vs {cheap}");
+    assert!(
+        dear_rounds <= cheap_rounds + 2,
+        "{dear_rounds} vs {cheap_rounds}"
+    );
+}

@@ -108,6 +108,7 @@ class Options(TypedDict, total=False):
     max_concurrent_requests: int
     max_connections: int
     retries: int
+    byte_weight: int
     read_timeout: Duration
     connect_timeout: Duration
     metadata_prefetch: bool

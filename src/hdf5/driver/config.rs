@@ -346,6 +346,12 @@ fn retries(b: Builder, n: u64) -> Builder {
     b.retry_policy(RetryPolicy::default().max_retries(n))
 }
 
+/// `b` with a byte weight of `n` (one past the largest accepted if `n` is
+/// larger still: the builder's check says so).
+fn byte_weight(b: Builder, n: u64) -> Builder {
+    b.byte_weight(u32::try_from(n).unwrap_or(u32::MAX))
+}
+
 /// `b` with its S3 options changed by `change`.
 fn with_s3(b: Builder, change: impl FnOnce(S3Options) -> S3Options) -> Builder {
     let options = change(b.s3.clone());
@@ -427,6 +433,12 @@ pub const KEYS: &[Key] = &[
         "the most connections kept",
     )
     .or(&["connections"])
+    .group(Group::Network),
+    Key::new(
+        "byte_weight",
+        Sets::Count(field(byte_weight, |b| u64::from(b.byte_weight))),
+        "how many times its transfer time a byte fetched ahead of need weighs against a round trip (more where bytes are billed)",
+    )
     .group(Group::Network),
     Key::new(
         "retries",

@@ -193,6 +193,12 @@ pub(crate) fn wave(
         file.extension().line_sharing(),
     );
     let allowed = prefetch.lock().allowance(budget);
+    if spans::bytes_are_dear(file.extension().guess_link_estimate()) {
+        // A chunk index's nodes are read by what reads a dataset's data
+        // (or asks for its storage), not by what walks the groups: where
+        // bytes are dear they wait behind the groups' structures.
+        missing.sort_by_key(|t| t.what.lies_among_raw_data());
+    }
     // The targets past the allowance wait on the frontier, in the order
     // found, until HDF5 has read more: the crawl stays that far ahead of it.
     let later = beyond_allowance(&mut missing, allowed);

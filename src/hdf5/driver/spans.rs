@@ -392,6 +392,10 @@ const LEAST_DEAR_BUDGET: u64 = 256 << 10;
 /// take, on a link whose speed is known.
 const BUDGET_ROUNDS: u64 = 4;
 
+/// The rounds of the line the guesses beyond what HDF5 has read may take
+/// where bytes are dear: enough to stay a level or two ahead of a reader.
+const DEAR_BUDGET_ROUNDS: u64 = 2;
+
 /// How many bytes may be guessed beyond the metadata HDF5 has read: what
 /// [`BUDGET_ROUNDS`] rounds of `lanes` connections carry as far as the line
 /// they share carries it ([`LinkEstimate::bytes_per_round`]; a fast link
@@ -399,8 +403,8 @@ const BUDGET_ROUNDS: u64 = 4;
 /// data), at most [`MOST_BUDGET`] — and never more than half the block
 /// cache's `cache_capacity`, whose blocks the guesses would otherwise evict
 /// as they came. At least [`LEAST_BUDGET`] where bytes are cheap; on a
-/// line whose bytes are dear ([`bytes_are_dear`]) the guesses then stay a
-/// few rounds' worth ahead of the reader, and grow as it reads: a survey
+/// line whose bytes are dear ([`bytes_are_dear`]) the guesses then stay
+/// [`DEAR_BUDGET_ROUNDS`] rounds' worth ahead of the reader, and grow as it reads: a survey
 /// that reads a file's top levels fetches little more than those. There,
 /// the files `sharing` the line (crawling on it at once) share the rounds'
 /// bytes too.
@@ -411,12 +415,12 @@ pub(crate) fn guess_budget(
     sharing: u64,
 ) -> u64 {
     let carried = link.map_or(0, |l| l.bytes_per_round(lanes));
-    let (least, share) = if bytes_are_dear(link) {
-        (LEAST_DEAR_BUDGET, sharing.max(1))
+    let (least, rounds, share) = if bytes_are_dear(link) {
+        (LEAST_DEAR_BUDGET, DEAR_BUDGET_ROUNDS, sharing.max(1))
     } else {
-        (LEAST_BUDGET, 1)
+        (LEAST_BUDGET, BUDGET_ROUNDS, 1)
     };
-    (carried.saturating_mul(BUDGET_ROUNDS) / share)
+    (carried.saturating_mul(rounds) / share)
         .clamp(least, MOST_BUDGET)
         .min(cache_capacity / 2)
 }
@@ -609,11 +613,8 @@ mod tests {
             guess_budget(shared(30, 1_000_000), 16, CACHE, 1),
             LEAST_DEAR_BUDGET
         );
-        // 12.5 MB/s shared: 375 kB a round, four rounds.
-        assert_eq!(
-            guess_budget(shared(30, 12_500_000), 64, CACHE, 1),
-            1_500_000
-        );
+        // 12.5 MB/s shared: 375 kB a round, two rounds.
+        assert_eq!(guess_budget(shared(30, 12_500_000), 64, CACHE, 1), 750_000);
         // 125 MB/s shared: cheap, as before.
         assert_eq!(
             guess_budget(shared(30, 125_000_000), 64, CACHE, 8),
@@ -621,7 +622,7 @@ mod tests {
         );
         assert!(!bytes_are_dear(None));
         // Files crawling on one dear line at once share its rounds.
-        assert_eq!(guess_budget(shared(30, 12_500_000), 64, CACHE, 3), 500_000);
+        assert_eq!(guess_budget(shared(30, 12_500_000), 64, CACHE, 2), 375_000);
         assert_eq!(
             guess_budget(shared(30, 12_500_000), 64, CACHE, 16),
             LEAST_DEAR_BUDGET
