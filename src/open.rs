@@ -253,23 +253,34 @@ fn look_on_disk(builder: &Builder, name: &disk::Name) -> Result<(Option<Warm>, O
         return Ok((Some(warm), None));
     }
     let deadline = crate::wait::deadline::after(builder.read_timeout);
-    let lock = match disk.claim_first_open(name, deadline)? {
-        FirstOpen::Ours(lock) => Some(lock),
-        FirstOpen::Waited => None,
-        FirstOpen::Unclaimed => return Ok((None, None)),
-    };
-    // Looked at again: the claim may have been let go just before it was
-    // asked for, the first block on disk by then.
-    let after = disk.recall(name);
-    let meanwhile = confirmed_meanwhile(before.as_ref(), after.as_ref());
-    Ok(
+    for _ in 0..FIRST_OPEN_ROUNDS {
+        let (lock, let_go) = match disk.claim_first_open(name, deadline)? {
+            FirstOpen::Ours(lock) => (Some(lock), false),
+            FirstOpen::Waited => (None, true),
+            FirstOpen::StillHeld => (None, false),
+            FirstOpen::Unclaimed => return Ok((None, None)),
+        };
+        // Looked at again: the claim may have been let go just before it
+        // was asked for, the first block on disk by then.
+        let after = disk.recall(name);
+        let meanwhile = confirmed_meanwhile(before.as_ref(), after.as_ref());
         match after.and_then(|known| first_block(known, meanwhile)) {
             // The claim, if taken, is let go at once: nothing to fetch.
-            Some(warm) => (Some(warm), None),
-            None => (None, lock),
-        },
-    )
+            Some(warm) => return Ok((Some(warm), None)),
+            // Let go of with nothing on disk (its open failed, or its
+            // process ended): claimed again, so that one of the processes
+            // that waited opens the file and the others wait once more,
+            // rather than each fetching its first block.
+            None if let_go => {}
+            None => return Ok((None, lock)),
+        }
+    }
+    Ok((None, None))
 }
+
+/// How many times an open claims the first open of a file whose claim was
+/// let go of with nothing on disk, before it opens the file unclaimed.
+const FIRST_OPEN_ROUNDS: usize = 4;
 
 /// Whether the record `after` a wait for another process's first open
 /// (or a claim of it) was written meanwhile, rather than being the one

@@ -566,6 +566,9 @@ enum Sharers {
     /// The crate's defaults, each process reading the file in 256 KiB
     /// pieces in an order of its own.
     Shuffled,
+    /// The HDF5 driver's options, each process reading the file in 256 KiB
+    /// pieces in an order of its own.
+    Hdf5Shuffled,
 }
 
 impl Sharers {
@@ -575,7 +578,14 @@ impl Sharers {
             Sharers::Defaults => "defaults",
             Sharers::Hdf5Defaults => "hdf5-defaults",
             Sharers::Shuffled => "shuffled",
+            Sharers::Hdf5Shuffled => "hdf5-shuffled",
         }
+    }
+
+    /// Whether each process reads the file in pieces of an order of its
+    /// own (else from its start to its end, in one read).
+    fn shuffled(self) -> bool {
+        matches!(self, Sharers::Shuffled | Sharers::Hdf5Shuffled)
     }
 
     fn from_name(name: &str) -> Sharers {
@@ -584,6 +594,7 @@ impl Sharers {
             Sharers::Defaults,
             Sharers::Hdf5Defaults,
             Sharers::Shuffled,
+            Sharers::Hdf5Shuffled,
         ]
         .into_iter()
         .find(|s| s.name() == name)
@@ -604,7 +615,7 @@ impl Sharers {
                 .block_size(BLOCK)
                 .read_timeout(std::time::Duration::from_secs(120)),
             Sharers::Defaults | Sharers::Shuffled => defaults,
-            Sharers::Hdf5Defaults => defaults
+            Sharers::Hdf5Defaults | Sharers::Hdf5Shuffled => defaults
                 .block_size(128 << 10)
                 .open_tail(1 << 20)
                 .max_connections(64),
@@ -615,6 +626,9 @@ impl Sharers {
 /// A reader of [`processes_sharing_a_directory_fetch_each_block_about_once`],
 /// run as a child process: reads the whole file, checks it, exits.
 fn sharing_reader(spec: &str) {
+    // The gate: the parent closes every child's input once all are
+    // started, so that they open the file at the same moment.
+    std::io::Read::read_to_end(&mut std::io::stdin(), &mut Vec::new()).unwrap();
     let mut parts = spec.split('|');
     let mut next = || parts.next().unwrap();
     let (url, dir, seed, sharers) = (next(), next(), next(), Sharers::from_name(next()));
@@ -624,7 +638,7 @@ fn sharing_reader(spec: &str) {
         .open(url)
         .unwrap();
     let data = test_data(file.len() as usize, seed.parse().unwrap());
-    if sharers != Sharers::Shuffled {
+    if !sharers.shuffled() {
         assert!(read(&file, 0, data.len()) == data, "wrong bytes");
         return;
     }
@@ -698,6 +712,31 @@ fn processes_opening_an_uncached_hdf5_file_at_once_fetch_its_first_blocks_and_ta
 }
 
 #[test]
+fn processes_opening_an_uncached_file_at_once_and_reading_it_in_pieces_fetch_each_block_once() {
+    if std::env::var("REMFILE_DISK_SHARER").is_ok() {
+        return;
+    }
+    open_an_uncached_file_at_once("cold-shuffled", Sharers::Shuffled);
+}
+
+#[test]
+fn processes_opening_an_uncached_hdf5_file_at_once_and_reading_it_in_pieces_fetch_each_block_once()
+{
+    if std::env::var("REMFILE_DISK_SHARER").is_ok() {
+        return;
+    }
+    open_an_uncached_file_at_once("cold-shuffled-hdf5", Sharers::Hdf5Shuffled);
+}
+
+#[test]
+fn processes_reading_an_hdf5_file_in_pieces_of_their_own_order_fetch_each_block_once() {
+    if std::env::var("REMFILE_DISK_SHARER").is_ok() {
+        return;
+    }
+    share_one_file_among_processes("shuffled-hdf5", &[], true, Sharers::Hdf5Shuffled);
+}
+
+#[test]
 fn processes_in_separate_pid_namespaces_share_one_directory() {
     if std::env::var("REMFILE_DISK_SHARER").is_ok() {
         return;
@@ -748,7 +787,7 @@ fn share_one_file_among_processes(
     }
     let before = server.body_bytes();
     let exe = std::env::current_exe().unwrap();
-    let children: Vec<_> = (0..PROCESSES)
+    let mut children: Vec<_> = (0..PROCESSES)
         .map(|_| {
             let mut command = match wrap.split_first() {
                 Some((program, args)) => {
@@ -773,11 +812,16 @@ fn share_one_file_among_processes(
                         sharers.name()
                     ),
                 )
+                .stdin(std::process::Stdio::piped())
                 .stdout(std::process::Stdio::null())
                 .spawn()
                 .unwrap()
         })
         .collect();
+    // All started: the gate opens for all at once.
+    for child in &mut children {
+        drop(child.stdin.take());
+    }
     for mut child in children {
         assert!(child.wait().unwrap().success(), "a reader failed");
     }
@@ -792,10 +836,51 @@ fn share_one_file_among_processes(
     // open but the first fetched the first block (1 MiB) itself.
     assert!(
         fetched as f64 <= 1.01 * data.len() as f64,
-        "{fetched} bytes for {}",
-        data.len()
+        "{fetched} bytes for {}; fetched more than once:\n{}",
+        data.len(),
+        fetched_twice(&server, data.len() as u64)
     );
     server
+}
+
+/// The ranges of the file `server` sent more than once (a request that
+/// asked whether the version changed sent none), each with the requests
+/// (number and connection) that sent it: a line each, the first 40.
+fn fetched_twice(server: &RangeServer, len: u64) -> String {
+    use remfile_testkit::range::ByteRange;
+    let mut sent: Vec<(u64, u64, usize, usize)> = server
+        .log()
+        .iter()
+        .filter(|r| r.header("if-none-match").is_none())
+        .filter_map(|r| {
+            let (first, end) = match r.byte_range()?.ok()? {
+                ByteRange::Closed { first, last } => (first, last.min(len - 1) + 1),
+                ByteRange::From(first) => (first, len),
+                ByteRange::Suffix(n) => (len.saturating_sub(n), len),
+            };
+            Some((first, end, r.n, r.conn))
+        })
+        .collect();
+    sent.sort_unstable();
+    let mut lines = Vec::new();
+    for (k, &(_, end, n, conn)) in sent.iter().enumerate() {
+        for &(other_first, other_end, m, other_conn) in &sent[k + 1..] {
+            if other_first >= end {
+                break;
+            }
+            lines.push(format!(
+                "{}..{} by request {n} (connection {conn}) and request {m} (connection {other_conn})",
+                other_first,
+                end.min(other_end)
+            ));
+        }
+    }
+    let more = lines.len().saturating_sub(40);
+    lines.truncate(40);
+    if more > 0 {
+        lines.push(format!("and {more} more"));
+    }
+    lines.join("\n")
 }
 
 #[test]
@@ -829,6 +914,111 @@ fn a_lock_left_by_a_dead_process_is_taken_over() {
     // the read's deadline would still be there.
     drop(file);
     assert!(!lock.exists());
+}
+
+/// The holder of [`a_block_whose_fetcher_died_is_fetched_once_by_those_that_waited`],
+/// run as a child process: reads block 5 (whose answer never comes), so
+/// that it holds the block's fetch lock until it is killed.
+fn dying_holder(spec: &str) {
+    let (url, dir) = spec.split_once('|').unwrap();
+    let file = builder()
+        .block_size(BLOCK)
+        .disk_cache(DiskCache::open(dir, 64 << 20).unwrap())
+        .open(url)
+        .unwrap();
+    let _ = file.read_exact_at(5 * BLOCK, &mut [0; 10]);
+}
+
+#[test]
+fn a_block_whose_fetcher_died_is_fetched_once_by_those_that_waited() {
+    use std::sync::{Arc, Condvar, Mutex};
+    const TEST: &str = "a_block_whose_fetcher_died_is_fetched_once_by_those_that_waited";
+    if let Ok(spec) = std::env::var("REMFILE_DISK_DYING_HOLDER") {
+        return dying_holder(&spec);
+    }
+    let _watchdog = remfile_testkit::watchdog(std::time::Duration::from_secs(60));
+    let data = test_data(1 << 20, 75);
+    // The requests for block 5 so far, and how many of them may be
+    // answered: the first (the holder's) never is; the second once the
+    // test has seen what the other waiter did meanwhile.
+    let gate = Arc::new((Mutex::new((0usize, 0usize)), Condvar::new()));
+    let server = {
+        let gate = gate.clone();
+        RangeServer::new(data.clone()).with_hook(move |req, reply| {
+            if req.range().is_some_and(|(first, _)| first == 5 * BLOCK) {
+                let (lock, changed) = &*gate;
+                let mut state = lock.lock().unwrap();
+                state.0 += 1;
+                let n = state.0;
+                changed.notify_all();
+                while state.1 < n {
+                    state = changed.wait(state).unwrap();
+                }
+            }
+            reply
+        })
+    };
+    let dir = temp_dir("dying-holder");
+    read(&open(&server, "/f", &dir), 0, 1);
+    let asked = |n: usize| {
+        let (lock, changed) = &*gate;
+        let mut state = lock.lock().unwrap();
+        while state.0 < n {
+            state = changed.wait(state).unwrap();
+        }
+    };
+    let mut holder = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([TEST, "--exact", "--nocapture"])
+        .env(
+            "REMFILE_DISK_DYING_HOLDER",
+            format!("{}|{}", server.url("/f"), dir.display()),
+        )
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // It holds block 5's lock: its request came.
+    asked(1);
+    // Two readers of their own (as two more processes), each waiting for
+    // the holder's block on disk.
+    let waiters = [open(&server, "/f", &dir), open(&server, "/f", &dir)];
+    let waits = || waiters.iter().map(|f| f.stats().disk_waits).sum::<u64>();
+    std::thread::scope(|s| {
+        let reads: Vec<_> = waiters
+            .iter()
+            .map(|f| s.spawn(move || read(f, 5 * BLOCK, 10)))
+            .collect();
+        while waits() < 2 {
+            std::thread::yield_now();
+        }
+        // Killed: its lock is let go of, its block never written.
+        holder.kill().unwrap();
+        holder.wait().unwrap();
+        // One waiter fetches the block (its answer held back); the other
+        // fetches it too, or the first took the block's lock, which the
+        // other then waits for.
+        asked(2);
+        let lock = walk(&dir.join("blocks"))[0]
+            .parent()
+            .unwrap()
+            .join(format!("{BLOCK}-5.lock"));
+        let mine = format!("pid {}\n", std::process::id());
+        loop {
+            let duplicate = gate.0.lock().unwrap().0 >= 3;
+            let locked = std::fs::read_to_string(&lock).is_ok_and(|t| t.contains(&mine));
+            if duplicate || locked {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        let (lock, changed) = &*gate;
+        lock.lock().unwrap().1 = usize::MAX;
+        changed.notify_all();
+        for r in reads {
+            assert_eq!(r.join().unwrap(), &data[5 * BLOCK as usize..][..10]);
+        }
+    });
+    let fetched = gate.0.lock().unwrap().0;
+    assert_eq!(fetched, 2, "the holder's request, then one more");
 }
 
 /// A prefetch larger than the memory cache, with a disk cache big enough for

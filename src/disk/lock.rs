@@ -53,9 +53,6 @@ const GRACE: Duration = Duration::from_secs(2);
 /// a directory differ a little) before it is not trusted.
 const FUTURE_TOLERANCE: Duration = Duration::from_secs(2);
 
-/// The longest an open waits for another process's open of the same file.
-pub(crate) const WAIT_AT_MOST: Duration = Duration::from_secs(20);
-
 /// No lock file this crate writes is longer.
 const MAX_LOCK_LEN: u64 = 4096;
 
@@ -236,11 +233,28 @@ fn try_advisory(file: &File, exclusive: bool) -> Option<bool> {
 /// Whether the lock at `path` is held: there, fresh and its holder not
 /// known dead.
 pub(crate) fn is_held(path: &Path) -> bool {
+    judge(path).is_none()
+}
+
+/// What is at `path` and not held, as its device and inode (`Some(None)`
+/// where they cannot be known, or nothing regular is there); `None` if a
+/// lock there is held.
+fn judge(path: &Path) -> Option<Option<(u64, u64)>> {
     let Ok(file) = private::open_regular(path, MAX_LOCK_LEN) else {
-        return false;
+        return Some(None);
     };
-    let Ok(renewed) = file.metadata().and_then(|m| m.modified()) else {
-        return false;
+    let Ok(meta) = file.metadata() else {
+        return Some(None);
+    };
+    #[cfg(unix)]
+    let inode = {
+        use std::os::unix::fs::MetadataExt;
+        Some((meta.dev(), meta.ino()))
+    };
+    #[cfg(not(unix))]
+    let inode = None;
+    let Ok(renewed) = meta.modified() else {
+        return Some(inode);
     };
     let mut text = String::new();
     let read = (&file).take(MAX_LOCK_LEN).read_to_string(&mut text);
@@ -254,7 +268,7 @@ pub(crate) fn is_held(path: &Path) -> bool {
         .filter(|h| h.advisory && h.host == me.host)
         .filter(|h| !(h.pid == me.pid && h.pid_namespace == me.pid_namespace))
         .and_then(|_| try_advisory(&file, false));
-    !is_stale(
+    is_stale(
         renewed,
         SystemTime::now(),
         holder.as_ref(),
@@ -262,6 +276,7 @@ pub(crate) fn is_held(path: &Path) -> bool {
         alive_here,
         advisory_free,
     )
+    .then_some(inode)
 }
 
 /// Makes the lock file at `path` with `make`, which fails if anything is
@@ -273,10 +288,15 @@ fn make_unless_held(path: &Path, mut make: impl FnMut() -> io::Result<()>) -> io
         match make() {
             Ok(()) => return Ok(true),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                if is_held(path) {
+                let Some(stale) = judge(path) else {
                     return Ok(false);
+                };
+                // Only the file judged: another process that took the
+                // lock over meanwhile made a new one there, which is held
+                // (removed, both would fetch the blocks it covers).
+                if stale.is_none() || inode_of(path) == stale {
+                    let _ = fs::remove_file(path);
                 }
-                let _ = fs::remove_file(path);
             }
             Err(e) => return Err(e),
         }
@@ -284,14 +304,18 @@ fn make_unless_held(path: &Path, mut make: impl FnMut() -> io::Result<()>) -> io
     Ok(false)
 }
 
-/// Waits until the lock at `path` is no longer held, or `deadline`; an
-/// error if the work on this thread is stopped first (a cancel, a Ctrl-C,
-/// a close, the process ending): within a poll, whoever holds the lock.
-pub(crate) fn wait_while_held(path: &Path, deadline: Instant) -> crate::error::Result<()> {
+/// Waits until the lock at `path` is no longer held, or `deadline`: whether
+/// it was let go of (false: still held at `deadline`). An error if the work
+/// on this thread is stopped first (a cancel, a Ctrl-C, a close, the
+/// process ending): within a poll, whoever holds the lock.
+pub(crate) fn wait_while_held(path: &Path, deadline: Instant) -> crate::error::Result<bool> {
     let mut pause = Duration::from_millis(1);
     loop {
-        if !is_held(path) || Instant::now() >= deadline {
-            return Ok(());
+        if !is_held(path) {
+            return Ok(true);
+        }
+        if Instant::now() >= deadline {
+            return Ok(false);
         }
         crate::wait::sleep_until((Instant::now() + pause).min(deadline))?;
         pause = (pause * 2).min(Duration::from_millis(20));

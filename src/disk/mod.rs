@@ -733,18 +733,21 @@ impl DiskFile {
     /// come. A block is given up once no one holds its lock without having
     /// written it, and all that are left at the [`wait_bound`] of `deadline`
     /// (the rest of the time is this reader's own, to fetch what did not
-    /// come).
+    /// come). Returns whether it gave up at that bound (or at a stop), with
+    /// blocks still held by others: those are this reader's to fetch now,
+    /// while a block let go of unwritten is to be claimed again.
     pub(crate) fn wait_for_all(
         &self,
         blocks: &[(u64, u64)],
         deadline: Instant,
         mut take: impl FnMut(u64, Vec<u8>),
-    ) {
+    ) -> bool {
         #[cfg(test)]
         let _waiting = crate::sync::Waiting::new(&self.cache.inner.waiting);
         let mut pending: VecDeque<(u64, u64)> = blocks.iter().copied().collect();
         let until = wait_bound(deadline);
         let mut pause = Duration::from_millis(1);
+        let mut out_of_time = false;
         while !pending.is_empty() {
             // A few looked at in turn: an arrival anywhere is taken at once.
             let mut arrived = false;
@@ -782,6 +785,7 @@ impl DiskFile {
             }
             // A stopped read fetches what is left, which fails at once.
             if Instant::now() >= until || crate::wait::should_stop() {
+                out_of_time = true;
                 break;
             }
             std::thread::sleep(pause);
@@ -793,6 +797,7 @@ impl DiskFile {
                 take(index, bytes);
             }
         }
+        out_of_time
     }
 }
 

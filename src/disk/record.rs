@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::time::{Instant, SystemTime};
 
 use super::digest::{self, Digest};
-use super::lock::{FetchLock, WAIT_AT_MOST, wait_while_held};
+use super::lock::{FetchLock, wait_while_held};
 use super::{DiskCache, private};
 use crate::identity::Identity;
 use crate::identity::freshness::{Freshness, MAX_FRESH};
@@ -26,6 +26,9 @@ pub(crate) enum FirstOpen {
     Ours(FetchLock),
     /// Another process opened it, or gave up: look on disk again.
     Waited,
+    /// Another process still holds the claim at the end of the wait: open
+    /// it without one.
+    StillHeld,
     /// No claim could be made (a read-only directory): open it.
     Unclaimed,
 }
@@ -377,7 +380,11 @@ impl DiskCache {
     /// usual (and notes the version it got and releases the claim once its
     /// first blocks are on disk, see [`DiskCache::remember_after_writes`]);
     /// the others wait for that, then open it warm. The wait ends at a
-    /// stop of the open (an error then).
+    /// stop of the open (an error then), or at the [`wait_bound`](super::wait_bound)
+    /// of `deadline`: a holder that lives is bounded by its own deadline,
+    /// one that ended is seen at once (see [`lock`](super::lock)), and a
+    /// first open that takes long (a slow server, a long tail) is still
+    /// waited for rather than made again by every process.
     pub(crate) fn claim_first_open(
         &self,
         name: &Name,
@@ -386,11 +393,10 @@ impl DiskCache {
         let path = self.record_path(name).with_extension("lock");
         Ok(match FetchLock::take(&path) {
             Ok(Some(lock)) => FirstOpen::Ours(lock),
-            Ok(None) => {
-                let deadline = deadline.min(Instant::now() + WAIT_AT_MOST);
-                wait_while_held(&path, deadline)?;
-                FirstOpen::Waited
-            }
+            Ok(None) => match wait_while_held(&path, super::wait_bound(deadline))? {
+                true => FirstOpen::Waited,
+                false => FirstOpen::StillHeld,
+            },
             Err(_) => FirstOpen::Unclaimed,
         })
     }

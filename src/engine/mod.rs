@@ -71,6 +71,11 @@ pub(crate) struct ReadOptions {
     pub read_timeout: Duration,
 }
 
+/// How many times a fetch claims the blocks other processes let go of
+/// unwritten before it fetches them whoever holds them: a holder that fails
+/// again and again costs a few waits, never a read.
+const CLAIM_ROUNDS: usize = 4;
+
 /// The longest the last handle of a file waits, when dropped, for its
 /// blocks still to be written to the disk cache.
 const DISK_FLUSH_AT_DROP: Duration = Duration::from_secs(10);
@@ -650,37 +655,48 @@ impl Engine {
         let Some(disk) = &self.disk else {
             return self.fetch_network(fetch, &[]);
         };
-        // One fetch per block across processes: blocks another process is
-        // fetching are waited for on disk, after this process's own.
-        let Claimed {
-            locks,
-            mine,
-            mut theirs,
-        } = disk.claim_fetches(fetch.claim.owned());
-        for index in mine {
-            // Another process may have written it and let go of its lock
-            // since the disk was asked: look once more.
-            if let Some(bytes) = disk.read(index, self.block_len(index)) {
+        let mut waited = false;
+        for _ in 0..CLAIM_ROUNDS {
+            // One fetch per block across processes: blocks another process
+            // is fetching are waited for on disk, after this process's own.
+            let Claimed {
+                locks,
+                mine,
+                mut theirs,
+            } = disk.claim_fetches(fetch.claim.owned());
+            for index in mine {
+                // Another process may have written it and let go of its lock
+                // since the disk was asked: look once more.
+                if let Some(bytes) = disk.read(index, self.block_len(index)) {
+                    self.hand_over(fetch, index, bytes);
+                }
+            }
+            theirs.sort_unstable();
+            let failure = self.fetch_network(fetch, &theirs);
+            disk.release_after_writes(locks);
+            if failure.is_some() || theirs.is_empty() {
+                if waited {
+                    fetch.count_a_wait();
+                }
+                return failure;
+            }
+            let theirs: Vec<(u64, u64)> = theirs.iter().map(|&i| (i, self.block_len(i))).collect();
+            Counters::add(&self.counters.disk_waits, theirs.len() as u64);
+            let out_of_time = disk.wait_for_all(&theirs, fetch.deadline, |index, bytes| {
+                waited = true;
                 self.hand_over(fetch, index, bytes);
+            });
+            // A block its fetcher let go of unwritten (it ended, or its
+            // fetch failed) is claimed again rather than fetched here at
+            // once: every process that waited for it would fetch it too.
+            if out_of_time || fetch.claim.owned().is_empty() {
+                break;
             }
         }
-        theirs.sort_unstable();
-        let failure = self.fetch_network(fetch, &theirs);
-        disk.release_after_writes(locks);
-        if failure.is_some() || theirs.is_empty() {
-            return failure;
-        }
-        let mut waited = false;
-        let theirs: Vec<(u64, u64)> = theirs.iter().map(|&i| (i, self.block_len(i))).collect();
-        Counters::add(&self.counters.disk_waits, theirs.len() as u64);
-        disk.wait_for_all(&theirs, fetch.deadline, |index, bytes| {
-            waited = true;
-            self.hand_over(fetch, index, bytes);
-        });
         if waited {
             fetch.count_a_wait();
         }
-        // What the other processes did not bring, this one fetches.
+        // What the other processes did not bring in time, this one fetches.
         self.fetch_network(fetch, &[])
     }
 
