@@ -146,9 +146,10 @@ impl LinkEstimate {
     /// Whether bytes are dear on this link: its line (all connections
     /// together, as weighed by the user's byte weight) carries less than
     /// [`CHEAP_LINE`]. A link whose connections add up (one given with
-    /// [`Link::known`]) has no such line.
+    /// [`Link::known`]) has no such line, and a server nearer than
+    /// [`NEAR`] is never dear.
     pub(crate) fn bytes_are_dear(&self) -> bool {
-        self.line_bytes_per_second.is_some_and(|l| l < CHEAP_LINE)
+        self.round_trip >= NEAR && self.line_bytes_per_second.is_some_and(|l| l < CHEAP_LINE)
     }
 
     /// The estimate with every rate divided by `weight`: a byte that weighs
@@ -165,6 +166,12 @@ impl LinkEstimate {
 /// or more carries 16 MiB in a third of a second: its bytes are cheap next
 /// to any round trip worth saving.
 pub(crate) const CHEAP_LINE: u64 = 50_000_000;
+
+/// A server answering sooner than this is on the same host or network: what
+/// its connections seem to carry is the host's CPU at work, not a line's
+/// price (a busy loopback measures tens of MB/s), and round trips to it cost
+/// next to nothing either way.
+pub(crate) const NEAR: Duration = Duration::from_millis(2);
 
 /// The least tail an open fetches where bytes are dear (see
 /// [`priced_tail`]).
@@ -208,12 +215,16 @@ const LINE_BODIES: usize = 64;
 /// measured again.
 const MOST_LINES: usize = 256;
 
-/// The live estimate of one file's link, fed by its transport: the
-/// [`Line`] to its server, as the file's [`Link`] mode and byte weight say.
+/// The live estimate of one file's link, fed by its transport, as the
+/// file's [`Link`] mode and byte weight say: what its own responses showed
+/// sizes its reads ([`estimate`](LinkMeter::estimate)), and the [`Line`] to
+/// its server, which every file reading from there feeds, prices its
+/// guesses ([`guess_estimate`](LinkMeter::guess_estimate)).
 #[derive(Debug)]
 pub(crate) struct LinkMeter {
     mode: Link,
     weight: u32,
+    own: Line,
     line: Arc<Line>,
 }
 
@@ -405,13 +416,26 @@ impl LinkMeter {
     /// A meter that measures `line` (if `mode` measures), its rates
     /// weighed by `weight`.
     pub fn on(mode: Link, weight: u32, line: Arc<Line>) -> LinkMeter {
-        LinkMeter { mode, weight, line }
+        LinkMeter {
+            mode,
+            weight,
+            own: Line::default(),
+            line,
+        }
+    }
+
+    /// The file's own line and the shared one.
+    fn lines(&self) -> [&Line; 2] {
+        [&self.own, &self.line]
     }
 
     /// A response's headers arrived `waited` after its request was sent.
     pub fn record_wait(&self, waited: Duration) {
-        if self.mode == Link::Measured {
-            if let Some(mut samples) = self.line.samples() {
+        if self.mode != Link::Measured {
+            return;
+        }
+        for line in self.lines() {
+            if let Some(mut samples) = line.samples() {
                 samples.waits.push(waited);
             }
         }
@@ -442,22 +466,24 @@ impl LinkMeter {
         if self.mode != Link::Measured {
             return;
         }
-        let Some(mut samples) = self.line.samples() else {
-            return;
-        };
         let began = ended.checked_sub(took).unwrap_or(ended);
-        samples.add_body(Body {
-            began,
-            ended,
-            bytes,
-        });
-        if bytes < MIN_BODY_SAMPLE {
-            return;
-        }
-        let rate = bytes as f64 / took.as_secs_f64();
-        match waited {
-            Some(w) if took >= w / 2 => samples.rates.push(rate),
-            _ => samples.floors.push(rate.min(MOST_RATE)),
+        for line in self.lines() {
+            let Some(mut samples) = line.samples() else {
+                continue;
+            };
+            samples.add_body(Body {
+                began,
+                ended,
+                bytes,
+            });
+            if bytes < MIN_BODY_SAMPLE {
+                continue;
+            }
+            let rate = bytes as f64 / took.as_secs_f64();
+            match waited {
+                Some(w) if took >= w / 2 => samples.rates.push(rate),
+                _ => samples.floors.push(rate.min(MOST_RATE)),
+            }
         }
     }
 
@@ -474,12 +500,14 @@ impl LinkMeter {
         self.line.at_work.load(Relaxed).max(1)
     }
 
-    /// The estimate for sizing guesses (the HDF5 driver's metadata budget):
-    /// the shortest recent wait with the fastest recent rate, measured or
-    /// bounded from below (both are at most the link's speed). A fast link,
-    /// whose bodies all come with their headers, has no ordinary estimate,
-    /// but it carries a guess at least that fast; the sizes of reads stay as
-    /// for an unknown link.
+    /// The estimate for pricing guesses (the HDF5 driver's metadata budget,
+    /// the tail fetched at open): from the line every file of the process
+    /// reading from the server feeds, so that a file opened after others
+    /// knows it at once; the shortest recent wait with the fastest recent
+    /// rate, measured or bounded from below (both are at most the link's
+    /// speed). A fast link, whose bodies all come with their headers, has no
+    /// ordinary estimate, but it carries a guess at least that fast; the
+    /// sizes of reads stay as for an unknown link.
     pub fn guess_estimate(&self) -> Option<LinkEstimate> {
         if self.mode != Link::Measured {
             return self.estimate();
@@ -490,7 +518,8 @@ impl LinkMeter {
             .map(|e| e.weighed(self.weight))
     }
 
-    /// The estimate, once there is one.
+    /// The estimate that sizes the file's reads, from its own responses,
+    /// once there is one.
     pub fn estimate(&self) -> Option<LinkEstimate> {
         let estimate = match self.mode {
             Link::Ignored => None,
@@ -511,7 +540,7 @@ impl LinkMeter {
                 line_bytes_per_second: Some(bytes_per_second),
             }),
             Link::Measured => {
-                let samples = self.line.samples()?;
+                let samples = self.own.samples()?;
                 samples.estimate(samples.rates.values())
             }
         };
@@ -598,14 +627,21 @@ mod tests {
         let t0 = Instant::now();
         // Alone, a connection carries 10 MB/s ...
         a.record_body_ended(1_000_000, 100 * MS, Some(30 * MS), t0 + 100 * MS);
-        let alone = b.estimate().expect("the other file's sample, on one line");
+        assert_eq!(
+            b.estimate(),
+            None,
+            "its own reads are sized by its own samples"
+        );
+        let alone = b
+            .guess_estimate()
+            .expect("the other file's sample, on one line");
         assert_eq!(alone.bytes_per_second, 10_000_000);
         assert_eq!(alone.line_bytes_per_second, Some(10_000_000));
         // ... and four at once 5 MB/s each: the line carries 20 MB/s.
         for _ in 0..4 {
             b.record_body_ended(1_000_000, 200 * MS, Some(30 * MS), t0 + 400 * MS);
         }
-        let together = a.estimate().unwrap();
+        let together = a.guess_estimate().unwrap();
         assert_eq!(together.bytes_per_second, 10_000_000, "the fastest body");
         assert_eq!(together.line_bytes_per_second, Some(20_000_000));
         assert_eq!(together.bytes_per_round(1), 300_000);
@@ -655,7 +691,7 @@ mod tests {
         let plain = LinkMeter::on(Link::Measured, 1, line);
         plain.record_wait(30 * MS);
         plain.record_body(1 << 20, 20 * MS, Some(30 * MS));
-        let (p, h) = (plain.estimate().unwrap(), heavy.estimate().unwrap());
+        let (p, h) = (plain.estimate().unwrap(), heavy.guess_estimate().unwrap());
         assert_eq!(h.round_trip, p.round_trip);
         assert_eq!(h.bytes_per_second, p.bytes_per_second / 10);
         assert_eq!(
@@ -677,5 +713,14 @@ mod tests {
         let fast = LinkMeter::new(Link::shared_line(30 * MS, 125_000_000)).estimate();
         assert_eq!(priced_tail(1 << 20, fast, 16), 1 << 20);
         assert_eq!(priced_tail(1 << 20, None, 16), 1 << 20);
+    }
+
+    #[test]
+    fn a_near_server_is_never_dear() {
+        let near = LinkMeter::new(Link::shared_line(MS / 2, 10_000_000)).estimate();
+        assert!(!near.unwrap().bytes_are_dear());
+        assert_eq!(priced_tail(1 << 20, near, 1), 1 << 20);
+        let far = LinkMeter::new(Link::shared_line(NEAR, 10_000_000)).estimate();
+        assert!(far.unwrap().bytes_are_dear());
     }
 }

@@ -7,13 +7,13 @@
 //! with an underscore where the package wraps them).
 
 use std::ffi::{CString, c_void};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use remfile::hdf5::driver::loader::{self, Control, FIRST_VERSION};
-use remfile::hdf5::driver::{self, HostApi, config, hid_t};
+use remfile::hdf5::driver::{self, FileObjectCrawl, HostApi, config, hid_t};
 use remfile::wait::sync::{MadeIn, Mutex};
 use remfile::{Error, ErrorKind, RemoteFile, Stats, wait};
 
@@ -527,21 +527,30 @@ struct Remote {
     /// Whether its `close` closes the file (else it is the driver's, which
     /// its HDF5 file closes, and `close` only lets go of this handle).
     owned: bool,
+    /// The metadata crawl of an HDF5 file read through this file object
+    /// (h5py given it), if the file's signature says it is one.
+    crawl: Mutex<Option<Arc<FileObjectCrawl>>>,
 }
 
 impl Remote {
-    /// `file`, opened by this process.
-    fn of(file: RemoteFile) -> Remote {
-        Remote::new_in_process(file, true)
-    }
-
     /// `file`, which an open HDF5 file of the driver's reads.
     fn sharing(file: RemoteFile) -> Remote {
-        Remote::new_in_process(file, false)
+        Remote::new_in_process(file, false, false)
     }
 
-    fn new_in_process(file: RemoteFile, owned: bool) -> Remote {
+    /// `file`, opened by this process if `owned` (else the driver's); its
+    /// metadata crawled ahead of its reader if `crawl` and its first bytes
+    /// say it is an HDF5 file.
+    fn new_in_process(file: RemoteFile, owned: bool, crawl: bool) -> Remote {
+        // A file object of an HDF5 file is read as the driver reads one:
+        // its metadata crawled ahead of the reader. (The driver's own file
+        // has its crawl.)
+        let crawl = (owned && crawl)
+            .then(|| FileObjectCrawl::start_if_hdf5(&file))
+            .flatten()
+            .map(Arc::new);
         Remote {
+            crawl: Mutex::new(crawl),
             url: file.url().to_owned(),
             size: file.len(),
             file: Mutex::new(Some(file)),
@@ -567,6 +576,16 @@ impl Remote {
     fn inherited(&self) -> bool {
         self.made_in.inherited()
     }
+
+    /// Reads `buf.len()` bytes at `pos` of `file` (this one's), through
+    /// the crawl if it has one.
+    fn read_exact_at(&self, file: &RemoteFile, pos: u64, buf: &mut [u8]) -> remfile::Result<()> {
+        let crawl = self.crawl.lock().clone();
+        match crawl {
+            Some(crawl) => crawl.read_exact_at(pos, buf),
+            None => file.read_exact_at(pos, buf),
+        }
+    }
 }
 
 impl Drop for Remote {
@@ -574,6 +593,7 @@ impl Drop for Remote {
         if self.inherited() {
             // Its destructor would wait on the parent's threads.
             std::mem::forget(self.file.get_mut().take());
+            std::mem::forget(self.crawl.get_mut().take());
         }
     }
 }
@@ -586,7 +606,6 @@ impl Remote {
     fn new(py: Python<'_>, url: &str, options: &str) -> PyResult<Remote> {
         let parsed = parse(options)?;
         let hdf5_only = [
-            ("metadata_prefetch", !parsed.metadata_prefetch()),
             ("chunk_read_ahead", !parsed.chunk_read_ahead()),
             ("stats", parsed.stats()),
         ];
@@ -598,7 +617,11 @@ impl Remote {
         // The driver's defaults, so that one table of defaults holds for both.
         let builder = driver::builder(&parsed).map_err(config_error)?;
         let file = from_python(py, || builder.open(url))?;
-        Ok(Remote::of(file))
+        Ok(Remote::new_in_process(
+            file,
+            true,
+            parsed.metadata_prefetch(),
+        ))
     }
 
     /// The file's length in bytes.
@@ -656,7 +679,7 @@ impl Remote {
         // SAFETY: the caller's promise above: `n` writable bytes at
         // `address`, which nothing else reads or writes during the call.
         let buf = unsafe { std::slice::from_raw_parts_mut(address as *mut u8, n) };
-        from_python(py, || file.read_exact_at(pos, buf))
+        from_python(py, || self.read_exact_at(&file, pos, buf))
     }
 
     /// Up to `n` bytes at `pos` (fewer only at the end of the file).
@@ -669,7 +692,7 @@ impl Remote {
             if buf.is_empty() {
                 return Ok(());
             }
-            from_python(py, || file.read_exact_at(pos, buf))
+            from_python(py, || self.read_exact_at(&file, pos, buf))
         })
     }
 
@@ -682,11 +705,18 @@ impl Remote {
             return;
         }
         let file = self.file.lock().take();
-        if let Some(file) = file.as_ref().filter(|_| self.owned) {
-            // Every clone of it: the reads in flight hold clones.
-            file.close();
-        }
+        let crawl = self.crawl.lock().take();
+        let owned = self.owned;
         py.detach(move || {
+            // The crawl first, as the driver's close does: what it has in
+            // flight for a disk cache lands there.
+            if let Some(crawl) = crawl {
+                crawl.close();
+            }
+            if let Some(file) = file.as_ref().filter(|_| owned) {
+                // Every clone of it: the reads in flight hold clones.
+                file.close();
+            }
             drop(file);
             give_memory_back();
         });

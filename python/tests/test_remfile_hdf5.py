@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import remfile_hdf5
+from conftest import Server
 
 
 def walk(f):
@@ -486,3 +487,70 @@ def test_files_of_a_batch_opened_with_other_options_open_afresh(server, files):
     assert ahead.progress["crawled"] == 1
     ahead.cancel()
     assert ahead.progress["crawled"] == 0
+
+
+def _survey(f):
+    """The root's attributes and its members' two levels down."""
+    seen = []
+
+    def attrs(obj):
+        seen.append((obj.name, sorted(obj.attrs)))
+
+    attrs(f)
+    for name in sorted(f):
+        first = f.get(name)
+        attrs(first)
+        if isinstance(first, h5py.Group):
+            for inner in sorted(first):
+                attrs(first.get(inner))
+    return seen
+
+
+@pytest.fixture(scope="module")
+def spread(tmp_path_factory):
+    """A file whose groups lie among their data, served: its metadata is
+    spread over 30 MB."""
+    root = tmp_path_factory.mktemp("spread")
+    path = os.path.join(root, "spread.h5")
+    with h5py.File(path, "w") as f:
+        f.attrs["title"] = "spread"
+        for i in range(30):
+            g = f.create_group(f"group{i:02}")
+            g.attrs["index"] = i
+            g.create_dataset("data", data=np.arange(100_000, dtype="f8") + i)
+            for j in range(3):
+                h = g.create_group(f"inner{j}")
+                h.attrs["depth"] = 2
+                h.create_dataset("values", data=np.arange(20_000, dtype="i4") * j)
+    server = Server(str(root))
+    yield server, path
+    server.close()
+
+
+def test_a_file_object_of_an_hdf5_file_has_its_metadata_crawled_as_the_driver_does(spread):
+    server, path = spread
+    with h5py.File(path, "r") as f:
+        local = _survey(f)
+    sent = {}
+    for crawl in (True, False):
+        remote = remfile_hdf5.RemoteFile(server.url("spread.h5"), metadata_prefetch=crawl)
+        # The crawl starts at open, from the superblock, with no read yet.
+        assert remote.wait_for_background_fetches(60)
+        mark = server.mark()
+        with h5py.File(remote, "r") as f:
+            assert _survey(f) == local
+        sent[crawl] = len(server.requests_since(mark))
+        remote.close()
+    # Crawled ahead, the whole survey is in the cache: no request of its
+    # own; without the crawl, HDF5's reads miss one block after another.
+    assert sent[True] == 0 and sent[False] > 10, sent
+
+
+def test_a_file_object_of_anything_else_fetches_nothing_ahead(server, files):
+    url = server.url("blob.bin")
+    mark = server.mark()
+    with remfile_hdf5.RemoteFile(url) as remote:
+        assert remote.wait_for_background_fetches(60)
+        # The open's first block and tail, sent at once; nothing after.
+        assert len(server.requests_since(mark)) == 2, server.requests_since(mark)
+        assert remote.read_at(0, 10) == open(os.path.join(files, "blob.bin"), "rb").read(10)

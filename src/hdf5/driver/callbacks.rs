@@ -335,6 +335,26 @@ const INHERITED: &str = "this remote file was opened by another process, before 
 /// How long closing a file waits for its guesses still in flight.
 const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// Ends the guesses of a file being closed. Where what they bring goes to a
+/// disk cache, for the next run, the crawl may finish first (never for
+/// longer than [`CLOSE_WAIT`], nor past the process's exit bound): a crawl
+/// cut short would leave the next run's to fetch what this one did not.
+/// Then guesses and the crawl send no further request; those still under
+/// way end on their own, or, with no disk cache, at once (wanted by nobody).
+pub(crate) fn stop_guessing(source: &Source) {
+    let to_disk = source.file.extension().has_disk_cache();
+    if to_disk {
+        source.file.wait_for_background_fetches(CLOSE_WAIT);
+    }
+    if let Some(crawler) = &source.crawler {
+        crawler.stop();
+    }
+    source.closing.close();
+    if !to_disk {
+        source.closing.cancel();
+    }
+}
+
 unsafe extern "C" fn close(file: *mut H5FD_t) -> herr_t {
     guard(-1, || {
         // SAFETY: `file` came from `open` (a Box), and HDF5 closes each file
@@ -348,23 +368,7 @@ unsafe extern "C" fn close(file: *mut H5FD_t) -> herr_t {
         // Closing waits (for guesses, for disk writes) without holding an
         // interpreter's lock.
         wait::outside(move || {
-            if let Some(crawler) = &file.reader.crawler {
-                crawler.stop();
-            }
-            // Guesses and the crawl send no further request. Those in
-            // flight are stopped, unless what they bring goes to a disk
-            // cache, for the next run: then the close waits for them (never
-            // past the process's exit bound).
-            file.reader.closing.close();
-            if file.reader.file.extension().has_disk_cache() {
-                // What they bring is wanted on disk: those still under way
-                // after the wait end on their own (no new request), unless
-                // the process is ending (then every wait is stopped).
-                file.reader.file.wait_for_background_fetches(CLOSE_WAIT);
-            } else {
-                // Wanted by nobody now.
-                file.reader.closing.cancel();
-            }
+            stop_guessing(&file.reader);
             drop(file);
         });
         if let Some(host) = wait::host() {
@@ -621,7 +625,7 @@ unsafe extern "C" fn read(
 /// ([`spans::exact_slack`]) rather than in whole blocks: scattered metadata
 /// would cost a block each. A failure costs nothing here: the read that
 /// follows reads blocks and meets it.
-fn fetch_exactly_where_bytes_are_dear(source: &Source, wanted: std::ops::Range<u64>) {
+pub(crate) fn fetch_exactly_where_bytes_are_dear(source: &Source, wanted: std::ops::Range<u64>) {
     let link = source.file.extension().guess_link_estimate();
     if !spans::bytes_are_dear(link) {
         return;
@@ -663,7 +667,7 @@ fn note_a_missing_signature(source: &Source, first: &[u8]) {
 /// Hands the metadata HDF5 just read (if the prefetch is on) to the
 /// prefetch, whose crawl then fetches what it points to. Never waits for
 /// the network.
-fn look_ahead(source: &Source, mem: MemType, addr: haddr_t, bytes: &[u8], missed: bool) {
+pub(crate) fn look_ahead(source: &Source, mem: MemType, addr: haddr_t, bytes: &[u8], missed: bool) {
     let Some(prefetch) = &source.prefetch else {
         return;
     };

@@ -15,6 +15,7 @@ pub(crate) mod chunk_ahead;
 pub mod config;
 mod crawl;
 pub(crate) mod ffi;
+pub mod file_object;
 #[cfg(all(test, feature = "hdf5"))]
 mod foresight;
 #[cfg(all(feature = "vfd", unix))]
@@ -30,6 +31,7 @@ pub(crate) use api::ErrorIds;
 pub use api::{HostApi, install};
 pub use callbacks::{class_for, errno_of};
 pub use ffi::{herr_t, hid_t};
+pub use file_object::FileObjectCrawl;
 pub use prefetch::PrefetchStats;
 pub use report::print_reports_with;
 pub use source::{Counters, builder, check, counters_of_handle, remote_of_handle};
