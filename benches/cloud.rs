@@ -48,18 +48,59 @@
 //! cargo bench --features hdf5 --bench cloud -- survey
 //! ```
 //!
-//! runs the survey of a dataset (`benches/survey.py`): every file of the
-//! corpus, written small under `target/bench-data/survey`, served from one
-//! server at 30 ms per request and per new connection (and at 25 MB/s per
-//! connection), opened in one Python process after the other, the root's
-//! attributes and its members' two levels down read, closed; by the
-//! package's driver and file object, fsspec with one shared filesystem,
-//! Python remfile and the local disk, two runs each in a fresh process
-//! (`REMFILE_BENCH_PYTHON` names the interpreter, for the corpus too).
-//! `REMFILE_BENCH_SURVEY=full` surveys the corpus's full-size files
-//! instead (those of `-- corpus`), where one session's metadata is spread
-//! over hundreds of MB; `REMFILE_BENCH_READERS` (comma-separated) runs
-//! only the readers it names.
+//! runs the survey of a dataset (`benches/survey.py`): many files served by
+//! one server process, opened in one Python process after the other, the
+//! root's attributes and its members' two levels down read, closed. Two
+//! tables (`REMFILE_BENCH_SURVEY_SET`: `corpus`, `36`, or `all`, the
+//! default):
+//!
+//! - the corpus: every file of it, one per writer, written small under
+//!   `target/bench-data/survey`; at 30 ms per request and per new
+//!   connection, then with 25 MB/s per connection too;
+//! - 36 files: six kinds (`nwb_deep.nwb`, `nwb_ophys.nwb`,
+//!   `nwb_icephys.nwb`, `netcdf4.nc`, `anndata.h5ad`,
+//!   `h5py_track_order_v110.h5`) under six names each (`nwb_deep-1.nwb` …,
+//!   hard links to the corpus's files in `target/bench-data/survey36-SIZE`;
+//!   the server keeps one copy of each in memory); at 30 ms per request and
+//!   per new connection with no cap, then with 12.5 MB/s and 125 MB/s
+//!   shared by all connections (one link whose bytes the connections take
+//!   in turn).
+//!
+//! The readers: `local` (h5py on the local copies), `local-count` (h5py on
+//! a Python file object over the local copies that records every read),
+//! `wheel` (the package's `driver="remfile"`), `wheel-prefetch` (the same
+//! after `remfile_hdf5.prefetch_files` of every file), `wheel-fileobj` (its
+//! `RemoteFile` under h5py), `fsspec` (one HTTP filesystem, 1 MiB block
+//! cache) and `remfile-py` (Python remfile); each `REMFILE_BENCH_REPEAT`
+//! times (2 by default), each run in a fresh process and a row of its own.
+//! Before a table, `local-count` measures what HDF5 itself reads of the
+//! files: the size of the union of the byte ranges it read, in all and by
+//! kind. The columns: `files`; `wall ms` and `cpu ms`, of the reader's
+//! process over all files; `reqs`, `rounds` and `conns`, the requests, round
+//! trips (requests sent before any answer of the round came back belong to
+//! it) and new connections the server saw; `MB`, the bytes the server sent
+//! (a body cut short counts what was written before the reader hung up);
+//! `/hdf5`, `MB` over the bytes HDF5 reads of the local copies; `x fsspec`,
+//! the wall time over fsspec's fastest run on the same server; and a digest
+//! of the values read, which every reader must share (` (differs)` marks
+//! one that does not). Under each server's rows, each remote reader's first
+//! run by kind of file: MB fetched, requests, and the ratio to HDF5's bytes
+//! of that kind.
+//!
+//! `REMFILE_BENCH_PYTHON` names the interpreter (for the corpus too; by
+//! default the one in `target/peers-venv`); the data and environments live
+//! in Cargo's target directory (`CARGO_TARGET_DIR` if set).
+//! `REMFILE_BENCH_SURVEY=full` surveys the corpus's full-size files instead
+//! (those of `-- corpus`, a few hundred MB each), where one file's metadata
+//! is spread over hundreds of MB; `REMFILE_BENCH_READERS` (comma-separated)
+//! runs only the readers it names; `REMFILE_BENCH_LOG=1` prints the server's
+//! log (each request's connection, range, bytes, times and path) after each
+//! server's rows. For example:
+//!
+//! ```text
+//! REMFILE_BENCH_SURVEY_SET=36 REMFILE_BENCH_READERS=local-count,wheel,fsspec \
+//!     cargo bench --features hdf5 --bench cloud -- survey
+//! ```
 
 #[path = "support/cloud_server.rs"]
 mod cloud_server;
@@ -162,7 +203,7 @@ fn main() {
 /// without that environment.
 fn pynwb_file(name: &str, gzip: Option<u8>) -> Option<PathBuf> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let path = root.join("target/bench-data").join(name);
+    let path = target_dir().join("bench-data").join(name);
     if path.exists() {
         return Some(path);
     }
@@ -207,7 +248,7 @@ fn latest_format(source: &Path, name: &str) -> Option<PathBuf> {
 }
 
 fn data_file(name: &str, deflate: Option<u8>) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench-data");
+    let dir = target_dir().join("bench-data");
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(name);
     if !path.exists() {
@@ -803,8 +844,7 @@ static SERVER_BASE: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(Non
 
 /// The other readers, by `benches/peers.py`, if `benches/setup-peers.sh` ran.
 fn peers(label: &str, file: &Path, url: &str) {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let venv = root.join("target/peers-venv/bin/python");
+    let venv = target_dir().join("peers-venv/bin/python");
     if !venv.exists() {
         println!("{label:<32} peers: run benches/setup-peers.sh first");
         return;
@@ -899,12 +939,23 @@ struct ServerProcess {
 }
 
 impl ServerProcess {
+    /// Serves `file` (or every file of a directory) at `delay_ms` per
+    /// request and per new connection, `cap` bytes per second per
+    /// connection if capped.
     fn start(file: &Path, delay_ms: u64, cap: Option<f64>) -> ServerProcess {
-        let spec = format!(
-            "{}|{delay_ms}|{}",
-            file.display(),
-            cap.map_or(String::from("-"), |c| c.to_string())
-        );
+        ServerProcess::start_capped(file, delay_ms, cap, None)
+    }
+
+    /// The same, with `total` bytes per second shared by all connections
+    /// too, if capped.
+    fn start_capped(
+        file: &Path,
+        delay_ms: u64,
+        cap: Option<f64>,
+        total: Option<f64>,
+    ) -> ServerProcess {
+        let bps = |c: Option<f64>| c.map_or(String::from("-"), |c| c.to_string());
+        let spec = format!("{}|{delay_ms}|{}|{}", file.display(), bps(cap), bps(total));
         let mut child = Command::new(std::env::current_exe().unwrap())
             .env("REMFILE_BENCH_SERVE", spec)
             .stdout(Stdio::piped())
@@ -915,7 +966,10 @@ impl ServerProcess {
             .read_line(&mut line)
             .unwrap();
         let url = line.trim().to_owned();
-        *SERVER_BASE.lock().unwrap() = url.strip_suffix("/data.nwb").map(str::to_owned);
+        *SERVER_BASE.lock().unwrap() = url
+            .strip_suffix("/data.nwb")
+            .or(url.strip_suffix('/'))
+            .map(str::to_owned);
         ServerProcess { child, url }
     }
 }
@@ -928,26 +982,39 @@ impl Drop for ServerProcess {
 }
 
 /// The child's side: serve the file, print the URL, run until killed.
+///
+/// The spec is `PATH|DELAY_MS|CAP|TOTAL`: the file or directory, the delay
+/// per request and per new connection, and the bytes per second per
+/// connection and shared by all of them, `-` where uncapped (`TOTAL` may be
+/// left out).
 fn serve(spec: &str) {
+    use std::os::unix::fs::MetadataExt;
     let mut parts = spec.split('|');
     let path = parts.next().unwrap();
     let delay: u64 = parts.next().unwrap().parse().unwrap();
     let cap = parts.next().unwrap().parse::<f64>().ok();
+    let total = parts.next().and_then(|t| t.parse::<f64>().ok());
     let shape = Shape {
         request_delay: Duration::from_millis(delay),
         connect_delay: Duration::from_millis(delay),
         per_connection_bps: cap,
-        total_bps: None,
+        total_bps: total,
     };
     let _server = if Path::new(path).is_dir() {
-        // Every file of the directory, at /NAME.
+        // Every file of the directory, at /NAME; hard links of one file
+        // (the 36-file survey's) share one copy in memory.
+        let mut read: std::collections::HashMap<(u64, u64), Arc<Vec<u8>>> = Default::default();
         let files = std::fs::read_dir(path)
             .unwrap()
             .flatten()
             .filter(|e| e.path().is_file())
             .map(|e| {
                 let name = format!("/{}", e.file_name().to_string_lossy());
-                (name, Arc::new(std::fs::read(e.path()).unwrap()))
+                let meta = std::fs::metadata(e.path()).unwrap();
+                let data = read
+                    .entry((meta.dev(), meta.ino()))
+                    .or_insert_with(|| Arc::new(std::fs::read(e.path()).unwrap()));
+                (name, data.clone())
             })
             .collect();
         let server = CloudServer::start_files(files, shape);
@@ -963,70 +1030,306 @@ fn serve(spec: &str) {
     }
 }
 
-/// The survey table: every reader on the small corpus, one process each run.
+/// The survey tables (`REMFILE_BENCH_SURVEY_SET`: `corpus`, `36` or `all`,
+/// the default): the corpus, one file per writer, and 36 files of six
+/// kinds; every reader, one process each run.
 fn survey() {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let full = std::env::var("REMFILE_BENCH_SURVEY").is_ok_and(|v| v == "full");
     let (dir, size) = if full {
-        (root.join("target/bench-data/corpus"), "full")
+        (target_dir().join("bench-data/corpus"), "full")
     } else {
-        (root.join("target/bench-data/survey"), "small")
+        (target_dir().join("bench-data/survey"), "small")
     };
     let Some(python) = python_with_corpus("survey", &dir, size) else {
         return;
     };
-    println!(
-        "{:<16} {:<14} {:>5} {:>8} {:>7} {:>5} {:>6} {:>6} {:>7}  digest",
-        "server", "reader", "files", "wall ms", "cpu ms", "reqs", "rounds", "conns", "MB"
-    );
-    for (label, cap) in [("30 ms", None), ("30 ms, 25 MB/s", Some(25e6))] {
-        let server = ServerProcess::start(&dir, 30, cap);
-        let base = server.url.trim_end_matches('/');
-        for reader in [
-            "local",
-            "wheel",
-            "wheel-prefetch",
-            "wheel-fileobj",
-            "fsspec",
-            "remfile-py",
-        ] {
-            if std::env::var("REMFILE_BENCH_READERS")
-                .is_ok_and(|only| !only.split(',').any(|r| r == reader))
-            {
-                continue;
-            }
-            for _ in 0..2 {
-                let out = Command::new(&python)
-                    .arg(root.join("benches/survey.py"))
-                    .args([base, dir.to_str().unwrap(), reader])
-                    .output();
-                let Ok(out) = out else {
-                    println!("{label:<16} {reader:<14} cannot run {}", python.display());
-                    continue;
-                };
-                let line = String::from_utf8_lossy(&out.stdout);
-                print_survey_line(label, line.trim());
+    let set = std::env::var("REMFILE_BENCH_SURVEY_SET").unwrap_or_else(|_| "all".into());
+    if !["corpus", "36", "all"].contains(&set.as_str()) {
+        println!("survey: REMFILE_BENCH_SURVEY_SET is corpus, 36 or all, not {set:?}");
+        return;
+    }
+    if set != "36" {
+        survey_table(
+            &python,
+            &format!("the {size} corpus"),
+            &dir,
+            &[
+                ("30 ms", None, None),
+                ("30 ms, 25 MB/s per conn", Some(25e6), None),
+            ],
+        );
+    }
+    if set != "corpus" {
+        let Some(many) = survey36_dir(&dir, size) else {
+            return;
+        };
+        survey_table(
+            &python,
+            &format!("36 files of the {size} corpus"),
+            &many,
+            &[
+                ("30 ms", None, None),
+                ("30 ms, 12.5 MB/s shared", None, Some(12.5e6)),
+                ("30 ms, 125 MB/s shared", None, Some(125e6)),
+            ],
+        );
+    }
+}
+
+/// The 36-file survey's kinds, each under six names.
+const SURVEY36_KINDS: [&str; 6] = [
+    "nwb_deep.nwb",
+    "nwb_ophys.nwb",
+    "nwb_icephys.nwb",
+    "netcdf4.nc",
+    "anndata.h5ad",
+    "h5py_track_order_v110.h5",
+];
+
+/// `bench-data/survey36-SIZE` under the target directory: hard links
+/// `KIND-1.EXT` to `KIND-6.EXT` of each of [`SURVEY36_KINDS`] in `corpus`,
+/// remade where a corpus file was rewritten.
+fn survey36_dir(corpus: &Path, size: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let dir = target_dir().join(format!("bench-data/survey36-{size}"));
+    let made = (|| -> std::io::Result<()> {
+        std::fs::create_dir_all(&dir)?;
+        for kind in SURVEY36_KINDS {
+            let source = corpus.join(kind);
+            let meta = std::fs::metadata(&source)?;
+            let (stem, ext) = kind.rsplit_once('.').unwrap();
+            for i in 1..=6 {
+                let link = dir.join(format!("{stem}-{i}.{ext}"));
+                match std::fs::metadata(&link) {
+                    Ok(m) if (m.dev(), m.ino()) == (meta.dev(), meta.ino()) => continue,
+                    Ok(_) => std::fs::remove_file(&link)?,
+                    Err(_) => {}
+                }
+                std::fs::hard_link(&source, &link)?;
             }
         }
+        Ok(())
+    })();
+    match made {
+        Ok(()) => Some(dir),
+        Err(e) => {
+            println!(
+                "survey: cannot link the 36 files into {}: {e}",
+                dir.display()
+            );
+            None
+        }
     }
+}
+
+/// The survey's readers (`REMFILE_BENCH_READERS`, comma-separated, runs
+/// only those it names).
+const SURVEY_READERS: [&str; 7] = [
+    "local",
+    "local-count",
+    "wheel",
+    "wheel-prefetch",
+    "wheel-fileobj",
+    "fsspec",
+    "remfile-py",
+];
+
+/// One survey table: the files of `dir` served by one server per shape
+/// (label, bytes per second per connection, shared by all), every reader
+/// `REMFILE_BENCH_REPEAT` times (2 by default), each run a row.
+fn survey_table(
+    python: &Path,
+    title: &str,
+    dir: &Path,
+    shapes: &[(&str, Option<f64>, Option<f64>)],
+) {
+    let readers: Vec<&str> = SURVEY_READERS
+        .into_iter()
+        .filter(|reader| {
+            std::env::var("REMFILE_BENCH_READERS")
+                .map_or(true, |only| only.split(',').any(|r| r == *reader))
+        })
+        .collect();
+    let runs = std::env::var("REMFILE_BENCH_REPEAT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2);
+    // What HDF5 itself reads of the local copies, for the ratio column.
+    let counted = run_survey(python, "http://127.0.0.1:9", dir, "local-count");
+    let hdf5_bytes = survey_field(&counted, "hdf5_bytes").and_then(|v| v.parse::<f64>().ok());
+    let reference = survey_field(&counted, "digest").unwrap_or_default();
+    let hdf5_kinds = by_kind(
+        survey_field(&counted, "hdf5_by_file")
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|pair| {
+                let (name, bytes) = pair.rsplit_once(':')?;
+                Some((name.to_owned(), bytes.parse().ok()?, 0))
+            }),
+    );
+    println!();
+    match hdf5_bytes {
+        Some(bytes) => println!(
+            "Survey of {title}: {} files; HDF5 reads {:.2} MB of them in {} reads (local-count)",
+            survey_field(&counted, "files").unwrap_or_default(),
+            bytes / 1e6,
+            survey_field(&counted, "hdf5_reads").unwrap_or_default()
+        ),
+        None => println!("Survey of {title}: local-count failed: {counted}"),
+    }
+    println!(
+        "    HDF5's MB by kind: {}",
+        hdf5_kinds
+            .iter()
+            .map(|(kind, bytes, _)| format!("{kind} {:.3}", *bytes as f64 / 1e6))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!(
+        "{:<24} {:<14} {:>5} {:>8} {:>7} {:>5} {:>6} {:>5} {:>8} {:>7} {:>8}  digest",
+        "server",
+        "reader",
+        "files",
+        "wall ms",
+        "cpu ms",
+        "reqs",
+        "rounds",
+        "conns",
+        "MB",
+        "/hdf5",
+        "x fsspec"
+    );
+    for &(label, cap, total) in shapes {
+        let server = ServerProcess::start_capped(dir, 30, cap, total);
+        let base = server.url.trim_end_matches('/').to_owned();
+        let mut lines: Vec<String> = Vec::new();
+        let mut notes: Vec<String> = Vec::new();
+        for &reader in &readers {
+            for run in 0..runs {
+                let mark = get_text(&format!("{base}/__log")).lines().count();
+                lines.push(run_survey(python, &base, dir, reader));
+                if run == 0 && !reader.starts_with("local") {
+                    notes.push(fetched_by_kind(reader, &base, mark, &hdf5_kinds));
+                }
+            }
+        }
+        let fsspec = lines
+            .iter()
+            .filter(|l| survey_field(l, "reader").as_deref() == Some("fsspec"))
+            .filter_map(|l| survey_field(l, "wall")?.parse::<f64>().ok())
+            .reduce(f64::min);
+        for line in &lines {
+            print_survey_line(label, line, hdf5_bytes, fsspec, &reference);
+        }
+        for text in notes {
+            println!("    {text}");
+        }
+        if std::env::var_os("REMFILE_BENCH_LOG").is_some() {
+            print!("{}", get_text(&format!("{base}/__log")));
+        }
+    }
+}
+
+/// One run of `benches/survey.py`: its JSON line, or what went wrong.
+fn run_survey(python: &Path, base: &str, dir: &Path, reader: &str) -> String {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/survey.py");
+    match Command::new(python)
+        .arg(script)
+        .args([base, dir.to_str().unwrap(), reader])
+        .output()
+    {
+        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+        Ok(out) => format!(
+            "{{\"reader\": \"{reader}\", \"error\": {:?}}}",
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .last()
+                .unwrap_or("failed")
+        ),
+        Err(e) => format!(
+            "{{\"reader\": \"{reader}\", \"error\": \"cannot run {}: {e}\"}}",
+            python.display()
+        ),
+    }
+}
+
+/// The kind of a served file: its name without the extension and without
+/// the 36-file survey's `-N`.
+fn file_kind(name: &str) -> String {
+    let name = name.trim_start_matches('/');
+    let stem = name.rsplit_once('.').map_or(name, |(stem, _)| stem);
+    match stem.rsplit_once('-') {
+        Some((kind, n)) if n.bytes().all(|b| b.is_ascii_digit()) => kind.to_owned(),
+        _ => stem.to_owned(),
+    }
+}
+
+/// (name, bytes, requests) summed by [`file_kind`], in the order first seen.
+fn by_kind(items: impl Iterator<Item = (String, u64, u64)>) -> Vec<(String, u64, u64)> {
+    let mut kinds: Vec<(String, u64, u64)> = Vec::new();
+    for (name, bytes, requests) in items {
+        let kind = file_kind(&name);
+        match kinds.iter_mut().find(|k| k.0 == kind) {
+            Some(k) => {
+                k.1 += bytes;
+                k.2 += requests;
+            }
+            None => kinds.push((kind, bytes, requests)),
+        }
+    }
+    kinds
+}
+
+/// What `reader` fetched of each kind of file, from the server's log since
+/// line `mark`: MB, requests and the ratio to HDF5's bytes of that kind.
+fn fetched_by_kind(reader: &str, base: &str, mark: usize, hdf5: &[(String, u64, u64)]) -> String {
+    let log = get_text(&format!("{base}/__log"));
+    let fetched = by_kind(log.lines().skip(mark).filter_map(|line| {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let sent = words.iter().position(|w| *w == "B")?.checked_sub(1)?;
+        Some(((*words.last()?).to_owned(), words[sent].parse().ok()?, 1))
+    }));
+    let cells: Vec<String> = fetched
+        .iter()
+        .map(|(kind, bytes, requests)| {
+            let ratio = hdf5
+                .iter()
+                .find(|h| &h.0 == kind && h.1 > 0)
+                .map_or(String::new(), |h| {
+                    format!(" {:.1}x", *bytes as f64 / h.1 as f64)
+                });
+            format!("{kind} {:.2} MB/{requests}{ratio}", *bytes as f64 / 1e6)
+        })
+        .collect();
+    format!(
+        "{reader:<14} by kind (MB/reqs, x HDF5's): {}",
+        cells.join(", ")
+    )
 }
 
 /// The Python of the benchmark's readers and writers: `REMFILE_BENCH_PYTHON`,
 /// or the environment `benches/setup-peers.sh` made (or CI's).
 fn bench_python() -> Option<PathBuf> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     std::env::var_os("REMFILE_BENCH_PYTHON")
         .map(PathBuf::from)
         .into_iter()
         .chain(
-            [
-                "target/peers-venv/bin/python",
-                "target/plugin-venv/bin/python",
-            ]
-            .iter()
-            .map(|p| root.join(p)),
+            ["peers-venv/bin/python", "plugin-venv/bin/python"]
+                .iter()
+                .map(|p| target_dir().join(p)),
         )
         .find(|p| p.exists())
+}
+
+/// Cargo's target directory: `CARGO_TARGET_DIR` if set (relative to the
+/// package), else the package's `target`. The benchmark's data and Python
+/// environments live under it.
+fn target_dir() -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) if !dir.is_empty() => root.join(dir),
+        _ => root.join("target"),
+    }
 }
 
 /// The Python of the benchmark's readers ([`bench_python`]), once `benches/corpus.py`
@@ -1059,15 +1362,37 @@ fn survey_field(line: &str, key: &str) -> Option<String> {
     Some(rest[..end].trim_matches('"').to_owned())
 }
 
-fn print_survey_line(label: &str, line: &str) {
+/// One JSON line of survey.py as a table row: `hdf5` the bytes HDF5 read
+/// of the local copies (the ratio column), `fsspec` fsspec's fastest wall
+/// time on the same server (the last column), `reference` the digest every
+/// reader must give.
+fn print_survey_line(
+    label: &str,
+    line: &str,
+    hdf5: Option<f64>,
+    fsspec: Option<f64>,
+    reference: &str,
+) {
     let f = |k| survey_field(line, k).unwrap_or_default();
     let num = |k| f(k).parse::<f64>().unwrap_or(f64::NAN);
     if line.is_empty() || line.contains("\"error\"") {
-        println!("{label:<16} {line}");
+        println!("{label:<24} {line}");
         return;
     }
+    let remote = !f("reader").starts_with("local");
+    let ratio = match hdf5 {
+        Some(hdf5) if remote && hdf5 > 0.0 => format!("{:.1}", num("bytes") / hdf5),
+        _ => "-".into(),
+    };
+    let versus = fsspec.map_or("-".into(), |w| format!("{:.2}", num("wall") / w));
+    let digest = f("digest");
+    let differs = if digest == reference {
+        ""
+    } else {
+        " (differs)"
+    };
     println!(
-        "{label:<16} {:<14} {:>5} {:>8.0} {:>7.0} {:>5} {:>6} {:>6} {:>7.1}  {}",
+        "{label:<24} {:<14} {:>5} {:>8.0} {:>7.0} {:>5} {:>6} {:>5} {:>8.2} {:>7} {:>8}  {digest}{differs}",
         f("reader"),
         f("files"),
         num("wall") * 1e3,
@@ -1076,7 +1401,8 @@ fn print_survey_line(label: &str, line: &str) {
         f("rounds"),
         f("connections"),
         num("bytes") / 1e6,
-        f("digest")
+        ratio,
+        versus,
     );
 }
 
@@ -1086,8 +1412,7 @@ const LATEST_NWB: &str = "nwb_deep_latest.nwb";
 /// The corpus table: every file, workload and reader, at 30 ms per request
 /// and at 25 MB/s per connection too.
 fn corpus() {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let dir = root.join("target/bench-data/corpus");
+    let dir = target_dir().join("bench-data/corpus");
     let Some(python) = python_with_corpus("corpus", &dir, "full") else {
         return;
     };

@@ -28,6 +28,12 @@ pytables.h5      PyTables: CLASS/VERSION/TITLE attributes, compound Table,
                  EArray, CArray, VLArray; zlib rather than blosc, so that any
                  reader can decode every chunk.
 h5netcdf.nc      h5netcdf: netCDF4 conventions written by h5py, a group, gzip.
+anndata.h5ad     anndata's write_h5ad: obs and var DataFrames (string index,
+                 categorical, bool, int and float columns), X a CSR sparse
+                 matrix (data, indices, indptr), a dense float32 layer, obsm
+                 embeddings, uns with nested dicts, string arrays and
+                 scalars; every element tagged with encoding-type and
+                 encoding-version attributes.
 
 --size small keeps each file within a few MB and the same object tree (only
 icephys has fewer sweeps); --size full makes files of a few hundred MB. Seeds,
@@ -452,6 +458,52 @@ def h5netcdf_file(path, size):
             var.attrs["long_name"] = f"band {name}"
 
 
+def anndata_file(path, size):
+    import anndata
+    import pandas as pd
+    import scipy.sparse
+
+    # full: a 200 MB dense layer beside a CSR X of 5 M stored values.
+    n_obs, n_vars, density = (50_000, 1_000, 0.1) if size == "full" else (1_000, 500, 0.1)
+    rng = np.random.default_rng(12)
+    cell_types = ["B cell", "T cell", "NK cell", "monocyte", "dendritic cell", "platelet"]
+    obs = pd.DataFrame(
+        {
+            "cell_type": pd.Categorical(rng.choice(cell_types, n_obs), categories=cell_types),
+            "batch": pd.Categorical([f"batch{i % 4}" for i in range(n_obs)]),
+            "n_counts": rng.integers(500, 20_000, n_obs).astype(np.int64),
+            "percent_mito": rng.uniform(0, 0.2, n_obs).astype(np.float32),
+            "is_doublet": rng.uniform(0, 1, n_obs) < 0.05,
+        },
+        index=[f"cell_{i:06}" for i in range(n_obs)],
+    )
+    var = pd.DataFrame(
+        {
+            "gene_symbol": [f"GENE{i}" for i in range(n_vars)],
+            "feature_type": pd.Categorical(np.where(np.arange(n_vars) % 50 == 0, "spike-in", "gene")),
+            "highly_variable": np.arange(n_vars) % 7 == 0,
+            "mean_expression": rng.uniform(0, 5, n_vars),
+        },
+        index=[f"ENSG{i:011}" for i in range(n_vars)],
+    )
+    x = scipy.sparse.random(n_obs, n_vars, density=density, format="csr", dtype=np.float32, random_state=rng)
+    x.data[:] = np.floor(x.data * 20) + 1  # counts
+    scaled = signal(0, n_obs, n_vars, seed=12, noise_bits=8).astype(np.float32) / np.float32(4096)
+    adata = anndata.AnnData(X=x, obs=obs, var=var, layers={"scaled": scaled})
+    adata.obsm["X_pca"] = signal(0, n_obs, 50, seed=13).astype(np.float32) / np.float32(512)
+    adata.obsm["X_umap"] = rng.uniform(-10, 10, (n_obs, 2)).astype(np.float32)
+    adata.varm["PCs"] = rng.normal(size=(n_vars, 50)).astype(np.float32)
+    adata.uns["cell_type_colors"] = np.array(["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"])
+    adata.uns["neighbors"] = {"params": {"n_neighbors": 15, "method": "umap", "metric": "euclidean",
+                                         "random_state": 0}, "connectivities_key": "connectivities"}
+    adata.uns["pca"] = {"params": {"zero_center": True, "use_highly_variable": True},
+                        "variance_ratio": rng.uniform(0, 0.1, 50), "variance": rng.uniform(0, 10, 50)}
+    adata.uns["pipeline"] = {"name": "corpus", "version": "1.0",
+                             "steps": {"qc": {"min_genes": 200, "max_mito": 0.2}, "normalize": {"target_sum": 1e4},
+                                       "log1p": {"base": "e"}}}
+    adata.write_h5ad(path)
+
+
 WRITERS = {
     "nwb_deep.nwb": nwb_deep,
     "nwb_ophys.nwb": nwb_ophys,
@@ -462,6 +514,7 @@ WRITERS = {
     "h5py_gzip.h5": h5py_gzip,
     "pytables.h5": pytables,
     "h5netcdf.nc": h5netcdf_file,
+    "anndata.h5ad": anndata_file,
 }
 
 

@@ -10,7 +10,7 @@ use std::io::{BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::ops::Range;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -27,14 +27,18 @@ pub struct Shape {
     pub connect_delay: Duration,
     /// Bytes per second for each connection, if capped.
     pub per_connection_bps: Option<f64>,
-    /// Bytes per second for all connections together, if capped.
+    /// Bytes per second for all connections together, if capped: one link
+    /// they share, the bytes of each sent in turn (an idle link saves no
+    /// time for later).
     pub total_bps: Option<f64>,
 }
 
 /// One request as served.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Logged {
     pub conn: usize,
+    /// The path asked for.
+    pub path: Arc<str>,
     pub first: u64,
     pub last: u64,
     /// Body bytes actually sent (a client may hang up early).
@@ -72,7 +76,8 @@ struct Link {
     shape: Shape,
     log: Mutex<Vec<Logged>>,
     connections: AtomicUsize,
-    total_sent: AtomicU64,
+    /// When the shared link (`Shape::total_bps`) is free for the next bytes.
+    link_free: Mutex<Instant>,
     started: Instant,
 }
 
@@ -97,7 +102,7 @@ impl CloudServer {
             shape,
             log: Mutex::new(Vec::new()),
             connections: AtomicUsize::new(0),
-            total_sent: AtomicU64::new(0),
+            link_free: Mutex::new(Instant::now()),
             started: Instant::now(),
         });
         let accepting = link.clone();
@@ -167,13 +172,14 @@ fn log_page(link: &Link) -> String {
         .iter()
         .map(|l| {
             format!(
-                "conn {:>2}  {:>10}-{:<10} {:>9} B  {:>7.1}..{:>7.1} ms\n",
+                "conn {:>2}  {:>10}-{:<10} {:>9} B  {:>7.1}..{:>7.1} ms  {}\n",
                 l.conn,
                 l.first,
                 l.last,
                 l.sent,
                 l.arrived.as_secs_f64() * 1e3,
-                l.done.as_secs_f64() * 1e3
+                l.done.as_secs_f64() * 1e3,
+                l.path
             )
         })
         .collect()
@@ -213,6 +219,7 @@ fn answer(out: &mut TcpStream, req: &Req, link: &Link, arrived: Duration) -> boo
     if let Some(reply) = bodiless {
         link.log.lock().push(Logged {
             conn: req.conn,
+            path: req.path.as_str().into(),
             first: 0,
             last: 0,
             sent: 0,
@@ -243,7 +250,7 @@ fn answer(out: &mut TcpStream, req: &Req, link: &Link, arrived: Duration) -> boo
         out,
         &data[bytes.start as usize..bytes.end as usize],
         &bytes,
-        req.conn,
+        req,
         link,
         arrived,
     )
@@ -258,7 +265,7 @@ fn send_body(
     out: &mut TcpStream,
     body: &[u8],
     bytes: &Range<u64>,
-    conn: usize,
+    req: &Req,
     link: &Link,
     arrived: Duration,
 ) -> bool {
@@ -267,7 +274,8 @@ fn send_body(
     let at = {
         let mut log = link.log.lock();
         log.push(Logged {
-            conn,
+            conn: req.conn,
+            path: req.path.as_str().into(),
             first: bytes.start,
             last: bytes.end.saturating_sub(1),
             sent: 0,
@@ -286,11 +294,7 @@ fn send_body(
             log[at].done = link.started.elapsed();
         }
         sent += piece.len() as u64;
-        let all = link
-            .total_sent
-            .fetch_add(piece.len() as u64, Ordering::Relaxed)
-            + piece.len() as u64;
-        let wait = pace(&link.shape, sent, conn_start, all, link.started);
+        let wait = pace(link, piece.len() as u64, sent, conn_start);
         if !wait.is_zero() {
             std::thread::sleep(wait);
         }
@@ -298,18 +302,24 @@ fn send_body(
     true
 }
 
-/// How long to wait before sending more, so that `sent` bytes on this
-/// connection (since `conn_start`) and `all` bytes on all of them (since
-/// `started`) keep under the shape's caps.
-fn pace(shape: &Shape, sent: u64, conn_start: Instant, all: u64, started: Instant) -> Duration {
+/// How long to wait after sending `piece` bytes, so that `sent` bytes on
+/// this connection (since `conn_start`) keep under the per-connection cap,
+/// and the shared link, which sends the pieces of all connections one after
+/// the other, has carried this piece.
+fn pace(link: &Link, piece: u64, sent: u64, conn_start: Instant) -> Duration {
     let mut wait = Duration::ZERO;
-    if let Some(bps) = shape.per_connection_bps {
+    if let Some(bps) = link.shape.per_connection_bps {
         let due = Duration::from_secs_f64(sent as f64 / bps);
         wait = wait.max(due.saturating_sub(conn_start.elapsed()));
     }
-    if let Some(bps) = shape.total_bps {
-        let due = Duration::from_secs_f64(all as f64 / bps);
-        wait = wait.max(due.saturating_sub(started.elapsed()));
+    if let Some(bps) = link.shape.total_bps {
+        let now = Instant::now();
+        let done = {
+            let mut free = link.link_free.lock();
+            *free = (*free).max(now) + Duration::from_secs_f64(piece as f64 / bps);
+            *free
+        };
+        wait = wait.max(done.saturating_duration_since(now));
     }
     wait
 }
