@@ -23,7 +23,9 @@
 //! The remfile phases and the floor run three times
 //! (`REMFILE_BENCH_REPEAT`); each row is the run of median wall time.
 //! `REMFILE_BENCH_LOG=1` prints the server's log of each phase's requests
-//! (connection, range, bytes, arrival and end times); `REMFILE_BENCH_ONLY`
+//! (connection, range, bytes, arrival and end times); `REMFILE_BENCH_SHAPE`
+//! runs only the survey's server shape of that label (e.g. `"30 ms, 12.5
+//! MB/s shared"`); `REMFILE_BENCH_ONLY`
 //! runs only the rows whose label contains it (e.g. `"30 ms, pynwb"`),
 //! `REMFILE_BENCH_BLOCK` sets remfile's block size in bytes, and
 //! `REMFILE_BENCH_PEERS=0` skips the other readers, `REMFILE_BENCH_ROS3=0`
@@ -1200,6 +1202,9 @@ fn survey_table(
         "x fsspec"
     );
     for &(label, cap, total) in shapes {
+        if std::env::var("REMFILE_BENCH_SHAPE").is_ok_and(|only| label != only) {
+            continue;
+        }
         let server = ServerProcess::start_capped(dir, 30, cap, total);
         let base = server.url.trim_end_matches('/').to_owned();
         let mut lines: Vec<String> = Vec::new();
@@ -1348,7 +1353,7 @@ fn python_with_corpus(what: &str, dir: &Path, size: &str) -> Option<PathBuf> {
         .status()
         .is_ok_and(|s| s.success());
     if !written {
-        println!("{what}: benches/corpus.py failed (it needs pynwb, netCDF4, tables, h5netcdf)");
+        println!("{what}: benches/corpus.py failed (it needs pynwb, netCDF4, tables, h5netcdf, anndata)");
         return None;
     }
     Some(python)

@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv target/peers-venv
-target/peers-venv/bin/pip install --quiet "remfile==0.1.*" "fsspec[http]" requests h5py pynwb
+target/peers-venv/bin/pip install --quiet "remfile==0.1.*" "fsspec[http]" requests h5py pynwb netCDF4 tables h5netcdf anndata
 # The Python package, if its wheel was built (bash .ci/run builds it).
 if ls target/wheels/remfile_hdf5-*.whl >/dev/null 2>&1; then
     target/peers-venv/bin/pip install --quiet --force-reinstall --no-deps target/wheels/remfile_hdf5-*.whl

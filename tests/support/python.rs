@@ -42,7 +42,7 @@ pub fn small_corpus() -> PathBuf {
         let out = Command::new(python)
             .arg(root.join("benches/corpus.py"))
             .arg(&dir)
-            .args(["--size", "small"])
+            .args(["--size", "small", "--only", &CORPUS.join(",")])
             .env_remove("HDF5_DRIVER")
             .output()
             .expect("run benches/corpus.py");
