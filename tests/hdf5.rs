@@ -1175,3 +1175,29 @@ fn on_a_line_whose_bytes_are_dear_a_survey_fetches_a_few_times_what_it_reads() {
         "{dear_rounds} vs {cheap_rounds}"
     );
 }
+
+#[test]
+fn a_file_object_crawl_starts_at_open_for_hdf5_files_only() {
+    use remfile::hdf5::driver::FileObjectCrawl;
+    let server = serve(spread_file());
+    let remote = h5::builder()
+        .proxy_from_env(false)
+        .open(server.url("/spread.nwb"))
+        .unwrap();
+    let crawl = FileObjectCrawl::start_if_hdf5(&remote).expect("an HDF5 file");
+    assert!(remote.wait_for_background_fetches(Duration::from_secs(20)));
+    assert!(crawl.stats().targets > 100, "{:?}", crawl.stats());
+    // Read as HDF5 reads: its metadata is all here, no request of its own.
+    let before = server.log().len();
+    let mut superblock = [0u8; 96];
+    crawl.read_exact_at(0, &mut superblock).unwrap();
+    let file = h5::open(remote.clone()).unwrap();
+    let local = h5::File::open(spread_file()).unwrap();
+    assert_eq!(survey_two_levels(&file), survey_two_levels(&local));
+    assert_eq!(server.log().len(), before, "{:?}", &server.log()[before..]);
+    drop(crawl);
+    // Anything else starts none.
+    let other = RangeServer::new(vec![7u8; 1 << 20]);
+    let blob = builder().open(other.url("/blob")).unwrap();
+    assert!(FileObjectCrawl::start_if_hdf5(&blob).is_none());
+}

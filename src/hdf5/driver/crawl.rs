@@ -192,8 +192,15 @@ pub(crate) fn wave(
         file.cache().capacity(),
         file.extension().line_sharing(),
     );
-    let allowed = prefetch.lock().allowance(budget);
-    if spans::bytes_are_dear(file.extension().guess_link_estimate()) {
+    let dear = spans::bytes_are_dear(file.extension().guess_link_estimate());
+    let allowed = if dear {
+        prefetch
+            .lock()
+            .allowance_with(budget, spans::DEAR_GUESSES_PER_READ)
+    } else {
+        prefetch.lock().allowance(budget)
+    };
+    if dear {
         // A chunk index's nodes are read by what reads a dataset's data
         // (or asks for its storage), not by what walks the groups: where
         // bytes are dear they wait behind the groups' structures.
@@ -208,9 +215,16 @@ pub(crate) fn wave(
     if missing.is_empty() {
         return false;
     }
+    // Where bytes are dear, only the gaps within a writer's cluster of
+    // metadata are filled: the rest of a gap is most often raw data.
+    let gap = if dear {
+        spans::DEAR_GAP
+    } else {
+        spans::gap_worth_filling(file.link_estimate())
+    };
     let plan = spans::plan_wave(
         &missing,
-        spans::gap_worth_filling(file.link_estimate()),
+        gap,
         file.extension().guess_concurrency(),
         allowed,
         file.block_size(),

@@ -427,7 +427,15 @@ impl Prefetcher {
     /// How many more bytes may be guessed now, `budget` beyond what HDF5
     /// has read ([`super::spans::guess_budget`]).
     pub fn allowance(&self, budget: u64) -> u64 {
-        (self.stats.metadata_bytes.saturating_add(budget))
+        self.allowance_with(budget, 1)
+    }
+
+    /// As [`allowance`](Self::allowance), each byte HDF5 has read allowing
+    /// `per_read` bytes of guesses: a reader that walks on through a level
+    /// of many small pieces keeps the crawl that many times its reads ahead.
+    pub fn allowance_with(&self, budget: u64, per_read: u64) -> u64 {
+        (self.stats.metadata_bytes.saturating_mul(per_read.max(1)))
+            .saturating_add(budget)
             .saturating_sub(self.stats.speculative_bytes)
     }
 

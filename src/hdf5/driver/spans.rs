@@ -392,6 +392,17 @@ const LEAST_DEAR_BUDGET: u64 = 256 << 10;
 /// take, on a link whose speed is known.
 const BUDGET_ROUNDS: u64 = 4;
 
+/// The bytes of guesses each byte of metadata HDF5 reads allows where bytes
+/// are dear, beyond the budget: a reader walking a level of many small
+/// pieces (a session's hundreds of sweeps, each header after its data)
+/// keeps the crawl that far ahead of it, so that it seldom waits.
+pub(crate) const DEAR_GUESSES_PER_READ: u64 = 64;
+
+/// The gap between two targets of a wave filled where bytes are dear: a
+/// writer's structures allocated together (a group's header, its heap and
+/// tree) lie this close; anything farther apart has raw data between.
+pub(crate) const DEAR_GAP: u64 = 16 << 10;
+
 /// The rounds of the line the guesses beyond what HDF5 has read may take
 /// where bytes are dear: enough to stay a level or two ahead of a reader.
 const DEAR_BUDGET_ROUNDS: u64 = 2;
