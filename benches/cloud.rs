@@ -1353,7 +1353,9 @@ fn python_with_corpus(what: &str, dir: &Path, size: &str) -> Option<PathBuf> {
         .status()
         .is_ok_and(|s| s.success());
     if !written {
-        println!("{what}: benches/corpus.py failed (it needs pynwb, netCDF4, tables, h5netcdf, anndata)");
+        println!(
+            "{what}: benches/corpus.py failed (it needs pynwb, netCDF4, tables, h5netcdf, anndata)"
+        );
         return None;
     }
     Some(python)
