@@ -636,7 +636,7 @@ pub(crate) fn fetch_exactly_where_bytes_are_dear(source: &Source, wanted: std::o
 }
 
 /// The first bytes of every HDF5 file without a user block.
-const SIGNATURE: &[u8; 8] = b"\x89HDF\r\n\x1a\n";
+pub(crate) const SIGNATURE: &[u8; 8] = b"\x89HDF\r\n\x1a\n";
 
 /// Leaves a note on HDF5's error stack when the file does not begin with
 /// HDF5's signature: if HDF5 then finds none further on (after a user

@@ -184,22 +184,22 @@ pub(crate) fn wave(
     // Counted among the files guessing on this line while it plans and
     // fetches: they share what the line carries.
     let _at_work = file.extension().guessing_on_line();
+    // A fast link whose bodies all come at once has no ordinary estimate,
+    // but it carries guesses at least as fast as they came.
+    let line = file.extension().guess_link_estimate();
     let budget = spans::guess_budget(
-        // A fast link whose bodies all come at once has no ordinary
-        // estimate, but it carries guesses at least as fast as they came.
-        file.extension().guess_link_estimate(),
+        line,
         file.extension().guess_concurrency(),
         file.cache().capacity(),
         file.extension().line_sharing(),
     );
-    let dear = spans::bytes_are_dear(file.extension().guess_link_estimate());
-    let allowed = if dear {
-        prefetch
-            .lock()
-            .allowance_with(budget, spans::DEAR_GUESSES_PER_READ)
+    let dear = spans::bytes_are_dear(line);
+    let per_read = if dear {
+        spans::DEAR_GUESSES_PER_READ
     } else {
-        prefetch.lock().allowance(budget)
+        1
     };
+    let allowed = prefetch.lock().allowance(budget, per_read);
     if dear {
         // A chunk index's nodes are read by what reads a dataset's data
         // (or asks for its storage), not by what walks the groups: where

@@ -12,19 +12,12 @@
 
 use std::sync::Arc;
 
-use super::callbacks::{fetch_exactly_where_bytes_are_dear, look_ahead, stop_guessing};
-use super::prefetch::{MAX_PIECE, PrefetchStats};
+use super::callbacks::{SIGNATURE, fetch_exactly_where_bytes_are_dear, look_ahead, stop_guessing};
+use super::prefetch::{MAX_PIECE, PrefetchStats, SUPERBLOCK_READ};
 use super::source::Source;
 use crate::hdf5::meta::MemType;
 use crate::hdf5::pieces;
 use crate::{RemoteFile, Result};
-
-/// The first bytes of every HDF5 file without a user block.
-const SIGNATURE: &[u8; 8] = b"\x89HDF\r\n\x1a\n";
-
-/// Reads HDF5 asks of a file object at addresses below this are the
-/// superblock's (and the root group's entry in it).
-const SUPERBLOCK_READ: u64 = 256;
 
 /// The metadata crawl of an HDF5 file read through a file object; stopped
 /// when dropped.
@@ -60,6 +53,7 @@ impl FileObjectCrawl {
         }
         file.read_exact_at(pos, buf)?;
         if small && !buf.is_empty() {
+            // HDF5 reads the superblock (with the root group's entry) first.
             let mem = if pos < SUPERBLOCK_READ {
                 MemType::Superblock
             } else {

@@ -375,7 +375,13 @@ pub(crate) fn rounds(
         if missing.is_empty() {
             return costs;
         }
-        let plan = spans::plan_wave(&missing, gap, lanes, prefetch.allowance(budget), block_size);
+        let plan = spans::plan_wave(
+            &missing,
+            gap,
+            lanes,
+            prefetch.allowance(budget, 1),
+            block_size,
+        );
         let before = have.total();
         let requests = have.fetch(&plan, block_size, len);
         let bytes = have.total() - before;

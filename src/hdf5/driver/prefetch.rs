@@ -81,7 +81,7 @@ const HELD_STEP: u64 = 8 << 10;
 
 /// The bytes of a superblock with its root group's entry (HDF5 reads up to
 /// this much of it first).
-const SUPERBLOCK_READ: u64 = 256;
+pub(crate) const SUPERBLOCK_READ: u64 = 256;
 
 /// How HDF5's read of a piece of metadata went.
 #[derive(Debug, Clone, Copy, Default)]
@@ -424,16 +424,12 @@ impl Prefetcher {
         work
     }
 
-    /// How many more bytes may be guessed now, `budget` beyond what HDF5
-    /// has read ([`super::spans::guess_budget`]).
-    pub fn allowance(&self, budget: u64) -> u64 {
-        self.allowance_with(budget, 1)
-    }
-
-    /// As [`allowance`](Self::allowance), each byte HDF5 has read allowing
-    /// `per_read` bytes of guesses: a reader that walks on through a level
-    /// of many small pieces keeps the crawl that many times its reads ahead.
-    pub fn allowance_with(&self, budget: u64, per_read: u64) -> u64 {
+    /// How many more bytes may be guessed now: `budget`
+    /// ([`super::spans::guess_budget`]) beyond what HDF5 has read, each
+    /// byte it read allowing `per_read` bytes of guesses (a reader that
+    /// walks on through a level of many small pieces keeps the crawl that
+    /// many times its reads ahead).
+    pub fn allowance(&self, budget: u64, per_read: u64) -> u64 {
         (self.stats.metadata_bytes.saturating_mul(per_read.max(1)))
             .saturating_add(budget)
             .saturating_sub(self.stats.speculative_bytes)
@@ -560,19 +556,54 @@ mod tests {
         // A symbol table node; the other lies outside the file.
         assert_eq!(next.len(), 1);
         assert_eq!(next[0].bytes, 1000..1328);
-        assert_eq!(p.allowance(SLACK), node.len() as u64 + SLACK);
+        assert_eq!(p.allowance(SLACK, 1), node.len() as u64 + SLACK);
         assert!(
             read(&mut p, MemType::BTree, 136, &node, 4096).is_empty(),
             "asked for already"
         );
         p.fetched(SLACK);
         read(&mut p, MemType::BTree, 1000, b"SNOD", 4096);
-        assert_eq!(p.allowance(SLACK), 2 * node.len() as u64 + 4);
+        assert_eq!(p.allowance(SLACK, 1), 2 * node.len() as u64 + 4);
         let s = p.stats();
         assert_eq!(
             (s.predicted_reads, s.unpredicted_reads, s.targets),
             (1, 2, 1)
         );
+    }
+
+    #[test]
+    fn a_held_crawl_goes_on_once_hdf5_has_read_a_step_more() {
+        let mut p = Prefetcher::default();
+        assert!(p.start());
+        let wave = p.take_wave();
+        assert_eq!(starts(&wave), [0]);
+        // No allowance for it: held, and the frontier keeps it.
+        p.hold(wave);
+        let mut seen = Vec::new();
+        let filler = vec![0u8; 1024];
+        // Reads short of the step do not wake the crawl; the one that
+        // completes it does, once.
+        for i in 0..(HELD_STEP / 1024) {
+            seen.push(p.on_read(
+                MemType::Other,
+                10_000 + i * 4096,
+                &filler,
+                1 << 20,
+                Seen::default(),
+            ));
+        }
+        let woken: Vec<usize> = (0..seen.len()).filter(|&i| seen[i]).collect();
+        assert_eq!(woken, [seen.len() - 1], "{seen:?}");
+        assert!(!p.on_read(MemType::Other, 90_000, &filler, 1 << 20, Seen::default()));
+        assert_eq!(
+            starts(&p.take_wave()),
+            [0],
+            "the held target is still there"
+        );
+        // Each byte read allows `per_read` bytes of guesses.
+        assert_eq!(p.allowance(100, 4), 4 * (HELD_STEP + 1024) + 100);
+        p.fetched(50);
+        assert_eq!(p.allowance(100, 1), HELD_STEP + 1024 + 50);
     }
 
     #[test]
