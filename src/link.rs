@@ -185,14 +185,17 @@ const TAIL_ROUNDS: u64 = 1;
 /// The tail an open fetches, of the `asked` bytes, on `link` shared by
 /// `sharing` files at work: where bytes are dear, at most [`TAIL_ROUNDS`]
 /// round trips' worth of the file's share of the line (and at least
-/// [`LEAST_TAIL`]); else as asked.
+/// [`LEAST_TAIL`]); on a line not measured yet, the asked bytes shared by
+/// the files opening on it (many files opened at once on an unknown line
+/// are as likely a slow one's survey as a fast one's); else as asked.
 pub(crate) fn priced_tail(asked: u64, link: Option<LinkEstimate>, sharing: u64) -> u64 {
     match link {
         Some(l) if l.bytes_are_dear() => {
             let share = l.bytes_per_round(1).saturating_mul(TAIL_ROUNDS) / sharing.max(1);
             asked.min(share.max(LEAST_TAIL))
         }
-        _ => asked,
+        None => asked.min((asked / sharing.max(1)).max(LEAST_TAIL)),
+        Some(_) => asked,
     }
 }
 
@@ -261,11 +264,14 @@ struct Samples {
     /// Recent bodies on any connection: when each began and ended, and
     /// its bytes.
     bodies: VecDeque<Body>,
-    /// What the connections carried together, at recent moments.
+    /// What the connections carried together, one sample per recent
+    /// stretch of bodies arriving together.
     line_rates: Window<f64>,
+    /// The body whose arrival made the last of `line_rates`.
+    line_sampled: Option<Body>,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Body {
     began: Instant,
     ended: Instant,
@@ -291,11 +297,15 @@ impl<T: Copy> Default for Window<T> {
 impl Samples {
     /// The shortest recent wait, which handshakes and queues inflate least,
     /// with the fastest of `rates`, which slow start slows least, and the
-    /// most the connections carried together (never less than one did).
+    /// middle of what the connections carried together (never less than one
+    /// did).
     fn estimate(&self, rates: impl Iterator<Item = f64>) -> Option<LinkEstimate> {
         let round_trip = self.waits.values().min()?;
         let rate = rates.reduce(f64::max)?;
-        let line = self.line_rates.values().fold(rate, f64::max);
+        // The middle of the recent samples of the line: one body read late
+        // from a socket's buffer makes a sample of the line seem faster
+        // than it is.
+        let line = middle(self.line_rates.values()).map_or(rate, |l| l.max(rate));
         Some(LinkEstimate {
             round_trip,
             bytes_per_second: rate as u64,
@@ -323,9 +333,25 @@ impl Samples {
         // the link's doing rather than buffers', says nothing.
         let least = self.waits.values().min().map_or(Duration::ZERO, |w| w / 2);
         if bytes >= MIN_BODY_SAMPLE && busy > least && !busy.is_zero() {
-            self.line_rates.push(bytes as f64 / busy.as_secs_f64());
+            // Bodies arriving together make one sample, the last (with
+            // most of them): a stretch of them is one moment of the line.
+            let same_stretch = self.line_sampled.is_some_and(|b| recent.contains(&b));
+            if same_stretch {
+                self.line_rates
+                    .replace_last(bytes as f64 / busy.as_secs_f64());
+            } else {
+                self.line_rates.push(bytes as f64 / busy.as_secs_f64());
+            }
+            self.line_sampled = Some(body);
         }
     }
+}
+
+/// The upper middle of `values`, if any.
+fn middle(values: impl Iterator<Item = f64>) -> Option<f64> {
+    let mut values: Vec<f64> = values.collect();
+    values.sort_unstable_by(f64::total_cmp);
+    values.get(values.len() / 2).copied()
 }
 
 /// The bytes of `bodies` and the time at least one of them was arriving.
@@ -354,6 +380,16 @@ impl<T: Copy> Window<T> {
     fn push(&mut self, value: T) {
         self.values[self.next] = Some(value);
         self.next = (self.next + 1) % WINDOW;
+    }
+
+    /// Replaces the value pushed last (pushes, if none was).
+    fn replace_last(&mut self, value: T) {
+        let last = (self.next + WINDOW - 1) % WINDOW;
+        if self.values[last].is_some() {
+            self.values[last] = Some(value);
+        } else {
+            self.push(value);
+        }
     }
 
     fn values(&self) -> impl Iterator<Item = T> + '_ {
@@ -513,9 +549,15 @@ impl LinkMeter {
             return self.estimate();
         }
         let samples = self.line.samples()?;
-        samples
-            .estimate(samples.rates.values().chain(samples.floors.values()))
-            .map(|e| e.weighed(self.weight))
+        // Many small bodies arriving together (files opening at once, each
+        // with a short tail) time the line though none times a connection.
+        let timed = samples.rates.values().next().is_some();
+        let estimate = if timed || samples.floors.values().next().is_some() {
+            samples.estimate(samples.rates.values().chain(samples.floors.values()))
+        } else {
+            samples.estimate(middle(samples.line_rates.values()).into_iter())
+        };
+        estimate.map(|e| e.weighed(self.weight))
     }
 
     /// The estimate that sizes the file's reads, from its own responses,
@@ -574,6 +616,40 @@ mod tests {
         assert_eq!(e.round_trip, 30 * MS);
         assert_eq!(e.bytes_per_second, 52_428_800);
         assert_eq!(e.bandwidth_delay_product(), 1_572_864);
+    }
+
+    #[test]
+    fn short_bodies_arriving_together_time_the_line_for_guesses() {
+        let meter = LinkMeter::new(Link::Measured);
+        meter.record_wait(30 * MS);
+        let end = Instant::now();
+        // Sixteen 64 KiB bodies over the same 400 ms: 1 MiB together.
+        for _ in 0..16 {
+            meter.record_body_ended(64 << 10, 400 * MS, Some(30 * MS), end);
+        }
+        assert_eq!(meter.estimate(), None, "no body times a connection");
+        let guess = meter.guess_estimate().unwrap();
+        assert_eq!(guess.bytes_per_second, 2_621_440);
+        assert!(guess.bytes_are_dear());
+    }
+
+    #[test]
+    fn one_stretch_read_late_from_a_buffer_does_not_speed_the_line() {
+        let meter = LinkMeter::new(Link::Measured);
+        meter.record_wait(30 * MS);
+        let t0 = Instant::now();
+        // Three stretches of four 1 MB bodies carried at 12.5 MB/s
+        // together, then one whose bodies seem to come four times as fast.
+        let mut end = t0;
+        for took in [320, 320, 320, 80] {
+            end += 1000 * MS;
+            for _ in 0..4 {
+                meter.record_body_ended(1_000_000, took * MS, Some(30 * MS), end);
+            }
+        }
+        let guess = meter.guess_estimate().unwrap();
+        assert_eq!(guess.line_bytes_per_second, Some(12_500_000));
+        assert!(guess.bytes_are_dear());
     }
 
     #[test]
@@ -712,7 +788,10 @@ mod tests {
         assert_eq!(priced_tail(4096, home, 1), 4096, "never more than asked");
         let fast = LinkMeter::new(Link::shared_line(30 * MS, 125_000_000)).estimate();
         assert_eq!(priced_tail(1 << 20, fast, 16), 1 << 20);
-        assert_eq!(priced_tail(1 << 20, None, 16), 1 << 20);
+        assert_eq!(priced_tail(1 << 20, None, 1), 1 << 20, "one file: as asked");
+        assert_eq!(priced_tail(1 << 20, None, 4), 1 << 18, "unknown: shared");
+        assert_eq!(priced_tail(1 << 20, None, 64), LEAST_TAIL);
+        assert_eq!(priced_tail(4096, None, 64), 4096, "never more than asked");
     }
 
     #[test]

@@ -349,6 +349,14 @@ pub(crate) fn stop_guessing(source: &Source) {
     if let Some(crawler) = &source.crawler {
         crawler.stop();
     }
+    // A batch's files crawled ahead go as deep as this open went.
+    let batch = source.prefetch.as_ref().and_then(|p| {
+        let p = p.lock();
+        p.batch_reach().map(|b| (Arc::clone(b), p.own_reach()))
+    });
+    if let Some((reach, read)) = batch {
+        reach.settle(read);
+    }
     source.closing.close();
     if !to_disk {
         source.closing.cancel();
@@ -511,12 +519,30 @@ fn remote_failure(addr: u64, len: u64) -> impl FnOnce(Error) -> ReadError {
 /// its own bytes, and the chunks after it if it continues a run of them
 /// (in the background, so this read does not wait for them); any other
 /// read is an ordinary one, with the file's sequential read-ahead.
+/// The consecutive small reads of raw data fetched as pieces where bytes
+/// are dear before the read-ahead takes over: a stream.
+const STREAM_READS: u64 = 4;
+
 fn read_raw(f: &DriverFile, addr: haddr_t, buf: &mut [u8]) -> Result<(), ReadError> {
     let source = &f.reader;
+    let len = buf.len() as u64;
+    let end = addr.saturating_add(len);
+    // A small read of raw data that no long stream leads to (a small
+    // dataset, a few values) comes as a piece where bytes are dear, not as
+    // blocks with a read-ahead; a stream's further reads are read ahead.
+    let run = if source.raw_end.swap(end, Relaxed) == addr {
+        source.raw_run.fetch_add(1, Relaxed) + 1
+    } else {
+        source.raw_run.store(0, Relaxed);
+        0
+    };
+    let small = len < source.file.block_size() && run < STREAM_READS;
+    if small && !source.file.extension().is_cached(addr..end) {
+        fetch_exactly_where_bytes_are_dear(source, addr..end);
+    }
     let Some(prefetch) = &source.prefetch else {
         return read_into(f, addr, buf);
     };
-    let len = buf.len() as u64;
     let read = ChunkRead {
         addr,
         len,
@@ -671,10 +697,17 @@ pub(crate) fn look_ahead(source: &Source, mem: MemType, addr: haddr_t, bytes: &[
     let Some(prefetch) = &source.prefetch else {
         return;
     };
-    let seen = Seen {
-        missed,
-        step: spans::gap_worth_filling(source.file.link_estimate()),
+    // A stream of unforeseen misses starts with a round's worth of the
+    // link, or, where bytes are dear, with a cluster's (it doubles as it
+    // goes on).
+    let step = if !missed {
+        0
+    } else if spans::bytes_are_dear(source.file.extension().guess_link_estimate()) {
+        spans::DEAR_GAP
+    } else {
+        spans::gap_worth_filling(source.file.link_estimate())
     };
+    let seen = Seen { missed, step };
     let work = prefetch
         .lock()
         .on_read(mem, addr, bytes, source.file.len(), seen);

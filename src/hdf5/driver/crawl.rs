@@ -160,6 +160,10 @@ impl Shared {
     }
 }
 
+/// The bytes a wave of a file crawled ahead of its open may fetch, per byte
+/// of its targets: room to merge the nearest into fewer requests.
+const AHEAD_SLACK: u64 = 2;
+
 /// Crawls one wave: parses the frontier's cached targets (and what they
 /// point to that is cached, and so on), then fetches the others (in one
 /// round where the connections allow) and parses them. Returns whether the frontier had targets.
@@ -181,6 +185,17 @@ pub(crate) fn wave(
     if missing.is_empty() {
         return any;
     }
+    // What the disk cache holds is read from there and parsed: a wave plans
+    // only what must come over the network (the gaps a plan fills between
+    // targets on disk would be fetched for nothing).
+    if file.extension().has_disk_cache() {
+        file.extension()
+            .take_from_disk(missing.iter().map(|t| t.bytes.clone()));
+        missing.retain(|t| !parse(prefetch, file, t));
+        if missing.is_empty() {
+            return true;
+        }
+    }
     // Counted among the files guessing on this line while it plans and
     // fetches: they share what the line carries.
     let _at_work = file.extension().guessing_on_line();
@@ -199,8 +214,21 @@ pub(crate) fn wave(
     } else {
         1
     };
-    let allowed = prefetch.lock().allowance(budget, per_read);
+    let mut allowed = prefetch.lock().allowance(budget, per_read);
     if dear {
+        // The levels HDF5 has not reached wait until it does.
+        let deeper = prefetch.lock().beyond_reach(&mut missing);
+        if !deeper.is_empty() {
+            prefetch.lock().put_back(deeper);
+        }
+        // A file a batch crawls before its open comes is read as deep as
+        // the batch's opens read: the reach bounds its guesses, not HDF5's
+        // reads of it (none yet).
+        if prefetch.lock().ahead_of_open() {
+            let near = |t: &Target| spans::widened(t.bytes.clone(), spans::DEAR_WINDOW);
+            let wanted: u64 = missing.iter().map(|t| near(t).end - near(t).start).sum();
+            allowed = allowed.max(wanted.saturating_mul(AHEAD_SLACK));
+        }
         // A chunk index's nodes are read by what reads a dataset's data
         // (or asks for its storage), not by what walks the groups: where
         // bytes are dear they wait behind the groups' structures.
@@ -222,8 +250,19 @@ pub(crate) fn wave(
     } else {
         spans::gap_worth_filling(file.link_estimate())
     };
+    // Where bytes are dear, each target comes with the few KiB around it
+    // (see `spans::DEAR_WINDOW`; the fetch stops at the file's end).
+    let wanted: Vec<Target> = if dear {
+        let near = |t: &Target| Target {
+            what: t.what,
+            bytes: spans::widened(t.bytes.clone(), spans::DEAR_WINDOW),
+        };
+        missing.iter().map(near).collect()
+    } else {
+        missing.clone()
+    };
     let plan = spans::plan_wave(
-        &missing,
+        &wanted,
         gap,
         file.extension().guess_concurrency(),
         allowed,

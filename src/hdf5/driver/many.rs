@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use super::config::Config;
 use super::crawl;
 use super::prefetch::Prefetcher;
+use super::reach::{FIRST_OPEN_WAIT, Reach, Waited};
 use crate::process::workers::Closing;
 use crate::sync::{Condvar, MadeIn, Mutex, ProcessLocal};
 use crate::{Builder, Error, RemoteFile};
@@ -98,6 +99,9 @@ struct Shared {
     /// Bytes fetched for files not opened yet past which no file starts.
     ahead_bytes: u64,
     closing: Closing,
+    /// How deep the opens of the batch's files read, which its crawls
+    /// follow where bytes are dear.
+    reach: Arc<Reach>,
     state: Mutex<State>,
     changed: Condvar,
     made_in: MadeIn,
@@ -181,10 +185,15 @@ impl Handover {
         self.ended.notify_all();
     }
 
+    /// Says the crawl is taken: the batch's crawl sends no further request.
+    fn mark_taken(&self) {
+        self.taken.store(true, Relaxed);
+    }
+
     /// Takes the crawl; waits until the batch's crawl has let go of it, or
     /// `deadline` (in slices that look for a stop).
     fn take(&self, deadline: Instant) -> crate::Result<()> {
-        self.taken.store(true, Relaxed);
+        self.mark_taken();
         loop {
             {
                 let released = self.released.lock();
@@ -251,6 +260,7 @@ impl Batch {
             chunks,
             ahead_bytes: capacity / 2,
             closing: Closing::default(),
+            reach: Arc::default(),
             state: Mutex::new(State {
                 files,
                 by_url,
@@ -553,6 +563,9 @@ impl Shared {
         };
         state.in_flight += 1;
         let prefetch = super::source::new_prefetch(&file, self.metadata, self.chunks);
+        if let Some(prefetch) = &prefetch {
+            prefetch.lock().join_batch(Arc::clone(&self.reach));
+        }
         let handover = Arc::new(Handover::default());
         state.files[index].stage = Stage::Open {
             file: file.clone(),
@@ -571,7 +584,20 @@ impl Shared {
                 // A file taken by its open is crawled by the open's own
                 // crawl from here (which stops when the file closes).
                 let stopped = || self.closing.is_closed() || handover.is_taken();
-                while !stopped() && self.closing.run(|| crawl::wave(prefetch, &file, stopped)) {}
+                let deadline = Instant::now() + FIRST_OPEN_WAIT;
+                loop {
+                    while !stopped() && self.closing.run(|| crawl::wave(prefetch, &file, stopped)) {
+                    }
+                    // Levels no open has read yet wait for one to: until the
+                    // batch's first open has closed, the reach may rise.
+                    let reach = prefetch.lock().reach();
+                    if stopped() || !prefetch.lock().holds_deeper() {
+                        break;
+                    }
+                    if self.reach.wait_above(reach, deadline, stopped) == Waited::Done {
+                        break;
+                    }
+                }
             }
             drop(releasing);
             crate::hdf5::pieces::keep_while_open(file.extension());
@@ -639,6 +665,9 @@ impl Shared {
         // Its crawl is its open's from here, or no one's. Stopped, the open
         // fails (the file is let go of: a next open opens it afresh).
         let deadline = Instant::now() + self.builder.read_timeout.min(OPENING_WAIT);
+        handover.mark_taken();
+        // A crawl waiting for the reach to rise sees it is taken.
+        self.reach.wake();
         let handed = crate::wait::blocking(|| handover.take(deadline));
         self.changed.notify_all();
         // The room given back.
@@ -669,6 +698,7 @@ impl Shared {
 
     fn cancel(&self) {
         self.closing.cancel();
+        self.reach.wake();
         if self.inherited() {
             return;
         }

@@ -22,6 +22,7 @@ mod foresight;
 pub mod loader;
 pub mod many;
 pub(crate) mod prefetch;
+mod reach;
 mod report;
 pub(crate) mod source;
 mod spans;

@@ -22,10 +22,12 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
+use std::sync::Arc;
 
 use crate::sync::Mutex;
 
 use super::chunk_ahead::{ChunkAhead, ChunkRead};
+use super::reach::{self, LEAST_REACH, Reach};
 use super::spans::Stream;
 use crate::cache::budget::{Charge, MemoryBudget, room_for};
 use crate::hdf5::meta::{self, Context, Found, MemType, Target, What};
@@ -69,6 +71,8 @@ struct Known {
     what: What,
     /// Whether HDF5 has read there since.
     read: bool,
+    /// Its level in the metadata graph ([`super::reach`]).
+    level: u16,
 }
 
 /// The most bytes of one piece of metadata kept for parsing.
@@ -126,6 +130,10 @@ pub(crate) struct Prefetcher {
     /// The metadata HDF5 had read when the crawl last held targets for want
     /// of allowance, if it did and has not been woken since.
     held_at: Option<u64>,
+    /// The deepest level of the graph HDF5 has read here.
+    reach: u16,
+    /// The reach of the batch that crawled the file ahead, if one did.
+    batch_reach: Option<Arc<Reach>>,
     /// What the tables above hold of the crawl's budget (the chunk
     /// index's own are its own).
     weights: Weights,
@@ -176,6 +184,8 @@ impl Prefetcher {
             stream: None,
             stats: PrefetchStats::default(),
             held_at: None,
+            reach: 0,
+            batch_reach: None,
             weights: Weights {
                 known: Charge::new(budget),
                 frontier: Charge::new(budget),
@@ -258,8 +268,10 @@ impl Prefetcher {
             return false;
         }
         self.stats.metadata_bytes += bytes.len() as u64;
+        let reach = self.reach;
         let predicted = self.note_piece(mem, addr, bytes);
-        let mut work = false;
+        // HDF5 has reached a deeper level: the crawl may go there.
+        let mut work = self.reach > reach && !self.frontier.is_empty();
         let room = self.frontier.len() < MAX_KNOWN;
         if !predicted && seen.missed && self.metadata && self.paused == 0 && room {
             if let Some(span) = Stream::on_unforeseen_miss(&mut self.stream, addr, seen.step, len) {
@@ -393,6 +405,7 @@ impl Prefetcher {
         // Paused, what is noted would never be fetched.
         let note = fetch || !self.metadata;
         let mut work = false;
+        let parent = self.known.get(&addr).map(|k| (k.level, k.what));
         for target in found.targets {
             let bytes = target.bytes.start..target.bytes.end.min(len);
             let full = self.known.len() >= MAX_KNOWN || self.frontier.len() >= MAX_KNOWN;
@@ -408,9 +421,17 @@ impl Prefetcher {
                     continue;
                 }
             }
+            let (level_above, above) = parent.map_or((0, None), |(l, w)| (l, Some(w)));
+            let level = reach::child_level(level_above, above, target.what);
+            if let Some(known) = self.known.get_mut(&bytes.start) {
+                // Found again from a shallower place: it is of that level.
+                known.level = known.level.min(level);
+                continue;
+            }
             let known = Known {
                 what: target.what,
                 read: false,
+                level,
             };
             if self.known.insert(bytes.start, known).is_none() && fetch {
                 self.stats.targets += 1;
@@ -463,6 +484,12 @@ impl Prefetcher {
             Some(known) => {
                 self.stats.targets_read += u64::from(!known.read);
                 known.read = true;
+                if known.level > self.reach {
+                    self.reach = known.level;
+                    if let Some(batch) = &self.batch_reach {
+                        batch.raise(known.level);
+                    }
+                }
                 self.stats.predicted_reads += 1;
                 Some(known.what)
             }
@@ -501,6 +528,56 @@ impl Prefetcher {
     pub fn pause(prefetcher: &Mutex<Prefetcher>) -> Paused<'_> {
         prefetcher.lock().paused += 1;
         Paused(prefetcher)
+    }
+
+    /// The deepest level the crawl may fetch where bytes are dear: the
+    /// deepest HDF5 has read here or, for a file a batch crawled, in any
+    /// of the batch's files (the root's at least).
+    pub fn reach(&self) -> u16 {
+        let batch = self.batch_reach.as_ref().map_or(0, |b| b.level());
+        self.reach.max(batch).max(LEAST_REACH)
+    }
+
+    /// Splits off the targets of `wave` (keeping their order) of a level
+    /// deeper than [`reach`](Self::reach), and returns them.
+    pub fn beyond_reach(&self, wave: &mut Vec<Target>) -> Vec<Target> {
+        let reach = self.reach();
+        let level = |t: &Target| self.known.get(&t.bytes.start).map_or(0, |k| k.level);
+        let (within, beyond) = std::mem::take(wave)
+            .into_iter()
+            .partition(|t| level(t) <= reach);
+        *wave = within;
+        beyond
+    }
+
+    /// Whether the frontier holds targets deeper than the reach.
+    pub fn holds_deeper(&self) -> bool {
+        let reach = self.reach();
+        self.frontier.iter().any(|t| {
+            self.known
+                .get(&t.bytes.start)
+                .is_some_and(|k| k.level > reach)
+        })
+    }
+
+    /// The deepest level HDF5 has read of this file itself.
+    pub fn own_reach(&self) -> u16 {
+        self.reach
+    }
+
+    /// Whether a batch crawls the file before HDF5 has read any of it.
+    pub fn ahead_of_open(&self) -> bool {
+        self.batch_reach.is_some() && self.stats.metadata_bytes == 0
+    }
+
+    /// Makes the file one of a batch's, whose files share `reach`.
+    pub fn join_batch(&mut self, reach: Arc<Reach>) {
+        self.batch_reach = Some(reach);
+    }
+
+    /// The reach of the batch the file is one of, if any.
+    pub fn batch_reach(&self) -> Option<&Arc<Reach>> {
+        self.batch_reach.as_ref()
     }
 
     /// Counts bytes a background fetch started.

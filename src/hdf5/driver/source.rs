@@ -34,6 +34,12 @@ pub(crate) struct Source {
     pub last_error: Mutex<Option<Error>>,
     pub read_calls: AtomicU64,
     pub vector_calls: AtomicU64,
+    /// Where HDF5's last read of raw data ended: a read that starts there
+    /// goes on a stream, which the read-ahead serves.
+    pub raw_end: AtomicU64,
+    /// How many reads of raw data in a row each started where the last
+    /// ended.
+    pub raw_run: AtomicU64,
     /// Whether to print the file's statistics to standard error when the
     /// last open of it closes.
     report: std::sync::atomic::AtomicBool,
@@ -85,6 +91,8 @@ impl Source {
             last_error: Mutex::new(None),
             read_calls: AtomicU64::new(0),
             vector_calls: AtomicU64::new(0),
+            raw_end: AtomicU64::new(u64::MAX),
+            raw_run: AtomicU64::new(0),
             report: std::sync::atomic::AtomicBool::new(false),
             made_in: MadeIn::here(),
         })

@@ -403,6 +403,23 @@ pub(crate) const DEAR_GUESSES_PER_READ: u64 = 64;
 /// tree) lie this close; anything farther apart has raw data between.
 pub(crate) const DEAR_GAP: u64 = 16 << 10;
 
+/// The window a target's piece is widened to where bytes are dear: HDF5
+/// allocates small metadata in blocks of 2 KiB (its metadata aggregator's
+/// default), so what a group's header points to (its heap, its tree, its
+/// next continuation) most often lies in the same few KiB. Fetched with it,
+/// those cost no round of their own.
+pub(crate) const DEAR_WINDOW: u64 = 4 << 10;
+
+/// `bytes` widened to the windows of `window` bytes (aligned to it) it
+/// touches, so that targets near each other come in one piece and a
+/// window fetched once holds the next target found in it.
+pub(crate) fn widened(bytes: Range<u64>, window: u64) -> Range<u64> {
+    let window = window.max(1);
+    let start = bytes.start - bytes.start % window;
+    let end = bytes.end.div_ceil(window).saturating_mul(window);
+    start..end.max(bytes.end)
+}
+
 /// The rounds of the line the guesses beyond what HDF5 has read may take
 /// where bytes are dear: enough to stay a level or two ahead of a reader.
 const DEAR_BUDGET_ROUNDS: u64 = 2;
@@ -508,6 +525,17 @@ impl Stream {
 #[cfg(test)]
 #[allow(clippy::single_range_in_vec_init)] // one range, as a list of them
 mod tests {
+    #[test]
+    fn a_dear_target_is_widened_to_the_windows_it_touches() {
+        use super::widened;
+        assert_eq!(widened(5000..5100, 4096), 4096..8192);
+        assert_eq!(widened(4096..8192, 4096), 4096..8192);
+        assert_eq!(widened(8000..8300, 4096), 4096..12288);
+        assert_eq!(widened(0..1, 4096), 0..4096);
+        assert_eq!(widened(10..20, 0), 10..20);
+        assert_eq!(widened(u64::MAX - 5..u64::MAX, 4096).end, u64::MAX);
+    }
+
     /// The first form of [`fit_lanes`], quadratic: the model it must agree with.
     fn fit_lanes_by_rescanning(
         spans: Vec<Range<u64>>,
