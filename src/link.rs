@@ -549,15 +549,9 @@ impl LinkMeter {
             return self.estimate();
         }
         let samples = self.line.samples()?;
-        // Many small bodies arriving together (files opening at once, each
-        // with a short tail) time the line though none times a connection.
-        let timed = samples.rates.values().next().is_some();
-        let estimate = if timed || samples.floors.values().next().is_some() {
-            samples.estimate(samples.rates.values().chain(samples.floors.values()))
-        } else {
-            samples.estimate(middle(samples.line_rates.values()).into_iter())
-        };
-        estimate.map(|e| e.weighed(self.weight))
+        samples
+            .estimate(samples.rates.values().chain(samples.floors.values()))
+            .map(|e| e.weighed(self.weight))
     }
 
     /// The estimate that sizes the file's reads, from its own responses,
@@ -616,21 +610,6 @@ mod tests {
         assert_eq!(e.round_trip, 30 * MS);
         assert_eq!(e.bytes_per_second, 52_428_800);
         assert_eq!(e.bandwidth_delay_product(), 1_572_864);
-    }
-
-    #[test]
-    fn short_bodies_arriving_together_time_the_line_for_guesses() {
-        let meter = LinkMeter::new(Link::Measured);
-        meter.record_wait(30 * MS);
-        let end = Instant::now();
-        // Sixteen 64 KiB bodies over the same 400 ms: 1 MiB together.
-        for _ in 0..16 {
-            meter.record_body_ended(64 << 10, 400 * MS, Some(30 * MS), end);
-        }
-        assert_eq!(meter.estimate(), None, "no body times a connection");
-        let guess = meter.guess_estimate().unwrap();
-        assert_eq!(guess.bytes_per_second, 2_621_440);
-        assert!(guess.bytes_are_dear());
     }
 
     #[test]
