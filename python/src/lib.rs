@@ -200,7 +200,8 @@ impl wait::Host for PythonHost {
 }
 
 /// Keeps a thread whose read the interpreter's exit stopped (the
-/// package's `atexit` hook) out of Python for good. Taking the GIL back
+/// package's `atexit` hook), with the GIL let go of, out of Python for
+/// good. Taking the GIL back
 /// could find the interpreter finalizing, and Python then ends the thread
 /// with `pthread_exit`, whose forced unwinding through the crate's frames
 /// crashed the exiting process now and then. The thread holds nothing of
@@ -298,7 +299,15 @@ fn from_python<T: Send>(
 ) -> PyResult<T> {
     drop(take_stopped());
     let outer = local::replace(&FROM_PYTHON, true);
-    let outcome = py.detach(read);
+    let outcome = py.detach(|| {
+        let outcome = read();
+        // Stopped by the interpreter's exit: taking the GIL back could
+        // find it finalizing (see `park_until_the_process_ends`).
+        if !on_main_thread() && wait::everything_stopped() {
+            park_until_the_process_ends();
+        }
+        outcome
+    });
     local::replace(&FROM_PYTHON, outer);
     let value = outcome.map_err(to_py)?;
     match take_stopped() {
