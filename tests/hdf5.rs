@@ -1168,7 +1168,10 @@ fn on_a_line_whose_bytes_are_dear_a_survey_fetches_a_few_times_what_it_reads() {
     // Where bytes are cheap the crawl buys the whole graph and the open's
     // whole tail (24 times what HDF5 reads here); where they are dear it
     // stays two rounds' worth ahead of HDF5, and the tail is one round's.
-    assert!(dear <= 10 * read, "{dear} bytes fetched for {read} read");
+    // (A wave whose pieces outnumber its lanes may merge them across gaps
+    // of up to 16 KiB where that saves a round: 1.35 MB without, 1.74 MB
+    // with, as the reads' timing has it.)
+    assert!(dear <= 12 * read, "{dear} bytes fetched for {read} read");
     assert!(dear * 2 <= cheap, "{dear} vs {cheap}");
     assert!(
         dear_rounds <= cheap_rounds + 2,

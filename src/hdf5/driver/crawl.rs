@@ -160,6 +160,9 @@ impl Shared {
     }
 }
 
+/// The most rounds of its lanes one wave takes.
+const WAVE_ROUNDS: u64 = 2;
+
 /// The bytes a wave of a file crawled ahead of its open may fetch, per byte
 /// of its targets: room to merge the nearest into fewer requests.
 const AHEAD_SLACK: u64 = 2;
@@ -209,10 +212,10 @@ pub(crate) fn wave(
         file.extension().line_sharing(),
     );
     let dear = spans::bytes_are_dear(line);
-    let per_read = if dear {
-        spans::DEAR_GUESSES_PER_READ
+    let (budget, per_read) = if dear {
+        (budget, spans::DEAR_GUESSES_PER_READ)
     } else {
-        1
+        (prefetch.lock().cheap_budget(budget), 1)
     };
     let mut allowed = prefetch.lock().allowance(budget, per_read);
     if dear {
@@ -261,13 +264,28 @@ pub(crate) fn wave(
     } else {
         missing.clone()
     };
-    let plan = spans::plan_wave(
-        &wanted,
-        gap,
-        file.extension().guess_concurrency(),
-        allowed,
-        file.block_size(),
-    );
+    let lanes = file.extension().guess_concurrency();
+    let plan_of = |wanted: &[Target], allowed: u64| {
+        spans::plan_wave(wanted, gap, lanes, allowed, file.block_size())
+    };
+    let mut plan = plan_of(&wanted, allowed);
+    // A wave takes at most `WAVE_ROUNDS` rounds of its lanes: the targets
+    // past those wait on the frontier for the next wave, so that a wave of
+    // a thousand pieces never holds the file's connections for dozens of
+    // rounds (an open that comes meanwhile takes the crawl over at the
+    // next wave, and what this one finds joins the next).
+    let most_spans =
+        usize::try_from(lanes.max(1).saturating_mul(WAVE_ROUNDS)).unwrap_or(usize::MAX);
+    let mut wanted = wanted;
+    if plan.spans.len() > most_spans {
+        let all = total_bytes(&wanted);
+        wanted.truncate(most_spans);
+        prefetch.lock().put_back(missing.split_off(most_spans));
+        // The targets kept take their share of the allowance, no more: the
+        // rest is the next waves'.
+        let share = spans::share_of(allowed, total_bytes(&wanted), all);
+        plan = plan_of(&wanted, share);
+    }
     if stopped() {
         // The targets taken and not fetched go back to the frontier: the
         // crawl that goes on from here (the file's open's, after a batch's)
@@ -285,6 +303,11 @@ pub(crate) fn wave(
         parse(prefetch, file, target);
     }
     true
+}
+
+/// The bytes of `targets` together.
+fn total_bytes(targets: &[Target]) -> u64 {
+    targets.iter().map(|t| t.bytes.end - t.bytes.start).sum()
 }
 
 /// Splits off the targets of `wave` (in the order found) past the first

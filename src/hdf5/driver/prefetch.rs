@@ -134,6 +134,8 @@ pub(crate) struct Prefetcher {
     reach: u16,
     /// The reach of the batch that crawled the file ahead, if one did.
     batch_reach: Option<Arc<Reach>>,
+    /// The largest budget a wave where bytes are cheap was granted.
+    cheap_budget: u64,
     /// What the tables above hold of the crawl's budget (the chunk
     /// index's own are its own).
     weights: Weights,
@@ -186,6 +188,7 @@ impl Prefetcher {
             held_at: None,
             reach: 0,
             batch_reach: None,
+            cheap_budget: 0,
             weights: Weights {
                 known: Charge::new(budget),
                 frontier: Charge::new(budget),
@@ -456,6 +459,17 @@ impl Prefetcher {
             .saturating_sub(self.stats.speculative_bytes)
     }
 
+    /// The budget of a wave where bytes are cheap: `budget`, or the largest
+    /// an earlier such wave was granted. The estimate a budget is priced by
+    /// swings by a few times from one wave to the next, and a crawl that
+    /// spent what a larger one granted would otherwise stop short of the
+    /// reader until it had read the difference (a file whose metadata lies
+    /// among its data then read it all miss by miss).
+    pub fn cheap_budget(&mut self, budget: u64) -> u64 {
+        self.cheap_budget = self.cheap_budget.max(budget);
+        self.cheap_budget
+    }
+
     /// Makes `last` the piece of metadata a read
     /// belongs to. HDF5 reads some structures in parts — a superblock field
     /// by field, a long object header's first 512 bytes and then the rest —
@@ -681,6 +695,18 @@ mod tests {
         assert_eq!(p.allowance(100, 4), 4 * (HELD_STEP + 1024) + 100);
         p.fetched(50);
         assert_eq!(p.allowance(100, 1), HELD_STEP + 1024 + 50);
+    }
+
+    #[test]
+    fn a_cheap_waves_budget_never_shrinks_below_one_granted() {
+        let mut p = Prefetcher::default();
+        assert_eq!(p.cheap_budget(36 << 20), 36 << 20);
+        p.fetched(29 << 20);
+        // A lower estimate later leaves the crawl what it had left.
+        let budget = p.cheap_budget(16 << 20);
+        assert_eq!(budget, 36 << 20);
+        assert_eq!(p.allowance(budget, 1), 7 << 20);
+        assert_eq!(p.cheap_budget(48 << 20), 48 << 20);
     }
 
     #[test]

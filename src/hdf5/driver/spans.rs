@@ -307,6 +307,16 @@ pub(crate) struct WavePlan {
     pub allowed: u64,
 }
 
+/// The share of `allowed` that `part` bytes of `whole` take (all of it if
+/// `whole` is empty).
+pub(crate) fn share_of(allowed: u64, part: u64, whole: u64) -> u64 {
+    if whole == 0 {
+        return allowed;
+    }
+    let share = u128::from(allowed) * u128::from(part.min(whole)) / u128::from(whole);
+    u64::try_from(share).unwrap_or(allowed)
+}
+
 /// The spans a wave fetches its `missing` targets in: [`within_budget`]'s,
 /// with the closest merged while that saves a round on `lanes` connections
 /// ([`fit_lanes`]) and still fits. `gap` is the gap worth filling on the
@@ -430,7 +440,8 @@ const DEAR_BUDGET_ROUNDS: u64 = 2;
 /// then fetches the metadata of a file whose writer spread it among the
 /// data), at most [`MOST_BUDGET`] — and never more than half the block
 /// cache's `cache_capacity`, whose blocks the guesses would otherwise evict
-/// as they came. At least [`LEAST_BUDGET`] where bytes are cheap; on a
+/// as they came. At least [`LEAST_BUDGET`] where bytes are cheap (on a
+/// line not measured yet, shared by the files `sharing` it); on a
 /// line whose bytes are dear ([`bytes_are_dear`]) the guesses then stay
 /// [`DEAR_BUDGET_ROUNDS`] rounds' worth ahead of the reader, and grow as it reads: a survey
 /// that reads a file's top levels fetches little more than those. There,
@@ -445,6 +456,12 @@ pub(crate) fn guess_budget(
     let carried = link.map_or(0, |l| l.bytes_per_round(lanes));
     let (least, rounds, share) = if bytes_are_dear(link) {
         (LEAST_DEAR_BUDGET, DEAR_BUDGET_ROUNDS, sharing.max(1))
+    } else if link.is_none() {
+        // Many files crawling at once on a line not measured yet are as
+        // likely a slow line's survey as a fast one's: they share the
+        // least budget until it is measured (a wave or two).
+        let shared = (LEAST_BUDGET / sharing.max(1)).max(LEAST_DEAR_BUDGET);
+        (shared, BUDGET_ROUNDS, 1)
     } else {
         (LEAST_BUDGET, BUDGET_ROUNDS, 1)
     };
@@ -635,6 +652,12 @@ mod tests {
     fn the_budget_grows_with_the_link() {
         const CACHE: u64 = 256 << 20;
         assert_eq!(guess_budget(None, 16, CACHE, 1), LEAST_BUDGET);
+        // Files crawling at once on an unknown line share it.
+        assert_eq!(guess_budget(None, 16, CACHE, 4), LEAST_BUDGET / 4);
+        assert_eq!(guess_budget(None, 16, CACHE, 1000), LEAST_DEAR_BUDGET);
+        assert_eq!(share_of(1000, 1, 4), 250);
+        assert_eq!(share_of(u64::MAX, 3, 3), u64::MAX);
+        assert_eq!(share_of(1000, 0, 0), 1000);
         // 30 ms at 25 MB/s: 750 kB a round, 16 connections, 4 rounds.
         assert_eq!(
             guess_budget(estimate(30, 25_000_000), 16, CACHE, 1),
