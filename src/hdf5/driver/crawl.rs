@@ -219,18 +219,47 @@ pub(crate) fn wave(
     };
     let mut allowed = prefetch.lock().allowance(budget, per_read);
     if dear {
-        // The levels HDF5 has not reached wait until it does.
-        let deeper = prefetch.lock().beyond_reach(&mut missing);
-        if !deeper.is_empty() {
-            prefetch.lock().put_back(deeper);
-        }
+        let near = |t: &Target| spans::widened(t.bytes.clone(), spans::DEAR_WINDOW);
+        let lone = prefetch.lock().batch_reach().is_none();
+        let mut deeper = prefetch.lock().beyond_reach(&mut missing);
         // A file a batch crawls before its open comes is read as deep as
         // the batch's opens read: the reach bounds its guesses, not HDF5's
         // reads of it (none yet).
         if prefetch.lock().ahead_of_open() {
-            let near = |t: &Target| spans::widened(t.bytes.clone(), spans::DEAR_WINDOW);
             let wanted: u64 = missing.iter().map(|t| near(t).end - near(t).start).sum();
             allowed = allowed.max(wanted.saturating_mul(AHEAD_SLACK));
+        }
+        // The levels HDF5 has not reached come along, the shallowest first,
+        // as far as the rounds they would cost later pay for their bytes;
+        // the rest wait until HDF5 reaches them. Not for a batch's files:
+        // a batch is a survey, whose opens settle how deep it reads.
+        if !deeper.is_empty() {
+            let room = if lone {
+                spans::room_beyond_reach(
+                    line,
+                    file.extension().guess_concurrency(),
+                    file.extension().line_sharing(),
+                )
+            } else {
+                0
+            };
+            {
+                let p = prefetch.lock();
+                deeper.sort_by_key(|t| p.level_of(t));
+            }
+            let mut taken = 0u64;
+            let along = deeper
+                .iter()
+                .take_while(|t| {
+                    taken = taken.saturating_add(near(t).end - near(t).start);
+                    taken <= room
+                })
+                .count();
+            let later = deeper.split_off(along);
+            missing.extend(deeper);
+            if !later.is_empty() {
+                prefetch.lock().put_back(later);
+            }
         }
         // A chunk index's nodes are read by what reads a dataset's data
         // (or asks for its storage), not by what walks the groups: where
@@ -246,10 +275,14 @@ pub(crate) fn wave(
     if missing.is_empty() {
         return false;
     }
-    // Where bytes are dear, only the gaps within a writer's cluster of
-    // metadata are filled: the rest of a gap is most often raw data.
-    let gap = if dear {
+    // Where bytes are dear, gaps are filled as far as the file's share of
+    // a round pays for them; in a batch's survey, and among many files,
+    // only a writer's clusters of metadata (the rest of a gap is most often
+    // raw data).
+    let gap = if dear && prefetch.lock().batch_reach().is_some() {
         spans::DEAR_GAP
+    } else if dear {
+        spans::dear_gap(line, file.extension().line_sharing())
     } else {
         spans::gap_worth_filling(file.link_estimate())
     };

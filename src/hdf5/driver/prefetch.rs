@@ -556,12 +556,17 @@ impl Prefetcher {
     /// deeper than [`reach`](Self::reach), and returns them.
     pub fn beyond_reach(&self, wave: &mut Vec<Target>) -> Vec<Target> {
         let reach = self.reach();
-        let level = |t: &Target| self.known.get(&t.bytes.start).map_or(0, |k| k.level);
         let (within, beyond) = std::mem::take(wave)
             .into_iter()
-            .partition(|t| level(t) <= reach);
+            .partition(|t| self.level_of(t) <= reach);
         *wave = within;
         beyond
+    }
+
+    /// The level of the graph `target` lies at, as far as the crawl knows
+    /// (0 if it does not).
+    pub fn level_of(&self, target: &Target) -> u16 {
+        self.known.get(&target.bytes.start).map_or(0, |k| k.level)
     }
 
     /// Whether the frontier holds targets deeper than the reach.

@@ -413,6 +413,19 @@ pub(crate) const DEAR_GUESSES_PER_READ: u64 = 64;
 /// tree) lie this close; anything farther apart has raw data between.
 pub(crate) const DEAR_GAP: u64 = 16 << 10;
 
+/// The largest gap between a wave's targets worth filling where bytes are
+/// dear: half of what the file's share of the line (shared by the files
+/// `sharing` it) carries in a round trip on one connection, so that a gap
+/// filled costs half the round it may save; at least [`DEAR_GAP`] (a
+/// writer's cluster), at most the gap worth filling where bytes are cheap.
+/// A walk of one file on a 25 MB/s line then takes a level's neighbours
+/// with it, and a survey of dozens of files on a 12.5 MB/s line only its
+/// clusters.
+pub(crate) fn dear_gap(link: Option<LinkEstimate>, sharing: u64) -> u64 {
+    let share = link.map_or(0, |l| l.bytes_per_round(1)) / 2 / sharing.max(1);
+    share.clamp(DEAR_GAP, gap_worth_filling(link).max(DEAR_GAP))
+}
+
 /// The window a target's piece is widened to where bytes are dear: HDF5
 /// allocates small metadata in blocks of 2 KiB (its metadata aggregator's
 /// default), so what a group's header points to (its heap, its tree, its
@@ -433,6 +446,22 @@ pub(crate) fn widened(bytes: Range<u64>, window: u64) -> Range<u64> {
 /// The rounds of the line the guesses beyond what HDF5 has read may take
 /// where bytes are dear: enough to stay a level or two ahead of a reader.
 const DEAR_BUDGET_ROUNDS: u64 = 2;
+
+/// The part of a round of the line that levels HDF5 has not reached may
+/// take in one wave (see [`room_beyond_reach`]): the reader may never go
+/// there (a survey reads the top two levels and moves on).
+const ROOM_BEYOND_REACH_SHARE: u64 = 2;
+
+/// The bytes of levels HDF5 has not reached yet that one wave may fetch
+/// where bytes are dear: half a round of what the line carries on `lanes`
+/// connections, shared by the files `sharing` it. Fetched later, those
+/// levels would cost a round each; fetched now, their bytes cost half of
+/// one (a walk of one file on a 25 MB/s line takes its levels a few at a
+/// time; a survey of many files on a slow line shares so little that the
+/// levels wait for their reader).
+pub(crate) fn room_beyond_reach(link: Option<LinkEstimate>, lanes: u64, sharing: u64) -> u64 {
+    link.map_or(0, |l| l.bytes_per_round(lanes)) / ROOM_BEYOND_REACH_SHARE / sharing.max(1)
+}
 
 /// How many bytes may be guessed beyond the metadata HDF5 has read: what
 /// [`BUDGET_ROUNDS`] rounds of `lanes` connections carry as far as the line
@@ -671,6 +700,13 @@ mod tests {
                 l
             })
         };
+        // Half a round of the line, shared by the files on it.
+        assert_eq!(room_beyond_reach(shared(30, 12_500_000), 64, 1), 187_500);
+        assert_eq!(room_beyond_reach(shared(30, 12_500_000), 64, 36), 5_208);
+        assert_eq!(room_beyond_reach(None, 64, 1), 0);
+        assert_eq!(dear_gap(shared(30, 12_500_000), 1), 187_500);
+        assert_eq!(dear_gap(shared(30, 12_500_000), 36), DEAR_GAP);
+        assert_eq!(dear_gap(None, 1), DEAR_GAP);
         assert_eq!(
             guess_budget(shared(30, 1_000_000), 16, CACHE, 1),
             LEAST_DEAR_BUDGET
