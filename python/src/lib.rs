@@ -200,8 +200,7 @@ impl wait::Host for PythonHost {
 }
 
 /// Keeps a thread whose read the interpreter's exit stopped (the
-/// package's `atexit` hook), with the GIL let go of, out of Python for
-/// good. Taking the GIL back
+/// package's `atexit` hook) out of Python for good. Taking the GIL back
 /// could find the interpreter finalizing, and Python then ends the thread
 /// with `pthread_exit`, whose forced unwinding through the crate's frames
 /// crashed the exiting process now and then. The thread holds nothing of
@@ -299,15 +298,10 @@ fn from_python<T: Send>(
 ) -> PyResult<T> {
     drop(take_stopped());
     let outer = local::replace(&FROM_PYTHON, true);
-    let outcome = py.detach(|| {
-        let outcome = read();
-        // Stopped by the interpreter's exit: taking the GIL back could
-        // find it finalizing (see `park_until_the_process_ends`).
-        if !on_main_thread() && wait::everything_stopped() {
-            park_until_the_process_ends();
-        }
-        outcome
-    });
+    let outcome = {
+        let _counted = ReadFromPython::enter();
+        py.detach(read)
+    };
     local::replace(&FROM_PYTHON, outer);
     let value = outcome.map_err(to_py)?;
     match take_stopped() {
@@ -1078,14 +1072,66 @@ fn _stop_everything() {
     wait::stop_everything();
 }
 
+/// The package's own reads (its methods') under way in the process: a
+/// count, and the gate the exit hook waits at for it to reach zero.
+static READS_FROM_PYTHON: (std::sync::Mutex<usize>, std::sync::Condvar) =
+    (std::sync::Mutex::new(0), std::sync::Condvar::new());
+
+/// The longest the exit hook waits for the reads its stop ended to leave
+/// the package.
+const READS_LEAVE_AT_EXIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Counts a read of the package's own methods while it lives (until it
+/// holds the GIL again).
+struct ReadFromPython;
+
+impl ReadFromPython {
+    fn enter() -> ReadFromPython {
+        let (count, _) = &READS_FROM_PYTHON;
+        *count
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) += 1;
+        ReadFromPython
+    }
+}
+
+impl Drop for ReadFromPython {
+    fn drop(&mut self) {
+        let (count, left) = &READS_FROM_PYTHON;
+        let mut count = count
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *count = count.saturating_sub(1);
+        if *count == 0 {
+            left.notify_all();
+        }
+    }
+}
+
+/// Waits, at most [`READS_LEAVE_AT_EXIT`], until no read of the package's
+/// own methods is under way.
+fn wait_for_reads_to_leave() {
+    let (count, left) = &READS_FROM_PYTHON;
+    let count = count
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _ = left.wait_timeout_while(count, READS_LEAVE_AT_EXIT, |n| *n > 0);
+}
+
 /// Stops every read, open and background fetch of the process, now and
 /// from now on, but the reads of this thread (the package's `atexit` hook,
 /// on the thread that runs the exit handlers: threads reading in the
 /// background then leave h5py before the interpreter finalizes, and the
 /// exit handlers that run after the hook still read).
+///
+/// Then waits (without the GIL) for the reads it stopped in other threads
+/// to take the GIL back and leave: one that took it back only once the
+/// interpreter finalizes would be ended by Python (`pthread_exit`) inside
+/// the crate's frames, which crashed the exiting process now and then.
 #[pyfunction]
-fn _stop_at_exit() {
+fn _stop_at_exit(py: Python<'_>) {
     wait::stop_everything_but_this_thread();
+    py.detach(wait_for_reads_to_leave);
 }
 
 /// Whether this thread is waiting inside an HDF5 call now (for tests: no
