@@ -1156,23 +1156,43 @@ fn survey_spread(link: remfile::Link) -> (u64, u64, u64) {
     (server.body_bytes(), stats.round_trips, read)
 }
 
+/// The bytes of metadata HDF5 reads walking the whole spread file (every
+/// object's info and attributes, every chunk index).
+fn spread_walk_reads() -> u64 {
+    let server = serve_far_away(spread_file());
+    let file = h5::OpenOptions::new()
+        .remote(
+            h5::builder()
+                .link(remfile::Link::Ignored)
+                .proxy_from_env(false),
+        )
+        .open_url(server.url("/spread.nwb"))
+        .unwrap();
+    h5files::walk_all_info(&file).unwrap();
+    h5::driver_info(&file).unwrap().prefetch.metadata_bytes
+}
+
 #[test]
 fn on_a_line_whose_bytes_are_dear_a_survey_fetches_a_few_times_what_it_reads() {
     let ms = Duration::from_millis;
     let (dear, dear_rounds, read) = survey_spread(remfile::Link::shared_line(ms(30), 12_500_000));
     let (cheap, cheap_rounds, _) = survey_spread(remfile::Link::shared_line(ms(30), 500_000_000));
+    let walk = spread_walk_reads();
     eprintln!(
-        "HDF5 read {read} bytes; a dear line fetched {dear} in {dear_rounds} rounds, \
-         a cheap one {cheap} in {cheap_rounds}"
+        "HDF5 read {read} bytes ({walk} in a whole walk); a dear line fetched {dear} in \
+         {dear_rounds} rounds, a cheap one {cheap} in {cheap_rounds}"
     );
     // Where bytes are cheap the crawl buys the whole graph and the open's
     // whole tail (24 times what HDF5 reads here); where they are dear it
-    // stays two rounds' worth ahead of HDF5, and the tail is one round's.
-    // (A wave whose pieces outnumber its lanes may merge them across gaps
-    // of up to 16 KiB where that saves a round: 1.35 MB without, 1.74 MB
-    // with, as the reads' timing has it.)
-    assert!(dear <= 12 * read, "{dear} bytes fetched for {read} read");
-    assert!(dear * 2 <= cheap, "{dear} vs {cheap}");
+    // stays two rounds' worth ahead of HDF5, the tail is one round's, and
+    // a file opened alone takes the deeper levels and gaps half a round
+    // pays for (1.8-2.2 MB, as the reads' timing has it): a few times what
+    // a whole walk reads, and less than where bytes are cheap.
+    assert!(
+        dear <= 5 * walk,
+        "{dear} bytes fetched; a walk reads {walk}"
+    );
+    assert!(dear * 3 <= cheap * 2, "{dear} vs {cheap}");
     assert!(
         dear_rounds <= cheap_rounds + 2,
         "{dear_rounds} vs {cheap_rounds}"

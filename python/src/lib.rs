@@ -1063,6 +1063,8 @@ fn _forked() {
     // SAFETY: pthread_self has no preconditions.
     let me = unsafe { libc::pthread_self() } as u64;
     MAIN_THREAD.store(me, std::sync::atomic::Ordering::Relaxed);
+    // The reads other threads of the parent had under way are not here.
+    READS_FROM_PYTHON.store(0, std::sync::atomic::Ordering::SeqCst);
 }
 
 /// Stops every read, open and background fetch of the process, now and
@@ -1072,10 +1074,13 @@ fn _stop_everything() {
     wait::stop_everything();
 }
 
-/// The package's own reads (its methods') under way in the process: a
-/// count, and the gate the exit hook waits at for it to reach zero.
-static READS_FROM_PYTHON: (std::sync::Mutex<usize>, std::sync::Condvar) =
-    (std::sync::Mutex::new(0), std::sync::Condvar::new());
+/// How many of the package's own reads (its methods') are under way in the
+/// process; the exit hook waits for it to reach zero at [`READS_LEFT`].
+static READS_FROM_PYTHON: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The gate the exit hook waits at for [`READS_FROM_PYTHON`] to reach zero.
+static READS_LEFT: (std::sync::Mutex<()>, std::sync::Condvar) =
+    (std::sync::Mutex::new(()), std::sync::Condvar::new());
 
 /// The longest the exit hook waits for the reads its stop ended to leave
 /// the package.
@@ -1087,22 +1092,20 @@ struct ReadFromPython;
 
 impl ReadFromPython {
     fn enter() -> ReadFromPython {
-        let (count, _) = &READS_FROM_PYTHON;
-        *count
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) += 1;
+        READS_FROM_PYTHON.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         ReadFromPython
     }
 }
 
 impl Drop for ReadFromPython {
     fn drop(&mut self) {
-        let (count, left) = &READS_FROM_PYTHON;
-        let mut count = count
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        *count = count.saturating_sub(1);
-        if *count == 0 {
+        if READS_FROM_PYTHON.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) == 1 {
+            // Under the gate's lock: a waiter between its look at the count
+            // and its wait holds it, so the wake cannot come in between.
+            let (gate, left) = &READS_LEFT;
+            let _held = gate
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             left.notify_all();
         }
     }
@@ -1111,11 +1114,15 @@ impl Drop for ReadFromPython {
 /// Waits, at most [`READS_LEAVE_AT_EXIT`], until no read of the package's
 /// own methods is under way.
 fn wait_for_reads_to_leave() {
-    let (count, left) = &READS_FROM_PYTHON;
-    let count = count
+    let under_way = || READS_FROM_PYTHON.load(std::sync::atomic::Ordering::SeqCst) > 0;
+    if !under_way() {
+        return;
+    }
+    let (gate, left) = &READS_LEFT;
+    let held = gate
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let _ = left.wait_timeout_while(count, READS_LEAVE_AT_EXIT, |n| *n > 0);
+    let _ = left.wait_timeout_while(held, READS_LEAVE_AT_EXIT, |_| under_way());
 }
 
 /// Stops every read, open and background fetch of the process, now and

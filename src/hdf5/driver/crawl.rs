@@ -168,8 +168,8 @@ const WAVE_ROUNDS: u64 = 2;
 const AHEAD_SLACK: u64 = 2;
 
 /// Crawls one wave: parses the frontier's cached targets (and what they
-/// point to that is cached, and so on), then fetches the others (in one
-/// round where the connections allow) and parses them. Returns whether the frontier had targets.
+/// point to that is cached, and so on), then fetches the others (in at
+/// most [`WAVE_ROUNDS`] rounds of the connections) and parses them. Returns whether the frontier had targets.
 pub(crate) fn wave(
     prefetch: &Mutex<Prefetcher>,
     file: &RemoteFile,
@@ -227,7 +227,8 @@ pub(crate) fn wave(
         // reads of it (none yet).
         if prefetch.lock().ahead_of_open() {
             let wanted: u64 = missing.iter().map(|t| near(t).end - near(t).start).sum();
-            allowed = allowed.max(wanted.saturating_mul(AHEAD_SLACK));
+            let ahead = wanted.saturating_mul(AHEAD_SLACK).min(spans::MOST_BUDGET);
+            allowed = allowed.max(ahead);
         }
         // The levels HDF5 has not reached come along, the shallowest first,
         // as far as the rounds they would cost later pay for their bytes;
@@ -309,15 +310,25 @@ pub(crate) fn wave(
     // next wave, and what this one finds joins the next).
     let most_spans =
         usize::try_from(lanes.max(1).saturating_mul(WAVE_ROUNDS)).unwrap_or(usize::MAX);
-    let mut wanted = wanted;
     if plan.spans.len() > most_spans {
+        // The spans of the targets found first, as many as the rounds take.
+        let keep = spans::first_found_spans(&plan.spans, &wanted, most_spans);
         let all = total_bytes(&wanted);
-        wanted.truncate(most_spans);
-        prefetch.lock().put_back(missing.split_off(most_spans));
+        let (mut kept_missing, mut kept_wanted, mut later) = (Vec::new(), Vec::new(), Vec::new());
+        for ((target, near), keep) in missing.into_iter().zip(wanted).zip(keep) {
+            if keep {
+                kept_missing.push(target);
+                kept_wanted.push(near);
+            } else {
+                later.push(target);
+            }
+        }
+        prefetch.lock().put_back(later);
+        missing = kept_missing;
         // The targets kept take their share of the allowance, no more: the
         // rest is the next waves'.
-        let share = spans::share_of(allowed, total_bytes(&wanted), all);
-        plan = plan_of(&wanted, share);
+        let share = spans::share_of(allowed, total_bytes(&kept_wanted), all);
+        plan = plan_of(&kept_wanted, share);
     }
     if stopped() {
         // The targets taken and not fetched go back to the frontier: the
@@ -332,8 +343,14 @@ pub(crate) fn wave(
         file.extension().prefetch_here(plan.spans, plan.allowed)
     };
     prefetch.lock().fetched(fetched);
-    for target in &missing {
-        parse(prefetch, file, target);
+    // A target the fetch left out (past its allowance) waits for HDF5 to
+    // read more, as one past the wave's allowance does: never dropped.
+    let left: Vec<Target> = missing
+        .into_iter()
+        .filter(|t| !parse(prefetch, file, t))
+        .collect();
+    if !left.is_empty() {
+        prefetch.lock().hold(left);
     }
     true
 }

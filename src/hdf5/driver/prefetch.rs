@@ -136,6 +136,9 @@ pub(crate) struct Prefetcher {
     batch_reach: Option<Arc<Reach>>,
     /// The largest budget a wave where bytes are cheap was granted.
     cheap_budget: u64,
+    /// What a batch's crawl guessed of the file before HDF5 read any of it:
+    /// its open's allowance does not pay for those guesses again.
+    guessed_ahead: u64,
     /// What the tables above hold of the crawl's budget (the chunk
     /// index's own are its own).
     weights: Weights,
@@ -189,6 +192,7 @@ impl Prefetcher {
             reach: 0,
             batch_reach: None,
             cheap_budget: 0,
+            guessed_ahead: 0,
             weights: Weights {
                 known: Charge::new(budget),
                 frontier: Charge::new(budget),
@@ -270,6 +274,9 @@ impl Prefetcher {
         if matches!(mem, MemType::RawData | MemType::GlobalHeap) {
             return false;
         }
+        if self.ahead_of_open() {
+            self.guessed_ahead = self.stats.speculative_bytes;
+        }
         self.stats.metadata_bytes += bytes.len() as u64;
         let reach = self.reach;
         let predicted = self.note_piece(mem, addr, bytes);
@@ -278,7 +285,7 @@ impl Prefetcher {
         let room = self.frontier.len() < MAX_KNOWN;
         if !predicted && seen.missed && self.metadata && self.paused == 0 && room {
             if let Some(span) = Stream::on_unforeseen_miss(&mut self.stream, addr, seen.step, len) {
-                work = self.push(Target {
+                work |= self.push(Target {
                     what: What::Unforeseen,
                     bytes: span,
                 });
@@ -449,14 +456,19 @@ impl Prefetcher {
     }
 
     /// How many more bytes may be guessed now: `budget`
-    /// ([`super::spans::guess_budget`]) beyond what HDF5 has read, each
+    /// ([`super::spans::guess_budget`]) beyond what HDF5 has read (and
+    /// beyond what a batch guessed before the file's open), each
     /// byte it read allowing `per_read` bytes of guesses (a reader that
     /// walks on through a level of many small pieces keeps the crawl that
     /// many times its reads ahead).
     pub fn allowance(&self, budget: u64, per_read: u64) -> u64 {
+        let guessed = self
+            .stats
+            .speculative_bytes
+            .saturating_sub(self.guessed_ahead);
         (self.stats.metadata_bytes.saturating_mul(per_read.max(1)))
             .saturating_add(budget)
-            .saturating_sub(self.stats.speculative_bytes)
+            .saturating_sub(guessed)
     }
 
     /// The budget of a wave where bytes are cheap: `budget`, or the largest
@@ -712,6 +724,20 @@ mod tests {
         assert_eq!(budget, 36 << 20);
         assert_eq!(p.allowance(budget, 1), 7 << 20);
         assert_eq!(p.cheap_budget(48 << 20), 48 << 20);
+    }
+
+    #[test]
+    fn an_open_does_not_pay_again_for_what_a_batch_guessed_before_it() {
+        let mut p = Prefetcher::default();
+        p.join_batch(Arc::new(Reach::default()));
+        p.fetched(20 << 20);
+        assert!(p.ahead_of_open());
+        assert_eq!(p.allowance(16 << 20, 1), 0, "spent ahead of the open");
+        p.on_read(MemType::Other, 0, &[0u8; 100], 1 << 30, Seen::default());
+        assert!(!p.ahead_of_open());
+        assert_eq!(p.allowance(16 << 20, 1), (16 << 20) + 100);
+        p.fetched(1000);
+        assert_eq!(p.allowance(16 << 20, 1), (16 << 20) + 100 - 1000);
     }
 
     #[test]

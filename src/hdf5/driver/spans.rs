@@ -307,6 +307,33 @@ pub(crate) struct WavePlan {
     pub allowed: u64,
 }
 
+/// Which of `targets` (in the order found) lie in the first `most` of
+/// `spans` (sorted, disjoint) that the targets reach in that order: the
+/// spans of the targets found first, as many as a wave takes.
+pub(crate) fn first_found_spans(
+    spans: &[Range<u64>],
+    targets: &[Target],
+    most: usize,
+) -> Vec<bool> {
+    let span_of = |t: &Target| {
+        let at = spans.partition_point(|s| s.start <= t.bytes.start);
+        at.checked_sub(1).filter(|&i| spans[i].end > t.bytes.start)
+    };
+    let mut chosen = std::collections::HashSet::new();
+    for t in targets {
+        if chosen.len() == most {
+            break;
+        }
+        if let Some(i) = span_of(t) {
+            chosen.insert(i);
+        }
+    }
+    targets
+        .iter()
+        .map(|t| span_of(t).is_some_and(|i| chosen.contains(&i)))
+        .collect()
+}
+
 /// The share of `allowed` that `part` bytes of `whole` take (all of it if
 /// `whole` is empty).
 pub(crate) fn share_of(allowed: u64, part: u64, whole: u64) -> u64 {
@@ -508,7 +535,7 @@ pub(crate) fn bytes_are_dear(link: Option<LinkEstimate>) -> bool {
 /// The most bytes guessed beyond what HDF5 read, however fast the link: a
 /// budget near the block cache's size (256 MiB by default) would evict what
 /// it fetched.
-const MOST_BUDGET: u64 = 128 << 20;
+pub(crate) const MOST_BUDGET: u64 = 128 << 20;
 
 /// A stream of metadata reads that nothing pointed to: where it has been
 /// read ahead to, and how far the next step goes.
@@ -630,6 +657,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::hdf5::meta::What;
 
     fn estimate(rtt_ms: u64, bytes_per_second: u64) -> Option<LinkEstimate> {
         Some(LinkEstimate {
@@ -685,6 +713,23 @@ mod tests {
         assert_eq!(guess_budget(None, 16, CACHE, 4), LEAST_BUDGET / 4);
         assert_eq!(guess_budget(None, 16, CACHE, 1000), LEAST_DEAR_BUDGET);
         assert_eq!(share_of(1000, 1, 4), 250);
+        let t = |start: u64| Target {
+            what: What::Unforeseen,
+            bytes: start..start + 10,
+        };
+        let spans = [0..100, 200..300, 400..500];
+        let found = [t(450), t(10), t(250), t(50), t(460)];
+        assert_eq!(
+            first_found_spans(&spans, &found, 2),
+            [true, true, false, true, true],
+            "the spans of the two targets found first, all of their targets"
+        );
+        assert_eq!(first_found_spans(&spans, &found, 3), [true; 5]);
+        assert_eq!(
+            first_found_spans(&spans, &[t(150)], 1),
+            [false],
+            "in no span"
+        );
         assert_eq!(share_of(u64::MAX, 3, 3), u64::MAX);
         assert_eq!(share_of(1000, 0, 0), 1000);
         // 30 ms at 25 MB/s: 750 kB a round, 16 connections, 4 rounds.
