@@ -240,6 +240,9 @@ pub(crate) struct Line {
     /// How many files are fetching guesses on the line now (opening, or
     /// crawling their metadata): they share what it carries.
     at_work: AtomicU64,
+    /// How many files are opening on the line now: they share the tails
+    /// their opens fetch.
+    opening: AtomicU64,
     /// A forked child's copy of its parent's line may find its lock held
     /// for good by a thread that is not there: it only tries it.
     made_in: MadeIn,
@@ -250,6 +253,7 @@ impl Default for Line {
         Line {
             samples: Mutex::default(),
             at_work: AtomicU64::new(0),
+            opening: AtomicU64::new(0),
             made_in: MadeIn::here(),
         }
     }
@@ -406,6 +410,17 @@ impl Drop for AtWork {
     }
 }
 
+/// A file counted among those opening on a line; see
+/// [`LinkMeter::opening`].
+#[derive(Debug)]
+pub(crate) struct Opening(Arc<Line>);
+
+impl Drop for Opening {
+    fn drop(&mut self) {
+        self.0.opening.fetch_sub(1, Relaxed);
+    }
+}
+
 impl Line {
     /// The line to the server of `url` (its scheme, host and port), shared
     /// by every file of this process that reads from there.
@@ -529,6 +544,30 @@ impl LinkMeter {
     pub fn at_work(&self) -> AtWork {
         self.line.at_work.fetch_add(1, Relaxed);
         AtWork(Arc::clone(&self.line))
+    }
+
+    /// Whether the server is known to be near ([`NEAR`]): its line's
+    /// shortest recent wait for response headers was shorter. Bytes there
+    /// are never dear, whatever else is not measured yet.
+    pub fn is_near(&self) -> bool {
+        let Some(samples) = self.line.samples() else {
+            return false;
+        };
+        samples.waits.values().min().is_some_and(|w| w < NEAR)
+    }
+
+    /// Counts this file among those opening on its line until the guard
+    /// returned is dropped (see [`opening_now`](Self::opening_now)).
+    pub fn opening(&self) -> Opening {
+        self.line.opening.fetch_add(1, Relaxed);
+        Opening(Arc::clone(&self.line))
+    }
+
+    /// How many files are opening on this file's line now (at least 1):
+    /// the crawls of files opened before, still at work or winding down,
+    /// do not count.
+    pub fn opening_now(&self) -> u64 {
+        self.line.opening.load(Relaxed).max(1)
     }
 
     /// How many files fetch guesses on this file's line now (at least 1).
@@ -771,6 +810,32 @@ mod tests {
         assert_eq!(priced_tail(1 << 20, None, 4), 1 << 18, "unknown: shared");
         assert_eq!(priced_tail(1 << 20, None, 64), LEAST_TAIL);
         assert_eq!(priced_tail(4096, None, 64), 4096, "never more than asked");
+    }
+
+    #[test]
+    fn the_files_opening_on_a_line_are_counted_while_they_open() {
+        let line = Arc::new(Line::default());
+        let (a, b) = (
+            LinkMeter::on(Link::Measured, 1, Arc::clone(&line)),
+            LinkMeter::on(Link::Measured, 1, line),
+        );
+        assert_eq!(a.opening_now(), 1, "at least one");
+        let first = a.opening();
+        let second = b.opening();
+        let _crawling = a.at_work();
+        assert_eq!(a.opening_now(), 2, "crawls do not count");
+        drop((first, second));
+        assert_eq!(b.opening_now(), 1);
+    }
+
+    #[test]
+    fn a_line_whose_waits_were_short_is_near() {
+        let meter = LinkMeter::new(Link::Measured);
+        assert!(!meter.is_near(), "nothing measured");
+        meter.record_wait(30 * MS);
+        assert!(!meter.is_near());
+        meter.record_wait(MS / 2);
+        assert!(meter.is_near());
     }
 
     #[test]

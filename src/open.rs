@@ -90,9 +90,15 @@ pub(crate) fn open(builder: &Builder, text: &str) -> Result<RemoteFile> {
         }
         None => {
             // Where bytes are dear, the tail is priced by this file's share
-            // of the line (as the files opening on it at once know it).
+            // of the line (as the files opening on it at once know it); a
+            // server known to be near takes it whole.
             let _at_work = link.at_work();
-            let tail = priced_tail(builder.open_tail, link.guess_estimate(), link.sharing());
+            let _opening = link.opening();
+            let tail = if link.is_near() {
+                builder.open_tail
+            } else {
+                priced_tail(builder.open_tail, link.guess_estimate(), link.opening_now())
+            };
             let (opened, tail) = first_request(&transport, builder.block_size, tail);
             (opened?, tail, None)
         }

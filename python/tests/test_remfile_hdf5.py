@@ -554,3 +554,36 @@ def test_a_file_object_of_anything_else_fetches_nothing_ahead(server, files):
         # The open's first block and tail, sent at once; nothing after.
         assert len(server.requests_since(mark)) == 2, server.requests_since(mark)
         assert remote.read_at(0, 10) == open(os.path.join(files, "blob.bin"), "rb").read(10)
+
+
+def test_a_file_object_reads_interleaved_chunks_in_no_more_requests_than_the_driver(tmp_path):
+    # Two datasets written chunk by chunk in turn, so that their chunks
+    # interleave: read whole (chunk by chunk, as h5py reads a selection),
+    # one comes through a file object in no more requests than through the
+    # driver (the chunks after each read fetched ahead from the chunk index
+    # the crawl read, as the driver's are).
+    path = os.path.join(tmp_path, "interleaved.h5")
+    n, chunk = 128, 16_384
+    values = {name: np.arange(n * chunk, dtype="i4") * (k + 1) for k, name in enumerate("ab")}
+    with h5py.File(path, "w") as f:
+        made = {name: f.create_dataset(name, shape=(n * chunk,), dtype="i4", chunks=(chunk,)) for name in "ab"}
+        for i in range(n):
+            for name in "ab":
+                made[name][i * chunk:(i + 1) * chunk] = values[name][i * chunk:(i + 1) * chunk]
+    server = Server(str(tmp_path))
+    try:
+        sent = {}
+        for how in ("driver", "file object"):
+            url = server.url("interleaved.h5")
+            mark = server.mark()
+            opened = (
+                h5py.File(url, "r", driver="remfile", block_size="64k")
+                if how == "driver"
+                else h5py.File(remfile_hdf5.RemoteFile(url, block_size="64k"), "r")
+            )
+            with opened as f:
+                assert np.array_equal(f["a"][:], values["a"])
+            sent[how] = len(server.requests_since(mark))
+        assert sent["file object"] <= sent["driver"] + 2, sent
+    finally:
+        server.close()
