@@ -571,6 +571,7 @@ impl LinkMeter {
     }
 
     /// How many files fetch guesses on this file's line now (at least 1).
+    #[cfg_attr(not(feature = "hdf5"), allow(dead_code))]
     pub fn sharing(&self) -> u64 {
         self.line.at_work.load(Relaxed).max(1)
     }
