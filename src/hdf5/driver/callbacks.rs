@@ -540,24 +540,36 @@ fn read_raw(f: &DriverFile, addr: haddr_t, buf: &mut [u8]) -> Result<(), ReadErr
     if small && !source.file.extension().is_cached(addr..end) {
         fetch_exactly_where_bytes_are_dear(source, addr..end);
     }
-    let Some(prefetch) = &source.prefetch else {
+    if !chunks_ahead_of(source, addr, len) {
         return read_into(f, addr, buf);
+    }
+    let inside = inside_file(f, addr, buf)?;
+    source
+        .file
+        .read_vectored_at(&mut [(addr, inside)])
+        .map_err(remote_failure(addr, len))
+}
+
+/// Whether the read of `len` bytes at `addr` is of a chunk a chunk index
+/// the crawl read lists; if it is, the chunks after it are fetched ahead in
+/// the background (the reader's read itself is the caller's).
+pub(crate) fn chunks_ahead_of(source: &Source, addr: u64, len: u64) -> bool {
+    let Some(prefetch) = &source.prefetch else {
+        return false;
     };
+    let extension = source.file.extension();
     let read = ChunkRead {
         addr,
         len,
-        missed: !source
-            .file
-            .extension()
-            .is_cached(addr..addr.saturating_add(len)),
+        missed: !extension.is_cached(addr..addr.saturating_add(len)),
     };
-    let bounds = source.file.extension().read_ahead_bounds();
+    let bounds = extension.read_ahead_bounds();
     let Some(ahead) = prefetch.lock().on_chunk_read(read, bounds) else {
-        return read_into(f, addr, buf);
+        return false;
     };
     if !ahead.is_empty() {
         // Bounded here too: the step is whatever the index said.
-        let fetched = source.file.extension().prefetch_in_background_until_closed(
+        let fetched = extension.prefetch_in_background_until_closed(
             ahead,
             bounds.1,
             &source.closing,
@@ -565,11 +577,7 @@ fn read_raw(f: &DriverFile, addr: haddr_t, buf: &mut [u8]) -> Result<(), ReadErr
         );
         prefetch.lock().fetched_chunks(fetched);
     }
-    let inside = inside_file(f, addr, buf)?;
-    source
-        .file
-        .read_vectored_at(&mut [(addr, inside)])
-        .map_err(remote_failure(addr, len))
+    true
 }
 
 /// The part of `buf`, read at `addr`, that lies inside the file; the rest

@@ -218,15 +218,24 @@ pub(crate) fn wave(
         (prefetch.lock().cheap_budget(budget), 1)
     };
     let mut allowed = prefetch.lock().allowance(budget, per_read);
+    // Where bytes are dear, each target comes with the few KiB around it
+    // (see `spans::DEAR_WINDOW`; the fetch stops at the file's end).
+    let near = |t: &Target| Target {
+        what: t.what,
+        bytes: spans::widened(t.bytes.clone(), spans::DEAR_WINDOW),
+    };
+    let near_len = |t: &Target| {
+        let bytes = near(t).bytes;
+        bytes.end - bytes.start
+    };
+    let lone = prefetch.lock().batch_reach().is_none();
     if dear {
-        let near = |t: &Target| spans::widened(t.bytes.clone(), spans::DEAR_WINDOW);
-        let lone = prefetch.lock().batch_reach().is_none();
         let mut deeper = prefetch.lock().beyond_reach(&mut missing);
         // A file a batch crawls before its open comes is read as deep as
         // the batch's opens read: the reach bounds its guesses, not HDF5's
         // reads of it (none yet).
         if prefetch.lock().ahead_of_open() {
-            let wanted: u64 = missing.iter().map(|t| near(t).end - near(t).start).sum();
+            let wanted: u64 = missing.iter().map(near_len).sum();
             let ahead = wanted.saturating_mul(AHEAD_SLACK).min(spans::MOST_BUDGET);
             allowed = allowed.max(ahead);
         }
@@ -252,7 +261,7 @@ pub(crate) fn wave(
             let along = deeper
                 .iter()
                 .take_while(|t| {
-                    taken = taken.saturating_add(near(t).end - near(t).start);
+                    taken = taken.saturating_add(near_len(t));
                     taken <= room
                 })
                 .count();
@@ -280,20 +289,14 @@ pub(crate) fn wave(
     // a round pays for them; in a batch's survey, and among many files,
     // only a writer's clusters of metadata (the rest of a gap is most often
     // raw data).
-    let gap = if dear && prefetch.lock().batch_reach().is_some() {
+    let gap = if dear && !lone {
         spans::DEAR_GAP
     } else if dear {
         spans::dear_gap(line, file.extension().line_sharing())
     } else {
         spans::gap_worth_filling(file.link_estimate())
     };
-    // Where bytes are dear, each target comes with the few KiB around it
-    // (see `spans::DEAR_WINDOW`; the fetch stops at the file's end).
     let wanted: Vec<Target> = if dear {
-        let near = |t: &Target| Target {
-            what: t.what,
-            bytes: spans::widened(t.bytes.clone(), spans::DEAR_WINDOW),
-        };
         missing.iter().map(near).collect()
     } else {
         missing.clone()

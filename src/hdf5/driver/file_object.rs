@@ -12,8 +12,9 @@
 
 use std::sync::Arc;
 
-use super::callbacks::{SIGNATURE, fetch_exactly_where_bytes_are_dear, look_ahead, stop_guessing};
-use super::chunk_ahead::ChunkRead;
+use super::callbacks::{
+    SIGNATURE, chunks_ahead_of, fetch_exactly_where_bytes_are_dear, look_ahead, stop_guessing,
+};
 use super::prefetch::{MAX_PIECE, PrefetchStats, SUPERBLOCK_READ};
 use super::source::Source;
 use crate::hdf5::meta::MemType;
@@ -47,8 +48,10 @@ impl FileObjectCrawl {
     pub fn read_exact_at(&self, pos: u64, buf: &mut [u8]) -> Result<()> {
         let file = &self.source.file;
         let end = pos.saturating_add(buf.len() as u64);
-        if self.read_chunk(pos, buf)? {
-            return Ok(());
+        // A chunk a chunk index lists: the chunks after it come ahead, as
+        // the driver's raw reads do.
+        if chunks_ahead_of(&self.source, pos, buf.len() as u64) {
+            return file.read_exact_at(pos, buf);
         }
         let small = buf.len() <= MAX_PIECE;
         let missed = small && !file.extension().is_cached(pos..end);
@@ -66,38 +69,6 @@ impl FileObjectCrawl {
             look_ahead(&self.source, mem, pos, buf, missed);
         }
         Ok(())
-    }
-
-    /// Reads `buf` at `pos` if it is a chunk a chunk index the crawl read
-    /// lists, with the chunks after it fetched ahead as the driver's raw
-    /// reads are (a dataset read chunk by chunk comes in a few rounds, not
-    /// a round a chunk); false, reading nothing, if it is not one.
-    fn read_chunk(&self, pos: u64, buf: &mut [u8]) -> Result<bool> {
-        let Some(prefetch) = &self.source.prefetch else {
-            return Ok(false);
-        };
-        let file = &self.source.file;
-        let len = buf.len() as u64;
-        let read = ChunkRead {
-            addr: pos,
-            len,
-            missed: !file.extension().is_cached(pos..pos.saturating_add(len)),
-        };
-        let bounds = file.extension().read_ahead_bounds();
-        let Some(ahead) = prefetch.lock().on_chunk_read(read, bounds) else {
-            return Ok(false);
-        };
-        if !ahead.is_empty() {
-            let fetched = file.extension().prefetch_in_background_until_closed(
-                ahead,
-                bounds.1,
-                &self.source.closing,
-                pos..pos.saturating_add(len),
-            );
-            prefetch.lock().fetched_chunks(fetched);
-        }
-        file.read_exact_at(pos, buf)?;
-        Ok(true)
     }
 
     /// Stops the crawl as the driver's close does: with a disk cache, it

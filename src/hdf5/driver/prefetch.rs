@@ -584,11 +584,7 @@ impl Prefetcher {
     /// Whether the frontier holds targets deeper than the reach.
     pub fn holds_deeper(&self) -> bool {
         let reach = self.reach();
-        self.frontier.iter().any(|t| {
-            self.known
-                .get(&t.bytes.start)
-                .is_some_and(|k| k.level > reach)
-        })
+        self.frontier.iter().any(|t| self.level_of(t) > reach)
     }
 
     /// The deepest level HDF5 has read of this file itself.

@@ -706,12 +706,7 @@ mod tests {
     }
 
     #[test]
-    fn the_budget_grows_with_the_link() {
-        const CACHE: u64 = 256 << 20;
-        assert_eq!(guess_budget(None, 16, CACHE, 1), LEAST_BUDGET);
-        // Files crawling at once on an unknown line share it.
-        assert_eq!(guess_budget(None, 16, CACHE, 4), LEAST_BUDGET / 4);
-        assert_eq!(guess_budget(None, 16, CACHE, 1000), LEAST_DEAR_BUDGET);
+    fn a_wave_past_its_rounds_keeps_the_spans_found_first_and_their_share() {
         assert_eq!(share_of(1000, 1, 4), 250);
         let t = |start: u64| Target {
             what: What::Unforeseen,
@@ -732,6 +727,15 @@ mod tests {
         );
         assert_eq!(share_of(u64::MAX, 3, 3), u64::MAX);
         assert_eq!(share_of(1000, 0, 0), 1000);
+    }
+
+    #[test]
+    fn the_budget_grows_with_the_link() {
+        const CACHE: u64 = 256 << 20;
+        assert_eq!(guess_budget(None, 16, CACHE, 1), LEAST_BUDGET);
+        // Files crawling at once on an unknown line share it.
+        assert_eq!(guess_budget(None, 16, CACHE, 4), LEAST_BUDGET / 4);
+        assert_eq!(guess_budget(None, 16, CACHE, 1000), LEAST_DEAR_BUDGET);
         // 30 ms at 25 MB/s: 750 kB a round, 16 connections, 4 rounds.
         assert_eq!(
             guess_budget(estimate(30, 25_000_000), 16, CACHE, 1),
