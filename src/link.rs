@@ -317,6 +317,20 @@ impl Samples {
         })
     }
 
+    /// Where no body was long enough to time alone but bodies arriving
+    /// together were (the small tails of many files opening at once on a
+    /// shared line): the line's rate stands for a connection's, which it
+    /// bounds from above.
+    fn line_alone(&self) -> Option<LinkEstimate> {
+        let round_trip = self.waits.values().min()?;
+        let line = middle(self.line_rates.values())? as u64;
+        Some(LinkEstimate {
+            round_trip,
+            bytes_per_second: line,
+            line_bytes_per_second: Some(line),
+        })
+    }
+
     /// Takes in a body and, if the bodies that came while it did say it,
     /// what the line carried then: their bytes over the time any of them
     /// was arriving, so that connections at work together count once.
@@ -591,6 +605,7 @@ impl LinkMeter {
         let samples = self.line.samples()?;
         samples
             .estimate(samples.rates.values().chain(samples.floors.values()))
+            .or_else(|| samples.line_alone())
             .map(|e| e.weighed(self.weight))
     }
 
@@ -669,6 +684,31 @@ mod tests {
         let guess = meter.guess_estimate().unwrap();
         assert_eq!(guess.line_bytes_per_second, Some(12_500_000));
         assert!(guess.bytes_are_dear());
+    }
+
+    #[test]
+    fn small_bodies_arriving_together_make_the_line_known() {
+        let meter = LinkMeter::new(Link::Measured);
+        meter.record_wait(30 * MS);
+        // Sixteen files' 64 KiB tails over 12.5 MB/s together: no body
+        // alone says the rate, their stretch does.
+        let end = Instant::now() + 1000 * MS;
+        for _ in 0..16 {
+            meter.record_body_ended(64 << 10, 84 * MS, Some(30 * MS), end);
+        }
+        assert_eq!(meter.estimate(), None, "a file's own reads stay unsized");
+        let guess = meter.guess_estimate().unwrap();
+        assert_eq!(guess.round_trip, 30 * MS);
+        assert_eq!(guess.line_bytes_per_second, Some(12_483_047));
+        assert_eq!(guess.bytes_per_second, 12_483_047);
+        assert!(guess.bytes_are_dear());
+        // Bodies that came with their headers say nothing of the line.
+        let fast = LinkMeter::new(Link::Measured);
+        fast.record_wait(30 * MS);
+        for _ in 0..16 {
+            fast.record_body_ended(64 << 10, MS / 10, Some(30 * MS), end);
+        }
+        assert_eq!(fast.guess_estimate(), None);
     }
 
     #[test]

@@ -45,6 +45,13 @@ impl Builder {
 
 /// Opens the file at `url` with the options of `builder`.
 pub(crate) fn open(builder: &Builder, text: &str) -> Result<RemoteFile> {
+    open_among(builder, text, 1)
+}
+
+/// As [`open`], for one of `together` files opened at once (a batch's):
+/// where the line is not known, its tail is priced as one of theirs from
+/// its first request, before the line counts the others opening.
+pub(crate) fn open_among(builder: &Builder, text: &str, together: u64) -> Result<RemoteFile> {
     builder.validate()?;
     let (request_url, url, service) = if s3::is_s3(text) {
         if let Some(why) = builder
@@ -97,7 +104,11 @@ pub(crate) fn open(builder: &Builder, text: &str) -> Result<RemoteFile> {
             let tail = if link.is_near() {
                 builder.open_tail
             } else {
-                priced_tail(builder.open_tail, link.guess_estimate(), link.opening_now())
+                priced_tail(
+                    builder.open_tail,
+                    link.guess_estimate(),
+                    link.opening_now().max(together),
+                )
             };
             let (opened, tail) = first_request(&transport, builder.block_size, tail);
             (opened?, tail, None)

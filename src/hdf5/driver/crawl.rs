@@ -293,6 +293,8 @@ pub(crate) fn wave(
         spans::DEAR_GAP
     } else if dear {
         spans::dear_gap(line, file.extension().line_sharing())
+    } else if line.is_none() && file.link_estimate().is_none() {
+        spans::unknown_line_gap(file.extension().line_sharing())
     } else {
         spans::gap_worth_filling(file.link_estimate())
     };
@@ -303,7 +305,7 @@ pub(crate) fn wave(
     };
     let lanes = file.extension().guess_concurrency();
     let plan_of = |wanted: &[Target], allowed: u64| {
-        spans::plan_wave(wanted, gap, lanes, allowed, file.block_size())
+        spans::plan_wave(wanted, gap, lanes, allowed, file.block_size(), dear)
     };
     let mut plan = plan_of(&wanted, allowed);
     // A wave takes at most `WAVE_ROUNDS` rounds of its lanes: the targets

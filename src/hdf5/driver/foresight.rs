@@ -381,6 +381,7 @@ pub(crate) fn rounds(
             lanes,
             prefetch.allowance(budget, 1),
             block_size,
+            spans::bytes_are_dear(Some(link)),
         );
         let before = have.total();
         let requests = have.fetch(&plan, block_size, len);

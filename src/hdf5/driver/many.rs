@@ -122,6 +122,60 @@ struct State {
     per_file: Average,
     /// Threads working for the batch.
     threads: usize,
+    /// The batch's first open, and where it went.
+    pioneer: Pioneer,
+}
+
+/// The batch's first open goes ahead of the others to its server: the
+/// line is not known before its first bodies, and the files opening at
+/// once on a line not known share its tail ([`priced_tail`]), which on a
+/// fast line would cost their crawls a round. The first takes its tail
+/// whole, and the line is known by it when the others open.
+///
+/// [`priced_tail`]: crate::link::priced_tail
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+enum Pioneer {
+    /// No file of the batch has started opening.
+    #[default]
+    None,
+    /// The first is opening on this server.
+    Opening(Option<String>),
+    /// The first has opened (or failed).
+    Done,
+}
+
+/// What an open of the batch does before it starts, by its server and
+/// the pioneer's.
+#[derive(Debug, PartialEq, Eq)]
+enum Gate {
+    /// Opens first: its tail whole.
+    Lead,
+    /// Waits for the first open to its server to end.
+    Wait,
+    /// Opens now, among the batch's files.
+    Go,
+}
+
+impl Pioneer {
+    fn gate(&self, server: &Option<String>) -> Gate {
+        match self {
+            Pioneer::None => Gate::Lead,
+            Pioneer::Opening(first) if first.is_some() && first == server => Gate::Wait,
+            Pioneer::Opening(_) | Pioneer::Done => Gate::Go,
+        }
+    }
+}
+
+/// The scheme, host and port of `url` (the bucket of an `s3://` URL): the
+/// files one server holds share its line.
+fn server_of(url: &str) -> Option<String> {
+    let url = url::Url::parse(url).ok()?;
+    Some(format!(
+        "{}://{}:{}",
+        url.scheme(),
+        url.host_str()?,
+        url.port_or_known_default().unwrap_or(0)
+    ))
 }
 
 struct File {
@@ -270,6 +324,7 @@ impl Batch {
                 in_flight: 0,
                 per_file: Average::with_prior(prior),
                 threads: 0,
+                pioneer: Pioneer::None,
             }),
             changed: Condvar::new(),
             made_in: MadeIn::here(),
@@ -498,6 +553,10 @@ impl Shared {
     /// left it in.
     fn give_up(&self, index: usize) {
         let mut state = self.state.lock();
+        // A first open that panicked holds the others back no longer.
+        if matches!(state.pioneer, Pioneer::Opening(_)) {
+            state.pioneer = Pioneer::Done;
+        }
         if matches!(
             state.files[index].stage,
             Stage::Opening | Stage::Open { .. }
@@ -536,9 +595,23 @@ impl Shared {
     }
 
     fn open_and_crawl(&self, index: usize) {
-        let url = self.state.lock().files[index].url.clone();
-        let opened = self.closing.run(|| self.builder.open(&url));
+        let (url, together) = {
+            let state = self.state.lock();
+            let together = state.files.len().clamp(1, FILES_AT_ONCE) as u64;
+            (state.files[index].url.clone(), together)
+        };
+        let lead = self.wait_for_pioneer(&url);
+        let together = if lead { 1 } else { together };
+        // Not `Builder::open`: the batch's threads have no host to wait
+        // for them.
+        let opened = self
+            .closing
+            .run(|| crate::open::open_among(&self.builder, &url, together));
         let mut state = self.state.lock();
+        if lead {
+            state.pioneer = Pioneer::Done;
+            self.changed.notify_all();
+        }
         state.in_flight -= 1;
         let still_ours = matches!(state.files[index].stage, Stage::Opening);
         let file = match opened {
@@ -615,6 +688,28 @@ impl Shared {
         }
         drop(state);
         self.changed.notify_all();
+    }
+
+    /// Waits, if the batch's first open is under way to the server of
+    /// `url`, until it has ended (or the batch is cancelled, or
+    /// [`FIRST_OPEN_WAIT`] has passed); true if this open is the first.
+    fn wait_for_pioneer(&self, url: &str) -> bool {
+        let server = server_of(url);
+        let deadline = Instant::now() + FIRST_OPEN_WAIT;
+        let mut state = self.state.lock();
+        loop {
+            match state.pioneer.gate(&server) {
+                Gate::Lead => {
+                    state.pioneer = Pioneer::Opening(server);
+                    return true;
+                }
+                Gate::Go => return false,
+                Gate::Wait if self.closing.is_closed() || Instant::now() >= deadline => {
+                    return false;
+                }
+                Gate::Wait => state = self.changed.wait_until(state, deadline).0,
+            }
+        }
     }
 
     fn take(self: &Arc<Self>, url: &str) -> crate::Result<Option<Prefetched>> {
@@ -838,7 +933,31 @@ mod tests {
             in_flight,
             per_file: Average::with_prior(per_file),
             threads: 1,
+            pioneer: Pioneer::None,
         }
+    }
+
+    #[test]
+    fn the_first_open_to_a_server_goes_ahead_of_the_others_to_it() {
+        let here = server_of("https://data.example.org/a.nwb?X-Amz-Signature=s");
+        assert_eq!(here.as_deref(), Some("https://data.example.org:443"));
+        assert_eq!(
+            server_of("http://data.example.org:8080/b.nwb").as_deref(),
+            Some("http://data.example.org:8080")
+        );
+        assert_eq!(server_of("not a url"), None);
+        let elsewhere = server_of("https://other.example.org/c.nwb");
+        assert_eq!(Pioneer::None.gate(&here), Gate::Lead);
+        let first = Pioneer::Opening(here.clone());
+        assert_eq!(first.gate(&here), Gate::Wait);
+        assert_eq!(first.gate(&elsewhere), Gate::Go, "another server's line");
+        assert_eq!(first.gate(&None), Gate::Go);
+        assert_eq!(
+            Pioneer::Opening(None).gate(&None),
+            Gate::Go,
+            "no server known"
+        );
+        assert_eq!(Pioneer::Done.gate(&here), Gate::Go);
     }
 
     #[test]

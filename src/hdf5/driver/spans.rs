@@ -65,6 +65,14 @@ pub(crate) fn gap_worth_filling(link: Option<LinkEstimate>) -> u64 {
         .clamp(LEAST_GAP, MOST_GAP)
 }
 
+/// The largest gap worth filling for a file crawling on a line not
+/// measured yet, with `sharing` files crawling on it at once: as likely a
+/// slow line's survey as a fast one's, they share [`UNKNOWN_LINK_GAP`]
+/// (at least [`LEAST_GAP`] each) until a wave or two has measured it.
+pub(crate) fn unknown_line_gap(sharing: u64) -> u64 {
+    (UNKNOWN_LINK_GAP / sharing.max(1)).max(LEAST_GAP)
+}
+
 /// The spans to fetch `targets` in: sorted, each covering targets whose
 /// gaps are at most `max_gap`, the gaps between them, and `ahead` bytes
 /// past its last target.
@@ -348,13 +356,18 @@ pub(crate) fn share_of(allowed: u64, part: u64, whole: u64) -> u64 {
 /// with the closest merged while that saves a round on `lanes` connections
 /// ([`fit_lanes`]) and still fits. `gap` is the gap worth filling on the
 /// link, `allowed` the bytes the wave may guess, `block_size` the cache's.
+/// Where `bytes_dear`, the spans always go as pieces: a span rounded out to
+/// whole blocks would fetch up to twice the bytes the wave priced.
 pub(crate) fn plan_wave(
     missing: &[Target],
     gap: u64,
     lanes: u64,
     allowed: u64,
     block_size: u64,
+    bytes_dear: bool,
 ) -> WavePlan {
+    // Priced as pieces throughout: blocks of one byte cost their bytes.
+    let block_size = if bytes_dear { 1 } else { block_size };
     // A chunk index's nodes lie among its chunks: the gaps between them
     // are raw data, never worth fetching with them.
     let (among_data, clustered): (Vec<&Target>, Vec<&Target>) =
@@ -379,7 +392,7 @@ pub(crate) fn plan_wave(
         wanted
     };
     WavePlan {
-        as_pieces: as_pieces(&spans, block_size),
+        as_pieces: bytes_dear || as_pieces(&spans, block_size),
         spans,
         allowed,
     }
@@ -703,6 +716,32 @@ mod tests {
         assert_eq!(gap_worth_filling(None), UNKNOWN_LINK_GAP);
         assert_eq!(gap_worth_filling(estimate(1, 1_000)), LEAST_GAP);
         assert_eq!(gap_worth_filling(estimate(500, 10_000_000_000)), MOST_GAP);
+    }
+
+    #[test]
+    fn files_on_an_unknown_line_share_its_gap() {
+        assert_eq!(unknown_line_gap(1), UNKNOWN_LINK_GAP);
+        assert_eq!(unknown_line_gap(0), UNKNOWN_LINK_GAP);
+        assert_eq!(unknown_line_gap(4), UNKNOWN_LINK_GAP / 4);
+        assert_eq!(unknown_line_gap(1000), LEAST_GAP);
+    }
+
+    #[test]
+    fn where_bytes_are_dear_a_wave_goes_as_pieces_of_its_own_bytes() {
+        let block = 128 << 10;
+        // A cluster just across a block boundary: two blocks for 150 kB.
+        let t = |start: u64, len: u64| Target {
+            what: What::Unforeseen,
+            bytes: start..start + len,
+        };
+        let missing = [t(block - 75_000, 70_000), t(block + 1_000, 70_000)];
+        let cheap = plan_wave(&missing, 64 << 10, 4, 1 << 20, block, false);
+        assert!(!cheap.as_pieces, "{:?}", cheap.spans);
+        assert_eq!(cost(&cheap.spans, block), 2 * block);
+        let dear = plan_wave(&missing, 64 << 10, 4, 1 << 20, block, true);
+        assert!(dear.as_pieces);
+        assert_eq!(dear.spans, cheap.spans, "the same spans");
+        assert!(total(&dear.spans) < cost(&cheap.spans, block) * 3 / 4);
     }
 
     #[test]
