@@ -318,12 +318,17 @@ impl Samples {
     }
 
     /// Where no body was long enough to time alone but bodies arriving
-    /// together were (the small tails of many files opening at once on a
-    /// shared line): the line's rate stands for a connection's, which it
-    /// bounds from above.
+    /// together were (the small tails of many files opening at once): the
+    /// line's rate stands for a connection's, which it bounds from above,
+    /// if it shows the line cheap. Small bodies on new connections arrive
+    /// at slow start's pace, as slowly on a fast line as on a slow one:
+    /// they never show a line dear.
     fn line_alone(&self) -> Option<LinkEstimate> {
         let round_trip = self.waits.values().min()?;
-        let line = middle(self.line_rates.values())? as u64;
+        let line = middle(self.line_rates.values())?.min(MOST_RATE) as u64;
+        if line < CHEAP_LINE {
+            return None;
+        }
         Some(LinkEstimate {
             round_trip,
             bytes_per_second: line,
@@ -435,6 +440,17 @@ impl Drop for Opening {
     }
 }
 
+/// The scheme, host and port of `url`: the files one server holds share its
+/// line.
+pub(crate) fn origin_of(url: &Url) -> String {
+    format!(
+        "{}://{}:{}",
+        url.scheme(),
+        url.host_str().unwrap_or(""),
+        url.port_or_known_default().unwrap_or(0)
+    )
+}
+
 impl Line {
     /// The line to the server of `url` (its scheme, host and port), shared
     /// by every file of this process that reads from there.
@@ -442,12 +458,7 @@ impl Line {
         // A forked child measures its own lines.
         static LINES: ProcessLocal<Option<HashMap<String, Arc<Line>>>> =
             ProcessLocal::new(None, start_afresh);
-        let origin = format!(
-            "{}://{}:{}",
-            url.scheme(),
-            url.host_str().unwrap_or(""),
-            url.port_or_known_default().unwrap_or(0)
-        );
+        let origin = origin_of(url);
         let Some(mut lines) = LINES.lock() else {
             return Arc::default();
         };
@@ -595,9 +606,11 @@ impl LinkMeter {
     /// reading from the server feeds, so that a file opened after others
     /// knows it at once; the shortest recent wait with the fastest recent
     /// rate, measured or bounded from below (both are at most the link's
-    /// speed). A fast link, whose bodies all come with their headers, has no
-    /// ordinary estimate, but it carries a guess at least that fast; the
-    /// sizes of reads stay as for an unknown link.
+    /// speed); where no body could be timed alone, what bodies arriving
+    /// together carried, if that shows the line cheap. A fast link, whose
+    /// bodies all come with their headers, has no ordinary estimate, but it
+    /// carries a guess at least that fast; the sizes of reads stay as for
+    /// an unknown link.
     pub fn guess_estimate(&self) -> Option<LinkEstimate> {
         if self.mode != Link::Measured {
             return self.estimate();
@@ -607,6 +620,14 @@ impl LinkMeter {
             .estimate(samples.rates.values().chain(samples.floors.values()))
             .or_else(|| samples.line_alone())
             .map(|e| e.weighed(self.weight))
+    }
+
+    /// Whether there is nothing left to learn of the line's price before
+    /// guessing on it: a mode that does not measure, a near server, or a
+    /// guess estimate.
+    #[cfg_attr(not(feature = "hdf5"), allow(dead_code))]
+    pub fn knows_line(&self) -> bool {
+        self.mode != Link::Measured || self.is_near() || self.guess_estimate().is_some()
     }
 
     /// The estimate that sizes the file's reads, from its own responses,
@@ -687,21 +708,31 @@ mod tests {
     }
 
     #[test]
-    fn small_bodies_arriving_together_make_the_line_known() {
+    fn small_bodies_arriving_together_show_a_line_cheap_never_dear() {
         let meter = LinkMeter::new(Link::Measured);
         meter.record_wait(30 * MS);
-        // Sixteen files' 64 KiB tails over 12.5 MB/s together: no body
-        // alone says the rate, their stretch does.
+        // Sixteen files' 64 KiB tails together in 20 ms: no body alone
+        // says the rate, their stretch does.
         let end = Instant::now() + 1000 * MS;
         for _ in 0..16 {
-            meter.record_body_ended(64 << 10, 84 * MS, Some(30 * MS), end);
+            meter.record_body_ended(64 << 10, 20 * MS, Some(30 * MS), end);
         }
         assert_eq!(meter.estimate(), None, "a file's own reads stay unsized");
         let guess = meter.guess_estimate().unwrap();
         assert_eq!(guess.round_trip, 30 * MS);
-        assert_eq!(guess.line_bytes_per_second, Some(12_483_047));
-        assert_eq!(guess.bytes_per_second, 12_483_047);
-        assert!(guess.bytes_are_dear());
+        assert_eq!(guess.line_bytes_per_second, Some(52_428_800));
+        assert_eq!(guess.bytes_per_second, 52_428_800);
+        assert!(!guess.bytes_are_dear());
+        assert!(meter.knows_line());
+        // The same over 84 ms: a line of 12.5 MB/s, or slow start on new
+        // connections over a fast one. Nothing is known.
+        let slow = LinkMeter::new(Link::Measured);
+        slow.record_wait(30 * MS);
+        for _ in 0..16 {
+            slow.record_body_ended(64 << 10, 84 * MS, Some(30 * MS), end);
+        }
+        assert_eq!(slow.guess_estimate(), None);
+        assert!(!slow.knows_line());
         // Bodies that came with their headers say nothing of the line.
         let fast = LinkMeter::new(Link::Measured);
         fast.record_wait(30 * MS);

@@ -964,6 +964,55 @@ fn cancelling_a_batch_ends_its_requests_and_leaves_its_files_to_their_opens() {
 }
 
 #[test]
+fn a_batch_opens_its_first_file_to_a_new_line_ahead_and_a_cancel_lets_the_rest_go() {
+    use remfile_testkit::{After, RawServer, hold_until_hung_up};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+    use std::sync::{Arc, Mutex, mpsc};
+
+    let _dog = remfile_testkit::watchdog(Duration::from_secs(300));
+    let over = Arc::new(AtomicBool::new(false));
+    let asked = Arc::new(AtomicUsize::new(0));
+    let (arrived_tx, arrived) = mpsc::channel();
+    let arrived_tx = Mutex::new(arrived_tx);
+    let server = {
+        let (over, asked) = (over.clone(), asked.clone());
+        RawServer::new(move |_, out| {
+            asked.fetch_add(1, SeqCst);
+            let _ = arrived_tx.lock().unwrap().send(());
+            hold_until_hung_up(out, &over);
+            After::Close
+        })
+    };
+    // The link measured (the default): nothing is known of this server's
+    // line before the batch's first open has its bodies.
+    let patient = h5::builder()
+        .proxy_from_env(false)
+        .idle_timeout(Duration::from_secs(600))
+        .read_timeout(Duration::from_secs(600));
+    let urls: Vec<String> = (0..3).map(|i| server.url(&format!("/{i}.nwb"))).collect();
+    let ahead = h5::OpenOptions::new().remote(patient).prefetch_files(&urls);
+    // The first file's first request and its tail's; the others wait for
+    // them to end.
+    for _ in 0..2 {
+        arrived.recv().unwrap();
+    }
+    ahead.cancel();
+    let progress = ahead.wait().unwrap();
+    assert_eq!(
+        (progress.failed, progress.dropped, progress.pending),
+        (1, 2, 0),
+        "{progress:?}"
+    );
+    assert_eq!(asked.load(SeqCst), 2, "the others sent nothing");
+    assert_eq!(ahead.errors().len(), 1);
+    for (url, e) in ahead.errors() {
+        assert_eq!(url, urls[0], "the batch's first file goes first");
+        assert_eq!(e.kind(), remfile::ErrorKind::Interrupted, "{e}");
+    }
+    over.store(true, SeqCst);
+}
+
+#[test]
 fn a_survey_of_immutable_files_on_disk_sends_no_request() {
     let server = serve(nwb_file());
     let local = h5::File::open(nwb_file()).unwrap();

@@ -30,6 +30,7 @@ use super::config::Config;
 use super::crawl;
 use super::prefetch::Prefetcher;
 use super::reach::{FIRST_OPEN_WAIT, Reach, Waited};
+use crate::link::{Line, LinkMeter, origin_of};
 use crate::process::workers::Closing;
 use crate::sync::{Condvar, MadeIn, Mutex, ProcessLocal};
 use crate::{Builder, Error, RemoteFile};
@@ -122,60 +123,79 @@ struct State {
     per_file: Average,
     /// Threads working for the batch.
     threads: usize,
-    /// The batch's first open, and where it went.
-    pioneer: Pioneer,
+    /// The batch's first open to each server whose line is not known.
+    pioneers: Pioneers,
 }
 
-/// The batch's first open goes ahead of the others to its server: the
-/// line is not known before its first bodies, and the files opening at
-/// once on a line not known share its tail ([`priced_tail`]), which on a
-/// fast line would cost their crawls a round. The first takes its tail
-/// whole, and the line is known by it when the others open.
+/// A batch's first open to a server goes ahead of the others to it while
+/// the line's price is not known: the files opening at once on a line not
+/// known share its tail ([`priced_tail`]), which on a fast line would cost
+/// their crawls a round. The first takes its tail whole, and the line is
+/// known by it when the others open.
 ///
 /// [`priced_tail`]: crate::link::priced_tail
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-enum Pioneer {
-    /// No file of the batch has started opening.
-    #[default]
-    None,
-    /// The first is opening on this server.
-    Opening(Option<String>),
-    /// The first has opened (or failed).
-    Done,
+#[derive(Debug, Default)]
+struct Pioneers {
+    /// Each server's first open: true once it has ended.
+    by_server: HashMap<String, bool>,
 }
 
-/// What an open of the batch does before it starts, by its server and
-/// the pioneer's.
+/// When an open of the batch starts.
 #[derive(Debug, PartialEq, Eq)]
-enum Gate {
-    /// Opens first: its tail whole.
-    Lead,
-    /// Waits for the first open to its server to end.
-    Wait,
-    /// Opens now, among the batch's files.
-    Go,
+enum Turn {
+    /// Now, as its server's first open: its tail whole.
+    Lead(String),
+    /// Once its server's first open has ended.
+    Follow(String),
+    /// Now, among the batch's files.
+    Free,
 }
 
-impl Pioneer {
-    fn gate(&self, server: &Option<String>) -> Gate {
-        match self {
-            Pioneer::None => Gate::Lead,
-            Pioneer::Opening(first) if first.is_some() && first == server => Gate::Wait,
-            Pioneer::Opening(_) | Pioneer::Done => Gate::Go,
+impl Pioneers {
+    /// The turn of an open to `server`, if its line is not known yet
+    /// (`None`: known, or no server to know).
+    fn turn(&mut self, server: Option<String>) -> Turn {
+        let Some(server) = server else {
+            return Turn::Free;
+        };
+        match self.by_server.get(&server) {
+            None => {
+                self.by_server.insert(server.clone(), false);
+                Turn::Lead(server)
+            }
+            Some(false) => Turn::Follow(server),
+            Some(true) => Turn::Free,
         }
+    }
+
+    fn ended(&mut self, server: &str) {
+        if let Some(ended) = self.by_server.get_mut(server) {
+            *ended = true;
+        }
+    }
+
+    fn is_opening(&self, server: &str) -> bool {
+        self.by_server.get(server) == Some(&false)
     }
 }
 
-/// The scheme, host and port of `url` (the bucket of an `s3://` URL): the
-/// files one server holds share its line.
+/// The server of `url`, as its line is known by.
 fn server_of(url: &str) -> Option<String> {
-    let url = url::Url::parse(url).ok()?;
-    Some(format!(
-        "{}://{}:{}",
-        url.scheme(),
-        url.host_str()?,
-        url.port_or_known_default().unwrap_or(0)
-    ))
+    let url = url::Url::parse(url)
+        .ok()
+        .filter(|u| u.host_str().is_some())?;
+    Some(origin_of(&url))
+}
+
+/// The server of `url`, as its line is known by, if the line's price is
+/// not known yet (an `s3://` URL's is its bucket's, which no line is known
+/// by: a batch's first file in each bucket goes ahead).
+fn unknown_line(builder: &Builder, url: &str) -> Option<String> {
+    let url = url::Url::parse(url)
+        .ok()
+        .filter(|u| u.host_str().is_some())?;
+    let meter = LinkMeter::on(builder.link, builder.byte_weight, Line::to(&url));
+    (!meter.knows_line()).then(|| origin_of(&url))
 }
 
 struct File {
@@ -324,7 +344,7 @@ impl Batch {
                 in_flight: 0,
                 per_file: Average::with_prior(prior),
                 threads: 0,
-                pioneer: Pioneer::None,
+                pioneers: Pioneers::default(),
             }),
             changed: Condvar::new(),
             made_in: MadeIn::here(),
@@ -538,8 +558,8 @@ impl Shared {
             }
         }
         let _leaving = Leaving(&self);
-        while let Some(index) = self.next_file() {
-            let step = std::panic::AssertUnwindSafe(|| self.open_and_crawl(index));
+        while let Some((index, turn)) = self.next_file() {
+            let step = std::panic::AssertUnwindSafe(|| self.open_and_crawl(index, turn));
             if std::panic::catch_unwind(step).is_err() {
                 // A bug, not the file's fault: its open opens it afresh.
                 self.give_up(index);
@@ -554,8 +574,9 @@ impl Shared {
     fn give_up(&self, index: usize) {
         let mut state = self.state.lock();
         // A first open that panicked holds the others back no longer.
-        if matches!(state.pioneer, Pioneer::Opening(_)) {
-            state.pioneer = Pioneer::Done;
+        let server = server_of(&state.files[index].url);
+        if let Some(server) = server.filter(|s| state.pioneers.is_opening(s)) {
+            state.pioneers.ended(&server);
         }
         if matches!(
             state.files[index].stage,
@@ -570,7 +591,7 @@ impl Shared {
 
     /// The next file to start, if there is room for it; `None` when there
     /// is none or no room, or the batch was cancelled.
-    fn next_file(&self) -> Option<usize> {
+    fn next_file(&self) -> Option<(usize, Turn)> {
         let mut state = self.state.lock();
         if self.closing.is_closed() || crate::wait::was_stopped() {
             return None;
@@ -591,25 +612,45 @@ impl Shared {
         state.files[index].stage = Stage::Opening;
         state.files_ahead += 1;
         state.in_flight += 1;
-        Some(index)
+        // Decided with the file's place: the batch's first file to a
+        // server leads to it (the one a survey opens first).
+        let server = unknown_line(&self.builder, &state.files[index].url);
+        let turn = state.pioneers.turn(server);
+        Some((index, turn))
     }
 
-    fn open_and_crawl(&self, index: usize) {
+    fn open_and_crawl(&self, index: usize, turn: Turn) {
         let (url, together) = {
             let state = self.state.lock();
             let together = state.files.len().clamp(1, FILES_AT_ONCE) as u64;
             (state.files[index].url.clone(), together)
         };
-        let lead = self.wait_for_pioneer(&url);
-        let together = if lead { 1 } else { together };
+        let together = match &turn {
+            Turn::Lead(_) => 1,
+            Turn::Follow(server) => {
+                if !self.wait_for_pioneer(server) {
+                    // Cancelled before it started: no open to fail.
+                    let mut state = self.state.lock();
+                    state.in_flight -= 1;
+                    if matches!(state.files[index].stage, Stage::Opening) {
+                        state.let_go(index, Stage::Dropped);
+                    }
+                    drop(state);
+                    self.changed.notify_all();
+                    return;
+                }
+                together
+            }
+            Turn::Free => together,
+        };
         // Not `Builder::open`: the batch's threads have no host to wait
         // for them.
         let opened = self
             .closing
             .run(|| crate::open::open_among(&self.builder, &url, together));
         let mut state = self.state.lock();
-        if lead {
-            state.pioneer = Pioneer::Done;
+        if let Turn::Lead(server) = &turn {
+            state.pioneers.ended(server);
             self.changed.notify_all();
         }
         state.in_flight -= 1;
@@ -690,26 +731,18 @@ impl Shared {
         self.changed.notify_all();
     }
 
-    /// Waits, if the batch's first open is under way to the server of
-    /// `url`, until it has ended (or the batch is cancelled, or
-    /// [`FIRST_OPEN_WAIT`] has passed); true if this open is the first.
-    fn wait_for_pioneer(&self, url: &str) -> bool {
-        let server = server_of(url);
+    /// Waits until the batch's first open to `server` has ended (or
+    /// [`FIRST_OPEN_WAIT`] has passed): false if the batch was cancelled.
+    fn wait_for_pioneer(&self, server: &str) -> bool {
         let deadline = Instant::now() + FIRST_OPEN_WAIT;
         let mut state = self.state.lock();
-        loop {
-            match state.pioneer.gate(&server) {
-                Gate::Lead => {
-                    state.pioneer = Pioneer::Opening(server);
-                    return true;
-                }
-                Gate::Go => return false,
-                Gate::Wait if self.closing.is_closed() || Instant::now() >= deadline => {
-                    return false;
-                }
-                Gate::Wait => state = self.changed.wait_until(state, deadline).0,
-            }
+        while state.pioneers.is_opening(server)
+            && !self.closing.is_closed()
+            && Instant::now() < deadline
+        {
+            state = self.changed.wait_until(state, deadline).0;
         }
+        !self.closing.is_closed()
     }
 
     fn take(self: &Arc<Self>, url: &str) -> crate::Result<Option<Prefetched>> {
@@ -933,12 +966,12 @@ mod tests {
             in_flight,
             per_file: Average::with_prior(per_file),
             threads: 1,
-            pioneer: Pioneer::None,
+            pioneers: Pioneers::default(),
         }
     }
 
     #[test]
-    fn the_first_open_to_a_server_goes_ahead_of_the_others_to_it() {
+    fn the_first_open_to_each_server_goes_ahead_of_the_others_to_it() {
         let here = server_of("https://data.example.org/a.nwb?X-Amz-Signature=s");
         assert_eq!(here.as_deref(), Some("https://data.example.org:443"));
         assert_eq!(
@@ -946,18 +979,49 @@ mod tests {
             Some("http://data.example.org:8080")
         );
         assert_eq!(server_of("not a url"), None);
+        assert_eq!(server_of("file:///tmp/a.nwb"), None, "no host");
         let elsewhere = server_of("https://other.example.org/c.nwb");
-        assert_eq!(Pioneer::None.gate(&here), Gate::Lead);
-        let first = Pioneer::Opening(here.clone());
-        assert_eq!(first.gate(&here), Gate::Wait);
-        assert_eq!(first.gate(&elsewhere), Gate::Go, "another server's line");
-        assert_eq!(first.gate(&None), Gate::Go);
+        let mut pioneers = Pioneers::default();
         assert_eq!(
-            Pioneer::Opening(None).gate(&None),
-            Gate::Go,
-            "no server known"
+            pioneers.turn(here.clone()),
+            Turn::Lead(here.clone().unwrap())
         );
-        assert_eq!(Pioneer::Done.gate(&here), Gate::Go);
+        assert_eq!(
+            pioneers.turn(here.clone()),
+            Turn::Follow(here.clone().unwrap())
+        );
+        assert_eq!(
+            pioneers.turn(elsewhere.clone()),
+            Turn::Lead(elsewhere.clone().unwrap()),
+            "another server's line has its own first"
+        );
+        assert_eq!(
+            pioneers.turn(None),
+            Turn::Free,
+            "a line known, or no server"
+        );
+        assert!(pioneers.is_opening(here.as_deref().unwrap()));
+        pioneers.ended(here.as_deref().unwrap());
+        assert!(!pioneers.is_opening(here.as_deref().unwrap()));
+        assert_eq!(pioneers.turn(here.clone()), Turn::Free);
+        assert_eq!(
+            pioneers.turn(elsewhere.clone()),
+            Turn::Follow(elsewhere.unwrap())
+        );
+    }
+
+    #[test]
+    fn a_line_known_sends_no_open_ahead() {
+        let builder = crate::RemoteFile::builder().link(crate::Link::Ignored);
+        assert_eq!(
+            unknown_line(&builder, "https://data.example.org/a.nwb"),
+            None
+        );
+        let measured = crate::RemoteFile::builder();
+        assert_eq!(
+            unknown_line(&measured, "https://never-measured.example.org/a.nwb").as_deref(),
+            Some("https://never-measured.example.org:443")
+        );
     }
 
     #[test]
