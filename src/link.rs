@@ -317,25 +317,6 @@ impl Samples {
         })
     }
 
-    /// Where no body was long enough to time alone but bodies arriving
-    /// together were (the small tails of many files opening at once): the
-    /// line's rate stands for a connection's, which it bounds from above,
-    /// if it shows the line cheap. Small bodies on new connections arrive
-    /// at slow start's pace, as slowly on a fast line as on a slow one:
-    /// they never show a line dear.
-    fn line_alone(&self) -> Option<LinkEstimate> {
-        let round_trip = self.waits.values().min()?;
-        let line = middle(self.line_rates.values())?.min(MOST_RATE) as u64;
-        if line < CHEAP_LINE {
-            return None;
-        }
-        Some(LinkEstimate {
-            round_trip,
-            bytes_per_second: line,
-            line_bytes_per_second: Some(line),
-        })
-    }
-
     /// Takes in a body and, if the bodies that came while it did say it,
     /// what the line carried then: their bytes over the time any of them
     /// was arriving, so that connections at work together count once.
@@ -606,11 +587,12 @@ impl LinkMeter {
     /// reading from the server feeds, so that a file opened after others
     /// knows it at once; the shortest recent wait with the fastest recent
     /// rate, measured or bounded from below (both are at most the link's
-    /// speed); where no body could be timed alone, what bodies arriving
-    /// together carried, if that shows the line cheap. A fast link, whose
-    /// bodies all come with their headers, has no ordinary estimate, but it
-    /// carries a guess at least that fast; the sizes of reads stay as for
-    /// an unknown link.
+    /// speed). A fast link, whose bodies all come with their headers, has no
+    /// ordinary estimate, but it carries a guess at least that fast; the
+    /// sizes of reads stay as for an unknown link. What small bodies arriving
+    /// together carried alone says nothing: new connections' slow start
+    /// delays them on a fast line as a slow line does, and a burst a shaper
+    /// lets through brings them faster than the line carries.
     pub fn guess_estimate(&self) -> Option<LinkEstimate> {
         if self.mode != Link::Measured {
             return self.estimate();
@@ -618,7 +600,6 @@ impl LinkMeter {
         let samples = self.line.samples()?;
         samples
             .estimate(samples.rates.values().chain(samples.floors.values()))
-            .or_else(|| samples.line_alone())
             .map(|e| e.weighed(self.weight))
     }
 
@@ -708,38 +689,29 @@ mod tests {
     }
 
     #[test]
-    fn small_bodies_arriving_together_show_a_line_cheap_never_dear() {
-        let meter = LinkMeter::new(Link::Measured);
-        meter.record_wait(30 * MS);
-        // Sixteen files' 64 KiB tails together in 20 ms: no body alone
-        // says the rate, their stretch does.
+    fn small_bodies_arriving_together_say_nothing_of_the_line_alone() {
+        // Sixteen files' 64 KiB tails together over 84 ms: a line of
+        // 12.5 MB/s, or slow start on new connections over a fast one.
         let end = Instant::now() + 1000 * MS;
-        for _ in 0..16 {
-            meter.record_body_ended(64 << 10, 20 * MS, Some(30 * MS), end);
+        for took in [84, 20] {
+            let meter = LinkMeter::new(Link::Measured);
+            meter.record_wait(30 * MS);
+            for _ in 0..16 {
+                meter.record_body_ended(64 << 10, took * MS, Some(30 * MS), end);
+            }
+            assert_eq!(meter.guess_estimate(), None, "{took} ms");
+            assert!(!meter.knows_line());
         }
-        assert_eq!(meter.estimate(), None, "a file's own reads stay unsized");
-        let guess = meter.guess_estimate().unwrap();
-        assert_eq!(guess.round_trip, 30 * MS);
-        assert_eq!(guess.line_bytes_per_second, Some(52_428_800));
-        assert_eq!(guess.bytes_per_second, 52_428_800);
-        assert!(!guess.bytes_are_dear());
-        assert!(meter.knows_line());
-        // The same over 84 ms: a line of 12.5 MB/s, or slow start on new
-        // connections over a fast one. Nothing is known.
-        let slow = LinkMeter::new(Link::Measured);
-        slow.record_wait(30 * MS);
-        for _ in 0..16 {
-            slow.record_body_ended(64 << 10, 84 * MS, Some(30 * MS), end);
-        }
-        assert_eq!(slow.guess_estimate(), None);
-        assert!(!slow.knows_line());
-        // Bodies that came with their headers say nothing of the line.
+        // Bodies that came with their headers say nothing either.
         let fast = LinkMeter::new(Link::Measured);
         fast.record_wait(30 * MS);
         for _ in 0..16 {
             fast.record_body_ended(64 << 10, MS / 10, Some(30 * MS), end);
         }
         assert_eq!(fast.guess_estimate(), None);
+        // One body long enough to time does.
+        fast.record_body_ended(1 << 20, 100 * MS, Some(30 * MS), end);
+        assert!(fast.knows_line());
     }
 
     #[test]

@@ -48,10 +48,9 @@ pub(crate) fn open(builder: &Builder, text: &str) -> Result<RemoteFile> {
     open_among(builder, text, 1)
 }
 
-/// As [`open`], for one of `together` files opened at once (a batch's):
-/// where the line is not known, its tail is priced as one of theirs from
-/// its first request, before the line counts the others opening; where it
-/// is, by the opens the line counts.
+/// As [`open`], for one of `together` files at work at once (a batch's):
+/// its tail is priced as one of theirs from its first request, before the
+/// line counts the others opening.
 pub(crate) fn open_among(builder: &Builder, text: &str, together: u64) -> Result<RemoteFile> {
     builder.validate()?;
     let (request_url, url, service) = if s3::is_s3(text) {
@@ -102,12 +101,16 @@ pub(crate) fn open_among(builder: &Builder, text: &str, together: u64) -> Result
             // server known to be near takes it whole.
             let _at_work = link.at_work();
             let _opening = link.opening();
-            let tail = match link.guess_estimate() {
-                _ if link.is_near() => builder.open_tail,
-                // The files opening at once on a line not known yet count
-                // from their first request, before the line counts them.
-                None => priced_tail(builder.open_tail, None, link.opening_now().max(together)),
-                known => priced_tail(builder.open_tail, known, link.opening_now()),
+            let tail = if link.is_near() {
+                builder.open_tail
+            } else {
+                // The files opening at once count from their first request,
+                // before the line counts them.
+                priced_tail(
+                    builder.open_tail,
+                    link.guess_estimate(),
+                    link.opening_now().max(together),
+                )
             };
             let (opened, tail) = first_request(&transport, builder.block_size, tail);
             (opened?, tail, None)

@@ -620,11 +620,7 @@ impl Shared {
     }
 
     fn open_and_crawl(&self, index: usize, turn: Turn) {
-        let (url, together) = {
-            let state = self.state.lock();
-            let together = state.files.len().clamp(1, FILES_AT_ONCE) as u64;
-            (state.files[index].url.clone(), together)
-        };
+        let url = self.state.lock().files[index].url.clone();
         let together = match &turn {
             Turn::Lead(_) => 1,
             Turn::Follow(server) => {
@@ -639,9 +635,9 @@ impl Shared {
                     self.changed.notify_all();
                     return;
                 }
-                together
+                self.at_work()
             }
-            Turn::Free => together,
+            Turn::Free => self.at_work(),
         };
         // Not `Builder::open`: the batch's threads have no host to wait
         // for them.
@@ -729,6 +725,13 @@ impl Shared {
         }
         drop(state);
         self.changed.notify_all();
+    }
+
+    /// The batch's files being opened or crawled now, which share the line
+    /// with an open starting (the threads all start at once: the line
+    /// counts the opens only as each sends its first request).
+    fn at_work(&self) -> u64 {
+        self.state.lock().in_flight.max(1) as u64
     }
 
     /// Waits until the batch's first open to `server` has ended (or
