@@ -127,11 +127,12 @@ struct State {
     pioneers: Pioneers,
 }
 
-/// A batch's first open to a server goes ahead of the others to it while
-/// the line's price is not known: the files opening at once on a line not
-/// known share its tail ([`priced_tail`]), which on a fast line would cost
-/// their crawls a round. The first takes its tail whole, and the line is
-/// known by it when the others open.
+/// A batch's first open to a server whose line's price is not known yet
+/// takes its tail whole, a body long enough to measure the line by; the
+/// others open beside it, sharing one tail ([`priced_tail`]), and their
+/// crawls wait for it to end, so that they plan with the line known. On a
+/// fast line it ends as theirs do; on a slow one the bytes a crawl planned
+/// blind would buy cost more than the wait.
 ///
 /// [`priced_tail`]: crate::link::priced_tail
 #[derive(Debug, Default)]
@@ -143,11 +144,12 @@ struct Pioneers {
 /// When an open of the batch starts.
 #[derive(Debug, PartialEq, Eq)]
 enum Turn {
-    /// Now, as its server's first open: its tail whole.
+    /// As its server's first open: its tail whole.
     Lead(String),
-    /// Once its server's first open has ended.
+    /// Among the batch's files, its crawl once its server's first open has
+    /// ended.
     Follow(String),
-    /// Now, among the batch's files.
+    /// Among the batch's files.
     Free,
 }
 
@@ -621,23 +623,11 @@ impl Shared {
 
     fn open_and_crawl(&self, index: usize, turn: Turn) {
         let url = self.state.lock().files[index].url.clone();
+        // The first to a line not known takes its tail whole; the others
+        // share one.
         let together = match &turn {
             Turn::Lead(_) => 1,
-            Turn::Follow(server) => {
-                if !self.wait_for_pioneer(server) {
-                    // Cancelled before it started: no open to fail.
-                    let mut state = self.state.lock();
-                    state.in_flight -= 1;
-                    if matches!(state.files[index].stage, Stage::Opening) {
-                        state.let_go(index, Stage::Dropped);
-                    }
-                    drop(state);
-                    self.changed.notify_all();
-                    return;
-                }
-                self.at_work()
-            }
-            Turn::Free => self.at_work(),
+            Turn::Follow(_) | Turn::Free => self.at_work(),
         };
         // Not `Builder::open`: the batch's threads have no host to wait
         // for them.
@@ -694,6 +684,9 @@ impl Shared {
                 // A file taken by its open is crawled by the open's own
                 // crawl from here (which stops when the file closes).
                 let stopped = || self.closing.is_closed() || handover.is_taken();
+                if let Turn::Follow(server) = &turn {
+                    self.wait_for_pioneer(server, stopped);
+                }
                 let deadline = Instant::now() + FIRST_OPEN_WAIT;
                 loop {
                     while !stopped() && self.closing.run(|| crawl::wave(prefetch, &file, stopped)) {
@@ -735,17 +728,13 @@ impl Shared {
     }
 
     /// Waits until the batch's first open to `server` has ended (or
-    /// [`FIRST_OPEN_WAIT`] has passed): false if the batch was cancelled.
-    fn wait_for_pioneer(&self, server: &str) -> bool {
+    /// [`FIRST_OPEN_WAIT`] has passed, or `stopped`).
+    fn wait_for_pioneer(&self, server: &str, stopped: impl Fn() -> bool) {
         let deadline = Instant::now() + FIRST_OPEN_WAIT;
         let mut state = self.state.lock();
-        while state.pioneers.is_opening(server)
-            && !self.closing.is_closed()
-            && Instant::now() < deadline
-        {
+        while state.pioneers.is_opening(server) && !stopped() && Instant::now() < deadline {
             state = self.changed.wait_until(state, deadline).0;
         }
-        !self.closing.is_closed()
     }
 
     fn take(self: &Arc<Self>, url: &str) -> crate::Result<Option<Prefetched>> {
@@ -797,8 +786,12 @@ impl Shared {
         // fails (the file is let go of: a next open opens it afresh).
         let deadline = Instant::now() + self.builder.read_timeout.min(OPENING_WAIT);
         handover.mark_taken();
-        // A crawl waiting for the reach to rise sees it is taken.
+        // A crawl waiting for the reach to rise, or for its line's first
+        // open, sees it is taken (the lock taken between: a crawl that
+        // looked before the mark is waiting by now).
         self.reach.wake();
+        drop(self.state.lock());
+        self.changed.notify_all();
         let handed = crate::wait::blocking(|| handover.take(deadline));
         self.changed.notify_all();
         // The room given back.
