@@ -104,8 +104,6 @@ pub(crate) fn open_among(builder: &Builder, text: &str, together: u64) -> Result
             let tail = if link.is_near() {
                 builder.open_tail
             } else {
-                // The files opening at once count from their first request,
-                // before the line counts them.
                 priced_tail(
                     builder.open_tail,
                     link.guess_estimate(),

@@ -1003,14 +1003,21 @@ fn the_crawls_of_a_batch_on_a_new_line_wait_for_its_first_open() {
     }
     ahead.cancel();
     let progress = ahead.wait().unwrap();
-    assert_eq!((progress.failed, progress.pending), (1, 0), "{progress:?}");
+    // The first file's open fails, cancelled; the others' opens may have
+    // ended or not by then, but no crawl of theirs started.
+    assert_eq!(
+        (progress.failed + progress.dropped, progress.pending),
+        (3, 0),
+        "{progress:?}"
+    );
     let asked = asked.lock().unwrap().clone();
     for path in ["/0.nwb", "/1.nwb", "/2.nwb"] {
         let count = asked.iter().filter(|p| p.as_str() == path).count();
         assert_eq!(count, 2, "{path}: only its open's requests");
     }
-    for (url, e) in ahead.errors() {
-        assert_eq!(url, urls[0], "the batch's first file goes first");
+    let errors = ahead.errors();
+    assert!(errors.iter().any(|(url, _)| *url == urls[0]), "{errors:?}");
+    for (_, e) in errors {
         assert_eq!(e.kind(), remfile::ErrorKind::Interrupted, "{e}");
     }
     over.store(true, SeqCst);

@@ -181,14 +181,6 @@ impl Pioneers {
     }
 }
 
-/// The server of `url`, as its line is known by.
-fn server_of(url: &str) -> Option<String> {
-    let url = url::Url::parse(url)
-        .ok()
-        .filter(|u| u.host_str().is_some())?;
-    Some(origin_of(&url))
-}
-
 /// The server of `url`, as its line is known by, if the line's price is
 /// not known yet (an `s3://` URL's is its bucket's, which no line is known
 /// by: a batch's first file in each bucket goes ahead).
@@ -561,10 +553,14 @@ impl Shared {
         }
         let _leaving = Leaving(&self);
         while let Some((index, turn)) = self.next_file() {
+            let led = match &turn {
+                Turn::Lead(server) => Some(server.clone()),
+                Turn::Follow(_) | Turn::Free => None,
+            };
             let step = std::panic::AssertUnwindSafe(|| self.open_and_crawl(index, turn));
             if std::panic::catch_unwind(step).is_err() {
                 // A bug, not the file's fault: its open opens it afresh.
-                self.give_up(index);
+                self.give_up(index, led.as_deref());
             }
             // What this file cost may make room for more at once.
             self.spawn_workers();
@@ -572,13 +568,12 @@ impl Shared {
     }
 
     /// Leaves the file at `index` to its open, whatever stage this thread
-    /// left it in.
-    fn give_up(&self, index: usize) {
+    /// left it in (and, if it led the opens to a server, ends its lead).
+    fn give_up(&self, index: usize, led: Option<&str>) {
         let mut state = self.state.lock();
         // A first open that panicked holds the others back no longer.
-        let server = server_of(&state.files[index].url);
-        if let Some(server) = server.filter(|s| state.pioneers.is_opening(s)) {
-            state.pioneers.ended(&server);
+        if let Some(server) = led {
+            state.pioneers.ended(server);
         }
         if matches!(
             state.files[index].stage,
@@ -610,14 +605,14 @@ impl Shared {
             return None;
         }
         let index = state.next;
-        state.next += 1;
-        state.files[index].stage = Stage::Opening;
-        state.files_ahead += 1;
-        state.in_flight += 1;
         // Decided with the file's place: the batch's first file to a
         // server leads to it (the one a survey opens first).
         let server = unknown_line(&self.builder, &state.files[index].url);
         let turn = state.pioneers.turn(server);
+        state.next += 1;
+        state.files[index].stage = Stage::Opening;
+        state.files_ahead += 1;
+        state.in_flight += 1;
         Some((index, turn))
     }
 
@@ -721,8 +716,8 @@ impl Shared {
     }
 
     /// The batch's files being opened or crawled now, which share the line
-    /// with an open starting (the threads all start at once: the line
-    /// counts the opens only as each sends its first request).
+    /// with an open starting (the threads all start at once:
+    /// the line counts the opens only as each sends its first request).
     fn at_work(&self) -> u64 {
         self.state.lock().in_flight.max(1) as u64
     }
@@ -964,6 +959,14 @@ mod tests {
             threads: 1,
             pioneers: Pioneers::default(),
         }
+    }
+
+    /// The server of `url`, as its line is known by.
+    fn server_of(url: &str) -> Option<String> {
+        let url = url::Url::parse(url)
+            .ok()
+            .filter(|u| u.host_str().is_some())?;
+        Some(origin_of(&url))
     }
 
     #[test]
