@@ -507,9 +507,9 @@ pub(crate) fn room_beyond_reach(link: Option<LinkEstimate>, lanes: u64, sharing:
 /// [`BUDGET_ROUNDS`] rounds of `lanes` connections carry as far as the line
 /// they share carries it ([`LinkEstimate::bytes_per_round`]; a fast link
 /// then fetches the metadata of a file whose writer spread it among the
-/// data), at most [`MOST_BUDGET`] — and never more than half the block
-/// cache's `cache_capacity`, whose blocks the guesses would otherwise evict
-/// as they came. At least [`LEAST_BUDGET`] where bytes are cheap (on a
+/// data), at most [`MOST_BUDGET`] — and never more than the share of half
+/// the block cache's `cache_capacity` of each of the files `sharing` the
+/// line, whose blocks the guesses would otherwise evict as they came. At least [`LEAST_BUDGET`] where bytes are cheap (on a
 /// line not measured yet, shared by the files `sharing` it); on a
 /// line whose bytes are dear ([`bytes_are_dear`]) the guesses then stay
 /// [`DEAR_BUDGET_ROUNDS`] rounds' worth ahead of the reader, and grow as it reads: a survey
@@ -534,9 +534,15 @@ pub(crate) fn guess_budget(
     } else {
         (LEAST_BUDGET, BUDGET_ROUNDS, 1)
     };
+    // The half of the cache is shared by the files guessing at once, on
+    // any line: sixteen crawls of a batch, each with half of it, evicted
+    // each other's blocks (and the files' first blocks, read again at
+    // their opens).
+    let half = cache_capacity / 2;
+    let cache_share = (half / sharing.max(1)).max(LEAST_DEAR_BUDGET).min(half);
     (carried.saturating_mul(rounds) / share)
-        .clamp(least, MOST_BUDGET)
-        .min(cache_capacity / 2)
+        .clamp(least.min(cache_share), MOST_BUDGET)
+        .min(cache_share)
 }
 
 /// Whether the link's bytes are dear (see
@@ -779,6 +785,12 @@ mod tests {
         assert_eq!(
             guess_budget(estimate(30, 25_000_000), 16, CACHE, 1),
             48_000_000
+        );
+        // The files guessing at once share half of the cache, however
+        // cheap the line.
+        assert_eq!(
+            guess_budget(estimate(30, 125_000_000), 64, CACHE, 16),
+            CACHE / 2 / 16
         );
         // 30 ms at 1 MB/s: 30 kB a round, however many connections (one
         // line carries them all): bytes are dear, the least such budget.
