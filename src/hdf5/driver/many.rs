@@ -181,6 +181,13 @@ impl Pioneers {
     }
 }
 
+/// The most a batch's first open to a line not known fetches as its tail:
+/// twice the body that measures a line ([`MIN_BODY_SAMPLE`]), which slow
+/// start may slow.
+///
+/// [`MIN_BODY_SAMPLE`]: crate::link::MIN_BODY_SAMPLE
+const LEAD_TAIL: u64 = 2 * crate::link::MIN_BODY_SAMPLE;
+
 /// The server of `url`, as its line is known by, if the line's price is
 /// not known yet (an `s3://` URL's is its bucket's, which no line is known
 /// by: a batch's first file in each bucket goes ahead).
@@ -624,11 +631,22 @@ impl Shared {
             Turn::Lead(_) => 1,
             Turn::Follow(_) | Turn::Free => self.at_work(),
         };
+        // The lead's tail is a body long enough to measure the line by, no
+        // longer: on a slow line the others' crawls wait for it.
+        let lead_builder;
+        let builder = match &turn {
+            Turn::Lead(_) => {
+                let tail = self.builder.open_tail.min(LEAD_TAIL);
+                lead_builder = self.builder.clone().open_tail(tail);
+                &lead_builder
+            }
+            Turn::Follow(_) | Turn::Free => &self.builder,
+        };
         // Not `Builder::open`: the batch's threads have no host to wait
         // for them.
         let opened = self
             .closing
-            .run(|| crate::open::open_among(&self.builder, &url, together));
+            .run(|| crate::open::open_among(builder, &url, together));
         let mut state = self.state.lock();
         if let Turn::Lead(server) = &turn {
             state.pioneers.ended(server);
