@@ -907,6 +907,25 @@ fn a_batch_of_files_stays_within_its_bound_until_they_are_opened() {
     );
 }
 
+/// A batch of three files of `server` opened with `remote`, patient (no
+/// timeout ends its waits), once their opens' six requests (a first and a
+/// tail each) have `arrived`.
+fn prefetch_three_held(
+    server: &remfile_testkit::RawServer,
+    remote: remfile::Builder,
+    arrived: &std::sync::mpsc::Receiver<()>,
+) -> (Vec<String>, h5::PrefetchedFiles) {
+    let patient = remote
+        .idle_timeout(Duration::from_secs(600))
+        .read_timeout(Duration::from_secs(600));
+    let urls: Vec<String> = (0..3).map(|i| server.url(&format!("/{i}.nwb"))).collect();
+    let ahead = h5::OpenOptions::new().remote(patient).prefetch_files(&urls);
+    for _ in 0..6 {
+        arrived.recv().unwrap();
+    }
+    (urls, ahead)
+}
+
 #[test]
 fn cancelling_a_batch_ends_its_requests_and_leaves_its_files_to_their_opens() {
     use remfile_testkit::{After, RawServer, hold_until_hung_up, raw_serve};
@@ -933,16 +952,9 @@ fn cancelling_a_batch_ends_its_requests_and_leaves_its_files_to_their_opens() {
             After::Close
         })
     };
-    // Only a cancel can end these opens.
-    let patient = many_files_builder(256 << 20)
-        .idle_timeout(Duration::from_secs(600))
-        .read_timeout(Duration::from_secs(600));
-    let urls: Vec<String> = (0..3).map(|i| server.url(&format!("/{i}.nwb"))).collect();
-    let ahead = h5::OpenOptions::new().remote(patient).prefetch_files(&urls);
-    // Each open sends its first request and its tail's, and waits.
-    for _ in 0..6 {
-        arrived.recv().unwrap();
-    }
+    // Each open sends its first request and its tail's, and waits: only a
+    // cancel can end these opens.
+    let (urls, ahead) = prefetch_three_held(&server, many_files_builder(256 << 20), &arrived);
     ahead.cancel();
     for _ in 0..6 {
         closed.recv().unwrap();
@@ -989,18 +1001,11 @@ fn the_crawls_of_a_batch_on_a_new_line_wait_for_its_first_open() {
         })
     };
     // The link measured (the default): nothing is known of this server's
-    // line before the batch's first open has its bodies.
-    let patient = h5::builder()
-        .proxy_from_env(false)
-        .idle_timeout(Duration::from_secs(600))
-        .read_timeout(Duration::from_secs(600));
-    let urls: Vec<String> = (0..3).map(|i| server.url(&format!("/{i}.nwb"))).collect();
-    let ahead = h5::OpenOptions::new().remote(patient).prefetch_files(&urls);
-    // Each file's first request and its tail's; the first file's open is
-    // held, and the others' crawls wait for it.
-    for _ in 0..6 {
-        arrived.recv().unwrap();
-    }
+    // line before the batch's first open has its bodies. Each file's first
+    // request and its tail's; the first file's open is held, and the
+    // others' crawls wait for it.
+    let measured = h5::builder().proxy_from_env(false);
+    let (urls, ahead) = prefetch_three_held(&server, measured, &arrived);
     ahead.cancel();
     let progress = ahead.wait().unwrap();
     // The first file's open fails, cancelled; the others' opens may have

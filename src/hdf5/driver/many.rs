@@ -128,7 +128,8 @@ struct State {
 }
 
 /// A batch's first open to a server whose line's price is not known yet
-/// takes its tail whole, a body long enough to measure the line by; the
+/// takes a tail of its own ([`LEAD_TAIL`]), a body long enough to measure
+/// the line by; the
 /// others open beside it, sharing one tail ([`priced_tail`]), and their
 /// crawls wait for it to end, so that they plan with the line known. On a
 /// fast line it ends as theirs do; on a slow one the bytes a crawl planned
@@ -144,7 +145,7 @@ struct Pioneers {
 /// When an open of the batch starts.
 #[derive(Debug, PartialEq, Eq)]
 enum Turn {
-    /// As its server's first open: its tail whole.
+    /// As its server's first open: a tail of its own.
     Lead(String),
     /// Among the batch's files, its crawl once its server's first open has
     /// ended.
@@ -188,13 +189,16 @@ impl Pioneers {
 /// [`MIN_BODY_SAMPLE`]: crate::link::MIN_BODY_SAMPLE
 const LEAD_TAIL: u64 = 2 * crate::link::MIN_BODY_SAMPLE;
 
+/// `url` parsed, if it names a host (a server with a line to it).
+fn with_host(url: &str) -> Option<url::Url> {
+    url::Url::parse(url).ok().filter(|u| u.host_str().is_some())
+}
+
 /// The server of `url`, as its line is known by, if the line's price is
 /// not known yet (an `s3://` URL's is its bucket's, which no line is known
 /// by: a batch's first file in each bucket goes ahead).
 fn unknown_line(builder: &Builder, url: &str) -> Option<String> {
-    let url = url::Url::parse(url)
-        .ok()
-        .filter(|u| u.host_str().is_some())?;
+    let url = with_host(url)?;
     let meter = LinkMeter::on(builder.link, builder.byte_weight, Line::to(&url));
     (!meter.knows_line()).then(|| origin_of(&url))
 }
@@ -625,22 +629,17 @@ impl Shared {
 
     fn open_and_crawl(&self, index: usize, turn: Turn) {
         let url = self.state.lock().files[index].url.clone();
-        // The first to a line not known takes its tail whole; the others
-        // share one.
-        let together = match &turn {
-            Turn::Lead(_) => 1,
-            Turn::Follow(_) | Turn::Free => self.at_work(),
-        };
-        // The lead's tail is a body long enough to measure the line by, no
-        // longer: on a slow line the others' crawls wait for it.
+        // The first to a line not known prices its tail alone, a body long
+        // enough to measure the line by and no longer (on a slow line the
+        // others' crawls wait for it); the others share one.
         let lead_builder;
-        let builder = match &turn {
+        let (builder, together) = match &turn {
             Turn::Lead(_) => {
                 let tail = self.builder.open_tail.min(LEAD_TAIL);
                 lead_builder = self.builder.clone().open_tail(tail);
-                &lead_builder
+                (&lead_builder, 1)
             }
-            Turn::Follow(_) | Turn::Free => &self.builder,
+            Turn::Follow(_) | Turn::Free => (&self.builder, self.at_work()),
         };
         // Not `Builder::open`: the batch's threads have no host to wait
         // for them.
@@ -734,8 +733,8 @@ impl Shared {
     }
 
     /// The batch's files being opened or crawled now, which share the line
-    /// with an open starting (the threads all start at once:
-    /// the line counts the opens only as each sends its first request).
+    /// with an open starting (the threads all start at once: the line
+    /// counts the opens only as each sends its first request).
     fn at_work(&self) -> u64 {
         self.state.lock().in_flight.max(1) as u64
     }
@@ -981,10 +980,7 @@ mod tests {
 
     /// The server of `url`, as its line is known by.
     fn server_of(url: &str) -> Option<String> {
-        let url = url::Url::parse(url)
-            .ok()
-            .filter(|u| u.host_str().is_some())?;
-        Some(origin_of(&url))
+        with_host(url).map(|u| origin_of(&u))
     }
 
     #[test]

@@ -509,7 +509,8 @@ pub(crate) fn room_beyond_reach(link: Option<LinkEstimate>, lanes: u64, sharing:
 /// then fetches the metadata of a file whose writer spread it among the
 /// data), at most [`MOST_BUDGET`] — and never more than the share of half
 /// the block cache's `cache_capacity` of each of the files `sharing` the
-/// line, whose blocks the guesses would otherwise evict as they came. At least [`LEAST_BUDGET`] where bytes are cheap (on a
+/// line, whose blocks the guesses would otherwise evict as they came. At
+/// least [`LEAST_BUDGET`] where bytes are cheap (on a
 /// line not measured yet, shared by the files `sharing` it); on a
 /// line whose bytes are dear ([`bytes_are_dear`]) the guesses then stay
 /// [`DEAR_BUDGET_ROUNDS`] rounds' worth ahead of the reader, and grow as it reads: a survey
