@@ -658,15 +658,39 @@ unsafe extern "C" fn read(
 /// dear, as a piece of its own bytes with a little on each side
 /// ([`spans::exact_slack`]) rather than in whole blocks: scattered metadata
 /// would cost a block each. A failure costs nothing here: the read that
-/// follows reads blocks and meets it.
+/// follows reads blocks and meets it. Nothing is fetched where the crawl's
+/// pieces already bring it: the read waits for them, and a fetch of the
+/// slack around it would cost a round of its own after theirs.
 pub(crate) fn fetch_exactly_where_bytes_are_dear(source: &Source, wanted: std::ops::Range<u64>) {
     let link = source.file.extension().guess_link_estimate();
-    if !spans::bytes_are_dear(link) {
+    if !spans::bytes_are_dear(link)
+        || pieces::holds_or_fetches(source.file.extension(), wanted.clone())
+    {
         return;
     }
-    let (behind, ahead) = spans::exact_slack(link);
+    let extension = source.file.extension();
+    let (behind, mut ahead) = spans::exact_slack(link);
+    let mut beside = Vec::new();
+    if let Some(prefetch) = &source.prefetch {
+        let prefetch = prefetch.lock();
+        // Past a chunk index's node lies data: no slack beyond the window.
+        if prefetch.known_among_raw_data(wanted.start) {
+            ahead = behind;
+        }
+        // What the crawl found beside it and has not fetched yet comes in
+        // the same round, one request each at most: HDF5 reads it next.
+        let lanes = usize::try_from(extension.guess_concurrency()).unwrap_or(1);
+        beside = prefetch.beside_miss(wanted.start, lanes.saturating_sub(1));
+    }
     let span = wanted.start.saturating_sub(behind)..wanted.end.saturating_add(ahead);
-    pieces::guess(source.file.extension(), vec![span], u64::MAX);
+    let spans = std::iter::once(span)
+        .chain(
+            beside
+                .into_iter()
+                .map(|r| spans::widened(r, spans::DEAR_WINDOW)),
+        )
+        .collect();
+    pieces::guess(extension, spans, u64::MAX);
 }
 
 /// The first bytes of every HDF5 file without a user block.

@@ -581,6 +581,38 @@ impl Prefetcher {
         self.known.get(&target.bytes.start).map_or(0, |k| k.level)
     }
 
+    /// Whether the crawl knows `addr` as a structure the writer puts among
+    /// raw data (a chunk index's node): the bytes past it are data.
+    pub fn known_among_raw_data(&self, addr: u64) -> bool {
+        self.known
+            .get(&addr)
+            .is_some_and(|k| k.what.lies_among_raw_data())
+    }
+
+    /// The targets waiting on the frontier beside the one at `addr` that
+    /// HDF5 is about to read and missed: of its kind and level, in the
+    /// order found, at most `most` of them. HDF5 reads them next (the other
+    /// nodes of the index it walks, the other members of the group it
+    /// lists): fetched with the miss, they come in its round, not in one
+    /// each after it. Empty if the crawl did not know `addr`.
+    pub fn beside_miss(&self, addr: u64, most: usize) -> Vec<Range<u64>> {
+        let Some(missed) = self.known.get(&addr).filter(|k| !k.read) else {
+            return Vec::new();
+        };
+        let kind = std::mem::discriminant(&missed.what);
+        self.frontier
+            .iter()
+            .filter(|t| t.bytes.start != addr && std::mem::discriminant(&t.what) == kind)
+            .filter(|t| {
+                self.known
+                    .get(&t.bytes.start)
+                    .is_some_and(|k| !k.read && k.level == missed.level)
+            })
+            .take(most)
+            .map(|t| t.bytes.clone())
+            .collect()
+    }
+
     /// Whether the frontier holds targets deeper than the reach.
     pub fn holds_deeper(&self) -> bool {
         let reach = self.reach();
@@ -767,6 +799,51 @@ mod tests {
         assert!(!p.on_crawled(&again[0], &header, 1 << 20));
         // Already known: HDF5's own read of the node adds nothing.
         assert!(read(&mut p, MemType::BTree, 1000, &snod, 1 << 20).is_empty());
+    }
+
+    /// HDF5 missing one member of a group it lists pulls in the members
+    /// the crawl found beside it (and had not fetched), not those it read.
+    #[test]
+    fn a_miss_brings_the_targets_found_beside_it() {
+        let mut p = Prefetcher::default();
+        let mut snod = b"SNOD\x01\x00\x03\x00".to_vec();
+        for header in [2000u64, 3000, 4000] {
+            snod.extend_from_slice(&0u64.to_le_bytes());
+            snod.extend_from_slice(&header.to_le_bytes());
+            snod.extend_from_slice(&[0; 24]);
+        }
+        let node = Target {
+            what: What::SymbolNode,
+            bytes: 1000..1328,
+        };
+        assert!(p.on_crawled(&node, &snod, 1 << 20));
+        let ends = |r: Vec<Range<u64>>| r.into_iter().map(|r| r.start).collect::<Vec<_>>();
+        assert_eq!(ends(p.beside_miss(2000, 8)), [3000, 4000]);
+        assert_eq!(
+            ends(p.beside_miss(2000, 1)),
+            [3000],
+            "at most as many as asked"
+        );
+        assert!(
+            p.beside_miss(2500, 8).is_empty(),
+            "a read nothing pointed to"
+        );
+        assert!(
+            p.beside_miss(1000, 8).is_empty(),
+            "nothing of its kind beside"
+        );
+        assert!(
+            !p.known_among_raw_data(2000),
+            "a header lies among metadata"
+        );
+        p.on_read(
+            MemType::ObjectHeader,
+            3000,
+            &[1; 16],
+            1 << 20,
+            Seen::default(),
+        );
+        assert_eq!(ends(p.beside_miss(2000, 8)), [4000], "HDF5 read one");
     }
 
     #[test]

@@ -27,7 +27,7 @@ use crate::cache::budget::{MemoryBudget, btree_bytes};
 use crate::stats::RoundMark;
 use crate::sync::{Condvar, Mutex};
 
-pub(crate) use store::{cached_from, found_at_open, guess, keep_while_open};
+pub(crate) use store::{cached_from, found_at_open, guess, holds_or_fetches, keep_while_open};
 
 /// A piece here: its first byte and its bytes.
 pub(crate) type Here = (u64, Arc<[u8]>);
@@ -261,6 +261,12 @@ impl Pieces {
         )
     }
 
+    /// Whether pieces here or coming hold all of `range`: a read of it
+    /// waits for them rather than fetching it again.
+    pub(crate) fn holds_or_fetches(&self, range: Range<u64>) -> bool {
+        !matches!(self.state.lock().cover(range.start, range.end), Cover::None)
+    }
+
     /// The bytes from `pos` to the end of the piece holding it, at most
     /// `max`: empty if no piece here holds `pos`.
     pub(crate) fn bytes_from(&self, pos: u64, max: usize) -> Vec<u8> {
@@ -459,6 +465,26 @@ mod tests {
         assert_eq!(pieces.bytes_from(190, 100), (90..100).collect::<Vec<u8>>());
         assert!(pieces.bytes_from(200, 100).is_empty());
         assert!(pieces.bytes_from(50, 100).is_empty());
+    }
+
+    /// A read HDF5 missed inside pieces still coming waits for them: the
+    /// driver fetches no slack around it (a round of its own after theirs).
+    #[test]
+    fn pieces_coming_hold_what_they_fetch_and_no_more() {
+        let pieces = store(1 << 20);
+        pieces.claim(&[100..200, 200..300], RoundMark(0));
+        assert!(pieces.holds_or_fetches(150..250), "coming, side by side");
+        assert!(!pieces.holds(150..160), "not here yet");
+        assert!(!pieces.holds_or_fetches(250..310), "past the last");
+        assert!(!pieces.holds_or_fetches(50..120), "before the first");
+        pieces.deliver(100..200, Some(vec![0; 100]));
+        assert!(pieces.holds_or_fetches(100..300), "one here, one coming");
+        pieces.deliver(200..300, None);
+        assert!(
+            !pieces.holds_or_fetches(150..250),
+            "a failed one holds nothing"
+        );
+        assert!(pieces.holds_or_fetches(100..200));
     }
 
     #[test]

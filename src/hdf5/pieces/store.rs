@@ -56,6 +56,11 @@ pub(crate) fn cached_from(file: Extension<'_>, pos: u64, max: usize) -> Vec<u8> 
     from_blocks
 }
 
+/// Whether the file's pieces, here or still coming, hold all of `range`.
+pub(crate) fn holds_or_fetches(file: Extension<'_>, range: Range<u64>) -> bool {
+    store(file).is_some_and(|s| s.pieces.holds_or_fetches(range))
+}
+
 /// Fetches `ranges` exactly, as pieces, on the calling thread: at most
 /// `max_bytes` of them, those of the file's blocks in memory or on disk
 /// excepted, in one round of at most the file's guess concurrency.
