@@ -57,12 +57,13 @@ import difflib
 import inspect
 import io
 import itertools
+import logging
 import math
 import operator
 import os
 import sys
 import threading
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence, TypedDict, Union
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Protocol, Sequence, TypedDict, Union
 
 from . import _native
 
@@ -74,6 +75,9 @@ __version__ = _native.__version__
 
 __all__ = [
     "RemoteFile",
+    "UrlProvider",
+    "File",
+    "DiskCache",
     "Options",
     "open",
     "stats",
@@ -362,9 +366,51 @@ def defaults() -> dict:
     return merged
 
 
+# The crate's events (requests at DEBUG, retries at WARNING, ...) reach
+# `logging` under "remfile" loggers; silent unless the program configures
+# logging, as a library's should be.
+_logger = logging.getLogger("remfile")
+_logger.addHandler(logging.NullHandler())
+
+
+def _log_gate() -> int:
+    """The most verbose level one of the package's loggers lets through."""
+    level = 100 if _logger.disabled else _logger.getEffectiveLevel()
+    for name, logger in list(logging.root.manager.loggerDict.items()):
+        if name.startswith("remfile.") and isinstance(logger, logging.Logger) and not logger.disabled:
+            level = min(level, logger.getEffectiveLevel())
+    return level
+
+
+def _pump_logs() -> None:
+    """Hands the crate's queued events to `logging` (never inside an HDF5
+    call: they wait in the queue until this thread takes them)."""
+    while True:
+        _native._log_level(_log_gate())
+        records = _native._log_take(0.5)
+        if records is None:
+            return
+        for level, name, message in records:
+            try:
+                logging.getLogger(name).log(level, message)
+            except Exception:  # noqa: BLE001 - a handler's failure is logging's to report
+                pass
+
+
+def _start_log_pump() -> None:
+    global _log_pump
+    _log_pump = threading.Thread(target=_pump_logs, name="remfile-logging", daemon=True)
+    _log_pump.start()
+
+
+_log_pump: Optional[threading.Thread] = None
+_start_log_pump()
+
+
 def _with_defaults(options: Mapping[str, Any], where: str) -> str:
     """The configuration string of a file opened with ``options``: the
     process's defaults, then the file's own."""
+    _native._log_level(_log_gate())
     if _environment_error is not None:
         raise _environment_error
     for key in options:
@@ -715,6 +761,22 @@ def prefetch_files(urls: Iterable[Union[str, bytes, "os.PathLike[str]"]], *,
     return batch
 
 
+class UrlProvider(Protocol):
+    """Anything with a ``get_url()`` method that returns the file's URL,
+    signed anew (a presigned URL expires): Python remfile's convention. The
+    URL it gives first opens the file; when the server later refuses a URL
+    that worked (401 or 403), it is asked again, once per refusal, and the
+    request goes on with the new URL."""
+
+    def get_url(self) -> str: ...
+
+
+def _provider_of(url: Any) -> Optional[UrlProvider]:
+    if isinstance(url, (str, bytes, os.PathLike)) or not callable(getattr(url, "get_url", None)):
+        return None
+    return url
+
+
 class RemoteFile(io.RawIOBase):
     """A file on an HTTP(S) server or in S3 as a read-only, seekable binary file object.
 
@@ -730,8 +792,12 @@ class RemoteFile(io.RawIOBase):
     stops the reads waiting on the file at once: they raise the
     ``ValueError`` of a closed file.
 
+    ``url`` may be an object with a ``get_url()`` method (a
+    :class:`UrlProvider`) instead of a URL: a presigned URL that expires is
+    then asked for anew when the server refuses it.
+
     A pickle of it (a dask task's argument, a ``spawn`` child's) holds the
-    URL, as given, and the options given here, ``headers`` and the S3 keys
+    URL, as given (or the URL provider, which must pickle), and the options given here, ``headers`` and the S3 keys
     included: unpickled, it opens the file again with them.
     ``pickle_secrets=False`` leaves ``headers`` and the S3 keys out (the
     pickle of the file opened again from it too): it then opens with the
@@ -746,17 +812,18 @@ class RemoteFile(io.RawIOBase):
 
     _final_stats: dict = {}
 
-    def __init__(self, url: Union[str, bytes, "os.PathLike[str]"], *, pickle_secrets: bool = True,
-                 **options: Unpack[Options]) -> None:
+    def __init__(self, url: Union[str, bytes, "os.PathLike[str]", "UrlProvider"], *,
+                 pickle_secrets: bool = True, **options: Unpack[Options]) -> None:
         super().__init__()
         self._options = dict(options)
         self._pickle_secrets = bool(pickle_secrets)
-        self._url = _url(url)
+        self._provider = _provider_of(url)
+        self._url = _url(url if self._provider is None else self._provider.get_url())
         self._text = _with_defaults(options, "RemoteFile")
         self._pos = 0
         self._lock = threading.Lock()
         self._pid = os.getpid()
-        self._handle = _native.Remote(self._url, self._text)
+        self._handle = _native.Remote(self._url, self._text, self._provider)
 
     def _own(self):
         """The handle and the position's lock of this process. A forked
@@ -767,7 +834,7 @@ class RemoteFile(io.RawIOBase):
             with _reopening:
                 if self._pid != os.getpid():
                     self._lock = threading.Lock()
-                    self._handle = _native.Remote(self._url, self._text)
+                    self._handle = _native.Remote(self._url, self._text, self._provider)
                     self._pid = os.getpid()
         return self._handle, self._lock
 
@@ -783,13 +850,14 @@ class RemoteFile(io.RawIOBase):
         # (but the secret ones, if so asked).
         if self.closed:
             raise ValueError("cannot pickle a closed RemoteFile")
+        url = self._url if self._provider is None else self._provider
         if self._pickle_secrets:
-            return (_reopen, (self._url, self._options, self.tell()))
+            return (_reopen, (url, self._options, self.tell()))
         options = {
             key: value for key, value in self._options.items()
             if _ALIASES.get(key, key) not in _SECRET
         }
-        return (_reopen, (self._url, options, self.tell(), False))
+        return (_reopen, (url, options, self.tell(), False))
 
     @property
     def url(self) -> str:
@@ -800,6 +868,16 @@ class RemoteFile(io.RawIOBase):
     def size(self) -> int:
         """The file's length in bytes."""
         return self._handle.size
+
+    @property
+    def etag(self) -> Optional[str]:
+        """The ``ETag`` the server gave the file (quotes included), or ``None``."""
+        return self._own()[0].etag
+
+    @property
+    def last_modified(self) -> Optional[str]:
+        """The ``Last-Modified`` date the server gave the file, or ``None``."""
+        return self._own()[0].last_modified
 
     def readable(self) -> bool:
         self._checkClosed()
@@ -932,6 +1010,7 @@ def _after_fork_in_child() -> None:
     # The forking thread is the child's main thread, where Python runs
     # signal handlers (Ctrl-C) from now on.
     _native._forked()
+    _start_log_pump()
 
 
 if hasattr(os, "register_at_fork"):
@@ -947,10 +1026,13 @@ for _documented in (open, RemoteFile, prefetch_files):
     _documented.__doc__ = _with_options_help(_documented.__doc__)
 
 
-def _reopen(url: str, options: dict, pos: int, pickle_secrets: bool = True) -> RemoteFile:
+def _reopen(url: Any, options: dict, pos: int, pickle_secrets: bool = True) -> RemoteFile:
     f = RemoteFile(url, pickle_secrets=pickle_secrets, **options)
     f.seek(pos)
     return f
+
+
+from ._remfile_api import DiskCache, File  # noqa: E402  (needs RemoteFile)
 
 
 def _register() -> None:
@@ -982,6 +1064,11 @@ def _at_exit() -> None:
     their reads, through h5py too (its lock is re-entrant), go on as any.
     """
     _native._stop_at_exit()
+    # The records queued so far reach logging; the pump leaves the crate's
+    # frames before the interpreter finalizes.
+    _native._log_stop()
+    if _log_pump is not None:
+        _log_pump.join(1.0)
     h5py = sys.modules.get("h5py")
     phil = getattr(getattr(h5py, "_objects", None), "phil", None)
     if phil is not None:

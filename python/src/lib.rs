@@ -6,6 +6,8 @@
 //! The Python package is the interface; this module is not (its names start
 //! with an underscore where the package wraps them).
 
+mod logs;
+
 use std::ffi::{CString, c_void};
 use std::sync::{Arc, OnceLock};
 
@@ -515,6 +517,34 @@ fn parse(options: &str) -> PyResult<config::Config> {
     Ok(parsed)
 }
 
+/// A new URL from `provider.get_url()`, run with the GIL (the thread that
+/// asks waits without it); an error if the interpreter is ending or the
+/// call raised (its message, which the crate does not show with a URL).
+fn renewed_url(provider: &Provider) -> Result<String, Box<dyn std::error::Error + Send + Sync>> {
+    let renewed = Python::try_attach(|py| {
+        let Some(provider) = provider.lock().as_ref().map(|p| p.clone_ref(py)) else {
+            return Err("the URL provider was collected".to_owned());
+        };
+        provider
+            .bind(py)
+            .call_method0("get_url")
+            .and_then(|url| url.extract::<String>())
+            .map_err(|e| {
+                format!(
+                    "get_url() failed: {}",
+                    e.get_type(py)
+                        .name()
+                        .map_or_else(|_| "an exception".to_owned(), |n| n.to_string())
+                )
+            })
+    });
+    match renewed {
+        Some(Ok(url)) => Ok(url),
+        Some(Err(why)) => Err(why.into()),
+        None => Err("the interpreter is ending: no URL could be asked for".into()),
+    }
+}
+
 /// A file on an HTTP(S) server, read at positions; closed by `close`.
 ///
 /// A forked child that inherits one neither reads through it nor closes
@@ -533,7 +563,16 @@ struct Remote {
     /// The metadata crawl of an HDF5 file read through this file object
     /// (h5py given it), if the file's signature says it is one.
     crawl: Mutex<Option<Arc<FileObjectCrawl>>>,
+    /// The object that renews the URL, if given: shown to Python's garbage
+    /// collector (a provider whose method's globals hold this file is a
+    /// cycle, which would otherwise keep a module's objects, open HDF5
+    /// files among them, past the interpreter's end).
+    provider: Provider,
 }
+
+/// A URL provider the file's requests and its Python object share; empty
+/// once the collector broke a cycle through it.
+type Provider = Arc<Mutex<Option<Py<PyAny>>>>;
 
 impl Remote {
     /// `file`, which an open HDF5 file of the driver's reads.
@@ -553,6 +592,7 @@ impl Remote {
             .flatten()
             .map(Arc::new);
         Remote {
+            provider: Provider::default(),
             crawl: Mutex::new(crawl),
             url: file.url().to_owned(),
             size: file.len(),
@@ -605,8 +645,18 @@ impl Drop for Remote {
 impl Remote {
     /// Opens `url` with the settings of the configuration string `options`
     /// (the driver's keys; those that only HDF5 files use are refused).
+    ///
+    /// `url_provider`, if given, is an object whose `get_url()` returns the
+    /// file's URL anew (a presigned URL that expired): called, with the GIL,
+    /// when the server refuses a URL that worked before.
     #[new]
-    fn new(py: Python<'_>, url: &str, options: &str) -> PyResult<Remote> {
+    #[pyo3(signature = (url, options, url_provider = None))]
+    fn new(
+        py: Python<'_>,
+        url: &str,
+        options: &str,
+        url_provider: Option<Py<PyAny>>,
+    ) -> PyResult<Remote> {
         let parsed = parse(options)?;
         let hdf5_only = [
             ("chunk_read_ahead", !parsed.chunk_read_ahead()),
@@ -618,13 +668,16 @@ impl Remote {
             )));
         }
         // The driver's defaults, so that one table of defaults holds for both.
-        let builder = driver::builder(&parsed).map_err(config_error)?;
+        let mut builder = driver::builder(&parsed).map_err(config_error)?;
+        let provider = Provider::new(Mutex::new(url_provider));
+        if provider.lock().is_some() {
+            let asked = Arc::clone(&provider);
+            builder = builder.url_provider(move || renewed_url(&asked));
+        }
         let file = from_python(py, || builder.open(url))?;
-        Ok(Remote::new_in_process(
-            file,
-            true,
-            parsed.metadata_prefetch(),
-        ))
+        let mut remote = Remote::new_in_process(file, true, parsed.metadata_prefetch());
+        remote.provider = provider;
+        Ok(remote)
     }
 
     /// The file's length in bytes.
@@ -637,6 +690,29 @@ impl Remote {
     #[getter]
     fn url(&self) -> &str {
         &self.url
+    }
+
+    fn __traverse__(&self, visit: pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
+        if let Some(provider) = self.provider.lock().as_ref() {
+            visit.call(provider)?;
+        }
+        Ok(())
+    }
+
+    fn __clear__(&self) {
+        drop(self.provider.lock().take());
+    }
+
+    /// The `ETag` the server gave the file, if it gave one.
+    #[getter]
+    fn etag(&self) -> PyResult<Option<String>> {
+        Ok(self.file()?.etag().map(str::to_owned))
+    }
+
+    /// The `Last-Modified` date the server gave the file, if it gave one.
+    #[getter]
+    fn last_modified(&self) -> PyResult<Option<String>> {
+        Ok(self.file()?.last_modified().map(str::to_owned))
     }
 
     /// Fetches the `(offset, length)` ranges into the file's cache,
@@ -1065,6 +1141,7 @@ fn _forked() {
     MAIN_THREAD.store(me, std::sync::atomic::Ordering::Relaxed);
     // The reads other threads of the parent had under way are not here.
     READS_FROM_PYTHON.store(0, std::sync::atomic::Ordering::SeqCst);
+    logs::forked();
 }
 
 /// Stops every read, open and background fetch of the process, now and
@@ -1226,5 +1303,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_waiting_inside_hdf5, m)?)?;
     m.add_function(wrap_pyfunction!(_main_thread_waiting, m)?)?;
     m.add_function(wrap_pyfunction!(_keep_a_stop, m)?)?;
+    m.add_function(wrap_pyfunction!(logs::_log_level, m)?)?;
+    m.add_function(wrap_pyfunction!(logs::_log_take, m)?)?;
+    m.add_function(wrap_pyfunction!(logs::_log_stop, m)?)?;
+    logs::install();
     Ok(())
 }

@@ -47,6 +47,11 @@ class Server:
     def mark(self):
         return len(self._log())
 
+    def peak(self):
+        """The most requests for files answered at once since the last ask."""
+        with urllib.request.urlopen(f"{self.base}/__peak", timeout=30) as r:
+            return json.loads(r.read())
+
     def requests_since(self, mark):
         return self._log()[mark:]
 

@@ -13,7 +13,9 @@ For tests of waits and failures:
 * ``/__stall?hold`` makes them wait until their client hangs up (at most
   60 s), whatever comes after: ``/__stall?off`` then serves new requests
   only. ``/__held`` says how many wait now and how many were hung up on.
-* a file named ``status-NNN...`` is answered with that status.
+* a file named ``status-NNN...`` is answered with that status;
+* a URL with ``token=N`` in its query is refused (403) once ``/__expire``
+  has been asked for more than N times: a presigned URL that expired.
 """
 
 import http.server
@@ -59,6 +61,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(payload)
             return
+        if path == "/__expire":
+            # Every URL signed before now is refused from now on.
+            with server.lock:
+                server.token_floor += 1
+                payload = json.dumps(server.token_floor).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+            return
         if path in ("/__log", "/__headers"):
             with server.lock:
                 payload = json.dumps(server.log if path == "/__log" else server.headers_log).encode()
@@ -94,9 +106,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             while server.stalling and time.monotonic() < until:
                 time.sleep(0.01)
         status = re.match(r"status-(\d{3})", os.path.basename(path))
-        if status:
+        code = int(status.group(1)) if status else None
+        token = re.search(r"(?:^|&)token=(\d+)", query)
+        if token and int(token.group(1)) < server.token_floor:
+            code = 403
+        if code is not None:
             payload = b"<Error><Code>AccessDenied</Code></Error>"
-            self.send_response(int(status.group(1)))
+            self.send_response(code)
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
             if body:
@@ -196,6 +212,7 @@ def main():
     httpd.hung_up = 0
     httpd.in_flight = 0
     httpd.peak = 0
+    httpd.token_floor = 0
     httpd.lock = threading.Lock()
     host, port = httpd.server_address
     print(f"http://{host}:{port}", flush=True)
