@@ -676,6 +676,7 @@ class PrefetchedFiles:
     def __init__(self, native: "_native.Files", urls: list) -> None:
         self._native = native
         self.urls = urls
+        self._cancelled = False
 
     def wait(self, timeout: Optional[float] = None) -> dict:
         """Waits until every file is crawled, failed or opened, or the batch
@@ -703,6 +704,7 @@ class PrefetchedFiles:
     def cancel(self) -> None:
         """Stops the batch: no further file starts, requests under way end,
         and the files not opened yet are opened afresh by their opens."""
+        self._cancelled = True
         self._native.cancel()
 
     def __enter__(self) -> "PrefetchedFiles":
@@ -720,7 +722,8 @@ class PrefetchedFiles:
 
 
 def prefetch_files(urls: Iterable[Union[str, bytes, "os.PathLike[str]"]], *,
-                   wait: bool = False, **options: Unpack[Options]) -> PrefetchedFiles:
+                   wait: bool = False, progress: bool = False,
+                   **options: Unpack[Options]) -> PrefetchedFiles:
     """Starts fetching the metadata of many HDF5 files at once, in the
     background, for a survey: ``h5py.File(url, "r", driver="remfile",
     **options)`` (or :func:`open`) of each, with the same options, then opens
@@ -740,7 +743,10 @@ def prefetch_files(urls: Iterable[Union[str, bytes, "os.PathLike[str]"]], *,
     per file: a file that fails here raises only at its own open.
     ``wait=True`` waits for the batch (:meth:`PrefetchedFiles.wait`) before
     returning; if that wait raises (Ctrl-C), the batch is cancelled first
-    (its caller never got it to cancel).
+    (its caller never got it to cancel). ``progress=True`` shows the files
+    done and the bytes fetched on standard error while the batch works:
+    tqdm's bar if tqdm is installed, else a line (rewritten in place on a
+    terminal, printed once at the end elsewhere).
 
     >>> ahead = remfile_hdf5.prefetch_files(urls)  # doctest: +SKIP
     >>> for url in urls:  # doctest: +SKIP
@@ -752,12 +758,23 @@ def prefetch_files(urls: Iterable[Union[str, bytes, "os.PathLike[str]"]], *,
     text = _with_defaults(options, "prefetch_files")
     listed = [_url(url) for url in urls]
     batch = PrefetchedFiles(_native.Files(listed, text), listed)
+    if progress:
+        from . import _progress
+
+        def poll() -> tuple:
+            p = batch.progress
+            done = p["crawled"] + p["opened"] + p["failed"] + p["dropped"]
+            return done, p["bytes_ahead"], p["pending"] == 0 or batch._cancelled
+
+        shown = _progress.follow(poll, _progress.Bar(len(listed), "prefetch_files", "file"))
     if wait:
         try:
-            batch.wait()
+            settled = batch.wait()
         except BaseException:
             batch.cancel()
             raise
+        if progress and settled["pending"] == 0:
+            shown.join()  # its last line out before the caller's
     return batch
 
 
