@@ -243,6 +243,29 @@ impl RemoteFile {
         self.engine.stats()
     }
 
+    /// Every request this file and its clones sent, in the order answered,
+    /// if it was opened with [`Builder::trace_requests`] (else none): the
+    /// bytes each asked for, its status, and when it was sent and answered
+    /// (from the start of the open). [`trace::rounds`](crate::trace::rounds)
+    /// says which went in the same round trip. At most
+    /// [`MOST_TRACED`](crate::trace::MOST_TRACED) are kept.
+    ///
+    /// ```no_run
+    /// let file = remfile::RemoteFile::builder()
+    ///     .trace_requests(true)
+    ///     .open("https://example.com/data.h5")?;
+    /// file.read_at(1 << 20, &mut [0; 100])?;
+    /// let requests = file.traced_requests();
+    /// let rounds = remfile::trace::rounds(&requests);
+    /// for (r, round) in requests.iter().zip(rounds) {
+    ///     println!("round {round}: bytes {} -> {:?}", r.requested, r.status);
+    /// }
+    /// # Ok::<(), remfile::Error>(())
+    /// ```
+    pub fn traced_requests(&self) -> Vec<crate::trace::TracedRequest> {
+        self.engine.traced_requests().0
+    }
+
     /// Reads up to `buf.len()` bytes at `pos`; returns how many were read.
     ///
     /// Fewer bytes than asked are returned only at the end of the file, and 0

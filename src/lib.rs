@@ -241,6 +241,7 @@ pub mod process;
 mod s3;
 mod stats;
 mod sync;
+pub mod trace;
 pub mod wait;
 
 pub use cache::BlockCache;
@@ -252,6 +253,7 @@ pub use link::{Link, LinkEstimate};
 pub use options::{Builder, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
 pub use s3::S3Options;
 pub use stats::Stats;
+pub use trace::{Requested, TracedRequest};
 
 /// The README's examples, compiled as doc tests (they use every feature).
 #[cfg(all(doctest, feature = "hdf5"))]

@@ -72,6 +72,9 @@ pub(crate) fn open_among(builder: &Builder, text: &str, together: u64) -> Result
         (url.clone(), url, None)
     };
     let counters = Arc::new(Counters::default());
+    if builder.trace_requests {
+        counters.trace.turn_on();
+    }
     let link = Arc::new(LinkMeter::on(
         builder.link,
         builder.byte_weight,

@@ -105,6 +105,7 @@ pub struct Builder {
     pub(crate) https_only: bool,
     pub(crate) allow_redirect_to_http: bool,
     pub(crate) url_provider: Option<Arc<UrlProvider>>,
+    pub(crate) trace_requests: bool,
     pub(crate) extra_roots: Vec<Vec<u8>>,
     pub(crate) s3: S3Options,
 }
@@ -141,6 +142,7 @@ impl Default for Builder {
             https_only: false,
             allow_redirect_to_http: false,
             url_provider: None,
+            trace_requests: false,
             extra_roots: Vec::new(),
             s3: S3Options::default(),
         }
@@ -180,6 +182,7 @@ impl fmt::Debug for Builder {
             .field("https_only", &self.https_only)
             .field("allow_redirect_to_http", &self.allow_redirect_to_http)
             .field("url_provider", &self.url_provider.as_ref().map(|_| "set"))
+            .field("trace_requests", &self.trace_requests)
             .field("extra_roots", &self.extra_roots.len())
             .field("s3", &self.s3)
             .finish()
@@ -514,6 +517,14 @@ impl Builder {
     /// ```
     pub fn s3(mut self, options: S3Options) -> Self {
         self.s3 = options;
+        self
+    }
+
+    /// Keeps each request the file sends (see
+    /// [`RemoteFile::traced_requests`](crate::RemoteFile::traced_requests)):
+    /// off by default.
+    pub fn trace_requests(mut self, on: bool) -> Self {
+        self.trace_requests = on;
         self
     }
 

@@ -97,6 +97,8 @@ pub(crate) struct Counters {
     pub disk_hits: AtomicU64,
     pub disk_bytes_read: AtomicU64,
     pub disk_waits: AtomicU64,
+    /// Each request, if the builder asked for them.
+    pub trace: crate::trace::RequestTrace,
 }
 
 impl Counters {

@@ -887,3 +887,48 @@ mod feature_gates {
         panic!("this build has no `hdf5` feature: run `cargo test --features hdf5`");
     }
 }
+
+#[test]
+fn a_traced_file_lists_the_requests_the_server_saw_and_their_rounds() {
+    let data = test_data(8 * MIB as usize, 9);
+    let server = RangeServer::new(data.clone());
+    let untraced = builder().open(server.url("/f")).unwrap();
+    untraced.read_exact_at(5 * MIB, &mut [0; 10]).unwrap();
+    assert!(untraced.traced_requests().is_empty(), "off unless asked");
+    let before = server.requests();
+    let file = builder()
+        .block_size(64 * KIB)
+        .trace_requests(true)
+        .open(server.url("/f"))
+        .unwrap();
+    // One read, then two far apart at once: one round each.
+    file.read_exact_at(3 * MIB, &mut [0; 100]).unwrap();
+    file.read_ranges(&[MIB..MIB + 10, 6 * MIB..6 * MIB + 10])
+        .unwrap();
+    let traced = file.traced_requests();
+    let log = server.log();
+    let mut seen: Vec<String> = log[before..]
+        .iter()
+        .filter_map(|r| {
+            r.header("range")
+                .map(|h| h.trim_start_matches("bytes=").to_owned())
+        })
+        .collect();
+    let mut listed: Vec<String> = traced.iter().map(|r| r.requested.to_string()).collect();
+    seen.sort();
+    listed.sort();
+    assert_eq!(listed, seen, "each request the server saw, as it saw it");
+    assert!(
+        traced
+            .iter()
+            .all(|r| r.status == Some(206) && r.answered >= r.sent)
+    );
+    let rounds = remfile::trace::rounds(&traced);
+    let opening = traced
+        .iter()
+        .position(|r| r.requested.within(data.len() as u64).start == 0)
+        .unwrap();
+    assert_eq!(rounds[opening], 0);
+    let last = *rounds.iter().max().unwrap() as u64;
+    assert_eq!(last + 1, file.stats().round_trips, "{traced:?}");
+}

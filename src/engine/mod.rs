@@ -226,6 +226,12 @@ impl Engine {
         self.counters.snapshot()
     }
 
+    /// The requests the file sent, if it keeps them, and how many more it
+    /// sent past the trace's bound.
+    pub fn traced_requests(&self) -> (Vec<crate::trace::TracedRequest>, u64) {
+        self.counters.trace.requests()
+    }
+
     pub(crate) fn link_estimate(&self) -> Option<LinkEstimate> {
         self.link.estimate()
     }

@@ -27,6 +27,15 @@ pub(super) enum Want {
     Last(u64),
 }
 
+impl From<&Want> for crate::trace::Requested {
+    fn from(want: &Want) -> Self {
+        match want {
+            Want::Bytes(r) => crate::trace::Requested::Bytes(r.clone()),
+            Want::Last(n) => crate::trace::Requested::Last(*n),
+        }
+    }
+}
+
 impl std::fmt::Display for Want {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -148,6 +157,7 @@ impl Transport {
             let failure = classify_ureq(e, "making the request");
             let mut f = refused_here(url, self.agent.dials_directly(), opened, failure);
             f.error = f.error.with_url(&self.shown(url));
+            self.counters.trace.record(want.into(), None, None, started);
             tracing::debug!(
                 url = %redact(url), range = %want,
                 elapsed_ms, attempt, error = %f.error, "http request failed"
@@ -159,6 +169,10 @@ impl Transport {
             waited,
             at: Instant::now(),
         });
+        let body_len = header::content_length(resp.headers()).ok().flatten();
+        self.counters
+            .trace
+            .record(want.into(), Some(resp.status().as_u16()), body_len, started);
         tracing::debug!(
             url = %redact(url),
             range = %want,
