@@ -266,6 +266,12 @@ impl RemoteFile {
         self.engine.traced_requests().0
     }
 
+    /// The time since the file's open, on the clock of its trace.
+    #[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
+    pub(crate) fn trace_elapsed(&self) -> std::time::Duration {
+        self.engine.trace_elapsed()
+    }
+
     /// Reads up to `buf.len()` bytes at `pos`; returns how many were read.
     ///
     /// Fewer bytes than asked are returned only at the end of the file, and 0

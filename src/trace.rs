@@ -87,6 +87,11 @@ impl RequestTrace {
         self.on.store(true, Relaxed);
     }
 
+    /// The time since the trace started (the file's open).
+    pub fn elapsed(&self) -> Duration {
+        self.start.elapsed()
+    }
+
     /// Whether requests are kept.
     pub fn is_on(&self) -> bool {
         self.on.load(Relaxed)

@@ -1289,3 +1289,48 @@ fn a_file_object_crawl_starts_at_open_for_hdf5_files_only() {
     let blob = builder().open(other.url("/blob")).unwrap();
     assert!(FileObjectCrawl::start_if_hdf5(&blob).is_none());
 }
+
+/// `explain_file` lists the requests the server saw, in the rounds the
+/// server saw them, and credits HDF5's reads to the rounds that brought
+/// them; a file opened without the trace has none.
+#[test]
+fn an_explained_walk_lists_the_servers_requests_and_what_each_round_brought() {
+    let server = serve_at_distance(rich_file(), Duration::from_millis(40));
+    let untraced = h5::OpenOptions::new()
+        .remote(builder())
+        .open_url(server.url("/rich.h5"))
+        .unwrap();
+    assert!(h5::explain_file(&untraced).is_none());
+    drop(untraced);
+    let before = server.requests();
+    let file = h5::OpenOptions::new()
+        .remote(builder())
+        .trace(true)
+        .open_url(server.url("/plain.h5"))
+        .unwrap();
+    h5files::walk_all_info(&file).unwrap();
+    let e = h5::explain_file(&file).unwrap();
+    let listed: usize = e.rounds.iter().map(|r| r.requests.len()).sum();
+    assert_eq!(listed, server.requests() - before);
+    let first = &e.rounds[0].brought;
+    assert!(
+        first.contains_key(&h5::explain::Structure::Superblock)
+            && first.contains_key(&h5::explain::Structure::ObjectHeader),
+        "{e}"
+    );
+    let credited: u64 = e
+        .rounds
+        .iter()
+        .flat_map(|r| r.brought.values())
+        .map(|t| t.0)
+        .sum();
+    let not_fetched: u64 = e.not_fetched.values().map(|t| t.0).sum();
+    let reads = h5::driver_info(&file).unwrap().read_calls;
+    assert_eq!(credited + not_fetched, reads, "every read of HDF5's, once");
+    assert!(e.metadata_read > 0 && e.metadata_rounds >= 1 && e.metadata_rounds <= e.rounds.len());
+    let text = e.to_string();
+    assert!(
+        text.contains("round   1") && text.contains("total"),
+        "{text}"
+    );
+}

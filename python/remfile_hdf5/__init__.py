@@ -39,7 +39,10 @@ other signal handler or finalizer runs (HDF5 is not re-entrant): they run
 once the call returns. At interpreter exit every read stops (``OSError``
 with ``ECANCELED`` in threads still reading), so scripts end; but the reads of
 the thread that runs the exit handlers (``atexit``) go on, so that a handler
-registered before the import still reads.
+registered before the import still reads, except from HDF5 files that h5py
+reads through a :class:`RemoteFile`: those still open are closed then (left
+open, h5py's file-object driver would crash the process as HDF5 closes them
+after the interpreter is gone).
 
 Errors are ``OSError``\\ s with ``errno``, ``strerror`` and ``filename`` (the
 URL without its query string) set, through h5py as from :class:`RemoteFile`:
@@ -63,6 +66,7 @@ import operator
 import os
 import sys
 import threading
+import weakref
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Protocol, Sequence, TypedDict, Union
 
 from . import _native
@@ -83,6 +87,7 @@ __all__ = [
     "stats",
     "prefetch",
     "prefetch_files",
+    "explain",
     "PrefetchedFiles",
     "read",
     "set_defaults",
@@ -126,6 +131,7 @@ class Options(TypedDict, total=False):
     revalidate_after: Duration
     immutable: bool
     stats: bool
+    trace: bool
     headers: Mapping[str, str]
     s3_region: str
     s3_endpoint: str
@@ -518,6 +524,52 @@ def stats(f) -> Optional[dict]:
         return _native._file_stats(file_id.id)
 
 
+def explain(url: Union[str, bytes, "os.PathLike[str]"], *, walk: bool = True,
+            **options: Unpack[Options]) -> dict:
+    """Opens ``url`` with the driver, walks it as ``h5ls`` and h5py's
+    ``visititems`` do (every object's header, its attributes, each dataset's
+    shape, type and chunks; ``walk=False`` opens only), and returns what that
+    took round trip by round trip: ``rounds`` (each with its ``requests``:
+    range, status, bytes, when sent and answered; the ``bytes`` fetched; and
+    what of HDF5's structures it ``brought``: superblock, object headers,
+    header continuations, group B-tree and symbol nodes, heaps, chunk
+    indexes, raw data, each as (reads, bytes)), totals, and ``advice``: what
+    the file's author could change (paged aggregation with ``h5repack -S
+    PAGE -G SIZE``, a larger metadata block, attributes written with their
+    object) and about how many rounds it would save. ``text`` holds it as
+    ``python -m remfile_hdf5 explain URL`` prints it.
+
+    >>> print(remfile_hdf5.explain(url)["text"])  # doctest: +SKIP
+    """
+    h5py, _ = _bind_h5py()
+    with open(url, "r", trace=True, **options) as f:
+        if walk:
+            _walk(f)
+        with h5py._objects.phil:
+            account = _native._explain(f.id.id)
+    if account is None:
+        raise RuntimeError("the driver kept no trace of the file")
+    return account
+
+
+def _walk(f) -> None:
+    """Reads what a walk of the file reads: every object's header and
+    attributes, each dataset's shape, type and chunks."""
+    h5py, _ = _bind_h5py()
+
+    def visit(_name: str, obj: Any) -> None:
+        for key in obj.attrs:
+            try:
+                obj.attrs[key]
+            except (OSError, TypeError, ValueError):
+                pass  # a type h5py cannot show: HDF5 read it all the same
+        if isinstance(obj, h5py.Dataset):
+            _ = (obj.shape, obj.dtype, obj.chunks)
+
+    visit("/", f)
+    f.visititems(visit)
+
+
 #: The most chunks :func:`prefetch` looks up for one selection.
 MAX_PREFETCH_CHUNKS = 1 << 20
 
@@ -766,7 +818,9 @@ def prefetch_files(urls: Iterable[Union[str, bytes, "os.PathLike[str]"]], *,
             done = p["crawled"] + p["opened"] + p["failed"] + p["dropped"]
             return done, p["bytes_ahead"], p["pending"] == 0 or batch._cancelled
 
-        shown = _progress.follow(poll, _progress.Bar(len(listed), "prefetch_files", "file"))
+        # The batch's own count: a URL given twice is one file.
+        total = batch.progress["files"]
+        shown = _progress.follow(poll, _progress.Bar(total, "prefetch_files", "file"))
     if wait:
         try:
             settled = batch.wait()
@@ -841,6 +895,7 @@ class RemoteFile(io.RawIOBase):
         self._lock = threading.Lock()
         self._pid = os.getpid()
         self._handle = _native.Remote(self._url, self._text, self._provider)
+        _file_objects.add(self)
 
     def _own(self):
         """The handle and the position's lock of this process. A forked
@@ -851,6 +906,9 @@ class RemoteFile(io.RawIOBase):
             with _reopening:
                 if self._pid != os.getpid():
                     self._lock = threading.Lock()
+                    # A provider's URL may have expired since: a new one.
+                    if self._provider is not None:
+                        self._url = _url(self._provider.get_url())
                     self._handle = _native.Remote(self._url, self._text, self._provider)
                     self._pid = os.getpid()
         return self._handle, self._lock
@@ -1015,6 +1073,35 @@ class RemoteFile(io.RawIOBase):
         super().close()
 
 
+# The RemoteFiles alive, for the exit hook.
+_file_objects: "weakref.WeakSet[RemoteFile]" = weakref.WeakSet()
+
+
+def _close_hdf5_files_over_file_objects(h5py: Any) -> None:
+    """Closes the HDF5 files h5py reads through one of the package's
+    RemoteFiles that are still open. A file left open in a reference cycle
+    (a URL provider whose method's globals hold the h5py file) is never
+    collected: HDF5 closes it only after the interpreter has gone, and
+    h5py's file-object driver then crashes the process."""
+    ours = {id(f) for f in list(_file_objects)}
+    if not ours:
+        return
+    try:
+        _bind_h5py()  # the package's calls into h5py's HDF5
+    except Exception:  # noqa: BLE001 - no HDF5 to close anything in
+        return
+    h5f = h5py.h5f
+    with h5py._objects.phil:
+        for fid in h5f.get_obj_ids(types=h5f.OBJ_FILE):
+            try:
+                if _native._driver_info_address(fid.id) not in ours:
+                    continue
+                fid._close_open_objects(h5f.OBJ_LOCAL | ~h5f.OBJ_FILE)
+                fid._close_open_objects(h5f.OBJ_LOCAL | h5f.OBJ_FILE)
+            except Exception:  # noqa: BLE001 - at exit: what closes, closes
+                pass
+
+
 # Taken while an inherited RemoteFile opens its file again: a new one in
 # each child, made while the child has one thread, so that no thread of the
 # parent's can hold it there.
@@ -1081,6 +1168,9 @@ def _at_exit() -> None:
     their reads, through h5py too (its lock is re-entrant), go on as any.
     """
     _native._stop_at_exit()
+    h5py = sys.modules.get("h5py")
+    if h5py is not None:
+        _close_hdf5_files_over_file_objects(h5py)
     # The records queued so far reach logging; the pump leaves the crate's
     # frames before the interpreter finalizes.
     _native._log_stop()

@@ -26,16 +26,17 @@ from __future__ import annotations
 
 import email.utils
 import threading
+import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from fsspec.spec import AbstractFileSystem  # type: ignore[import-untyped]
 from fsspec.utils import stringify_path  # type: ignore[import-untyped]
 
 from . import RemoteFile, options_string
 
-__all__ = ["RemfileFileSystem", "route_fsspec", "unroute_fsspec"]
+__all__ = ["RemfileFileSystem", "route_fsspec", "unroute_fsspec", "RoutedHTTP", "RoutedHTTPS", "RoutedS3", "RoutedS3A"]
 
 # Keywords fsspec itself passes to `open` (and some callers to the
 # constructor) that mean nothing to the engine: its blocks, cache and
@@ -50,9 +51,12 @@ _S3FS_KEYS = {
     "anon": "s3_anonymous", "key": "s3_access_key_id", "secret": "s3_secret_access_key",
     "token": "s3_session_token", "profile": "s3_profile", "requester_pays": "s3_requester_pays",
 }
-# Handles kept open for `cat_*` and `info` (each holds connections and a
-# block cache): the most recently used.
+# Handles kept open for `cat_*` (each holds connections and a block
+# cache): the most recently used, each reused while it is younger than
+# `_FRESH` seconds (then the file is opened again, which says whether it
+# changed). `info` always opens it again.
 _MOST_HANDLES = 64
+_FRESH = 10.0
 # Files read at once by one `cat_ranges`.
 _MOST_FILES_AT_ONCE = 16
 
@@ -65,15 +69,16 @@ def _engine_options(protocol: str, storage_options: Dict[str, Any]) -> Dict[str,
     for key, engine_key in _S3FS_KEYS.items():
         if key in options:
             options[engine_key] = options.pop(key)
-    client = options.pop("client_kwargs", None) or {}
+    client = dict(options.pop("client_kwargs", None) or {})
     if "endpoint_url" in options:
-        client = {**client, "endpoint_url": options.pop("endpoint_url")}
-    if "endpoint_url" in client:
-        options["s3_endpoint"] = client["endpoint_url"]
-    if "region_name" in client:
-        options["s3_region"] = client["region_name"]
-    if protocol in ("http", "https") and "headers" in client:
-        options["headers"] = client["headers"]
+        client["endpoint_url"] = options.pop("endpoint_url")
+    for key, engine_key in (("endpoint_url", "s3_endpoint"), ("region_name", "s3_region"),
+                            ("headers", "headers")):
+        if key in client:
+            options[engine_key] = client.pop(key)
+    if client:
+        raise TypeError(f"client_kwargs {sorted(client)} mean nothing to remfile "
+                        "(it takes endpoint_url, region_name and headers)")
     options_string(**options)  # a wrong key or value says so now
     return options
 
@@ -100,7 +105,7 @@ class RemfileFileSystem(AbstractFileSystem):
         super().__init__(*args, **fsspec_own)
         protocol = self.protocol if isinstance(self.protocol, str) else self.protocol[0]
         self._engine = _engine_options(protocol, storage_options)
-        self._handles: "OrderedDict[str, RemoteFile]" = OrderedDict()
+        self._handles: "OrderedDict[str, Tuple[RemoteFile, float]]" = OrderedDict()
         self._handles_lock = threading.Lock()
 
     # Paths -----------------------------------------------------------------
@@ -112,8 +117,10 @@ class RemfileFileSystem(AbstractFileSystem):
         path = stringify_path(path)
         if path.startswith("remfile://"):
             path = path[len("remfile://"):]
+        if path.startswith("s3a://"):
+            path = "s3://" + path[len("s3a://"):]
         # s3fs's convention: "bucket/key" is s3://bucket/key.
-        if "s3" in cls._protocols() and "://" not in path and path:
+        if any(p.startswith("s3") for p in cls._protocols()) and "://" not in path and path:
             path = "s3://" + path.lstrip("/")
         return path
 
@@ -141,29 +148,37 @@ class RemfileFileSystem(AbstractFileSystem):
 
     # Files -------------------------------------------------------------------
 
-    def _handle(self, path: Any) -> RemoteFile:
+    def _handle(self, path: Any, fresh: bool = False) -> RemoteFile:
         """The filesystem's own open file for ``path`` (shared by its
-        ``cat_*`` and ``info`` calls, and their block cache)."""
+        ``cat_*`` and ``info`` calls, and their block cache); opened again
+        if ``fresh`` or older than `_FRESH` seconds."""
         url = self._url(path)
+        now = time.monotonic()
         with self._handles_lock:
-            handle = self._handles.get(url)
-            if handle is not None and not handle.closed:
+            kept = self._handles.get(url)
+            if kept is not None and not fresh and not kept[0].closed and now - kept[1] < _FRESH:
                 self._handles.move_to_end(url)
-                return handle
+                return kept[0]
         # Opened without the lock: an open is a round trip.
         handle = RemoteFile(url, **self._engine)
         with self._handles_lock:
-            kept = self._handles.get(url)
-            if kept is not None and not kept.closed:
-                # Another thread opened it meanwhile: one handle per file.
-                # (Closing is left to the collector: nothing else holds it.)
-                self._handles.move_to_end(url)
-                return kept
-            self._handles[url] = handle
-            while len(self._handles) > _MOST_HANDLES:
-                # Not closed here: a thread may be reading through it.
-                self._handles.popitem(last=False)
+            self._handles[url] = (handle, now)
+            self._handles.move_to_end(url)
+            evicted = [self._handles.popitem(last=False) for _ in range(len(self._handles) - _MOST_HANDLES)]
+        # Let go of outside the lock (not closed: a thread may be reading
+        # through one; the last reference closes it).
+        del evicted
         return handle
+
+    def invalidate_cache(self, path: Optional[str] = None) -> None:
+        """Forgets the open files (of ``path``, or all): the next call opens
+        them again."""
+        with self._handles_lock:
+            if path is None:
+                self._handles.clear()
+            else:
+                self._handles.pop(self._url(path), None)
+        super().invalidate_cache(path)
 
     def _open(self, path: Any, mode: str = "rb", **kwargs: Any) -> RemoteFile:
         if mode != "rb":
@@ -189,9 +204,14 @@ class RemfileFileSystem(AbstractFileSystem):
         if not (len(starts) == len(ends) == len(paths)):
             raise ValueError("paths, starts and ends differ in length")
         by_file: "OrderedDict[str, List[int]]" = OrderedDict()
-        for i, path in enumerate(paths):
-            by_file.setdefault(self._url(path), []).append(i)
         out: List[Any] = [None] * len(paths)
+        for i, path in enumerate(paths):
+            try:
+                by_file.setdefault(self._url(path), []).append(i)
+            except ValueError as error:
+                if on_error != "return":
+                    raise
+                out[i] = error
 
         def one_file(url: str) -> None:
             indices = by_file[url]
@@ -217,7 +237,9 @@ class RemfileFileSystem(AbstractFileSystem):
     # What a file is -----------------------------------------------------------
 
     def info(self, path: Any, **kwargs: Any) -> Dict[str, Any]:
-        handle = self._handle(path)
+        # Opened again: what the server says now (a changed file's size and
+        # ETag), as fsspec's HTTP filesystem asks each time.
+        handle = self._handle(path, fresh=True)
         info: Dict[str, Any] = {"name": self._url(path), "size": handle.size, "type": "file"}
         if handle.etag is not None:
             info["ETag"] = handle.etag
@@ -259,44 +281,81 @@ class RemfileFileSystem(AbstractFileSystem):
 
 
 _ROUTED: Dict[str, Any] = {}
+_ROUTE_DEFAULTS: Dict[str, Dict[str, Any]] = {}
 _ROUTING = threading.Lock()
 
 
-def route_fsspec(protocols: Sequence[str] = ("http", "https", "s3"), **options: Any) -> None:
-    """Makes fsspec's ``http``, ``https`` and ``s3`` protocols (or those named)
-    this filesystem for the process: ``fsspec.open(url)``,
+class _Routed(RemfileFileSystem):
+    """The filesystem in place of fsspec's own for a protocol, with the
+    options :func:`route_fsspec` gave. A class of the module per protocol,
+    so that instances pickle (dask, spawned processes)."""
+
+    def __init__(self, *args: Any, **storage_options: Any) -> None:
+        protocol = self.protocol[0]
+        super().__init__(*args, **{**_ROUTE_DEFAULTS.get(protocol, {}), **storage_options})
+
+
+class RoutedHTTP(_Routed):
+    """:class:`RemfileFileSystem` as fsspec's ``http``."""
+
+    protocol = ("http",)
+
+
+class RoutedHTTPS(_Routed):
+    """:class:`RemfileFileSystem` as fsspec's ``https``."""
+
+    protocol = ("https",)
+
+
+class RoutedS3(_Routed):
+    """:class:`RemfileFileSystem` as fsspec's ``s3``."""
+
+    protocol = ("s3",)
+
+
+class RoutedS3A(_Routed):
+    """:class:`RemfileFileSystem` as fsspec's ``s3a``."""
+
+    protocol = ("s3a",)
+
+
+_ROUTES = {"http": RoutedHTTP, "https": RoutedHTTPS, "s3": RoutedS3, "s3a": RoutedS3A}
+
+
+def route_fsspec(protocols: Union[str, Sequence[str]] = ("http", "https", "s3"),
+                 **options: Any) -> None:
+    """Makes fsspec's ``http``, ``https`` and ``s3`` protocols (or those named;
+    ``s3a`` too) this filesystem for the process: ``fsspec.open(url)``,
     ``fsspec.filesystem("https")``, and the libraries that call them
     (xarray, pandas, dask, kerchunk) read through the engine. ``options``
     (the package's, as for :class:`~remfile_hdf5.RemoteFile`) apply to
     every file those open; a library's ``storage_options`` add to them,
     with s3fs's ``anon``, ``key``, ``secret``, ``token``, ``profile`` and
     ``client_kwargs={"endpoint_url": ..., "region_name": ...}`` taken as the
-    engine's S3 options. :func:`unroute_fsspec` undoes it.
+    engine's S3 options. Headers given here go to every server of those
+    protocols: give them per filesystem instead where they are secrets.
+    :func:`unroute_fsspec` undoes it. The filesystems pickle (for dask and
+    spawned processes, which must route too to find them).
 
     >>> import remfile_hdf5.filesystem
     >>> remfile_hdf5.filesystem.route_fsspec(cache_capacity="1GiB")  # doctest: +SKIP
-    >>> xarray.open_dataset(fsspec.open(url).open(), engine="h5netcdf")  # doctest: +SKIP
+    >>> xarray.open_dataset(url, engine="h5netcdf")  # doctest: +SKIP
     """
     import fsspec  # type: ignore[import-untyped]
 
+    names = [protocols] if isinstance(protocols, str) else list(protocols)
+    for protocol in names:
+        if protocol not in _ROUTES:
+            raise ValueError(f"remfile serves {sorted(_ROUTES)}, not {protocol!r}")
     options_string(**options)
     with _ROUTING:
-        for protocol in protocols:
-            if protocol not in ("http", "https", "s3", "s3a"):
-                raise ValueError(f"remfile serves http, https and s3, not {protocol!r}")
+        for protocol in names:
             if protocol not in _ROUTED:
                 _ROUTED[protocol] = fsspec.registry.get(protocol)
-            defaults = dict(options)
-
-            class Routed(RemfileFileSystem):
-                __doc__ = RemfileFileSystem.__doc__
-
-                def __init__(self, *args: Any, **storage_options: Any) -> None:
-                    super().__init__(*args, **{**defaults, **storage_options})
-
-            Routed.protocol = (protocol,)
-            Routed.__name__ = Routed.__qualname__ = f"RemfileFileSystem[{protocol}]"
-            fsspec.register_implementation(protocol, Routed, clobber=True)
+            _ROUTE_DEFAULTS[protocol] = dict(options)
+            # Instances made with other defaults are not reused.
+            _ROUTES[protocol].clear_instance_cache()
+            fsspec.register_implementation(protocol, _ROUTES[protocol], clobber=True)
 
 
 def unroute_fsspec() -> None:
@@ -311,4 +370,6 @@ def unroute_fsspec() -> None:
             # fsspec imports its own again from `known_implementations`.
             if before is not None:
                 fsspec.register_implementation(protocol, before, clobber=True)
+            _ROUTES[protocol].clear_instance_cache()
         _ROUTED.clear()
+        _ROUTE_DEFAULTS.clear()

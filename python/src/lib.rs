@@ -521,6 +521,14 @@ fn parse(options: &str) -> PyResult<config::Config> {
 /// asks waits without it); an error if the interpreter is ending or the
 /// call raised (its message, which the crate does not show with a URL).
 fn renewed_url(provider: &Provider) -> Result<String, Box<dyn std::error::Error + Send + Sync>> {
+    // Counted as a read from Python (counted first, then the exit looked
+    // at: the exit hook sets the flag, then waits for the count): the exit
+    // waits for a call under way, and none starts once it has begun (a
+    // thread that attaches as the interpreter finalizes is aborted).
+    let _counted = ReadFromPython::enter();
+    if EXITING.load(std::sync::atomic::Ordering::SeqCst) {
+        return Err("the interpreter is ending: no URL could be asked for".into());
+    }
     let renewed = Python::try_attach(|py| {
         let Some(provider) = provider.lock().as_ref().map(|p| p.clone_ref(py)) else {
             return Err("the URL provider was collected".to_owned());
@@ -661,6 +669,7 @@ impl Remote {
         let hdf5_only = [
             ("chunk_read_ahead", !parsed.chunk_read_ahead()),
             ("stats", parsed.stats()),
+            ("trace", parsed.trace()),
         ];
         if let Some((key, _)) = hdf5_only.iter().find(|(_, set)| *set) {
             return Err(PyValueError::new_err(format!(
@@ -700,7 +709,10 @@ impl Remote {
     }
 
     fn __clear__(&self) {
-        drop(self.provider.lock().take());
+        // Dropped once the lock is let go of: its deallocation may run
+        // Python code (a weak reference's callback) that switches threads.
+        let provider = self.provider.lock().take();
+        drop(provider);
     }
 
     /// The `ETag` the server gave the file, if it gave one.
@@ -1094,6 +1106,87 @@ fn _file_stats<'py>(py: Python<'py>, file: hid_t) -> PyResult<Option<Bound<'py, 
     Ok(Some(d))
 }
 
+/// The driver information on the access property list of the open HDF5
+/// file `file`, as an address (h5py's file-object driver keeps its file
+/// object there); 0 if none. The caller holds h5py's lock.
+#[pyfunction]
+fn _driver_info_address(file: hid_t) -> PyResult<usize> {
+    let library = bound()?;
+    // SAFETY: the library's functions; HDF5 checks the id, and the plist
+    // taken is closed again. The address is only compared, never followed.
+    let address = unsafe {
+        let fapl = (library.calls.get_access_plist)(file);
+        if fapl < 0 {
+            return Ok(0);
+        }
+        let info = (library.calls.get_driver_info)(fapl);
+        (library.calls.close_plist)(fapl);
+        info as usize
+    };
+    Ok(address)
+}
+
+/// The account of the open HDF5 file `file`'s reads, round by round, as
+/// data (its text under `"text"`); `None` unless the driver reads it with
+/// `trace=on`. The caller holds h5py's lock.
+#[pyfunction]
+fn _explain<'py>(py: Python<'py>, file: hid_t) -> PyResult<Option<Bound<'py, PyDict>>> {
+    let Some(handle) = driver_handle(file)? else {
+        return Ok(None);
+    };
+    let Some(e) = driver::explanation_of_handle(handle) else {
+        return Ok(None);
+    };
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    let tallies =
+        |t: &std::collections::BTreeMap<remfile::hdf5::explain::Structure, (u64, u64)>| {
+            let d = PyDict::new(py);
+            for (s, (n, bytes)) in t {
+                d.set_item(s.name(), (*n, *bytes))?;
+            }
+            Ok::<_, PyErr>(d)
+        };
+    let out = PyDict::new(py);
+    out.set_item("text", e.to_string())?;
+    out.set_item("size", e.size)?;
+    out.set_item("metadata_rounds", e.metadata_rounds)?;
+    out.set_item("metadata_read", e.metadata_read)?;
+    out.set_item("raw_read", e.raw_read)?;
+    out.set_item("metadata_places", e.metadata_places)?;
+    out.set_item("not_fetched", tallies(&e.not_fetched)?)?;
+    let rounds = pyo3::types::PyList::empty(py);
+    for round in &e.rounds {
+        let requests = pyo3::types::PyList::empty(py);
+        for r in &round.requests {
+            let d = PyDict::new(py);
+            d.set_item("range", r.requested.to_string())?;
+            d.set_item("status", r.status)?;
+            d.set_item("bytes", r.body_len)?;
+            d.set_item("sent_ms", ms(r.sent))?;
+            d.set_item("answered_ms", ms(r.answered))?;
+            requests.append(d)?;
+        }
+        let d = PyDict::new(py);
+        d.set_item("requests", requests)?;
+        d.set_item("bytes", round.bytes)?;
+        d.set_item("start_ms", ms(round.span.start))?;
+        d.set_item("end_ms", ms(round.span.end))?;
+        d.set_item("brought", tallies(&round.brought)?)?;
+        rounds.append(d)?;
+    }
+    out.set_item("rounds", rounds)?;
+    let advice = pyo3::types::PyList::empty(py);
+    for a in &e.advice {
+        let d = PyDict::new(py);
+        d.set_item("change", &a.change)?;
+        d.set_item("because", &a.because)?;
+        d.set_item("rounds_saved", a.rounds_saved)?;
+        advice.append(d)?;
+    }
+    out.set_item("advice", advice)?;
+    Ok(Some(out))
+}
+
 /// The remote file the driver reads the open HDF5 file `file` (an id of
 /// h5py's HDF5) from, sharing its caches; `None` if the driver does not
 /// read it. The caller holds h5py's lock, and lets go of it before reading
@@ -1163,6 +1256,9 @@ static READS_LEFT: (std::sync::Mutex<()>, std::sync::Condvar) =
 /// the package.
 const READS_LEAVE_AT_EXIT: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// Set by the exit hook: no URL provider is called from then on.
+static EXITING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Counts a read of the package's own methods while it lives (until it
 /// holds the GIL again).
 struct ReadFromPython;
@@ -1214,6 +1310,7 @@ fn wait_for_reads_to_leave() {
 /// the crate's frames, which crashed the exiting process now and then.
 #[pyfunction]
 fn _stop_at_exit(py: Python<'_>) {
+    EXITING.store(true, std::sync::atomic::Ordering::SeqCst);
     wait::stop_everything_but_this_thread();
     py.detach(wait_for_reads_to_leave);
 }
@@ -1295,6 +1392,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_set_driver, m)?)?;
     m.add_function(wrap_pyfunction!(_file_stats, m)?)?;
     m.add_function(wrap_pyfunction!(_remote_of_file, m)?)?;
+    m.add_function(wrap_pyfunction!(_explain, m)?)?;
+    m.add_function(wrap_pyfunction!(_driver_info_address, m)?)?;
     m.add_function(wrap_pyfunction!(_hdf5_version, m)?)?;
     m.add_function(wrap_pyfunction!(_stop_everything, m)?)?;
     m.add_function(wrap_pyfunction!(_stop_at_exit, m)?)?;

@@ -24,6 +24,12 @@ use tracing::{Event, Level, Metadata, Subscriber};
 /// The most records waiting for Python.
 const MOST_WAITING: usize = 10_000;
 
+/// Records dropped without the queue's lock (it was held too long).
+static DROPPED_UNLOCKED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Set by [`_log_stop`]: takes return at once.
+static STOPPED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// The most verbose level wanted, as [`level_rank`] ranks it (0: none).
 static WANTED: AtomicU8 = AtomicU8::new(0);
 
@@ -151,7 +157,10 @@ impl Subscriber for ToPython {
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
             Err(TryLockError::WouldBlock) => match lock_within(shared, Duration::from_millis(5)) {
                 Some(q) => q,
-                None => return,
+                None => {
+                    DROPPED_UNLOCKED.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
             },
         };
         if queue.entries.len() >= MOST_WAITING {
@@ -243,18 +252,26 @@ pub(crate) fn _log_level(level: i64) {
 #[pyfunction]
 pub(crate) fn _log_take(py: Python<'_>, timeout: f64) -> Option<Vec<Entry>> {
     let timeout = Duration::from_secs_f64(timeout.clamp(0.0, 60.0));
-    py.detach(|| {
+    // Once stopped, no wait (and no letting go of the GIL, which a thread
+    // would have to take back as the interpreter ends).
+    let wait = if STOPPED.load(Ordering::SeqCst) {
+        Duration::ZERO
+    } else {
+        timeout
+    };
+    let take = || {
         let shared = shared();
         let queue = shared.queue.lock().unwrap_or_else(|p| p.into_inner());
         let (mut queue, _) = shared
             .arrived
-            .wait_timeout_while(queue, timeout, |q| q.entries.is_empty() && !q.stopped)
+            .wait_timeout_while(queue, wait, |q| q.entries.is_empty() && !q.stopped)
             .unwrap_or_else(|p| p.into_inner());
         if queue.stopped && queue.entries.is_empty() {
             return None;
         }
         let mut entries: Vec<Entry> = queue.entries.drain(..).collect();
-        let dropped = std::mem::take(&mut queue.dropped);
+        let dropped =
+            std::mem::take(&mut queue.dropped) + DROPPED_UNLOCKED.swap(0, Ordering::Relaxed);
         if dropped > 0 {
             entries.push((
                 30,
@@ -265,13 +282,19 @@ pub(crate) fn _log_take(py: Python<'_>, timeout: f64) -> Option<Vec<Entry>> {
             ));
         }
         Some(entries)
-    })
+    };
+    if wait.is_zero() {
+        take()
+    } else {
+        py.detach(take)
+    }
 }
 
 /// Ends the waits of [`_log_take`], now and from now on (the process is
 /// ending).
 #[pyfunction]
 pub(crate) fn _log_stop() {
+    STOPPED.store(true, Ordering::SeqCst);
     let shared = shared();
     shared
         .queue

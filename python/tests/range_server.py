@@ -1,7 +1,7 @@
 """A range server on 127.0.0.1 for the tests: serves the files of one
 directory with range requests and ETags, answers 404 for others, keeps
-connections alive, and lists the requests it served at /__log (as JSON) and
-their headers at /__headers.
+connections alive, and lists the requests it served at /__log (as JSON),
+their headers at /__headers, and when each came and was answered at /__times.
 
 Usage: range_server.py DIR [DELAY_MS] (prints its base URL, then serves until
 killed; each answer DELAY_MS late, if given).
@@ -71,6 +71,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(payload)
             return
+        if path == "/__times":
+            # When each request logged came (its headers read) and was
+            # answered (its body written), in seconds.
+            with server.lock:
+                payload = json.dumps(server.times).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+            return
         if path in ("/__log", "/__headers"):
             with server.lock:
                 payload = json.dumps(server.log if path == "/__log" else server.headers_log).encode()
@@ -79,8 +89,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(payload)
             return
+        came = time.monotonic()
         with server.lock:
             server.log.append((self.command, path, self.headers.get("Range")))
+            server.times.append(None)
+            entry = len(server.times) - 1
             server.headers_log.append({k.lower(): v for k, v in self.headers.items()})
             server.in_flight += 1
             server.peak = max(server.peak, server.in_flight)
@@ -89,6 +102,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         finally:
             with server.lock:
                 server.in_flight -= 1
+                server.times[entry] = (came, time.monotonic())
 
     def _answer(self, body, path, query):
         server = self.server
@@ -213,6 +227,7 @@ def main():
     httpd.in_flight = 0
     httpd.peak = 0
     httpd.token_floor = 0
+    httpd.times = []
     httpd.lock = threading.Lock()
     host, port = httpd.server_address
     print(f"http://{host}:{port}", flush=True)

@@ -163,3 +163,54 @@ def test_s3fs_storage_options_become_the_engines():
 
     assert S3._strip_protocol("bucket/key.nc") == "s3://bucket/key.nc"
     assert S3._strip_protocol("s3://bucket/key.nc") == "s3://bucket/key.nc"
+
+
+def test_a_routed_filesystem_pickles_and_s3a_is_s3(server, files):
+    import pickle
+
+    try:
+        route_fsspec(["https", "http", "s3a"], cache_capacity="64MiB")
+        fs = fsspec.filesystem("http", skip_instance_cache=True)
+        again = pickle.loads(pickle.dumps(fs))
+        assert type(again) is type(fs) and again._engine == fs._engine
+        with fsspec.open(server.url("blob.bin")) as f:
+            opened = pickle.loads(pickle.dumps(f))
+            assert opened.read(4) == local(files, "blob.bin")[:4]
+        s3a = fsspec.filesystem("s3a", skip_instance_cache=True)
+        assert s3a._strip_protocol("s3a://bucket/key") == "s3://bucket/key"
+        assert s3a._strip_protocol("bucket/key") == "s3://bucket/key"
+        with pytest.raises(ValueError, match="not 'ftp'"):
+            route_fsspec("ftp")
+    finally:
+        unroute_fsspec()
+
+
+def test_info_says_what_the_server_has_now(tmp_path):
+    from conftest import Server
+
+    path = tmp_path / "changing.bin"
+    path.write_bytes(b"a" * 1000)
+    server = Server(str(tmp_path))
+    try:
+        fs = fsspec.filesystem("remfile", skip_instance_cache=True)
+        url = server.url("changing.bin")
+        before = fs.info(url)
+        assert before["size"] == 1000 and fs.cat_file(url) == b"a" * 1000
+        path.write_bytes(b"b" * 5000)
+        os.utime(path, (1, 1))  # another ETag, whatever the clock's resolution
+        after = fs.info(url)
+        assert after["size"] == 5000 and after["ETag"] != before["ETag"]
+        assert fs.ukey(url) == after["ETag"]
+        assert fs.cat_file(url, 0, 10) == b"b" * 10
+    finally:
+        server.close()
+
+
+def test_client_kwargs_headers_are_sent_and_others_refused(server):
+    fs = fsspec.filesystem("remfile", skip_instance_cache=True,
+                           client_kwargs={"headers": {"X-Test": "yes"}})
+    mark = server.mark()
+    fs.cat_file(server.url("blob.bin"), 0, 4)
+    assert any(h.get("x-test") == "yes" for h in server.headers_since(mark))
+    with pytest.raises(TypeError, match="trust_env"):
+        fsspec.filesystem("remfile", skip_instance_cache=True, client_kwargs={"trust_env": True})

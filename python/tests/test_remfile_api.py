@@ -114,3 +114,22 @@ def test_get_url_renews_an_expired_url(server, files):
     with h5py.File(remfile.File(h5), "r") as remote, \
             h5py.File(os.path.join(files, "data.h5"), "r") as local:
         np.testing.assert_array_equal(remote["big"][:100], local["big"][:100])
+
+
+def test_a_script_may_leave_a_file_over_a_provider_open(server):
+    # The provider's method's globals hold the h5py file: a cycle through
+    # HDF5 that Python never collects; the exit closes it in time.
+    script = textwrap.dedent(f"""
+        import h5py
+        import remfile_hdf5 as remfile
+
+        class Signer:
+            def get_url(self):
+                return {server.url("data.h5")!r}
+
+        f = h5py.File(remfile.File(Signer()), "r")
+        print(f["big"][:3].tolist())
+    """)
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, (out.returncode, out.stderr)

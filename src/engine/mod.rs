@@ -226,6 +226,11 @@ impl Engine {
         self.counters.snapshot()
     }
 
+    /// The time since the file's trace started (its open).
+    pub fn trace_elapsed(&self) -> std::time::Duration {
+        self.counters.trace.elapsed()
+    }
+
     /// The requests the file sent, if it keeps them, and how many more it
     /// sent past the trace's bound.
     pub fn traced_requests(&self) -> (Vec<crate::trace::TracedRequest>, u64) {

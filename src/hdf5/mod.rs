@@ -74,6 +74,8 @@ mod adapter;
 #[cfg(any(feature = "hdf5", feature = "vfd"))]
 #[doc(hidden)]
 pub mod driver;
+#[cfg(any(feature = "hdf5", feature = "vfd"))]
+pub mod explain;
 pub(crate) mod meta;
 #[cfg(any(feature = "hdf5", feature = "vfd"))]
 mod pieces;

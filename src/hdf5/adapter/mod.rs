@@ -65,6 +65,7 @@ pub struct OpenOptions {
     chunk_cache: Option<(usize, usize, f64)>,
     metadata_cache: Option<usize>,
     configure: Option<Arc<FaplHook>>,
+    trace: bool,
 }
 
 /// The hook of [`OpenOptions::configure`].
@@ -92,6 +93,7 @@ impl Default for OpenOptions {
             chunk_cache: None,
             metadata_cache: None,
             configure: None,
+            trace: false,
         }
     }
 }
@@ -189,10 +191,25 @@ impl OpenOptions {
         self
     }
 
+    /// Keeps the file's requests and HDF5's reads, for
+    /// [`explain_file`]: off by default. [`open_url`](Self::open_url) then
+    /// opens the remote file with
+    /// [`Builder::trace_requests`]; a file given to [`open`](Self::open)
+    /// needs it already.
+    pub fn trace(mut self, on: bool) -> Self {
+        self.trace = on;
+        self
+    }
+
     /// Opens `url` as a [`RemoteFile`] (with the [`remote`](Self::remote)
     /// options), then as HDF5.
     pub fn open_url(&self, url: impl AsRef<str>) -> Result<File, OpenError> {
         let builder = self.remote.clone().unwrap_or_else(builder);
+        let builder = if self.trace {
+            builder.trace_requests(true)
+        } else {
+            builder
+        };
         let remote = builder.open(url).map_err(OpenError::from_remote)?;
         self.open(remote)
     }
@@ -200,11 +217,11 @@ impl OpenOptions {
     /// Opens `file` as HDF5, read-only. The file (and its connections and
     /// cache) stays alive until the last HDF5 object using it is dropped.
     pub fn open(&self, file: RemoteFile) -> Result<File, OpenError> {
-        self.open_reader(Source::new(
-            file,
-            self.metadata_prefetch,
-            self.chunk_read_ahead,
-        ))
+        let source = Source::new(file, self.metadata_prefetch, self.chunk_read_ahead);
+        if self.trace {
+            source.trace_reads();
+        }
+        self.open_reader(source)
     }
 
     /// Opens what `reader` reads as HDF5.
@@ -353,6 +370,26 @@ pub fn driver_info(file: &File) -> Option<DriverInfo> {
         vector_calls: counters.vector_calls,
         prefetch: counters.prefetch,
     })
+}
+
+/// An account of `file`'s reads so far, round trip by round trip: the
+/// requests of each round, the structures they brought and what the file's
+/// author could change (see [`crate::hdf5::explain`]). `None` unless the
+/// file was opened with [`OpenOptions::trace`] (or, through the plugin or
+/// Python, the driver's `trace=on`).
+///
+/// ```no_run
+/// let file = remfile::hdf5::OpenOptions::new()
+///     .trace(true)
+///     .open_url("https://example.com/data.h5")?;
+/// for name in file.member_names()? {
+///     let _ = file.group(&name);
+/// }
+/// print!("{}", remfile::hdf5::explain_file(&file).unwrap());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn explain_file(file: &File) -> Option<crate::hdf5::explain::Explanation> {
+    source_of(file)?.explanation()
 }
 
 /// What the driver reads `file` from, if this module opened it.

@@ -640,6 +640,7 @@ unsafe extern "C" fn read(
         };
         match read {
             Ok(()) => {
+                f.reader.note_read(mem, addr, size as u64);
                 if mem == MemType::Superblock && addr == 0 {
                     note_a_missing_signature(&f.reader, buf);
                 }

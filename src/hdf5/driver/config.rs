@@ -505,6 +505,12 @@ pub const KEYS: &[Key] = &[
     )
     .group(Group::Hdf5),
     Key::new(
+        "trace",
+        Sets::Switch(field(Builder::trace_requests, |b| b.trace_requests)),
+        "keep each request and HDF5's reads, for an account of the open round by round (explain)",
+    )
+    .group(Group::Hdf5),
+    Key::new(
         "disk_cache",
         Sets::Path(open_disk_cache),
         "a directory for a disk cache shared by runs and processes",
@@ -769,6 +775,11 @@ impl Config {
     /// `stats` (default off).
     pub fn stats(&self) -> bool {
         self.switch("stats")
+    }
+
+    /// `trace` (default off).
+    pub fn trace(&self) -> bool {
+        self.switch("trace")
     }
 }
 

@@ -40,6 +40,8 @@ pub type SetDriverByName =
 pub type IdOf = unsafe extern "C" fn(id: hid_t) -> hid_t;
 /// `H5Pclose`.
 pub type Close = unsafe extern "C" fn(id: hid_t) -> herr_t;
+/// `H5Pget_driver_info`.
+pub type DriverInfo = unsafe extern "C" fn(fapl: hid_t) -> *const c_void;
 /// `H5Fget_vfd_handle`.
 pub type VfdHandle =
     unsafe extern "C" fn(file: hid_t, fapl: hid_t, out: *mut *mut c_void) -> herr_t;
@@ -57,6 +59,7 @@ pub struct Control {
     pub get_driver: IdOf,
     pub close_plist: Close,
     pub get_vfd_handle: VfdHandle,
+    pub get_driver_info: DriverInfo,
 }
 
 /// The HDF5 library that the loaded object at `path` is or links (an h5py
@@ -191,6 +194,9 @@ unsafe fn control_of(lookup: impl Fn(&CStr) -> *mut c_void) -> Option<Control> {
             close_plist: std::mem::transmute::<*mut c_void, Close>(get(c"H5Pclose")?),
             get_vfd_handle: std::mem::transmute::<*mut c_void, VfdHandle>(get(
                 c"H5Fget_vfd_handle",
+            )?),
+            get_driver_info: std::mem::transmute::<*mut c_void, DriverInfo>(get(
+                c"H5Pget_driver_info",
             )?),
         })
     }

@@ -35,7 +35,9 @@ pub use ffi::{herr_t, hid_t};
 pub use file_object::FileObjectCrawl;
 pub use prefetch::PrefetchStats;
 pub use report::print_reports_with;
-pub use source::{Counters, builder, check, counters_of_handle, remote_of_handle};
+pub use source::{
+    Counters, builder, check, counters_of_handle, explanation_of_handle, remote_of_handle,
+};
 
 /// The bytes the metadata crawls' tables of the process's open driver
 /// files hold now, of [`crate::process::CRAWL_MEMORY`].

@@ -581,6 +581,11 @@ impl Prefetcher {
         self.known.get(&target.bytes.start).map_or(0, |k| k.level)
     }
 
+    /// What the crawl knows lies at `addr`, if it does.
+    pub fn what_at(&self, addr: u64) -> Option<What> {
+        self.known.get(&addr).map(|k| k.what)
+    }
+
     /// Whether the crawl knows `addr` as a structure the writer puts among
     /// raw data (a chunk index's node): the bytes past it are data.
     pub fn known_among_raw_data(&self, addr: u64) -> bool {

@@ -7,6 +7,8 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
 
+use crate::hdf5::explain::{Explanation, Hdf5Read, Structure, explain};
+use crate::hdf5::meta::{MemType, What};
 use crate::hdf5::pieces;
 use crate::sync::Mutex;
 
@@ -43,6 +45,8 @@ pub(crate) struct Source {
     /// Whether to print the file's statistics to standard error when the
     /// last open of it closes.
     report: std::sync::atomic::AtomicBool,
+    /// HDF5's reads, kept when the configuration says `trace=on`.
+    hdf5_reads: std::sync::OnceLock<Mutex<Vec<Hdf5Read>>>,
     made_in: MadeIn,
 }
 
@@ -94,8 +98,44 @@ impl Source {
             raw_end: AtomicU64::new(u64::MAX),
             raw_run: AtomicU64::new(0),
             report: std::sync::atomic::AtomicBool::new(false),
+            hdf5_reads: std::sync::OnceLock::new(),
             made_in: MadeIn::here(),
         })
+    }
+
+    /// Keeps HDF5's reads from now on (with the file's requests, which its
+    /// builder keeps): for [`explanation`](Self::explanation).
+    pub fn trace_reads(&self) {
+        let _ = self.hdf5_reads.set(Mutex::new(Vec::new()));
+    }
+
+    /// Keeps HDF5's read of `len` bytes of `mem` at `addr`, if traced.
+    pub fn note_read(&self, mem: MemType, addr: u64, len: u64) {
+        let Some(reads) = self.hdf5_reads.get() else {
+            return;
+        };
+        let known = self.prefetch.as_ref().and_then(|p| p.lock().what_at(addr));
+        let read = Hdf5Read {
+            structure: structure_of(mem, known),
+            addr,
+            len,
+            at: self.file.trace_elapsed(),
+        };
+        let mut reads = reads.lock();
+        if reads.len() < crate::trace::MOST_TRACED {
+            reads.push(read);
+        }
+    }
+
+    /// The account of the file's reads so far, round by round, if it was
+    /// opened with `trace=on`.
+    pub fn explanation(&self) -> Option<Explanation> {
+        let reads = self.hdf5_reads.get()?.lock().clone();
+        Some(explain(
+            self.file.len(),
+            &self.file.traced_requests(),
+            &reads,
+        ))
     }
 
     /// Whether this process only inherited it (a child forked from the one
@@ -234,6 +274,12 @@ pub fn counters_of_handle(handle: *const c_void) -> Option<Counters> {
     source_of_handle(handle).map(|s| s.counters())
 }
 
+/// The account of the open file whose driver handle (from
+/// `H5Fget_vfd_handle`) is `handle`, if it was opened with `trace=on`.
+pub fn explanation_of_handle(handle: *const c_void) -> Option<Explanation> {
+    source_of_handle(handle)?.explanation()
+}
+
 /// The remote file behind the open file whose driver handle (from
 /// `H5Fget_vfd_handle`) is `handle`, for a caller that fetches what HDF5
 /// will read (the chunks of a selection) before HDF5 asks for it; `None`
@@ -344,7 +390,33 @@ pub(crate) fn open_source(url: &str, config: &str) -> Result<Arc<Source>, String
     if config.stats() || from_env {
         source.report_at_close();
     }
+    if config.trace() {
+        source.trace_reads();
+    }
     Ok(source)
+}
+
+/// The kind of structure HDF5's read of `mem` was, refined by what the
+/// crawl knew lay there.
+fn structure_of(mem: MemType, known: Option<What>) -> Structure {
+    match (known, mem) {
+        (Some(What::ContinuationV1 | What::ContinuationV2 { .. }), _) => {
+            Structure::HeaderContinuation
+        }
+        (Some(w), _) if w.lies_among_raw_data() => Structure::ChunkIndex,
+        (Some(What::ArrayHeader | What::BTree2Header), MemType::Other) => Structure::ChunkIndex,
+        (Some(What::FractalHeap { .. } | What::HeapDirect | What::HeapIndirect { .. }), _) => {
+            Structure::FractalHeap
+        }
+        (Some(What::GroupNode | What::SymbolNode), _) => Structure::GroupIndex,
+        (_, MemType::Superblock) => Structure::Superblock,
+        (_, MemType::ObjectHeader) => Structure::ObjectHeader,
+        (_, MemType::BTree) => Structure::GroupIndex,
+        (_, MemType::LocalHeap) => Structure::LocalHeap,
+        (_, MemType::GlobalHeap) => Structure::GlobalHeap,
+        (_, MemType::RawData) => Structure::RawData,
+        (_, MemType::Other) => Structure::OtherMetadata,
+    }
 }
 
 /// Whether `name` is an `http://`, `https://` or `s3://` URL.
