@@ -81,8 +81,8 @@ pub struct Hdf5Read {
 pub struct Round {
     /// Its requests, in the order sent.
     pub requests: Vec<TracedRequest>,
-    /// The bytes its answers carried (of those that answered with the
-    /// bytes asked for: a `200` to a range request is cut short).
+    /// The bytes its answers carried (of those that brought the bytes asked
+    /// for: a `200` to a range request other than the open's is cut short).
     pub bytes: u64,
     /// When its first request was sent and its last answer came.
     pub span: Range<Duration>,
@@ -145,7 +145,7 @@ pub fn explain(size: u64, requests: &[TracedRequest], reads: &[Hdf5Read]) -> Exp
     order.sort_by_key(|&i| requests[i].sent);
     for &i in &order {
         let (r, round) = (&requests[i], &mut out[round_of[i]]);
-        if r.status == Some(206) {
+        if brought_bytes(r) {
             round.bytes += r.body_len.unwrap_or(0);
         }
         round.span = round.span.start.min(r.sent)..round.span.end.max(r.answered);
@@ -157,7 +157,7 @@ pub fn explain(size: u64, requests: &[TracedRequest], reads: &[Hdf5Read]) -> Exp
     for read in reads {
         let by = order.iter().copied().find(|&i| {
             let bytes = requests[i].requested.within(size);
-            bytes.contains(&read.addr) && requests[i].status.is_some_and(|s| s < 300)
+            bytes.contains(&read.addr) && brought_bytes(&requests[i])
         });
         let tally = match by {
             Some(i) => out[round_of[i]]
@@ -191,6 +191,17 @@ pub fn explain(size: u64, requests: &[TracedRequest], reads: &[Hdf5Read]) -> Exp
     };
     explanation.advice = advise(&explanation);
     explanation
+}
+
+/// Whether `r`'s answer brought the bytes it asked for: a `206`, or a `200`
+/// (the whole file) to the open's request from the file's start. A `200` to
+/// another range is cut short and read no further.
+fn brought_bytes(r: &TracedRequest) -> bool {
+    match r.status {
+        Some(206) => true,
+        Some(200) => matches!(&r.requested, crate::trace::Requested::Bytes(b) if b.start == 0),
+        _ => false,
+    }
 }
 
 /// What the author could change, from what the account shows.
@@ -403,10 +414,12 @@ mod tests {
         assert_eq!(changes, [("h5repack", 1), ("write", 1)]);
         // A range answered with the whole file (a server that ignores
         // ranges) counts none of its bytes: the read stops at once.
-        let mut whole = request(0..100, 0, 30);
+        let mut whole = request(100..200, 0, 30);
         whole.status = Some(200);
         whole.body_len = Some(1 << 30);
-        assert_eq!(explain(1 << 30, &[whole], &[]).rounds[0].bytes, 0);
+        let cut = explain(1 << 30, &[whole], &[read(Structure::ObjectHeader, 150, 10)]);
+        assert_eq!(cut.rounds[0].bytes, 0);
+        assert_eq!(cut.not_fetched[&Structure::ObjectHeader], (1, 10));
         let text = e.to_string();
         assert!(
             text.contains("round   3") && text.contains("1 header continuations (200 B)"),
