@@ -266,6 +266,12 @@ impl RemoteFile {
         self.engine.traced_requests().0
     }
 
+    /// The requests kept, and how many more the file sent past the bound.
+    #[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
+    pub(crate) fn traced_requests_counted(&self) -> (Vec<crate::trace::TracedRequest>, u64) {
+        self.engine.traced_requests()
+    }
+
     /// The time since the file's open, on the clock of its trace.
     #[cfg_attr(not(any(feature = "hdf5", feature = "vfd")), allow(dead_code))]
     pub(crate) fn trace_elapsed(&self) -> std::time::Duration {

@@ -133,8 +133,9 @@ impl RequestTrace {
 
 /// The round trip each of `requests` went in, counted from 0: a request
 /// sent before any answer of the current round came back belongs to it,
-/// one sent after starts the next (how a server's log shows them).
-/// Requests are taken in the order they were sent.
+/// one sent after starts the next (the rule a server's log is read by,
+/// here with the client's times: a request's `sent` includes opening its
+/// connection). Requests are taken in the order they were sent.
 pub fn rounds(requests: &[TracedRequest]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..requests.len()).collect();
     order.sort_by_key(|&i| requests[i].sent);

@@ -929,6 +929,8 @@ fn a_traced_file_lists_the_requests_the_server_saw_and_their_rounds() {
         .position(|r| r.requested.within(data.len() as u64).start == 0)
         .unwrap();
     assert_eq!(rounds[opening], 0);
-    let last = *rounds.iter().max().unwrap() as u64;
-    assert_eq!(last + 1, file.stats().round_trips, "{traced:?}");
+    // The trace's rounds are as answers came: never fewer than the reads
+    // waited for one after the other, at most one per request.
+    let count = rounds.iter().max().unwrap() + 1;
+    assert!((3..=traced.len()).contains(&count), "{traced:?}");
 }

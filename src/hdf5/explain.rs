@@ -4,7 +4,7 @@
 //! need fewer rounds. Pure: it takes a traced file's requests and HDF5's
 //! reads of it (the driver's `trace` key), and prints or returns data.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::ops::Range;
 use std::time::Duration;
@@ -111,7 +111,7 @@ pub struct Explanation {
     pub rounds: Vec<Round>,
     /// The rounds that brought metadata HDF5 read.
     pub metadata_rounds: usize,
-    /// The bytes of metadata HDF5 read, and of raw data.
+    /// The bytes of metadata HDF5 read.
     pub metadata_read: u64,
     /// The bytes of raw data HDF5 read.
     pub raw_read: u64,
@@ -123,14 +123,26 @@ pub struct Explanation {
     pub not_fetched: BTreeMap<Structure, (u64, u64)>,
     /// What the file's author could change.
     pub advice: Vec<Advice>,
+    /// Requests and reads past the trace's bound, left out of the account.
+    pub untraced: u64,
 }
 
-/// The stretch of the file [`Explanation::metadata_places`] counts in.
+/// The stretch of the file [`Explanation::metadata_places`] counts in, and
+/// the buckets requests are found by.
 const PLACE: u64 = 1 << 20;
 
+/// The most places one request is filed under; a longer one is looked at
+/// for every read.
+const MOST_PLACES_PER_REQUEST: u64 = 64;
+
 /// Accounts for `requests` (a traced file's, of `size` bytes) and HDF5's
-/// `reads` of it.
-pub fn explain(size: u64, requests: &[TracedRequest], reads: &[Hdf5Read]) -> Explanation {
+/// `reads` of it; `untraced` is how many of either the trace left out.
+pub fn explain(
+    size: u64,
+    requests: &[TracedRequest],
+    reads: &[Hdf5Read],
+    untraced: u64,
+) -> Explanation {
     let round_of = rounds(requests);
     let count = round_of.iter().max().map_or(0, |&r| r + 1);
     let mut out: Vec<Round> = (0..count)
@@ -146,19 +158,53 @@ pub fn explain(size: u64, requests: &[TracedRequest], reads: &[Hdf5Read]) -> Exp
     for &i in &order {
         let (r, round) = (&requests[i], &mut out[round_of[i]]);
         if brought_bytes(r) {
-            round.bytes += r.body_len.unwrap_or(0);
+            // At most what was asked for: the length is the server's word.
+            let asked = r.requested.within(size);
+            let len = r.body_len.unwrap_or(0).min(asked.end - asked.start);
+            round.bytes = round.bytes.saturating_add(len);
         }
         round.span = round.span.start.min(r.sent)..round.span.end.max(r.answered);
         round.requests.push(r.clone());
     }
-    // Each read is credited to the first request (in the order sent) whose
-    // bytes held its start.
+    // Each read is credited to the last request sent before it whose
+    // answer brought its start (the bytes it read came in that one, or in
+    // one before it that the cache kept: the last is the one a re-fetch
+    // after an eviction made). Requests are filed by the places they
+    // cover, so that a read looks at a few.
+    let mut filed: HashMap<u64, Vec<usize>> = HashMap::new();
+    let mut long = Vec::new();
+    for (i, r) in requests
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| brought_bytes(r))
+    {
+        let bytes = r.requested.within(size);
+        if bytes.is_empty() {
+            continue;
+        }
+        let (first, last) = (bytes.start / PLACE, (bytes.end - 1) / PLACE);
+        if last - first >= MOST_PLACES_PER_REQUEST {
+            long.push(i);
+        } else {
+            for place in first..=last {
+                filed.entry(place).or_default().push(i);
+            }
+        }
+    }
     let mut not_fetched = BTreeMap::new();
     for read in reads {
-        let by = order.iter().copied().find(|&i| {
-            let bytes = requests[i].requested.within(size);
-            bytes.contains(&read.addr) && brought_bytes(&requests[i])
-        });
+        let nearby = filed
+            .get(&(read.addr / PLACE))
+            .map_or(&[][..], Vec::as_slice);
+        let by = nearby
+            .iter()
+            .chain(&long)
+            .copied()
+            .filter(|&i| {
+                requests[i].sent <= read.at
+                    && requests[i].requested.within(size).contains(&read.addr)
+            })
+            .max_by_key(|&i| requests[i].sent);
         let tally = match by {
             Some(i) => out[round_of[i]]
                 .brought
@@ -167,7 +213,7 @@ pub fn explain(size: u64, requests: &[TracedRequest], reads: &[Hdf5Read]) -> Exp
             None => not_fetched.entry(read.structure).or_insert((0, 0)),
         };
         tally.0 += 1;
-        tally.1 += read.len;
+        tally.1 = tally.1.saturating_add(read.len);
     }
     let metadata = || reads.iter().filter(|r| r.structure.is_metadata());
     let metadata_rounds = out
@@ -178,16 +224,16 @@ pub fn explain(size: u64, requests: &[TracedRequest], reads: &[Hdf5Read]) -> Exp
     let mut explanation = Explanation {
         size,
         metadata_rounds,
-        metadata_read: metadata().map(|r| r.len).sum(),
+        metadata_read: metadata().fold(0, |sum, r| sum.saturating_add(r.len)),
         raw_read: reads
             .iter()
             .filter(|r| !r.structure.is_metadata())
-            .map(|r| r.len)
-            .sum(),
+            .fold(0, |sum, r| sum.saturating_add(r.len)),
         metadata_places: places.len(),
         not_fetched,
         rounds: out,
         advice: Vec::new(),
+        untraced,
     };
     explanation.advice = advise(&explanation);
     explanation
@@ -300,7 +346,10 @@ impl fmt::Display for Explanation {
             }
         }
         let requests: usize = self.rounds.iter().map(|r| r.requests.len()).sum();
-        let bytes: u64 = self.rounds.iter().map(|r| r.bytes).sum();
+        let bytes = self
+            .rounds
+            .iter()
+            .fold(0u64, |sum, r| sum.saturating_add(r.bytes));
         writeln!(
             f,
             "total      {} rounds ({} with metadata), {requests} requests, {bytes} bytes fetched; \
@@ -311,6 +360,13 @@ impl fmt::Display for Explanation {
             self.metadata_places,
             self.raw_read
         )?;
+        if self.untraced > 0 {
+            writeln!(
+                f,
+                "left out  {} requests and reads past the trace's bound",
+                self.untraced
+            )?;
+        }
         if !self.not_fetched.is_empty() {
             writeln!(
                 f,
@@ -321,7 +377,7 @@ impl fmt::Display for Explanation {
         if self.advice.is_empty() {
             writeln!(
                 f,
-                "advice     none: the metadata came in as few rounds as it is deep"
+                "advice     none: nothing here calls for a change to the file"
             )?;
         }
         for a in &self.advice {
@@ -366,7 +422,8 @@ mod tests {
             structure,
             addr,
             len,
-            at: Duration::ZERO,
+            // After every request of the tests.
+            at: Duration::from_secs(3600),
         }
     }
 
@@ -391,7 +448,7 @@ mod tests {
             read(Structure::RawData, 99 * mb, 1000),
             read(Structure::LocalHeap, 200 * mb, 100),
         ];
-        let e = explain(100 * mb, &requests, &reads);
+        let e = explain(100 * mb, &requests, &reads, 0);
         assert_eq!(e.rounds.len(), 3);
         assert_eq!(e.rounds[0].requests.len(), 2);
         assert_eq!(e.rounds[0].brought[&Structure::ObjectHeader], (1, 512));
@@ -417,7 +474,12 @@ mod tests {
         let mut whole = request(100..200, 0, 30);
         whole.status = Some(200);
         whole.body_len = Some(1 << 30);
-        let cut = explain(1 << 30, &[whole], &[read(Structure::ObjectHeader, 150, 10)]);
+        let cut = explain(
+            1 << 30,
+            &[whole],
+            &[read(Structure::ObjectHeader, 150, 10)],
+            0,
+        );
         assert_eq!(cut.rounds[0].bytes, 0);
         assert_eq!(cut.not_fetched[&Structure::ObjectHeader], (1, 10));
         let text = e.to_string();
@@ -435,13 +497,25 @@ mod tests {
             read(Structure::Superblock, 0, 96),
             read(Structure::ObjectHeader, 96, 300),
         ];
-        let e = explain(4096, &requests, &reads);
+        let e = explain(4096, &requests, &reads, 0);
         assert_eq!(
             (e.rounds.len(), e.metadata_rounds, e.metadata_places),
             (1, 1, 1)
         );
         assert!(e.advice.is_empty());
         assert!(e.to_string().contains("advice     none"));
-        assert_eq!(explain(10, &[], &[]).rounds.len(), 0);
+        // A read before any request that holds it came from elsewhere.
+        let mut early = read(Structure::ObjectHeader, 100, 10);
+        early.at = Duration::from_millis(1);
+        let late = [request(0..4096, 5, 30)];
+        let e = explain(4096, &late, &[early], 0);
+        assert_eq!(e.not_fetched[&Structure::ObjectHeader], (1, 10));
+        // A length no answer could have counts as what was asked for.
+        let mut huge = request(0..4096, 0, 30);
+        huge.body_len = Some(u64::MAX);
+        let e = explain(4096, &[huge.clone(), huge], &[], 2);
+        assert_eq!(e.rounds[0].bytes, 8192);
+        assert!(e.to_string().contains("left out  2"));
+        assert_eq!(explain(10, &[], &[], 0).rounds.len(), 0);
     }
 }

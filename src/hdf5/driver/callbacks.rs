@@ -679,9 +679,11 @@ pub(crate) fn fetch_exactly_where_bytes_are_dear(source: &Source, wanted: std::o
             ahead = behind;
         }
         // What the crawl found beside it and has not fetched yet comes in
-        // the same round, one request each at most: HDF5 reads it next.
+        // the same round (the nearest, within the lanes and as many bytes
+        // as the slack's): HDF5 reads it next.
         let lanes = usize::try_from(extension.guess_concurrency()).unwrap_or(1);
-        beside = prefetch.beside_miss(wanted.start, lanes.saturating_sub(1));
+        let (_, slack) = spans::exact_slack(link);
+        beside = prefetch.beside_miss(wanted.start, lanes.saturating_sub(1), slack);
     }
     let span = wanted.start.saturating_sub(behind)..wanted.end.saturating_add(ahead);
     let spans = std::iter::once(span)

@@ -595,17 +595,19 @@ impl Prefetcher {
     }
 
     /// The targets waiting on the frontier beside the one at `addr` that
-    /// HDF5 is about to read and missed: of its kind and level, in the
-    /// order found, at most `most` of them. HDF5 reads them next (the other
-    /// nodes of the index it walks, the other members of the group it
-    /// lists): fetched with the miss, they come in its round, not in one
-    /// each after it. Empty if the crawl did not know `addr`.
-    pub fn beside_miss(&self, addr: u64, most: usize) -> Vec<Range<u64>> {
+    /// HDF5 is about to read and missed: of its kind and level, the nearest
+    /// in the file first, at most `most` of them and `most_bytes` together.
+    /// HDF5 reads them next (the other nodes of the index it walks, the
+    /// other members of the group it lists): fetched with the miss, they
+    /// come in its round, not in one each after it. Empty if the crawl did
+    /// not know `addr`.
+    pub fn beside_miss(&self, addr: u64, most: usize, most_bytes: u64) -> Vec<Range<u64>> {
         let Some(missed) = self.known.get(&addr).filter(|k| !k.read) else {
             return Vec::new();
         };
         let kind = std::mem::discriminant(&missed.what);
-        self.frontier
+        let mut beside: Vec<&Target> = self
+            .frontier
             .iter()
             .filter(|t| t.bytes.start != addr && std::mem::discriminant(&t.what) == kind)
             .filter(|t| {
@@ -613,7 +615,16 @@ impl Prefetcher {
                     .get(&t.bytes.start)
                     .is_some_and(|k| !k.read && k.level == missed.level)
             })
+            .collect();
+        beside.sort_by_key(|t| t.bytes.start.abs_diff(addr));
+        let mut bytes = 0u64;
+        beside
+            .into_iter()
             .take(most)
+            .take_while(|t| {
+                bytes = bytes.saturating_add(t.bytes.end - t.bytes.start);
+                bytes <= most_bytes
+            })
             .map(|t| t.bytes.clone())
             .collect()
     }
@@ -823,18 +834,28 @@ mod tests {
         };
         assert!(p.on_crawled(&node, &snod, 1 << 20));
         let ends = |r: Vec<Range<u64>>| r.into_iter().map(|r| r.start).collect::<Vec<_>>();
-        assert_eq!(ends(p.beside_miss(2000, 8)), [3000, 4000]);
+        assert_eq!(ends(p.beside_miss(2000, 8, 1 << 20)), [3000, 4000]);
         assert_eq!(
-            ends(p.beside_miss(2000, 1)),
+            ends(p.beside_miss(2000, 1, 1 << 20)),
             [3000],
             "at most as many as asked"
         );
+        assert_eq!(
+            ends(p.beside_miss(2000, 8, 600)),
+            [3000],
+            "at most as many bytes"
+        );
+        assert_eq!(
+            ends(p.beside_miss(4000, 8, 1 << 20)),
+            [3000, 2000],
+            "the nearest first"
+        );
         assert!(
-            p.beside_miss(2500, 8).is_empty(),
+            p.beside_miss(2500, 8, 1 << 20).is_empty(),
             "a read nothing pointed to"
         );
         assert!(
-            p.beside_miss(1000, 8).is_empty(),
+            p.beside_miss(1000, 8, 1 << 20).is_empty(),
             "nothing of its kind beside"
         );
         assert!(
@@ -848,7 +869,11 @@ mod tests {
             1 << 20,
             Seen::default(),
         );
-        assert_eq!(ends(p.beside_miss(2000, 8)), [4000], "HDF5 read one");
+        assert_eq!(
+            ends(p.beside_miss(2000, 8, 1 << 20)),
+            [4000],
+            "HDF5 read one"
+        );
     }
 
     #[test]

@@ -45,8 +45,9 @@ pub(crate) struct Source {
     /// Whether to print the file's statistics to standard error when the
     /// last open of it closes.
     report: std::sync::atomic::AtomicBool,
-    /// HDF5's reads, kept when the configuration says `trace=on`.
-    hdf5_reads: std::sync::OnceLock<Mutex<Vec<Hdf5Read>>>,
+    /// HDF5's reads, kept when the configuration says `trace=on`, and how
+    /// many came past the trace's bound.
+    hdf5_reads: std::sync::OnceLock<Mutex<(Vec<Hdf5Read>, u64)>>,
     made_in: MadeIn,
 }
 
@@ -106,7 +107,7 @@ impl Source {
     /// Keeps HDF5's reads from now on (with the file's requests, which its
     /// builder keeps): for [`explanation`](Self::explanation).
     pub fn trace_reads(&self) {
-        let _ = self.hdf5_reads.set(Mutex::new(Vec::new()));
+        let _ = self.hdf5_reads.set(Mutex::new((Vec::new(), 0)));
     }
 
     /// Keeps HDF5's read of `len` bytes of `mem` at `addr`, if traced.
@@ -122,19 +123,27 @@ impl Source {
             at: self.file.trace_elapsed(),
         };
         let mut reads = reads.lock();
-        if reads.len() < crate::trace::MOST_TRACED {
-            reads.push(read);
+        if reads.0.len() < crate::trace::MOST_TRACED {
+            reads.0.push(read);
+        } else {
+            reads.1 += 1;
         }
     }
 
     /// The account of the file's reads so far, round by round, if it was
     /// opened with `trace=on`.
     pub fn explanation(&self) -> Option<Explanation> {
-        let reads = self.hdf5_reads.get()?.lock().clone();
+        // An inherited trace's locks may be held by a parent's thread.
+        if self.inherited() {
+            return None;
+        }
+        let (reads, reads_left_out) = self.hdf5_reads.get()?.lock().clone();
+        let (requests, requests_left_out) = self.file.traced_requests_counted();
         Some(explain(
             self.file.len(),
-            &self.file.traced_requests(),
+            &requests,
             &reads,
+            reads_left_out.saturating_add(requests_left_out),
         ))
     }
 
@@ -403,8 +412,11 @@ fn structure_of(mem: MemType, known: Option<What>) -> Structure {
         (Some(What::ContinuationV1 | What::ContinuationV2 { .. }), _) => {
             Structure::HeaderContinuation
         }
+        // HDF5 reads global heap collections as raw data.
+        (Some(What::GlobalHeap), _) => Structure::GlobalHeap,
         (Some(w), _) if w.lies_among_raw_data() => Structure::ChunkIndex,
-        (Some(What::ArrayHeader | What::BTree2Header), MemType::Other) => Structure::ChunkIndex,
+        // Array headers are chunk indexes' (HDF5 reads them as headers).
+        (Some(What::ArrayHeader), _) => Structure::ChunkIndex,
         (Some(What::FractalHeap { .. } | What::HeapDirect | What::HeapIndirect { .. }), _) => {
             Structure::FractalHeap
         }
