@@ -1112,18 +1112,30 @@ fn _file_stats<'py>(py: Python<'py>, file: hid_t) -> PyResult<Option<Bound<'py, 
 #[pyfunction]
 fn _driver_info_address(file: hid_t) -> PyResult<usize> {
     let library = bound()?;
-    // SAFETY: the library's functions; HDF5 checks the id, and the plist
-    // taken is closed again. The address is only compared, never followed.
-    let address = unsafe {
+    // The address is only compared, never followed.
+    let info = access_plist_of(library, file, library.calls.get_driver_info);
+    Ok(info.map_or(0, |p| p as usize))
+}
+
+/// What `ask` says of the access property list of the open HDF5 file
+/// `file` (taken, then closed again); `None` if HDF5 gives none. The caller
+/// holds h5py's lock.
+fn access_plist_of<T>(
+    library: &Library,
+    file: hid_t,
+    ask: unsafe extern "C" fn(hid_t) -> T,
+) -> Option<T> {
+    // SAFETY: the library's functions; HDF5 checks the ids, and the plist
+    // taken is closed again.
+    unsafe {
         let fapl = (library.calls.get_access_plist)(file);
         if fapl < 0 {
-            return Ok(0);
+            return None;
         }
-        let info = (library.calls.get_driver_info)(fapl);
+        let answer = ask(fapl);
         (library.calls.close_plist)(fapl);
-        info as usize
-    };
-    Ok(address)
+        Some(answer)
+    }
 }
 
 /// The account of the open HDF5 file `file`'s reads, round by round, as
@@ -1204,18 +1216,7 @@ fn _remote_of_file(file: hid_t) -> PyResult<Option<Remote>> {
 /// it. The caller holds h5py's lock.
 fn driver_handle(file: hid_t) -> PyResult<Option<*mut c_void>> {
     let library = bound()?;
-    // SAFETY: the library's functions; HDF5 checks the ids, and the plist
-    // taken is closed again.
-    let ours = unsafe {
-        let fapl = (library.calls.get_access_plist)(file);
-        if fapl < 0 {
-            return Ok(None);
-        }
-        let driver = (library.calls.get_driver)(fapl);
-        (library.calls.close_plist)(fapl);
-        driver == library.driver
-    };
-    if !ours {
+    if access_plist_of(library, file, library.calls.get_driver) != Some(library.driver) {
         return Ok(None);
     }
     let mut handle: *mut c_void = std::ptr::null_mut();

@@ -33,6 +33,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
+    def _send_json(self, value):
+        """Answers 200 with `value` as JSON."""
+        payload = json.dumps(value).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
     def _serve(self, body):
         server = self.server
         path, _, query = self.path.partition("?")
@@ -45,49 +53,34 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         if path == "/__held":
             with server.lock:
-                payload = json.dumps({"now": server.held, "hung_up": server.hung_up}).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
+                payload = {"now": server.held, "hung_up": server.hung_up}
+            self._send_json(payload)
             return
         if path == "/__peak":
             # The most requests for files answered at once, since the last ask.
             with server.lock:
-                payload = json.dumps(server.peak).encode()
+                payload = server.peak
                 server.peak = server.in_flight
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
+            self._send_json(payload)
             return
         if path == "/__expire":
             # Every URL signed before now is refused from now on.
             with server.lock:
                 server.token_floor += 1
-                payload = json.dumps(server.token_floor).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
+                payload = server.token_floor
+            self._send_json(payload)
             return
         if path == "/__times":
             # When each request logged came (its headers read) and was
             # answered (its body written), in seconds.
             with server.lock:
-                payload = json.dumps(server.times).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
+                payload = list(server.times)
+            self._send_json(payload)
             return
         if path in ("/__log", "/__headers"):
             with server.lock:
-                payload = json.dumps(server.log if path == "/__log" else server.headers_log).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
+                payload = list(server.log if path == "/__log" else server.headers_log)
+            self._send_json(payload)
             return
         came = time.monotonic()
         with server.lock:

@@ -177,7 +177,7 @@ impl Transport {
             url = %redact(url),
             range = %want,
             status = resp.status().as_u16(),
-            bytes = header::content_length(resp.headers()).ok().flatten(),
+            bytes = body_len,
             elapsed_ms,
             attempt,
             "http request"

@@ -663,26 +663,27 @@ unsafe extern "C" fn read(
 /// pieces already bring it: the read waits for them, and a fetch of the
 /// slack around it would cost a round of its own after theirs.
 pub(crate) fn fetch_exactly_where_bytes_are_dear(source: &Source, wanted: std::ops::Range<u64>) {
-    let link = source.file.extension().guess_link_estimate();
-    if !spans::bytes_are_dear(link)
-        || pieces::holds_or_fetches(source.file.extension(), wanted.clone())
-    {
+    let extension = source.file.extension();
+    let link = extension.guess_link_estimate();
+    if !spans::bytes_are_dear(link) || pieces::holds_or_fetches(extension, wanted.clone()) {
         return;
     }
-    let extension = source.file.extension();
-    let (behind, mut ahead) = spans::exact_slack(link);
+    let (behind, slack) = spans::exact_slack(link);
+    let mut ahead = slack;
     let mut beside = Vec::new();
     if let Some(prefetch) = &source.prefetch {
         let prefetch = prefetch.lock();
         // Past a chunk index's node lies data: no slack beyond the window.
-        if prefetch.known_among_raw_data(wanted.start) {
+        if prefetch
+            .what_at(wanted.start)
+            .is_some_and(|w| w.lies_among_raw_data())
+        {
             ahead = behind;
         }
         // What the crawl found beside it and has not fetched yet comes in
         // the same round (the nearest, within the lanes and as many bytes
         // as the slack's): HDF5 reads it next.
         let lanes = usize::try_from(extension.guess_concurrency()).unwrap_or(1);
-        let (_, slack) = spans::exact_slack(link);
         beside = prefetch.beside_miss(wanted.start, lanes.saturating_sub(1), slack);
     }
     let span = wanted.start.saturating_sub(behind)..wanted.end.saturating_add(ahead);

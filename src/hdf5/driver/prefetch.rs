@@ -586,14 +586,6 @@ impl Prefetcher {
         self.known.get(&addr).map(|k| k.what)
     }
 
-    /// Whether the crawl knows `addr` as a structure the writer puts among
-    /// raw data (a chunk index's node): the bytes past it are data.
-    pub fn known_among_raw_data(&self, addr: u64) -> bool {
-        self.known
-            .get(&addr)
-            .is_some_and(|k| k.what.lies_among_raw_data())
-    }
-
     /// The targets waiting on the frontier beside the one at `addr` that
     /// HDF5 is about to read and missed: of its kind and level, the nearest
     /// in the file first, at most `most` of them and `most_bytes` together.
@@ -859,7 +851,7 @@ mod tests {
             "nothing of its kind beside"
         );
         assert!(
-            !p.known_among_raw_data(2000),
+            p.what_at(2000).is_some_and(|w| !w.lies_among_raw_data()),
             "a header lies among metadata"
         );
         p.on_read(
