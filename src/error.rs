@@ -67,7 +67,7 @@ pub enum ErrorKind {
     /// credential service (STS, the container's or the instance's) that
     /// refused or failed. The message says which.
     Credentials,
-    /// The file was closed ([`RemoteFile::close`](crate::RemoteFile::close)):
+    /// The file was closed ([`RemoteFile::close`](crate::file::RemoteFile::close)):
     /// before the read, or while it waited.
     Closed,
 }

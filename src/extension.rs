@@ -17,15 +17,15 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use crate::LinkEstimate;
 use crate::cache::SideStore;
 use crate::disk::DiskFile;
 use crate::engine::{BackgroundWork, Engine, SideStoreSetup};
+use crate::link::LinkEstimate;
 use crate::process::workers::Closing;
 use crate::stats::RoundMark;
 
 /// A file as the driver sees it (from
-/// [`RemoteFile::extension`](crate::RemoteFile)).
+/// [`RemoteFile::extension`](crate::file::RemoteFile)).
 #[derive(Clone, Copy)]
 pub(crate) struct Extension<'f> {
     engine: &'f Arc<Engine>,
@@ -91,7 +91,7 @@ impl<'f> Extension<'f> {
         self.engine.prefetch_here(ranges, max_bytes)
     }
 
-    /// As [`RemoteFile::prefetch_in_background`](crate::RemoteFile::prefetch_in_background),
+    /// As [`RemoteFile::prefetch_in_background`](crate::file::RemoteFile::prefetch_in_background),
     /// as background work that `closing` stops, leaving out the blocks of
     /// `leaving`, which the caller is about to read.
     pub(crate) fn prefetch_in_background_until_closed(

@@ -508,7 +508,7 @@ impl RemoteFile {
     }
 
     /// What is known of the link to the server (see [`Builder::link`]):
-    /// `None` before a response has shown it, or with [`Link::Ignored`](crate::Link::Ignored).
+    /// `None` before a response has shown it, or with [`Link::Ignored`](crate::link::Link::Ignored).
     ///
     /// ```no_run
     /// let file = remfile::RemoteFile::open("https://example.com/data.bin")?;

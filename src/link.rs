@@ -16,7 +16,7 @@
 //! priced by the *line*: the process's connections to one server measure
 //! it together ([`Line`]), whichever file they read, so that a file opened
 //! after others on the same server starts out knowing its link. A user who
-//! pays for every byte weighs bytes more ([`Builder::byte_weight`](crate::Builder::byte_weight)).
+//! pays for every byte weighs bytes more ([`Builder::byte_weight`](crate::options::Builder::byte_weight)).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -28,7 +28,7 @@ use url::Url;
 use crate::sync::{MadeIn, Mutex, MutexGuard, ProcessLocal, start_afresh};
 
 /// What remfile assumes about the link to the server, for sizing fetches; see
-/// [`Builder::link`](crate::Builder::link).
+/// [`Builder::link`](crate::options::Builder::link).
 ///
 /// ```
 /// use std::time::Duration;
@@ -65,8 +65,8 @@ pub enum Link {
         bytes_per_second: u64,
     },
     /// Not considered: the sizes are exactly the builder's
-    /// ([`split_size`](crate::Builder::split_size),
-    /// [`coalesce_gap`](crate::Builder::coalesce_gap), the read-ahead window).
+    /// ([`split_size`](crate::options::Builder::split_size),
+    /// [`coalesce_gap`](crate::options::Builder::coalesce_gap), the read-ahead window).
     Ignored,
 }
 
@@ -99,7 +99,7 @@ impl Link {
 }
 
 /// What is known of the link at one moment; see
-/// [`RemoteFile::link_estimate`](crate::RemoteFile::link_estimate).
+/// [`RemoteFile::link_estimate`](crate::file::RemoteFile::link_estimate).
 ///
 /// ```no_run
 /// let file = remfile::RemoteFile::open("https://example.com/data.bin")?;

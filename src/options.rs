@@ -28,7 +28,7 @@ const MAX_BYTE_WEIGHT: u32 = 1_000_000;
 /// The largest block size accepted.
 pub const MAX_BLOCK_SIZE: u64 = 256 * MIB;
 
-/// Options for opening a [`RemoteFile`](crate::RemoteFile): reusable (it can open many files) and
+/// Options for opening a [`RemoteFile`](crate::file::RemoteFile): reusable (it can open many files) and
 /// cheap to clone.
 ///
 /// | option | default |
@@ -351,7 +351,7 @@ impl Builder {
         self
     }
 
-    /// When one fetch (a [`prefetch`](crate::RemoteFile::prefetch) of scattered
+    /// When one fetch (a [`prefetch`](crate::file::RemoteFile::prefetch) of scattered
     /// ranges, say) has more separate runs of blocks than
     /// [`max_concurrent_requests`](Builder::max_concurrent_requests), the
     /// closest runs are fetched as one request together with the cached blocks
@@ -521,7 +521,7 @@ impl Builder {
     }
 
     /// Keeps each request the file sends (see
-    /// [`RemoteFile::traced_requests`](crate::RemoteFile::traced_requests)):
+    /// [`RemoteFile::traced_requests`](crate::file::RemoteFile::traced_requests)):
     /// off by default.
     pub fn trace_requests(mut self, on: bool) -> Self {
         self.trace_requests = on;

@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// A snapshot of a file's counters, shared by all clones of a
-/// [`RemoteFile`](crate::RemoteFile).
+/// [`RemoteFile`](crate::file::RemoteFile).
 ///
 /// Count requests, not seconds: these numbers are repeatable where timings are not.
 ///
@@ -30,7 +30,7 @@ pub struct Stats {
     /// for one read count once (a fetch of `n` parts on `c` connections
     /// counts `n / c` rounded up, plus its retries). A read that waits for a
     /// fetch started in the background
-    /// ([`RemoteFile::prefetch_in_background`](crate::RemoteFile::prefetch_in_background))
+    /// ([`RemoteFile::prefetch_in_background`](crate::file::RemoteFile::prefetch_in_background))
     /// counts one round, unless the file's reads counted a round while that
     /// fetch was under way (the wait then overlapped it); the background
     /// fetch itself counts none, so this is how often readers waited for the
@@ -49,13 +49,13 @@ pub struct Stats {
     pub cache_misses: u64,
     /// Requests that repeated an earlier failed attempt.
     pub retries: u64,
-    /// Blocks found in the [`DiskCache`](crate::DiskCache) (after missing
+    /// Blocks found in the [`DiskCache`](crate::disk::DiskCache) (after missing
     /// the memory cache).
     pub disk_hits: u64,
     /// Bytes of blocks read from the disk cache.
     pub disk_bytes_read: u64,
     /// Blocks a read waited for while another process sharing the
-    /// [`DiskCache`](crate::DiskCache) fetched them (each fetched once for
+    /// [`DiskCache`](crate::disk::DiskCache) fetched them (each fetched once for
     /// all; one that did not come is fetched by the read itself).
     pub disk_waits: u64,
 }

@@ -1,5 +1,5 @@
 //! What a file's requests were, one by one, when it was opened with
-//! [`Builder::trace_requests`](crate::Builder::trace_requests): the bytes
+//! [`Builder::trace_requests`](crate::options::Builder::trace_requests): the bytes
 //! each asked for, its answer, when it was sent and answered; and which of
 //! them went in the same round trip ([`rounds`]).
 

@@ -39,10 +39,10 @@ pub(crate) type FileKey = u128;
 type Key = (FileKey, u64);
 
 /// An in-memory cache of file blocks, bounded in bytes, that several
-/// [`RemoteFile`](crate::RemoteFile)s can share.
+/// [`RemoteFile`](crate::file::RemoteFile)s can share.
 ///
 /// Every file has a cache: by default a private one of the builder's
-/// [`cache_capacity`](crate::Builder::cache_capacity). A program that opens
+/// [`cache_capacity`](crate::options::Builder::cache_capacity). A program that opens
 /// hundreds of files can give them one `BlockCache` instead, so they share one
 /// memory budget. Blocks are keyed by URL, validator (ETag or `Last-Modified`)
 /// and size, so two opens of the same unchanged file share blocks, and a changed

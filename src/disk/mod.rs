@@ -58,11 +58,11 @@ const STALE_TEMPORARY: Duration = Duration::from_secs(3600);
 /// first fetched.
 ///
 /// Put it behind a file's memory cache with
-/// [`Builder::disk_cache`](crate::Builder::disk_cache): a read looks in
+/// [`Builder::disk_cache`](crate::options::Builder::disk_cache): a read looks in
 /// memory, then on disk, then fetches. A block on disk belongs to one
 /// version of one remote file — the file (its URL's scheme, host, port,
 /// path and query without credential parameters, below, or the builder's
-/// [`cache_key`](crate::Builder::cache_key)), its validator (a strong ETag,
+/// [`cache_key`](crate::options::Builder::cache_key)), its validator (a strong ETag,
 /// or else `Last-Modified`) and its size — so a changed file never receives
 /// its old bytes, nor a file another's. A file with no validator is not
 /// cached on disk.
@@ -74,11 +74,11 @@ const STALE_TEMPORARY: Duration = Duration::from_secs(3600);
 /// credentials are left out, so a presigned URL whose signature changes
 /// from one open to the next finds the blocks every earlier one fetched; a
 /// token under a name no rule knows makes a new name, whose blocks are
-/// fetched again. A [`cache_key`](crate::Builder::cache_key) names a file
+/// fetched again. A [`cache_key`](crate::options::Builder::cache_key) names a file
 /// whatever its URL. The same name also names the record of the version
 /// seen last, which lets an open cost one request with no body (or none,
-/// see [`revalidate_after`](crate::Builder::revalidate_after) and
-/// [`immutable`](crate::Builder::immutable)) — without a request only with
+/// see [`revalidate_after`](crate::options::Builder::revalidate_after) and
+/// [`immutable`](crate::options::Builder::immutable)) — without a request only with
 /// the credential parameters it was confirmed with. A URL that redirects
 /// is the file it reached: another target is another version.
 ///
@@ -103,7 +103,7 @@ const STALE_TEMPORARY: Duration = Duration::from_secs(3600);
 /// What the directory holds: the bytes of the blocks read (in clear: the
 /// directory is as private as the files it caches, see below), SHA-256
 /// digests, sizes, block sizes and indices, CRC-32Cs, modification times
-/// (for eviction and [`revalidate_after`](crate::Builder::revalidate_after)),
+/// (for eviction and [`revalidate_after`](crate::options::Builder::revalidate_after)),
 /// how long the server said a version stays good (its `Cache-Control`,
 /// sealed with the validator),
 /// and, in a lock file while a block is fetched, the host's name, the PID

@@ -4,7 +4,7 @@
 //! in concurrent parts through the [`fanout`](crate::engine::fanout) pool, and
 //! assembles the bytes out of the blocks. Large reads that miss the cache
 //! fetch what it lacks straight into the caller's buffer. All hit and miss
-//! accounting happens here. [`RemoteFile`](crate::RemoteFile) is its public
+//! accounting happens here. [`RemoteFile`](crate::file::RemoteFile) is its public
 //! face.
 //!
 //! - `mod.rs`: the engine and the core's reads, fetches and background
@@ -312,7 +312,7 @@ impl Engine {
     }
 
     /// The deadline of a read starting now: the one every wait and fetch
-    /// of that read is held to ([`Builder::read_timeout`](crate::Builder::read_timeout)).
+    /// of that read is held to ([`Builder::read_timeout`](crate::options::Builder::read_timeout)).
     fn read_deadline(&self) -> Instant {
         crate::wait::deadline::after(self.options.read_timeout)
     }

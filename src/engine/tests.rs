@@ -7,9 +7,13 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::cache::BlockCache;
+use crate::disk::DiskCache;
 use crate::engine::memory_source::MemorySource;
+use crate::error::ErrorKind;
+use crate::file::RemoteFile;
 use crate::open::open_over;
-use crate::{BlockCache, Builder, DiskCache, ErrorKind, RemoteFile};
+use crate::options::Builder;
 
 pub(crate) const BLOCK: u64 = 64 << 10;
 
@@ -64,7 +68,7 @@ impl TempDisk {
     }
 }
 
-pub(crate) fn read(file: &RemoteFile, pos: u64, len: usize) -> crate::Result<Vec<u8>> {
+pub(crate) fn read(file: &RemoteFile, pos: u64, len: usize) -> crate::error::Result<Vec<u8>> {
     let mut buf = vec![0; len];
     file.read_exact_at(pos, &mut buf).map(|()| buf)
 }

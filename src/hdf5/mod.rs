@@ -1,7 +1,7 @@
 //! Open remote HDF5 and NWB files with the [`hdf5`](https://docs.rs/hdf5-metno)
 //! crate (feature `hdf5`).
 //!
-//! [`open_url`] (or [`open`], for a [`RemoteFile`](crate::RemoteFile) opened with options of
+//! [`open_url`] (or [`open`], for a [`RemoteFile`](crate::file::RemoteFile) opened with options of
 //! your own) gives an ordinary [`File`] whose reads go through a read-only HDF5
 //! virtual file driver backed by the remote file, with its block cache,
 //! read-ahead, retries and validation. Everything else is the `hdf5` crate's
@@ -36,7 +36,7 @@
 //! The driver works with HDF5 1.10, 1.12, 1.14 and 2.x: it picks the layout of
 //! HDF5's driver structures at run time from the library version. With HDF5
 //! 1.14 and later it also answers vector reads, fetching all their ranges in
-//! one round ([`RemoteFile::read_vectored_at`](crate::RemoteFile::read_vectored_at)). HDF5 makes them for datasets
+//! one round ([`RemoteFile::read_vectored_at`](crate::file::RemoteFile::read_vectored_at)). HDF5 makes them for datasets
 //! without filters whose chunks are larger than its chunk cache (8 MiB by
 //! default in 2.x): [`OpenOptions::chunk_cache`] with fewer bytes than a chunk
 //! lets a whole uncompressed slice be read in one round.
@@ -46,7 +46,7 @@
 //! A failed remote read reaches the caller as an [`hdf5_metno::Error`] (the `hdf5`
 //! crate's) whose message names the failing byte range and the cause (status,
 //! timeout…). Opening returns an [`OpenError`], which also keeps the typed
-//! [`crate::Error`] of the read that failed, if one did.
+//! [`crate::error::Error`] of the read that failed, if one did.
 //!
 //! # Threads
 //!
@@ -57,7 +57,7 @@
 //! # The wing
 //!
 //! Everything HDF5 lives in this folder and reaches the rest of the crate
-//! only through [`RemoteFile`](crate::RemoteFile) and its extension for drivers: the adapter
+//! only through [`RemoteFile`](crate::file::RemoteFile) and its extension for drivers: the adapter
 //! over the `hdf5` crate (`adapter/`, feature `hdf5`), the virtual file
 //! driver itself (`driver/`: callbacks, metadata crawl, chunk read-ahead,
 //! configuration; also built alone, feature `vfd`, for the plugin and the

@@ -120,10 +120,10 @@ fn floor_char_boundary(text: &str, max: usize) -> &str {
 /// What a warm open trusts without asking, from the builder's options.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Trust {
-    /// [`Builder::immutable`](crate::Builder::immutable): every version on
+    /// [`Builder::immutable`](crate::options::Builder::immutable): every version on
     /// disk, for good.
     pub immutable: bool,
-    /// [`Builder::revalidate_after`](crate::Builder::revalidate_after).
+    /// [`Builder::revalidate_after`](crate::options::Builder::revalidate_after).
     pub revalidate_after: Duration,
 }
 

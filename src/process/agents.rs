@@ -52,15 +52,15 @@ pub(crate) struct SharedAgent {
     agent: Agent,
     /// The agent of a process forked since, once looked up there.
     forked: Mutex<Option<(MadeIn, Agent)>>,
-    make: fn(&AgentKind) -> Result<Agent, crate::Error>,
+    make: fn(&AgentKind) -> Result<Agent, crate::error::Error>,
 }
 
 impl SharedAgent {
     /// The process's agent of `kind` (made by `make` the first time).
     pub(crate) fn new(
         kind: AgentKind,
-        make: fn(&AgentKind) -> Result<Agent, crate::Error>,
-    ) -> Result<SharedAgent, crate::Error> {
+        make: fn(&AgentKind) -> Result<Agent, crate::error::Error>,
+    ) -> Result<SharedAgent, crate::error::Error> {
         let agent = shared(&kind, || make(&kind))?;
         Ok(SharedAgent {
             kind,

@@ -62,7 +62,7 @@ impl Permits {
         self: &Arc<Self>,
         lane: Lane,
         deadline: Instant,
-    ) -> crate::Result<Option<Permit>> {
+    ) -> crate::error::Result<Option<Permit>> {
         self.acquire_for(lane, None, deadline)
     }
 
@@ -73,7 +73,7 @@ impl Permits {
         asked: Lane,
         wanted: Option<&AtomicBool>,
         deadline: Instant,
-    ) -> crate::Result<Option<Permit>> {
+    ) -> crate::error::Result<Option<Permit>> {
         let lane_now = || match wanted {
             Some(w) if w.load(Relaxed) => Lane::Read,
             _ => asked,

@@ -199,13 +199,13 @@ impl Closing {
 
 /// An error if this thread does background work of a file that was closed:
 /// checked before each request.
-pub(crate) fn check_file_open() -> crate::Result<()> {
+pub(crate) fn check_file_open() -> crate::error::Result<()> {
     let closed = CONTEXT
         .try_with(|c| c.borrow().closed.as_ref().is_some_and(|f| f.load(Relaxed)))
         .unwrap_or(false);
     if closed {
-        return Err(crate::Error::new(
-            crate::ErrorKind::Interrupted,
+        return Err(crate::error::Error::new(
+            crate::error::ErrorKind::Interrupted,
             "the file was closed",
         ));
     }
@@ -448,7 +448,7 @@ mod context_tests {
         assert!(closing.run(check_file_open).is_ok());
         closing.close();
         let e = closing.run(check_file_open).unwrap_err();
-        assert_eq!(e.kind(), crate::ErrorKind::Interrupted);
+        assert_eq!(e.kind(), crate::error::ErrorKind::Interrupted);
         assert_eq!(closing.run(lane), Lane::Background);
         // This thread's own work is for no file, in the read lane.
         assert!(check_file_open().is_ok());

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant, SystemTime};
 
 use super::answers::due_for_renewal;
-use super::chain::Source;
+use super::chain::source::Source;
 use super::credentials::Credentials;
 use crate::error::{Error, ErrorKind, Result};
 use crate::sync::{Condvar, MadeIn, Mutex, MutexGuard, ProcessLocal};
@@ -47,9 +47,14 @@ thread_local! {
     static SIGNED_WITH: Cell<u64> = const { Cell::new(0) };
 }
 
+/// How a source is asked for keys: a network call for all but keys given.
+pub(crate) type Load = fn(&Source) -> Result<Credentials>;
+
 /// The keys of one source, loaded once and renewed ahead of their expiry.
 pub(crate) struct Keys {
     source: Source,
+    /// Asks `source` for keys (the chain's; a test's own in tests).
+    load: Load,
     /// In a child forked since these were made, the child's own copy is
     /// used (see the module's documentation).
     made_in: MadeIn,
@@ -163,7 +168,7 @@ impl Drop for LoadEnds<'_> {
 
 impl Keys {
     /// Keys of `source`, `loaded` already or to be loaded at first use.
-    pub fn new(source: Source, loaded: Option<Credentials>) -> Keys {
+    pub fn new(source: Source, loaded: Option<Credentials>, load: Load) -> Keys {
         let state = State {
             generation: GENERATIONS.fetch_add(1, Relaxed) + 1,
             loaded_at: loaded.as_ref().map(|_| Instant::now()),
@@ -172,6 +177,7 @@ impl Keys {
         };
         Keys {
             source,
+            load,
             made_in: MadeIn::here(),
             state: Mutex::new(state),
             load_ended: Condvar::new(),
@@ -185,7 +191,7 @@ impl Keys {
             .state
             .try_lock_until(Instant::now())
             .and_then(|state| state.keys.clone());
-        let copy = Keys::new(self.source.clone(), None);
+        let copy = Keys::new(self.source.clone(), None, self.load);
         copy.state.lock().keys = keys;
         copy
     }
@@ -243,7 +249,7 @@ impl Keys {
         let keys = Arc::clone(self);
         let load = move || {
             let _ends = LoadEnds(&keys);
-            let outcome = keys.source.load();
+            let outcome = (keys.load)(&keys.source);
             let mut state = keys.state.lock();
             let taken = state.took(outcome, &keys.source.name());
             let generation = state.generation;
@@ -384,8 +390,8 @@ fn with_table<T>(f: impl FnOnce(&mut Vec<Arc<Keys>>) -> T) -> Option<T> {
 }
 
 /// The shared keys of `source`, made with `loaded` if there are none.
-pub(crate) fn shared(source: Source, loaded: Option<Credentials>) -> Arc<Keys> {
-    shared_or(Arc::new(Keys::new(source, loaded)))
+pub(crate) fn shared(source: Source, loaded: Option<Credentials>, load: Load) -> Arc<Keys> {
+    shared_or(Arc::new(Keys::new(source, loaded, load)))
 }
 
 /// The shared keys of `source`, if this process has them.
@@ -464,7 +470,11 @@ mod tests {
     fn held_load(fails: bool) -> HeldLoad {
         let gate = Gate::new();
         let service = gated(&gate, fails);
-        let keys = Arc::new(Keys::new(container(&service), None));
+        let keys = Arc::new(Keys::new(
+            container(&service),
+            None,
+            super::super::chain::load,
+        ));
         let loader = get_elsewhere(&keys);
         gate.arrived();
         HeldLoad {
@@ -488,7 +498,11 @@ mod tests {
         let service = gated(&gate, false);
         // Due for renewal (loaded an hour ago, expiring in two minutes),
         // still valid.
-        let keys = Arc::new(Keys::new(container(&service), None));
+        let keys = Arc::new(Keys::new(
+            container(&service),
+            None,
+            super::super::chain::load,
+        ));
         let old = Credentials {
             key_id: "ASIAOLD".into(),
             secret: "s".into(),
@@ -525,7 +539,11 @@ mod tests {
     fn a_loader_stopped_returns_at_once_and_its_load_goes_on_for_the_next() {
         let gate = Gate::new();
         let service = gated(&gate, false);
-        let keys = Arc::new(Keys::new(container(&service), None));
+        let keys = Arc::new(Keys::new(
+            container(&service),
+            None,
+            super::super::chain::load,
+        ));
         let cancel = crate::wait::Cancel::new();
         let (done, got) = channel();
         {
@@ -568,7 +586,7 @@ mod tests {
         let service = Service::new(|asked| json_keys(&format!("child{}", asked.n), in_an_hour()));
         // As a child finds a file's keys that its parent was loading: made
         // by another process, a load under way that no thread here runs.
-        let parents = Keys::new(container(&service), None);
+        let parents = Keys::new(container(&service), None, super::super::chain::load);
         let parents = Arc::new(Keys {
             made_in: MadeIn::elsewhere(),
             ..parents

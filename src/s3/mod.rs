@@ -278,8 +278,10 @@ pub(crate) fn resolve(_: &S3Options, _: &str, _: bool) -> Result<Resolved> {
 mod without_the_feature {
     #[test]
     fn an_s3_url_is_an_invalid_url_that_names_the_feature() {
-        let e = crate::RemoteFile::open("s3://bucket/key").unwrap_err();
-        assert_eq!(e.kind(), crate::ErrorKind::InvalidUrl);
+        let e = super::resolve(&super::S3Options::default(), "s3://bucket/key", false)
+            .err()
+            .unwrap();
+        assert_eq!(e.kind(), crate::error::ErrorKind::InvalidUrl);
         assert!(e.to_string().contains("feature `s3`"), "{e}");
     }
 }

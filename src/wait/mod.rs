@@ -9,7 +9,7 @@
 //! A read is stopped by a [`Cancel`] (a handle the program holds: a user's
 //! "stop" button, a deadline per call), by a host runtime's request (the
 //! Python package's Ctrl-C), by closing its file
-//! ([`RemoteFile::close`](crate::RemoteFile::close)), or by
+//! ([`RemoteFile::close`](crate::file::RemoteFile::close)), or by
 //! [`stop_everything`] (the process is ending). It then fails with
 //! [`ErrorKind::Interrupted`] (or [`ErrorKind::Timeout`] for a
 //! [`Cancel`]'s own deadline, [`ErrorKind::Closed`] for a close); unless
@@ -120,7 +120,7 @@ pub trait Host: Send + Sync + 'static {
     }
 
     /// Called after a file's blocks have been let go (the last clone of a
-    /// [`RemoteFile`](crate::RemoteFile) dropped, or the HDF5 driver closed
+    /// [`RemoteFile`](crate::file::RemoteFile) dropped, or the HDF5 driver closed
     /// a file), e.g. to give memory back to the system.
     fn released(&self) {}
 }
@@ -143,8 +143,8 @@ pub(crate) fn host() -> Option<&'static dyn Host> {
 /// (with [`ErrorKind::Timeout`] once its deadline passed), letting go of
 /// what it held.
 ///
-/// A read watches the cancels of the [`RemoteFile`](crate::RemoteFile)
-/// handle it goes through ([`with_cancel`](crate::RemoteFile::with_cancel))
+/// A read watches the cancels of the [`RemoteFile`](crate::file::RemoteFile)
+/// handle it goes through ([`with_cancel`](crate::file::RemoteFile::with_cancel))
 /// and of every [`run`](Cancel::run) it is inside. Clones share one state:
 /// cancel any, and all are cancelled. A cancel cannot be undone; make a new
 /// one for the next reads.
@@ -169,7 +169,7 @@ impl Cancel {
         Cancel::default()
     }
 
-    /// The cancel of a file's [`close`](crate::RemoteFile::close): its
+    /// The cancel of a file's [`close`](crate::file::RemoteFile::close): its
     /// reads stop with [`ErrorKind::Closed`].
     pub(crate) fn closing() -> Cancel {
         Cancel(Arc::new(Inner {

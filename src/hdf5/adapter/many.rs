@@ -129,17 +129,17 @@ impl PrefetchedFiles {
     /// Waits until every file is crawled, failed or opened, or the batch
     /// waits for opens (its bound reached); `Interrupted` if the wait is
     /// stopped (see [`crate::wait`]).
-    pub fn wait(&self) -> crate::Result<PrefetchProgress> {
+    pub fn wait(&self) -> crate::error::Result<PrefetchProgress> {
         self.batch.wait(None)
     }
 
     /// As [`wait`](Self::wait), for `timeout` at most.
-    pub fn wait_timeout(&self, timeout: Duration) -> crate::Result<PrefetchProgress> {
+    pub fn wait_timeout(&self, timeout: Duration) -> crate::error::Result<PrefetchProgress> {
         self.batch.wait(Some(timeout))
     }
 
     /// The files that failed here, with why (their opens try again).
-    pub fn errors(&self) -> Vec<(String, crate::Error)> {
+    pub fn errors(&self) -> Vec<(String, crate::error::Error)> {
         self.batch.errors()
     }
 

@@ -35,11 +35,12 @@ pub use ::hdf5::{Dataset, File};
 /// [`read_hyperslab`] returns an [`ndarray::ArrayD`].
 pub use ::ndarray;
 
+use crate::file::RemoteFile;
 use crate::hdf5::driver::callbacks::FaplInfo;
 pub use crate::hdf5::driver::prefetch::PrefetchStats;
 use crate::hdf5::driver::prefetch::Prefetcher;
 use crate::hdf5::driver::source::{self, Source};
-use crate::{Builder, RemoteFile};
+use crate::options::Builder;
 pub use many::{PrefetchProgress, PrefetchedFiles, prefetch_files};
 
 /// Options for opening a remote HDF5 file: HDF5's caches, and a hook for any
@@ -424,7 +425,7 @@ fn source_of(file: &File) -> Option<Arc<Source>> {
 /// per chunk. Chunk addresses come from HDF5's chunk index
 /// (`H5Dget_chunk_info_by_coord`). Returns the number of stored chunks the
 /// hyperslab touches; those past what the caches hold are not fetched (see
-/// [`RemoteFile::prefetch`](crate::RemoteFile::prefetch)). Contiguous and
+/// [`RemoteFile::prefetch`](crate::file::RemoteFile::prefetch)). Contiguous and
 /// compact datasets return 0 and are left to the block cache and
 /// read-ahead.
 ///
@@ -524,12 +525,12 @@ pub fn library_version() -> (u32, u32, u32) {
 #[derive(Debug, Clone)]
 pub struct OpenError {
     message: String,
-    remote: Option<crate::Error>,
+    remote: Option<crate::error::Error>,
     hdf5: Option<hdf5_metno::Error>,
 }
 
 impl OpenError {
-    fn new(hdf5: hdf5_metno::Error, remote: Option<crate::Error>) -> OpenError {
+    fn new(hdf5: hdf5_metno::Error, remote: Option<crate::error::Error>) -> OpenError {
         let message = match &remote {
             Some(r) => format!("cannot open as HDF5: {r} (HDF5: {hdf5})"),
             None => format!("cannot open as HDF5: {hdf5}"),
@@ -541,7 +542,7 @@ impl OpenError {
         }
     }
 
-    fn from_remote(e: crate::Error) -> OpenError {
+    fn from_remote(e: crate::error::Error) -> OpenError {
         OpenError {
             message: format!("cannot open: {e}"),
             remote: Some(e),
@@ -550,8 +551,8 @@ impl OpenError {
     }
 
     /// The error of the remote read that failed, if one did (a network error,
-    /// an HTTP status…), with its [`kind`](crate::Error::kind).
-    pub fn remote(&self) -> Option<&crate::Error> {
+    /// an HTTP status…), with its [`kind`](crate::error::Error::kind).
+    pub fn remote(&self) -> Option<&crate::error::Error> {
         self.remote.as_ref()
     }
 

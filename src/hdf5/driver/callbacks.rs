@@ -15,14 +15,15 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use super::api::{self, Minor};
 use super::chunk_ahead::ChunkRead;
+use super::errno::with_errno;
 use super::ffi::*;
 use super::prefetch::Seen;
 use super::source::Source;
 use super::spans;
+use crate::error::Error;
 use crate::hdf5::meta::MemType;
 use crate::hdf5::pieces;
 use crate::wait;
-use crate::{Error, ErrorKind};
 
 /// The driver's part of a file access property list: one pointer, no padding
 /// (HDF5 compares driver infos with `memcmp`).
@@ -111,49 +112,6 @@ pub fn class_for(version: (u32, u32, u32)) -> *const c_void {
 fn push_error(minor: Minor, message: &str) {
     let text = CString::new(message.replace('\0', " ")).unwrap_or_default();
     api::push_error(minor, &text);
-}
-
-/// The POSIX error number of `error`'s kind, for the driver's messages to
-/// carry as `errno = N`: h5py turns that into the matching `OSError` subclass
-/// (`FileNotFoundError` for a missing file, `TimeoutError`, ...), as it does
-/// for the errors of local files.
-pub fn errno_of(error: &Error) -> Option<i32> {
-    #[cfg(unix)]
-    {
-        use rustix::io::Errno;
-        use std::io::ErrorKind as Io;
-        let errno = match error.kind() {
-            ErrorKind::HttpStatus(404 | 410) => Errno::NOENT,
-            ErrorKind::HttpStatus(401 | 403) | ErrorKind::Credentials => Errno::ACCESS,
-            ErrorKind::Timeout => Errno::TIMEDOUT,
-            // Not EINTR: a stop is for good, and EINTR asks to be retried.
-            ErrorKind::Interrupted => Errno::CANCELED,
-            ErrorKind::RemoteChanged => Errno::STALE,
-            ErrorKind::Network => match error.io_kind() {
-                Io::ConnectionRefused => Errno::CONNREFUSED,
-                Io::ConnectionReset => Errno::CONNRESET,
-                Io::BrokenPipe => Errno::PIPE,
-                Io::HostUnreachable => Errno::HOSTUNREACH,
-                Io::NetworkUnreachable => Errno::NETUNREACH,
-                _ => Errno::CONNABORTED,
-            },
-            _ => return None,
-        };
-        Some(errno.raw_os_error())
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = error;
-        None
-    }
-}
-
-/// `message`, with `error`'s error number at its end if it has one.
-pub(super) fn with_errno(message: String, error: &Error) -> String {
-    match errno_of(error) {
-        Some(n) => format!("{message} (errno = {n})"),
-        None => message,
-    }
 }
 
 /// Runs a callback body, turning a panic into an HDF5 error. A stop the
@@ -865,6 +823,7 @@ unsafe extern "C" fn write(
 mod tests {
     use super::*;
     use crate::engine::memory_source::MemorySource;
+    use crate::error::ErrorKind;
     use crate::open::open_over;
 
     fn test_data(len: usize, seed: u64) -> Vec<u8> {
@@ -876,7 +835,7 @@ mod tests {
     fn driver_file(data: &[u8], eoa: u64) -> (Box<DriverFile>, Arc<MemorySource>) {
         let source = MemorySource::new(data.to_vec());
         let remote = open_over(
-            &crate::RemoteFile::builder().block_size(4096),
+            &crate::file::RemoteFile::builder().block_size(4096),
             Arc::clone(&source),
         );
         let file = Box::new(DriverFile {
@@ -960,7 +919,7 @@ mod tests {
         let data = test_data(1 << 20, 5);
         let source = MemorySource::new(data.clone());
         let remote = open_over(
-            &crate::RemoteFile::builder().block_size(128 << 10),
+            &crate::file::RemoteFile::builder().block_size(128 << 10),
             Arc::clone(&source),
         );
         // Two headers alone among raw data, and one the source fails.

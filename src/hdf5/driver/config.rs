@@ -20,8 +20,11 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::Duration;
 
+use crate::file::RemoteFile;
+use crate::http::RetryPolicy;
+use crate::options::Builder;
 use crate::s3::KeyPart;
-use crate::{Builder, RemoteFile, RetryPolicy, S3Options};
+use crate::s3::S3Options;
 
 /// How much of the end of the file an HDF5 open fetches beside the
 /// superblock.
@@ -364,7 +367,7 @@ fn with_s3(b: Builder, change: impl FnOnce(S3Options) -> S3Options) -> Builder {
 /// why, once.
 fn open_disk_cache(b: Builder, dir: &str, config: &Config) -> Result<Builder, String> {
     let capacity = config.number("disk_capacity");
-    Ok(match crate::DiskCache::open(dir, capacity) {
+    Ok(match crate::disk::DiskCache::open(dir, capacity) {
         Ok(disk) => b.disk_cache(disk),
         Err(e) => {
             without_disk_cache(dir, &e);
@@ -1062,7 +1065,7 @@ mod tests {
         // cache of the default capacity.
         let baseline = format!(
             "{:?}",
-            super::super::source::builder(&parse("").unwrap()).unwrap()
+            super::super::setup::builder(&parse("").unwrap()).unwrap()
         );
         for key in KEYS {
             let Some(default) = key.default_value() else {
@@ -1070,7 +1073,7 @@ mod tests {
             };
             let config = parse(&format!("{}={default}", key.name))
                 .unwrap_or_else(|e| panic!("{}: {e}", key.name));
-            let Ok(applied) = super::super::source::builder(&config) else {
+            let Ok(applied) = super::super::setup::builder(&config) else {
                 continue;
             };
             assert_eq!(format!("{applied:?}"), baseline, "{}={default}", key.name);
@@ -1117,7 +1120,7 @@ mod tests {
     #[test]
     fn every_key_changes_what_it_names() {
         let shown = |config: &Config| {
-            let b = super::super::source::apply(config, hdf5_builder()).unwrap();
+            let b = super::super::setup::apply(config, hdf5_builder()).unwrap();
             format!("{b:?}")
         };
         let baseline = shown(&Config::default());
@@ -1178,14 +1181,14 @@ mod tests {
         let e = parse("header=no colon secret").unwrap_err();
         assert_eq!(e.key, "header");
         assert!(!e.to_string().contains("secret"), "{e}");
-        let b = super::super::source::builder(&c).unwrap();
+        let b = super::super::setup::builder(&c).unwrap();
         assert!(!format!("{b:?}").contains("very-secret"));
         let half = parse("s3_access_key_id=AKIAONLY").unwrap();
         assert!(
-            super::super::source::check(&half).is_err(),
+            super::super::setup::check(&half).is_err(),
             "a key id needs its secret"
         );
-        super::super::source::check(&c).unwrap();
+        super::super::setup::check(&c).unwrap();
     }
 
     #[test]

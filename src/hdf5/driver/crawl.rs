@@ -15,8 +15,8 @@ use std::sync::Arc;
 
 use super::prefetch::{MAX_PIECE, Prefetcher};
 use super::spans;
-use crate::RemoteFile;
 use crate::engine::BackgroundWork;
+use crate::file::RemoteFile;
 use crate::hdf5::meta::Target;
 use crate::hdf5::pieces;
 use crate::process::workers::{self, Closing, Priority};

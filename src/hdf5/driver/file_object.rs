@@ -17,9 +17,10 @@ use super::callbacks::{
 };
 use super::prefetch::{MAX_PIECE, PrefetchStats, SUPERBLOCK_READ};
 use super::source::Source;
+use crate::error::Result;
+use crate::file::RemoteFile;
 use crate::hdf5::meta::MemType;
 use crate::hdf5::pieces;
-use crate::{RemoteFile, Result};
 
 /// The metadata crawl of an HDF5 file read through a file object; stopped
 /// when dropped.

@@ -339,7 +339,7 @@ pub(crate) struct WaveCost {
 /// and the tail of `tail` bytes at once).
 pub(crate) fn rounds(
     file: &[u8],
-    link: crate::LinkEstimate,
+    link: crate::link::LinkEstimate,
     lanes: u64,
     block_size: u64,
     tail: u64,
@@ -506,7 +506,7 @@ fn priced() {
             Some((a.parse().ok()?, b.parse().ok()?))
         })
         .unwrap_or((30u64, 25f64));
-    let link = crate::LinkEstimate {
+    let link = crate::link::LinkEstimate {
         line_bytes_per_second: None,
         round_trip: std::time::Duration::from_millis(ms),
         bytes_per_second: (mbps * 1e6) as u64,
@@ -548,7 +548,7 @@ fn a_priced_crawl_fetches_each_byte_once_and_every_target() {
     h5files::write_appended(&path, 200).unwrap();
     let file = std::fs::read(&path).unwrap();
     let _ = std::fs::remove_file(&path);
-    let link = crate::LinkEstimate {
+    let link = crate::link::LinkEstimate {
         line_bytes_per_second: None,
         round_trip: std::time::Duration::from_millis(30),
         bytes_per_second: 25_000_000,

@@ -30,10 +30,12 @@ use super::config::Config;
 use super::crawl;
 use super::prefetch::Prefetcher;
 use super::reach::{FIRST_OPEN_WAIT, Reach, Waited};
+use crate::error::Error;
+use crate::file::RemoteFile;
 use crate::link::{Line, LinkMeter, origin_of};
+use crate::options::Builder;
 use crate::process::workers::Closing;
 use crate::sync::{Condvar, MadeIn, Mutex, ProcessLocal};
-use crate::{Builder, Error, RemoteFile};
 
 /// The most files a batch opens and crawls at once (a thread each).
 pub const FILES_AT_ONCE: usize = 16;
@@ -271,7 +273,7 @@ impl Handover {
 
     /// Takes the crawl; waits until the batch's crawl has let go of it, or
     /// `deadline` (in slices that look for a stop).
-    fn take(&self, deadline: Instant) -> crate::Result<()> {
+    fn take(&self, deadline: Instant) -> crate::error::Result<()> {
         self.mark_taken();
         loop {
             {
@@ -370,12 +372,12 @@ impl Batch {
     /// `timeout` (if any) has passed, or the wait is stopped (a
     /// [`Cancel`](crate::wait::Cancel) this thread runs under, the host's
     /// interrupt: then `Interrupted`). Returns the progress then.
-    pub fn wait(&self, timeout: Option<Duration>) -> crate::Result<Progress> {
+    pub fn wait(&self, timeout: Option<Duration>) -> crate::error::Result<Progress> {
         // As any wait: stoppable by the host (Ctrl-C), its lock let go of.
         crate::wait::blocking(|| self.wait_here(timeout))
     }
 
-    fn wait_here(&self, timeout: Option<Duration>) -> crate::Result<Progress> {
+    fn wait_here(&self, timeout: Option<Duration>) -> crate::error::Result<Progress> {
         let deadline = timeout.map(crate::wait::deadline::after);
         if self.shared.inherited() {
             // Forked: the threads are the parent's, and its lock may be
@@ -430,7 +432,7 @@ impl Batch {
     /// or being crawled) here. A file not started yet is left to its open
     /// (the batch will not start it); one being opened is waited for. A
     /// wait stopped meanwhile (the host's interrupt) is the open's error.
-    pub(crate) fn take(&self, url: &str) -> crate::Result<Option<Prefetched>> {
+    pub(crate) fn take(&self, url: &str) -> crate::error::Result<Option<Prefetched>> {
         self.shared.take(url)
     }
 
@@ -674,7 +676,7 @@ impl Shared {
             }
         };
         state.in_flight += 1;
-        let prefetch = super::source::new_prefetch(&file, self.metadata, self.chunks);
+        let prefetch = super::setup::new_prefetch(&file, self.metadata, self.chunks);
         if let Some(prefetch) = &prefetch {
             prefetch.lock().join_batch(Arc::clone(&self.reach));
         }
@@ -749,7 +751,7 @@ impl Shared {
         }
     }
 
-    fn take(self: &Arc<Self>, url: &str) -> crate::Result<Option<Prefetched>> {
+    fn take(self: &Arc<Self>, url: &str) -> crate::error::Result<Option<Prefetched>> {
         if self.inherited() {
             return Ok(None);
         }
@@ -815,7 +817,7 @@ impl Shared {
     /// Waits until the file at `index` is no longer being opened, or
     /// `deadline`; the lock is never held while a stop is looked for (the
     /// host may take the interpreter's lock to look).
-    fn wait_opened(&self, index: usize, deadline: Instant) -> crate::Result<()> {
+    fn wait_opened(&self, index: usize, deadline: Instant) -> crate::error::Result<()> {
         loop {
             {
                 let state = self.state.lock();
@@ -920,7 +922,10 @@ fn unregister(shared: &Arc<Shared>) {
 
 /// The file at `url` a registered batch opened with `settings`, if any;
 /// an error if the wait for it was stopped (the open fails with it).
-pub(crate) fn take_registered(url: &str, settings: &Config) -> crate::Result<Option<Prefetched>> {
+pub(crate) fn take_registered(
+    url: &str,
+    settings: &Config,
+) -> crate::error::Result<Option<Prefetched>> {
     let batch = registered()
         .and_then(|registered| registered.iter().find(|b| b.serves(url, settings)).cloned());
     let Some(batch) = batch else {
@@ -952,8 +957,8 @@ pub fn prefetch_files(
     config: &str,
 ) -> Result<Batch, super::config::ConfigError> {
     let config = super::config::parse(config)?;
-    super::source::check(&config)?;
-    let builder = super::source::builder(&config)?;
+    super::setup::check(&config)?;
+    let builder = super::setup::builder(&config)?;
     let switches = (config.metadata_prefetch(), config.chunk_read_ahead());
     let batch = Batch::start(urls, builder, Some(config), switches);
     register(&batch);
@@ -1025,12 +1030,12 @@ mod tests {
 
     #[test]
     fn a_line_known_sends_no_open_ahead() {
-        let builder = crate::RemoteFile::builder().link(crate::Link::Ignored);
+        let builder = crate::file::RemoteFile::builder().link(crate::link::Link::Ignored);
         assert_eq!(
             unknown_line(&builder, "https://data.example.org/a.nwb"),
             None
         );
-        let measured = crate::RemoteFile::builder();
+        let measured = crate::file::RemoteFile::builder();
         assert_eq!(
             unknown_line(&measured, "https://never-measured.example.org/a.nwb").as_deref(),
             Some("https://never-measured.example.org:443")
@@ -1108,7 +1113,7 @@ mod tests {
         }
         s.files.push(File {
             url: "failed".into(),
-            stage: Stage::Failed(Error::new(crate::ErrorKind::Network, "refused")),
+            stage: Stage::Failed(Error::new(crate::error::ErrorKind::Network, "refused")),
             counted: 0,
         });
         let p = s.progress();

@@ -14,6 +14,7 @@ pub(crate) mod callbacks;
 pub(crate) mod chunk_ahead;
 pub mod config;
 mod crawl;
+mod errno;
 pub(crate) mod ffi;
 pub mod file_object;
 #[cfg(all(test, feature = "hdf5"))]
@@ -24,20 +25,21 @@ pub mod many;
 pub(crate) mod prefetch;
 mod reach;
 mod report;
+mod setup;
 pub(crate) mod source;
 mod spans;
 
 #[cfg(feature = "hdf5")]
 pub(crate) use api::ErrorIds;
 pub use api::{HostApi, install};
-pub use callbacks::{class_for, errno_of};
+pub use callbacks::class_for;
+pub use errno::errno_of;
 pub use ffi::{herr_t, hid_t};
 pub use file_object::FileObjectCrawl;
 pub use prefetch::PrefetchStats;
 pub use report::print_reports_with;
-pub use source::{
-    Counters, builder, check, counters_of_handle, explanation_of_handle, remote_of_handle,
-};
+pub use setup::{builder, check};
+pub use source::{Counters, counters_of_handle, explanation_of_handle, remote_of_handle};
 
 /// The bytes the metadata crawls' tables of the process's open driver
 /// files hold now, of [`crate::process::CRAWL_MEMORY`].

@@ -9,16 +9,17 @@ use std::sync::{Arc, Weak};
 
 use crate::hdf5::explain::{Explanation, Hdf5Read, Structure, explain};
 use crate::hdf5::meta::{MemType, What};
-use crate::hdf5::pieces;
 use crate::sync::Mutex;
 
-use super::config::{self, Config, ConfigError, Setting};
+use super::config;
 use super::crawl::Crawler;
 use super::many::Prefetched;
 use super::prefetch::{PrefetchStats, Prefetcher};
+use super::setup::{builder, check, new_prefetch};
+use crate::error::Error;
+use crate::file::RemoteFile;
 use crate::process::workers::Closing;
 use crate::sync::MadeIn;
-use crate::{Builder, Error, RemoteFile};
 
 /// What a driver file reads from, shared by every open of it and the fapl
 /// copies HDF5 keeps. Freed when the last of those goes.
@@ -161,22 +162,6 @@ impl Source {
     }
 }
 
-/// A prefetch of `file` (if `metadata` or `chunks`), for its first crawl.
-pub(crate) fn new_prefetch(
-    file: &RemoteFile,
-    metadata: bool,
-    chunks: bool,
-) -> Option<Arc<Mutex<Prefetcher>>> {
-    (metadata || chunks).then(|| {
-        let mut prefetch = Prefetcher::new(metadata, chunks);
-        // What an earlier run's crawl guessed, kept on disk, counts as
-        // guessed by this one: a warm run guesses no further than the cold
-        // one did.
-        prefetch.fetched(pieces::found_at_open(file.extension()));
-        Arc::new(Mutex::new(prefetch))
-    })
-}
-
 impl Drop for Source {
     fn drop(&mut self) {
         LIVE_READERS.fetch_sub(1, Relaxed);
@@ -303,63 +288,6 @@ pub(crate) fn live_readers() -> usize {
     LIVE_READERS.load(Relaxed)
 }
 
-/// The builder `config` describes: the HDF5 defaults (blocks of 128 KiB, a
-/// tail of 1 MiB at open, up to 64 connections), with its settings.
-pub fn builder(config: &Config) -> Result<Builder, ConfigError> {
-    let b = apply(config, config::hdf5_builder())?;
-    // Files of one capacity share their cache: the process's memory stays
-    // within one budget however many are open.
-    let shared = crate::hdf5::driver::caches::of_capacity(b.cache_capacity);
-    Ok(b.cache(shared))
-}
-
-/// `b` with `config`'s settings applied: for remote files read other than
-/// through HDF5. A `ca_file` that cannot be read is an error naming it; a
-/// `disk_cache` that cannot be opened, or is refused (another user could
-/// write it), is left out, with a message on standard error once per
-/// process.
-pub fn apply(config: &Config, b: Builder) -> Result<Builder, ConfigError> {
-    config
-        .settings
-        .iter()
-        .try_fold(b, |b, setting| setting.apply(b, config))
-}
-
-/// Checks that every value of `config` is in range for the builder (a
-/// block size of 0, 300 connections or a timeout of 40 days are refused
-/// there), naming the key of the first that is not; reads no file and opens
-/// nothing (`ca_file` and `disk_cache` are checked when used).
-pub fn check(config: &Config) -> Result<(), ConfigError> {
-    for setting in config.settings.iter().filter(|s| !s.opens_something()) {
-        // The parts of a set of S3 keys are checked together.
-        let together: Vec<&Setting> = if setting.is_s3_key_part() {
-            config
-                .settings
-                .iter()
-                .filter(|s| s.is_s3_key_part())
-                .collect()
-        } else {
-            vec![setting]
-        };
-        let b = together
-            .into_iter()
-            .try_fold(config::hdf5_builder(), |b, s| s.apply(b, config))?;
-        if let Err(e) = b.validate() {
-            // The builder names its own option ("max_connections must be
-            // ..."); the error names the key, so only the rule stays.
-            let message = e.to_string();
-            let rule = message
-                .find(" must ")
-                .map_or(&message[..], |at| &message[at + 1..]);
-            return Err(ConfigError {
-                key: setting.given_as().to_owned(),
-                reason: rule.to_owned(),
-            });
-        }
-    }
-    Ok(())
-}
-
 /// Opens the remote file at `url` as the configuration string `config`
 /// says, for the driver. The error is a message for HDF5's error stack: the
 /// bad key, or why the open failed (status, timeout…).
@@ -375,13 +303,13 @@ pub(crate) fn open_source(url: &str, config: &str) -> Result<Arc<Source>, String
     }
     let metadata = config.metadata_prefetch();
     let chunks = config.chunk_read_ahead();
-    let failed = |e: crate::Error| {
+    let failed = |e: crate::error::Error| {
         // On the thread HDF5 called the driver on, with any interpreter's
         // lock held again.
         if let Some(host) = crate::wait::host() {
             host.failed_under_a_library(&e);
         }
-        super::callbacks::with_errno(format!("cannot open the remote file: {e}"), &e)
+        super::errno::with_errno(format!("cannot open the remote file: {e}"), &e)
     };
     // A wait for a batch's file that was stopped (Ctrl-C) fails the open.
     let source = match super::many::take_registered(url, &config).map_err(failed)? {

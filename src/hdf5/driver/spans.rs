@@ -24,8 +24,8 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::ops::Range;
 
-use crate::LinkEstimate;
 use crate::hdf5::meta::Target;
+use crate::link::LinkEstimate;
 
 /// The bytes fetched past the last target of a span, as a share of the gap
 /// worth filling: writers allocate a group's members after the group, so

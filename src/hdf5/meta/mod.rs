@@ -275,6 +275,10 @@ impl Found {
 /// read: the whole of most headers).
 pub(crate) const OBJECT_HEADER_READ: u64 = 512;
 
+/// The bytes HDF5 reads at first of a version 2 B-tree's or an array's
+/// header: each is shorter than this.
+pub(crate) const SMALL_HEADER: u64 = 256;
+
 /// Reads the metadata HDF5 read at `addr` (`bytes`, of memory type `mem`;
 /// `expected` if an earlier piece pointed here) and lists what it points to.
 pub(crate) fn pointers(

@@ -5,7 +5,7 @@
 
 use super::cursor::Cursor;
 use super::object_header::link;
-use super::{Found, What};
+use super::{Found, SMALL_HEADER, What};
 
 /// What a fractal heap's header says about its blocks: enough to read them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,10 +50,6 @@ impl FractalHeap {
         5 + u64::from(offsets) + u64::from(self.offset_bytes) + entries * entry + 4
     }
 }
-
-/// The bytes HDF5 reads at first of a version 2 B-tree's or an array's
-/// header: each is shorter than this.
-pub(super) const SMALL_HEADER: u64 = 256;
 
 /// A fractal heap header (`FRHP`): its root block, and how to read its
 /// blocks (returned, to be remembered by address).

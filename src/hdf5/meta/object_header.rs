@@ -3,9 +3,8 @@
 //! symbol table, data layout, link, link info and attribute info.
 
 use super::cursor::Cursor;
-use super::newer::SMALL_HEADER;
 use super::nodes::{chunk_node_len, group_lens};
-use super::{Found, OBJECT_HEADER_READ, What};
+use super::{Found, OBJECT_HEADER_READ, SMALL_HEADER, What};
 
 /// The bytes of a fractal heap's header (without I/O filters: 146 with
 /// 8-byte offsets and lengths).

@@ -66,7 +66,7 @@ pub(super) fn known_keys(
             keys: keys.checked(&from)?,
             from,
         };
-        Ok(Some(Arc::new(Keys::new(source, None))))
+        Ok(Some(Arc::new(Keys::new(source, None, super::load))))
     };
     if let Some(keys) = ask.keys {
         return given(keys.clone(), "the builder's S3 options".into());
@@ -261,7 +261,7 @@ mod tests {
             ("AWS_PROFILE", "admin"),
         ];
         let e = find(&ask(), &env(&vars)).unwrap_err();
-        assert_eq!(e.kind(), crate::ErrorKind::Credentials);
+        assert_eq!(e.kind(), crate::error::ErrorKind::Credentials);
         let text = e.to_string();
         assert!(
             text.contains("role_arn") && text.contains("does not support"),

@@ -48,7 +48,7 @@ pub(super) fn keys(env: &dyn Env) -> Result<Option<Arc<Keys>>> {
         return Ok(None);
     }
     match query(&endpoint) {
-        Ok(Instance::Keys(keys)) => return Ok(Some(keys::shared(source, Some(keys)))),
+        Ok(Instance::Keys(keys)) => return Ok(Some(keys::shared(source, Some(keys), super::load))),
         Ok(Instance::Unreachable) => absent::remember(&endpoint, Instant::now()),
         Ok(Instance::NoRole) => {}
         Err(e) => tracing::debug!(error = %e, "no credentials from EC2 instance metadata"),

@@ -24,6 +24,7 @@ mod container;
 mod given;
 mod instance;
 mod service;
+pub(crate) mod source;
 #[cfg(test)]
 mod test_env;
 mod web_identity;
@@ -33,12 +34,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use url::Url;
-
+pub(crate) use self::source::Source;
 use super::credentials::{Credentials, credentials_error};
 use super::keys::{self, Keys};
 use crate::error::Result;
-use crate::http::redact::redact;
 
 /// Where the chain reads its variables and the home directory: the process's
 /// environment, or a fixed one in tests.
@@ -63,71 +62,23 @@ impl Env for ProcessEnv {
     }
 }
 
-/// How keys are got. `Debug` shows its name only (it may hold keys or a
-/// token).
-#[derive(Clone, PartialEq, Eq)]
-pub(crate) enum Source {
-    /// Keys known already: given to the builder, in the environment or a
-    /// profile (named by `from`).
-    Given { keys: Credentials, from: String },
-    /// STS's `AssumeRoleWithWebIdentity` for the token in a file.
-    WebIdentity {
-        token_file: PathBuf,
-        role_arn: String,
-        session_name: String,
-        sts: Url,
-    },
-    /// The container credentials service (ECS, EKS Pod Identity).
-    Container {
-        url: Url,
-        authorization: Option<String>,
-        authorization_file: Option<PathBuf>,
-    },
-    /// EC2's instance metadata service, IMDSv2.
-    InstanceMetadata { endpoint: Url },
-}
-
-impl std::fmt::Debug for Source {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.name())
-    }
-}
-
-impl Source {
-    /// What the source is called in messages.
-    pub fn name(&self) -> String {
-        match self {
-            Source::Given { from, .. } => from.clone(),
-            Source::WebIdentity { .. } => {
-                "a web identity token (AWS_WEB_IDENTITY_TOKEN_FILE, via STS)".into()
-            }
-            Source::Container { url, .. } => {
-                format!("the container credentials service at {}", redact(url))
-            }
-            Source::InstanceMetadata { .. } => "EC2 instance metadata (IMDSv2)".into(),
-        }
-    }
-
-    /// Asks the source for keys: a network call for every source but
-    /// [`Source::Given`].
-    pub(crate) fn load(&self) -> Result<Credentials> {
-        match self {
-            Source::Given { keys, .. } => Ok(keys.clone()),
-            Source::WebIdentity {
-                token_file,
-                role_arn,
-                session_name,
-                sts,
-            } => web_identity::assume_role(token_file, role_arn, session_name, sts),
-            Source::Container {
-                url,
-                authorization,
-                authorization_file,
-            } => {
-                container::credentials(url, authorization.as_deref(), authorization_file.as_deref())
-            }
-            Source::InstanceMetadata { endpoint } => instance::credentials(endpoint),
-        }
+/// Asks the source for keys: a network call for every source but
+/// [`Source::Given`]; renewals call it again.
+pub(crate) fn load(source: &Source) -> Result<Credentials> {
+    match source {
+        Source::Given { keys, .. } => Ok(keys.clone()),
+        Source::WebIdentity {
+            token_file,
+            role_arn,
+            session_name,
+            sts,
+        } => web_identity::assume_role(token_file, role_arn, session_name, sts),
+        Source::Container {
+            url,
+            authorization,
+            authorization_file,
+        } => container::credentials(url, authorization.as_deref(), authorization_file.as_deref()),
+        Source::InstanceMetadata { endpoint } => instance::credentials(endpoint),
     }
 }
 
@@ -185,7 +136,7 @@ pub(crate) const LONGEST_LOAD: Duration =
 /// The process's keys for `source`, loaded now so that a source that
 /// applies yet gives nothing fails the open rather than its first read.
 fn load_shared(source: Source) -> Result<Arc<Keys>> {
-    let keys = keys::shared(source, None);
+    let keys = keys::shared(source, None, load);
     keys.get(Instant::now() + LONGEST_LOAD)?;
     Ok(keys)
 }

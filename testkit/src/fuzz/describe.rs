@@ -12,8 +12,10 @@ use hdf5_sys::h5i::hid_t;
 use hdf5_sys::{h5a, h5d, h5p, h5s, h5t};
 use remfile::hdf5::hdf5_metno as h5lib;
 
-use super::MAX_READ;
-use super::walk::selection;
+/// The most bytes read of one dataset or attribute (its first elements):
+/// enough to cross several chunks of the seeds' datasets, so that the chunk
+/// read-ahead runs, while a dataset that claims terabytes costs nothing.
+pub const MAX_READ: u64 = 1 << 20;
 
 /// What is described.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -241,5 +243,48 @@ unsafe fn has_variable_length(t: hid_t, depth: u32) -> bool {
             }
             _ => false,
         }
+    }
+}
+
+/// Counts of a selection from the origin of a dataset of `shape`, of
+/// elements of `size` bytes, that reads at most [`MAX_READ`] bytes: the
+/// whole dataset if it fits, else fewer along the leading dimensions.
+pub(super) fn selection(shape: &[u64], size: u64) -> Vec<u64> {
+    let mut counts = shape.to_vec();
+    let bytes = |c: &[u64], skip: Option<usize>| {
+        c.iter()
+            .enumerate()
+            .filter(|&(i, _)| Some(i) != skip)
+            .try_fold(size, |acc, (_, &n)| acc.checked_mul(n))
+            .unwrap_or(u64::MAX)
+    };
+    for dim in 0..counts.len() {
+        if bytes(&counts, None) <= MAX_READ {
+            break;
+        }
+        let others = bytes(&counts, Some(dim));
+        counts[dim] = counts[dim].min((MAX_READ / others.max(1)).max(1));
+    }
+    counts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The size of [`selection`]'s bytes.
+    fn selection_bytes(shape: &[u64], size: u64) -> u64 {
+        selection(shape, size).iter().product::<u64>() * size
+    }
+
+    #[test]
+    fn a_selection_reads_at_most_max_read() {
+        assert_eq!(selection(&[10, 10], 8), [10, 10], "all of a small one");
+        assert_eq!(selection(&[], 8), Vec::<u64>::new());
+        assert!(selection_bytes(&[1 << 40, 64], 2) <= MAX_READ);
+        assert_eq!(selection(&[1 << 40, 64], 2)[1], 64, "whole rows");
+        assert_eq!(selection(&[3, 1 << 40], 8), [1, MAX_READ / 8]);
+        assert!(selection_bytes(&[u64::MAX, u64::MAX, 7], 1 << 19) <= MAX_READ);
+        assert_eq!(selection(&[0, 1 << 40], 8)[0], 0);
     }
 }

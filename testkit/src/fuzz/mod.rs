@@ -16,9 +16,11 @@ mod mutate;
 mod walk;
 
 #[cfg(feature = "hdf5")]
+pub use self::describe::MAX_READ;
+#[cfg(feature = "hdf5")]
 pub use self::driver::{
     HEADER_LEN, Input, MAX_REFERENCE_LEN, REFERENCE_ONLY, hdf5_driver, hdf5_driver_walk,
 };
 pub use self::mutate::{SIGNATURES, mutate_metadata};
 #[cfg(feature = "hdf5")]
-pub use self::walk::{MAX_READ, MAX_STEPS};
+pub use self::walk::MAX_STEPS;
