@@ -7,7 +7,30 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use pyo3::ffi::PyThreadState;
 use pyo3::{Python, pyfunction};
 
-use crate::host::{SAVED, local};
+thread_local! {
+    /// The thread state `outside` saved when it let go of the GIL on this
+    /// thread (null if it did not): a look at signals takes the GIL back
+    /// with it.
+    pub(crate) static SAVED: std::cell::Cell<*mut pyo3::ffi::PyThreadState> =
+        const { std::cell::Cell::new(std::ptr::null_mut()) };
+}
+
+/// This thread's flags, also while the process exits: HDF5 closes its
+/// files from C's `exit`, after the main thread's thread-locals are gone
+/// (then each reads as its default, and is set nowhere).
+pub(crate) mod local {
+    use std::cell::Cell;
+    use std::thread::LocalKey;
+
+    pub(crate) fn get<T: Copy + Default>(key: &'static LocalKey<Cell<T>>) -> T {
+        key.try_with(Cell::get).unwrap_or_default()
+    }
+
+    /// Sets the flag; its value before.
+    pub(crate) fn replace<T: Copy + Default>(key: &'static LocalKey<Cell<T>>, value: T) -> T {
+        key.try_with(|c| c.replace(value)).unwrap_or_default()
+    }
+}
 
 type Unchecked = unsafe extern "C" fn() -> *mut PyThreadState;
 

@@ -7,17 +7,8 @@ use pyo3::prelude::*;
 use remfile::{Error, wait};
 
 use crate::errors::{STOPPED, take_stopped, to_py};
-use crate::gil;
-use crate::lifecycle::ReadFromPython;
-
-/// The thread Python runs signal handlers on (`threading.main_thread()`).
-pub(crate) static MAIN_THREAD: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-fn on_main_thread() -> bool {
-    // SAFETY: pthread_self has no preconditions.
-    let me = unsafe { libc::pthread_self() } as u64;
-    me == MAIN_THREAD.load(std::sync::atomic::Ordering::Relaxed)
-}
+use crate::gil::{self, SAVED, local};
+use crate::lifecycle::{ReadFromPython, on_main_thread};
 
 /// The crate's network waits, as Python needs them: without the GIL where
 /// that is safe, stopped by Ctrl-C, and failures through h5py raised as the
@@ -165,11 +156,6 @@ fn park_until_the_process_ends() -> ! {
 pub(crate) static HOST: PythonHost = PythonHost;
 
 thread_local! {
-    /// The thread state `outside` saved when it let go of the GIL on this
-    /// thread (null if it did not): a look at signals takes the GIL back
-    /// with it.
-    pub(crate) static SAVED: std::cell::Cell<*mut pyo3::ffi::PyThreadState> =
-        const { std::cell::Cell::new(std::ptr::null_mut()) };
     /// Whether this thread's read was asked for by the package's own
     /// methods (not by HDF5): then every signal handler may run.
     static FROM_PYTHON: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
@@ -178,23 +164,6 @@ thread_local! {
     /// A SIGINT seen inside HDF5 whose handler is the program's own: raised
     /// again once the call returns.
     static SIGINT_AFTER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// This thread's flags, also while the process exits: HDF5 closes its
-/// files from C's `exit`, after the main thread's thread-locals are gone
-/// (then each reads as its default, and is set nowhere).
-pub(crate) mod local {
-    use std::cell::Cell;
-    use std::thread::LocalKey;
-
-    pub(crate) fn get<T: Copy + Default>(key: &'static LocalKey<Cell<T>>) -> T {
-        key.try_with(Cell::get).unwrap_or_default()
-    }
-
-    /// Sets the flag; its value before.
-    pub(crate) fn replace<T: Copy + Default>(key: &'static LocalKey<Cell<T>>, value: T) -> T {
-        key.try_with(|c| c.replace(value)).unwrap_or_default()
-    }
 }
 
 /// Marks this thread as waiting inside an HDF5 call while it lives.

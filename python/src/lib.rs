@@ -21,7 +21,8 @@ use remfile::hdf5::driver;
 use remfile::wait;
 
 use batch::Files;
-use host::{HOST, MAIN_THREAD};
+use host::HOST;
+use lifecycle::MAIN_THREAD;
 use remote::Remote;
 
 #[pymodule]

@@ -5,8 +5,16 @@
 use pyo3::prelude::*;
 use remfile::wait;
 
-use crate::host::MAIN_THREAD;
 use crate::logs;
+
+/// The thread Python runs signal handlers on (`threading.main_thread()`).
+pub(crate) static MAIN_THREAD: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+pub(crate) fn on_main_thread() -> bool {
+    // SAFETY: pthread_self has no preconditions.
+    let me = unsafe { libc::pthread_self() } as u64;
+    me == MAIN_THREAD.load(std::sync::atomic::Ordering::Relaxed)
+}
 
 /// In a forked child: the thread that forked is its main thread now
 /// (Python runs signal handlers there), whichever thread it was.

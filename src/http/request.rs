@@ -1,22 +1,15 @@
-//! Sending one ranged `GET`, following redirects hop by hop (so that every
-//! hop is counted, and a caller's headers stay with the original origin).
+//! What one ranged `GET` asks, decided without I/O: the bytes it wants, the
+//! checks it asks the server to make first, and the rules every hop of its
+//! redirects must keep (plain `http` refused where asked, no downgrade from
+//! `https`, a bounded number of hops).
 
 use std::ops::Range;
-use std::time::{Duration, Instant};
 
-use ureq::http::Response;
-use ureq::http::header::{ACCEPT_ENCODING, IF_MATCH, IF_NONE_MATCH, LOCATION, RANGE, USER_AGENT};
-use ureq::typestate::WithoutBody;
-use ureq::{Body, RequestBuilder};
 use url::Url;
 
-use super::classify::{classify_ureq, refused_here};
-use super::redact::{redact, same_origin};
-use super::response::drain;
-use super::retry::{Failure, Retry, Try};
-use super::{Reaction, Transport, header};
+use super::redact::redact;
+use super::retry::Failure;
 use crate::error::{Error, ErrorKind};
-use crate::stats::Counters;
 
 /// The bytes one request asks for.
 #[derive(Debug, Clone)]
@@ -54,201 +47,150 @@ pub(crate) enum Precondition<'a> {
     NoneMatch(&'a str),
 }
 
-/// How long a response's headers took, and when they arrived (its body is
-/// timed from then), kept with the response.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct HeadersArrived {
-    pub waited: Duration,
-    pub at: Instant,
+/// Whether `status` is a redirect the transport follows itself.
+pub(super) fn is_redirect(status: u16) -> bool {
+    matches!(status, 301 | 302 | 303 | 307 | 308)
 }
 
-const REDIRECT_STATUSES: [u16; 5] = [301, 302, 303, 307, 308];
+/// The rules of where requests may go.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Rules {
+    pub https_only: bool,
+    pub allow_redirect_to_http: bool,
+    pub max_redirects: u32,
+}
 
-impl Transport {
-    /// Sends one GET for `want`, following redirects. Returns the final
-    /// response and the URL that gave it.
-    pub(super) fn send(
-        &self,
-        want: Want,
-        condition: Option<Precondition<'_>>,
-        deadline: Instant,
-        mut at: Try<'_>,
-    ) -> Result<(Response<Body>, Url), Failure> {
-        let mut url = self.target.read().clone();
-        let mut hops = 0;
-        loop {
-            // No hop after a stop (draining the last one may have hidden it).
-            crate::wait::check_stopped().map_err(Failure::fatal)?;
-            let mut resp = self.send_once(&url, &want, condition, deadline, &mut at)?;
-            let status = resp.status().as_u16();
-            if !REDIRECT_STATUSES.contains(&status) {
-                return Ok((resp, url));
-            }
-            // S3 names a bucket's region with its redirects: the requests
-            // go there, signed for it, rather than where the redirect says.
-            if let Some(service) = &self.service {
-                if let Reaction::Moved(to) = service.react(status, resp.headers(), &[], &url) {
-                    drain(&mut resp);
-                    self.move_to(to);
-                    let error = Error::new(
-                        ErrorKind::HttpStatus(status),
-                        format!("HTTP {status}: the bucket is in another region"),
-                    );
-                    return Err(Failure::new(error, Retry::Moved, None));
-                }
-            }
-            hops += 1;
-            if hops > self.max_redirects {
-                return Err(Failure::fatal(Error::new(
-                    ErrorKind::Redirect,
-                    format!("more than {} redirects", self.max_redirects),
-                )));
-            }
-            let next = next_hop(resp, &url)?;
-            // (Under https_only the next request refuses it, as any http.)
-            if !self.https_only && self.refuses_downgrade(&url, &next) {
-                return Err(Failure::fatal(Error::new(
-                    ErrorKind::Redirect,
-                    format!(
-                        "refusing a redirect from https to plain http ({}); \
-                         Builder::allow_redirect_to_http allows it",
-                        redact(&next)
-                    ),
-                )));
-            }
-            url = next;
-        }
+impl Rules {
+    /// Whether moving from `from` to `to` (a redirect, a provider's fresh
+    /// URL) is a downgrade from `https` to plain `http` the builder did not
+    /// allow: its bytes would travel in the clear, and be cached under the
+    /// `https` name as if they had come over TLS.
+    pub fn refuses_downgrade(&self, from: &Url, to: &Url) -> bool {
+        from.scheme() == "https" && to.scheme() == "http" && !self.allow_redirect_to_http
     }
 
-    /// One request to `url`, without following a redirect.
-    fn send_once(
-        &self,
-        url: &Url,
-        want: &Want,
-        condition: Option<Precondition<'_>>,
-        deadline: Instant,
-        at: &mut Try<'_>,
-    ) -> Result<Response<Body>, Failure> {
+    /// Whether a request may go to `url` at all.
+    pub fn check_target(&self, url: &Url) -> Result<(), Failure> {
         if self.https_only && url.scheme() != "https" {
             return Err(Failure::fatal(Error::new(
                 ErrorKind::InvalidUrl,
                 format!("refusing plain HTTP to {} (https_only is set)", redact(url)),
             )));
         }
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        if remaining.is_zero() {
-            return Err(Failure::give_up(Error::new(
-                ErrorKind::Timeout,
-                "the read's overall deadline passed",
-            )));
-        }
-        let req = self
-            .request(url, want, condition, remaining)
-            .map_err(|e| Failure::from(e.with_url(&self.shown(url))))?;
-        Counters::add(&self.counters.requests, 1);
-        *at.in_sequence += 1;
-        let attempt = at.number;
-        let started = Instant::now();
-        let result = req.call();
-        let waited = started.elapsed();
-        let elapsed_ms = waited.as_millis() as u64;
-        let mut resp = result.map_err(|e| {
-            let opened = self.opened.load(std::sync::atomic::Ordering::Relaxed);
-            let failure = classify_ureq(e, "making the request");
-            let mut f = refused_here(url, self.agent.dials_directly(), opened, failure);
-            f.error = f.error.with_url(&self.shown(url));
-            self.counters.trace.record(want.into(), None, None, started);
-            tracing::debug!(
-                url = %redact(url), range = %want,
-                elapsed_ms, attempt, error = %f.error, "http request failed"
-            );
-            f
-        })?;
-        self.link.record_wait(waited);
-        resp.extensions_mut().insert(HeadersArrived {
-            waited,
-            at: Instant::now(),
-        });
-        let body_len = header::content_length(resp.headers()).ok().flatten();
-        self.counters
-            .trace
-            .record(want.into(), Some(resp.status().as_u16()), body_len, started);
-        tracing::debug!(
-            url = %redact(url),
-            range = %want,
-            status = resp.status().as_u16(),
-            bytes = body_len,
-            elapsed_ms,
-            attempt,
-            "http request"
-        );
-        Ok(resp)
+        Ok(())
     }
 
-    /// The GET for `want` at `url`: the crate's headers, the caller's (to
-    /// their own origin only), and timeouts within the `remaining` time.
-    fn request(
+    /// Where the redirect number `hops` (1-based) from `from` leads, given
+    /// its status and `Location`.
+    pub fn next_hop(
         &self,
-        url: &Url,
-        want: &Want,
-        condition: Option<Precondition<'_>>,
-        remaining: Duration,
-    ) -> Result<RequestBuilder<WithoutBody>, Error> {
-        let mut req = self
-            .agent
-            .get()
-            .get(url.as_str())
-            .header(RANGE, format!("bytes={want}"))
-            .header(ACCEPT_ENCODING, "identity")
-            .header(USER_AGENT, &self.user_agent);
-        req = match condition {
-            Some(Precondition::Match(tag)) => req.header(IF_MATCH, tag),
-            Some(Precondition::NoneMatch(tag)) => req.header(IF_NONE_MATCH, tag),
-            None => req,
-        };
-        // The caller's headers are for the file's own origin: the one given,
-        // or where its service moved its requests (a bucket's region).
-        let own_origin = match &self.service {
-            Some(_) => same_origin(url, &self.original.read()),
-            None => same_origin(url, &self.headers_for),
-        };
-        let caller_headers: &[(String, String)] = if own_origin { &self.headers } else { &[] };
-        for (name, value) in caller_headers {
-            req = req.header(name, value);
+        hops: u32,
+        status: u16,
+        location: Option<&str>,
+        from: &Url,
+    ) -> Result<Url, Failure> {
+        if hops > self.max_redirects {
+            return Err(Failure::fatal(Error::new(
+                ErrorKind::Redirect,
+                format!("more than {} redirects", self.max_redirects),
+            )));
         }
-        if let Some(service) = &self.service {
-            for (name, value) in service.authorize(url, caller_headers)? {
-                req = req.header(name, value);
-            }
+        let next = location
+            .and_then(|loc| from.join(loc).ok())
+            .filter(|u| matches!(u.scheme(), "http" | "https"));
+        let Some(next) = next else {
+            return Err(Failure::fatal(Error::new(
+                ErrorKind::Redirect,
+                format!("HTTP {status} redirect without a usable Location"),
+            )));
+        };
+        // (Under https_only the next request refuses it, as any http.)
+        if !self.https_only && self.refuses_downgrade(from, &next) {
+            return Err(Failure::fatal(Error::new(
+                ErrorKind::Redirect,
+                format!(
+                    "refusing a redirect from https to plain http ({}); \
+                     Builder::allow_redirect_to_http allows it",
+                    redact(&next)
+                ),
+            )));
         }
-        Ok(req
-            .config()
-            .http_status_as_error(false)
-            .max_redirects(0)
-            .timeout_global(Some(remaining))
-            .timeout_resolve(Some(self.timeouts.connect))
-            .timeout_connect(Some(self.timeouts.connect))
-            .timeout_recv_response(Some(self.timeouts.idle))
-            .timeout_per_read(Some(self.timeouts.idle))
-            .build())
+        Ok(next)
+    }
+
+    /// Whether a fresh URL from a URL provider, replacing `original`, may be
+    /// used.
+    pub fn accepts_renewed(&self, original: &Url, fresh: &Url) -> bool {
+        matches!(fresh.scheme(), "http" | "https")
+            && !(self.https_only && fresh.scheme() != "https")
+            && !self.refuses_downgrade(original, fresh)
     }
 }
 
-/// Where a redirect response points (its body drained, so that its
-/// connection is reused).
-fn next_hop(mut resp: Response<Body>, from: &Url) -> Result<Url, Failure> {
-    let next = header::get(resp.headers(), LOCATION)
-        .and_then(|loc| from.join(loc).ok())
-        .filter(|u| matches!(u.scheme(), "http" | "https"));
-    let Some(next) = next else {
-        return Err(Failure::fatal(Error::new(
-            ErrorKind::Redirect,
-            format!(
-                "HTTP {} redirect without a usable Location",
-                resp.status().as_u16()
-            ),
-        )));
-    };
-    drain(&mut resp);
-    Ok(next)
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules(https_only: bool, allow_redirect_to_http: bool) -> Rules {
+        Rules {
+            https_only,
+            allow_redirect_to_http,
+            max_redirects: 2,
+        }
+    }
+
+    fn url(s: &str) -> Url {
+        Url::parse(s).unwrap()
+    }
+
+    fn kind(r: Result<Url, Failure>) -> Option<ErrorKind> {
+        r.err().map(|f| f.error.kind())
+    }
+
+    #[test]
+    fn a_redirect_is_followed_within_the_rules() {
+        let from = url("https://a.example/f?sig=1");
+        let r = rules(false, false);
+        let hop = r.next_hop(1, 302, Some("/g"), &from).unwrap();
+        assert_eq!(hop.as_str(), "https://a.example/g");
+        let redirect = Some(ErrorKind::Redirect);
+        assert_eq!(
+            kind(r.next_hop(3, 302, Some("/g"), &from)),
+            redirect,
+            "too many"
+        );
+        assert_eq!(
+            kind(r.next_hop(1, 302, None, &from)),
+            redirect,
+            "no Location"
+        );
+        assert_eq!(kind(r.next_hop(1, 302, Some("ftp://b/x"), &from)), redirect);
+        let down = Some("http://b.example/f");
+        assert_eq!(
+            kind(r.next_hop(1, 301, down, &from)),
+            redirect,
+            "a downgrade"
+        );
+        assert!(rules(false, true).next_hop(1, 301, down, &from).is_ok());
+        // Under https_only the hop is taken, and its request refused.
+        assert!(rules(true, false).next_hop(1, 301, down, &from).is_ok());
+        let refused = rules(true, false).check_target(&url("http://b.example/f"));
+        assert_eq!(
+            refused.err().map(|f| f.error.kind()),
+            Some(ErrorKind::InvalidUrl)
+        );
+        assert!(is_redirect(307) && !is_redirect(304) && !is_redirect(206));
+    }
+
+    #[test]
+    fn a_renewed_url_keeps_the_rules() {
+        let original = url("https://a.example/f");
+        let r = rules(false, false);
+        assert!(r.accepts_renewed(&original, &url("https://b.example/f?x=2")));
+        assert!(!r.accepts_renewed(&original, &url("http://b.example/f")));
+        assert!(!r.accepts_renewed(&original, &url("file:///etc/passwd")));
+        assert!(rules(false, true).accepts_renewed(&original, &url("http://b.example/f")));
+        let plain = url("http://a.example/f");
+        assert!(!rules(true, true).accepts_renewed(&plain, &url("http://b.example/f")));
+    }
 }

@@ -1,29 +1,22 @@
-//! What a response must be to be believed: the status, `Content-Range`,
-//! `Content-Length`, encoding and validators of the opening request, the
-//! tail and a range fetch, each checked before a byte of the body is used;
-//! and reading a body into a sink, exactly to its end.
+//! What a response must be to be believed, decided from its status and
+//! headers without I/O: the `Content-Range`, `Content-Length`, encoding and
+//! validators of the opening request, the tail and a range fetch, each
+//! checked before a byte of the body is used; and what an error answer
+//! asks of the retry loop.
 
-use std::io::Read;
 use std::ops::Range;
-use std::time::Instant;
 
-use ureq::Body;
 use ureq::http::header::{
     AGE, CACHE_CONTROL, CONTENT_ENCODING, CONTENT_RANGE, ETAG, LAST_MODIFIED, RETRY_AFTER,
 };
-use ureq::http::{HeaderMap, Response, StatusCode};
-use url::Url;
+use ureq::http::{HeaderMap, StatusCode};
 
-use super::classify::classify_io;
 use super::content_range::{self, ContentRange};
-use super::request::HeadersArrived;
 use super::retry::{Failure, Retry};
-use super::sink::Sink;
-use super::{Reaction, Transport, header};
-use crate::error::{BODY_EXCERPT_LEN, Error, ErrorKind};
+use super::{Reaction, header};
+use crate::error::{Error, ErrorKind};
 use crate::identity::Identity;
 use crate::identity::freshness::{self, Freshness};
-use crate::stats::Counters;
 
 /// Checks a response's validators against the version opened (see
 /// [`Identity::differs_from`]).
@@ -98,249 +91,211 @@ pub(crate) struct Tail {
     pub bytes: Vec<u8>,
 }
 
-impl Transport {
-    /// Checks the answer to the opening request and reads its body.
-    pub(super) fn open_response(
-        &self,
-        mut resp: Response<Body>,
-        url: Url,
-        first_len: u64,
-        conditional: bool,
-    ) -> Result<Revalidated, Failure> {
-        let headers = resp.headers().clone();
-        reject_encoded(&headers)?;
-        let freshness = freshness_said(&headers).unwrap_or_default();
-        let opened = match resp.status().as_u16() {
-            // The version the caller knows is still the file's.
-            304 if conditional => {
-                drain(&mut resp);
-                self.remember(url);
-                return Ok(Revalidated::Unchanged {
-                    freshness: freshness_said(&headers),
-                    etag: header::get(&headers, ETAG).map(str::to_owned),
-                });
-            }
-            206 => {
-                let (first, last, total) = bytes_with_size(&headers)?;
-                if first != 0 || last != first_len.min(total) - 1 {
-                    return Err(Failure::fatal(malformed(format!(
-                        "asked for bytes 0-{}, got Content-Range bytes {first}-{last}/{total}",
-                        first_len - 1
-                    ))));
-                }
-                check_content_length(&headers, last + 1)?;
-                // Remembered before the body is read: a retry of a body cut
-                // short skips the redirect.
-                self.remember(url);
-                let mut first = vec![0; (last + 1) as usize];
-                self.read_body(&mut resp, &mut Sink::over(&mut first))?;
-                return Ok(Revalidated::Changed(Opened {
-                    identity: identity_from(total, &headers),
-                    first,
-                    freshness,
-                }));
-            }
-            // Either a small file sent whole, or a server ignoring Range.
-            200 => self.open_whole(&mut resp, first_len)?,
-            416 => match parse_content_range(&headers)? {
-                ContentRange::Unsatisfied { total: 0 } => {
-                    drain(&mut resp);
-                    Opened {
-                        identity: identity_from(0, &headers),
-                        first: Vec::new(),
-                        freshness,
-                    }
-                }
-                _ => {
-                    return Err(Failure::fatal(malformed(
-                        "416 Range Not Satisfiable for the first bytes of a file that is not empty",
-                    )));
-                }
-            },
-            status => return Err(self.status_failure(status, resp, &url)),
-        };
-        self.remember(url);
-        Ok(Revalidated::Changed(opened))
-    }
-
-    /// A `200` to the opening request: the whole file if it is no longer than
-    /// was asked for, else a server that ignores ranges.
-    fn open_whole(&self, resp: &mut Response<Body>, first_len: u64) -> Result<Opened, Failure> {
-        let announced = header::content_length(resp.headers()).map_err(|()| bad_length())?;
-        if announced.is_some_and(|n| n > first_len) {
-            return Err(Failure::fatal(not_ranged()));
-        }
-        let mut body = Vec::new();
-        resp.body_mut()
-            .as_reader()
-            .take(first_len + 1)
-            .read_to_end(&mut body)
-            .map_err(|e| classify_io(e, "reading the response"))?;
-        Counters::add(&self.counters.bytes_fetched, body.len() as u64);
-        if body.len() as u64 > first_len {
-            return Err(Failure::fatal(not_ranged()));
-        }
-        if announced.is_some_and(|n| n != body.len() as u64) {
-            return Err(Failure::transient(short_body(body.len() as u64, announced)));
-        }
-        Ok(Opened {
-            identity: identity_from(body.len() as u64, resp.headers()),
-            first: body,
-            freshness: freshness_said(resp.headers()).unwrap_or_default(),
-        })
-    }
-
-    /// Checks the answer to a suffix range for the last `len` bytes and
-    /// reads its body.
-    pub(super) fn tail_response(
-        &self,
-        mut resp: Response<Body>,
+/// What the answer to the opening request says, before its body is read.
+#[derive(Debug)]
+pub(super) enum OpenVerdict {
+    /// `304`: the version known is still the file's.
+    Unchanged {
+        freshness: Option<Freshness>,
+        etag: Option<String>,
+    },
+    /// `206`: the first `len` bytes of the file `identity` follow.
+    Partial {
         len: u64,
-    ) -> Result<Tail, Failure> {
-        let status = resp.status().as_u16();
-        if status != 206 {
-            // Dropped unread: a whole body sent by a server that ignores the
-            // range is not worth reading (the open reports such servers).
-            return Err(Failure::fatal(malformed(format!(
-                "HTTP {status} to a suffix range"
-            ))));
-        }
-        let headers = resp.headers().clone();
-        reject_encoded(&headers)?;
-        let (first, last, total) = bytes_with_size(&headers)?;
-        if last + 1 != total || total - first != len.min(total) {
-            return Err(Failure::fatal(malformed(format!(
-                "asked for the last {len} bytes, got Content-Range bytes {first}-{last}/{total}"
-            ))));
-        }
-        check_content_length(&headers, total - first)?;
-        let mut bytes = vec![0; (total - first) as usize];
-        self.read_body(&mut resp, &mut Sink::over(&mut bytes))?;
-        Ok(Tail {
-            identity: identity_from(total, &headers),
-            start: first,
-            bytes,
-        })
-    }
+        identity: Identity,
+        freshness: Freshness,
+    },
+    /// `200`: a small file sent whole, if its body is no longer than was
+    /// asked for ([`check_whole`]); its `Content-Length`, if given.
+    Whole { announced: Option<u64> },
+    /// An empty file (`416` of size 0): nothing follows.
+    Empty(Opened),
+    /// Another status: an error answer.
+    Status(u16),
+}
 
-    /// Checks the answer to a request for `range` of the file `identity`
-    /// and reads its body into `sink`.
-    pub(super) fn fetch_response(
-        &self,
-        mut resp: Response<Body>,
-        url: Url,
-        range: &Range<u64>,
-        identity: &Identity,
-        sink: &mut Sink<'_>,
-    ) -> Result<(), Failure> {
-        let headers = resp.headers();
-        match resp.status().as_u16() {
-            206 => check_partial(headers, range, identity)?,
-            200 if range.start == 0 && range.end == identity.size => {
-                // A small file is answered whole; accept exactly that.
-                reject_encoded(headers)?;
-                check_version(identity, headers)?;
-                let length = header::content_length(headers).map_err(|()| bad_length())?;
-                if let Some(now) = length.filter(|&n| n != identity.size) {
-                    return Err(Failure::fatal(changed_size(identity.size, now)));
-                }
+/// Checks the headers of the answer to the opening request for the first
+/// `first_len` bytes (`conditional`: it asked `If-None-Match`).
+pub(super) fn judge_open(
+    status: u16,
+    headers: &HeaderMap,
+    first_len: u64,
+    conditional: bool,
+) -> Result<OpenVerdict, Failure> {
+    reject_encoded(headers)?;
+    let freshness = freshness_said(headers).unwrap_or_default();
+    match status {
+        304 if conditional => Ok(OpenVerdict::Unchanged {
+            freshness: freshness_said(headers),
+            etag: header::get(headers, ETAG).map(str::to_owned),
+        }),
+        206 => {
+            let (first, last, total) = bytes_with_size(headers)?;
+            if first != 0 || last != first_len.min(total) - 1 {
+                return Err(Failure::fatal(malformed(format!(
+                    "asked for bytes 0-{}, got Content-Range bytes {first}-{last}/{total}",
+                    first_len - 1
+                ))));
             }
-            200 => return Err(Failure::fatal(not_ranged())),
-            412 => {
-                return Err(Failure::fatal(Error::new(
-                    ErrorKind::RemoteChanged,
-                    "the remote file changed since it was opened (412 Precondition Failed on If-Match)",
-                )));
-            }
-            416 => {
-                return Err(Failure::fatal(match parse_content_range(headers)? {
-                    ContentRange::Unsatisfied { total } if total != identity.size => {
-                        changed_size(identity.size, total)
-                    }
-                    _ => malformed("416 Range Not Satisfiable for a range inside the file"),
-                }));
-            }
-            status => return Err(self.status_failure(status, resp, &url)),
+            check_content_length(headers, last + 1)?;
+            Ok(OpenVerdict::Partial {
+                len: last + 1,
+                identity: identity_from(total, headers),
+                freshness,
+            })
         }
-        self.remember(url);
-        self.read_body(&mut resp, sink)
-    }
-
-    /// Reads a body of exactly the sink's remaining length, then confirms the
-    /// body ends there (which also returns the connection to the pool).
-    fn read_body(&self, resp: &mut Response<Body>, sink: &mut Sink<'_>) -> Result<(), Failure> {
-        let from = sink.filled();
-        // Timed from the headers' arrival: a reader slow to start reading
-        // does not make the link look faster.
-        let headers = resp.extensions().get::<HeadersArrived>().copied();
-        let started = headers.map_or_else(Instant::now, |h| h.at);
-        let mut reader = resp.body_mut().as_reader();
-        while !sink.is_full() {
-            crate::wait::check_stopped().map_err(Failure::fatal)?;
-            match reader.read(sink.spare()) {
-                Ok(0) => {
-                    return Err(Failure::transient(short_body(
-                        sink.filled(),
-                        Some(sink.len()),
-                    )));
-                }
-                Ok(n) => {
-                    sink.advance(n);
-                    Counters::add(&self.counters.bytes_fetched, n as u64);
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(classify_io(e, "reading the response body")),
+        // Either a small file sent whole, or a server ignoring Range.
+        200 => {
+            let announced = header::content_length(headers).map_err(|()| bad_length())?;
+            if announced.is_some_and(|n| n > first_len) {
+                return Err(Failure::fatal(not_ranged()));
             }
+            Ok(OpenVerdict::Whole { announced })
         }
-        self.link.record_body(
-            sink.filled() - from,
-            started.elapsed(),
-            headers.map(|h| h.waited),
-        );
-        let mut probe = [0u8; 1];
-        match reader.read(&mut probe) {
-            Ok(0) | Err(_) => Ok(()),
-            Ok(_) => Err(Failure::fatal(malformed(
-                "the body is longer than the requested range",
+        416 => match parse_content_range(headers)? {
+            ContentRange::Unsatisfied { total: 0 } => Ok(OpenVerdict::Empty(Opened {
+                identity: identity_from(0, headers),
+                first: Vec::new(),
+                freshness,
+            })),
+            _ => Err(Failure::fatal(malformed(
+                "416 Range Not Satisfiable for the first bytes of a file that is not empty",
             ))),
-        }
+        },
+        status => Ok(OpenVerdict::Status(status)),
     }
+}
 
-    /// Turns an unexpected status into a failure, with the start of its body
-    /// and the wait the server asked for.
-    fn status_failure(&self, status: u16, mut resp: Response<Body>, url: &Url) -> Failure {
-        let retry_after = header::get(resp.headers(), RETRY_AFTER).and_then(header::retry_after);
-        let reason = StatusCode::from_u16(status)
-            .ok()
-            .and_then(|s| s.canonical_reason())
-            .unwrap_or("");
-        let mut error = Error::new(
-            ErrorKind::HttpStatus(status),
-            format!("HTTP {status} {reason}").trim_end().to_owned(),
-        )
-        .with_url(&self.shown(url));
-        let body = drain_raw(&mut resp);
-        let known = self.known_values(Some(url));
-        let excerpt = super::redact::printable_excerpt_without(&body, &known, BODY_EXCERPT_LEN);
-        if !excerpt.is_empty() {
-            error = error.with_body(excerpt);
-        }
-        let reaction = match &self.service {
-            Some(service) => service.react(status, resp.headers(), &body, url),
-            None => Reaction::Nothing,
-        };
-        let retry = match (reaction, status) {
-            (Reaction::Moved(to), _) => {
-                self.move_to(to);
-                Retry::Moved
-            }
-            (Reaction::Renew, _) => Retry::Renew,
-            (Reaction::Nothing, 401 | 403) => Retry::Denied,
-            (Reaction::Nothing, 429 | 500..=599) => Retry::Yes,
-            (Reaction::Nothing, _) => Retry::No,
-        };
-        Failure::new(error, retry, retry_after)
+/// Checks the body of a `200` to the opening request, read up to one byte
+/// past `first_len`: the whole file, as long as announced.
+pub(super) fn check_whole(
+    body: Vec<u8>,
+    announced: Option<u64>,
+    first_len: u64,
+    headers: &HeaderMap,
+) -> Result<Opened, Failure> {
+    if body.len() as u64 > first_len {
+        return Err(Failure::fatal(not_ranged()));
     }
+    if announced.is_some_and(|n| n != body.len() as u64) {
+        return Err(Failure::transient(short_body(body.len() as u64, announced)));
+    }
+    Ok(Opened {
+        identity: identity_from(body.len() as u64, headers),
+        first: body,
+        freshness: freshness_said(headers).unwrap_or_default(),
+    })
+}
+
+/// Checks the headers of the answer to a suffix range for the last `len`
+/// bytes: where the bytes that follow start, and the file they are of.
+pub(super) fn judge_tail(
+    status: u16,
+    headers: &HeaderMap,
+    len: u64,
+) -> Result<(u64, Identity), Failure> {
+    if status != 206 {
+        return Err(Failure::fatal(malformed(format!(
+            "HTTP {status} to a suffix range"
+        ))));
+    }
+    reject_encoded(headers)?;
+    let (first, last, total) = bytes_with_size(headers)?;
+    if last + 1 != total || total - first != len.min(total) {
+        return Err(Failure::fatal(malformed(format!(
+            "asked for the last {len} bytes, got Content-Range bytes {first}-{last}/{total}"
+        ))));
+    }
+    check_content_length(headers, total - first)?;
+    Ok((first, identity_from(total, headers)))
+}
+
+/// What the answer to a request for a range says, before its body is read.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum FetchVerdict {
+    /// The bytes asked for follow.
+    Body,
+    /// Another status: an error answer.
+    Status(u16),
+}
+
+/// Checks the headers of the answer to a request for `range` of the file
+/// `identity`.
+pub(super) fn judge_fetch(
+    status: u16,
+    headers: &HeaderMap,
+    range: &Range<u64>,
+    identity: &Identity,
+) -> Result<FetchVerdict, Failure> {
+    match status {
+        206 => check_partial(headers, range, identity)?,
+        200 if range.start == 0 && range.end == identity.size => {
+            // A small file is answered whole; accept exactly that.
+            reject_encoded(headers)?;
+            check_version(identity, headers)?;
+            let length = header::content_length(headers).map_err(|()| bad_length())?;
+            if let Some(now) = length.filter(|&n| n != identity.size) {
+                return Err(Failure::fatal(changed_size(identity.size, now)));
+            }
+        }
+        200 => return Err(Failure::fatal(not_ranged())),
+        412 => {
+            return Err(Failure::fatal(Error::new(
+                ErrorKind::RemoteChanged,
+                "the remote file changed since it was opened (412 Precondition Failed on If-Match)",
+            )));
+        }
+        416 => {
+            return Err(Failure::fatal(match parse_content_range(headers)? {
+                ContentRange::Unsatisfied { total } if total != identity.size => {
+                    changed_size(identity.size, total)
+                }
+                _ => malformed("416 Range Not Satisfiable for a range inside the file"),
+            }));
+        }
+        status => return Ok(FetchVerdict::Status(status)),
+    }
+    Ok(FetchVerdict::Body)
+}
+
+/// The error of an answer with an unexpected `status` (its body excerpt
+/// added by the caller).
+pub(super) fn status_error(status: u16) -> Error {
+    let reason = StatusCode::from_u16(status)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+        .unwrap_or("");
+    Error::new(
+        ErrorKind::HttpStatus(status),
+        format!("HTTP {status} {reason}").trim_end().to_owned(),
+    )
+}
+
+/// Whether an error answer is worth trying again, and how, given what the
+/// storage service made of it.
+pub(super) fn retry_for(status: u16, reaction: &Reaction) -> Retry {
+    match (reaction, status) {
+        (Reaction::Moved(_), _) => Retry::Moved,
+        (Reaction::Renew, _) => Retry::Renew,
+        (Reaction::Nothing, 401 | 403) => Retry::Denied,
+        (Reaction::Nothing, 429 | 500..=599) => Retry::Yes,
+        (Reaction::Nothing, _) => Retry::No,
+    }
+}
+
+/// The wait an error answer asks for before trying again (`Retry-After`).
+pub(super) fn retry_after(headers: &HeaderMap) -> Option<std::time::Duration> {
+    header::get(headers, RETRY_AFTER).and_then(header::retry_after)
+}
+
+/// A body that ended after `got` of the `expected` bytes.
+pub(super) fn body_cut_short(got: u64, expected: u64) -> Failure {
+    Failure::transient(short_body(got, Some(expected)))
+}
+
+/// A body that runs past the bytes asked for.
+pub(super) fn body_too_long() -> Failure {
+    Failure::fatal(malformed("the body is longer than the requested range"))
 }
 
 /// Checks a `206` to a request for `range` of the file `identity`.
@@ -451,23 +406,6 @@ fn reject_encoded(headers: &HeaderMap) -> Result<(), Failure> {
     }
 }
 
-/// Reads (and so frees the connection of) a short body; returns its first bytes.
-pub(super) fn drain(resp: &mut Response<Body>) -> String {
-    super::redact::printable_excerpt(&drain_raw(resp), BODY_EXCERPT_LEN)
-}
-
-/// Reads a short body (at most 64 KiB of it), as it is.
-fn drain_raw(resp: &mut Response<Body>) -> Vec<u8> {
-    const DRAIN_LIMIT: u64 = 64 * 1024;
-    let mut buf = Vec::new();
-    let _ = resp
-        .body_mut()
-        .as_reader()
-        .take(DRAIN_LIMIT)
-        .read_to_end(&mut buf);
-    buf
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -534,5 +472,188 @@ mod tests {
         let mut encoded = partial("bytes 10-19/100", None);
         encoded.insert(CONTENT_ENCODING, "gzip".parse().unwrap());
         assert_eq!(kind(&encoded), malformed);
+    }
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for &(name, value) in pairs {
+            h.append(name, value.parse().unwrap());
+        }
+        h
+    }
+
+    fn kind<T>(r: Result<T, Failure>) -> Option<ErrorKind> {
+        r.err().map(|f| f.error.kind())
+    }
+
+    #[test]
+    fn the_opening_answer_says_the_size_and_the_first_bytes() {
+        let h = headers(&[
+            ("content-range", "bytes 0-99/1000"),
+            ("etag", "\"v1\""),
+            ("cache-control", "max-age=60"),
+        ]);
+        match judge_open(206, &h, 100, false).unwrap() {
+            OpenVerdict::Partial { len, identity, .. } => {
+                assert_eq!((len, identity.size), (100, 1000));
+                assert_eq!(identity.etag.as_deref(), Some("\"v1\""));
+            }
+            other => panic!("{other:?}"),
+        }
+        // A file shorter than the first bytes asked for.
+        let short = headers(&[("content-range", "bytes 0-9/10")]);
+        assert!(matches!(
+            judge_open(206, &short, 100, false),
+            Ok(OpenVerdict::Partial { len: 10, .. })
+        ));
+        let malformed = Some(ErrorKind::MalformedResponse);
+        let elsewhere = headers(&[("content-range", "bytes 5-99/1000")]);
+        assert_eq!(kind(judge_open(206, &elsewhere, 100, false)), malformed);
+        let no_size = headers(&[("content-range", "bytes 0-99/*")]);
+        assert_eq!(kind(judge_open(206, &no_size, 100, false)), malformed);
+        let gzip = headers(&[
+            ("content-range", "bytes 0-99/1000"),
+            ("content-encoding", "gzip"),
+        ]);
+        assert_eq!(kind(judge_open(206, &gzip, 100, false)), malformed);
+    }
+
+    #[test]
+    fn a_whole_answer_to_the_opening_request_is_a_small_file_or_no_ranges() {
+        let announced = headers(&[("content-length", "50")]);
+        assert!(matches!(
+            judge_open(200, &announced, 100, false),
+            Ok(OpenVerdict::Whole {
+                announced: Some(50)
+            })
+        ));
+        let big = headers(&[("content-length", "5000")]);
+        assert_eq!(
+            kind(judge_open(200, &big, 100, false)),
+            Some(ErrorKind::RangeNotSupported)
+        );
+        let none = HeaderMap::new();
+        assert_eq!(
+            check_whole(vec![7; 50], Some(50), 100, &none)
+                .unwrap()
+                .identity
+                .size,
+            50
+        );
+        assert_eq!(
+            kind(check_whole(vec![7; 101], None, 100, &none)),
+            Some(ErrorKind::RangeNotSupported)
+        );
+        let cut = check_whole(vec![7; 40], Some(50), 100, &none)
+            .err()
+            .unwrap();
+        assert_eq!(cut.retry, Retry::Yes, "a body cut short is tried again");
+    }
+
+    #[test]
+    fn a_304_is_believed_only_when_asked_for() {
+        let h = headers(&[("etag", "\"v1\"")]);
+        match judge_open(304, &h, 100, true).unwrap() {
+            OpenVerdict::Unchanged { etag, freshness } => {
+                assert_eq!(etag.as_deref(), Some("\"v1\""));
+                assert!(
+                    freshness.is_none(),
+                    "no Cache-Control: what was said stands"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            judge_open(304, &h, 100, false),
+            Ok(OpenVerdict::Status(304))
+        ));
+        let empty = headers(&[("content-range", "bytes */0")]);
+        assert!(matches!(
+            judge_open(416, &empty, 100, false),
+            Ok(OpenVerdict::Empty(_))
+        ));
+        let not_empty = headers(&[("content-range", "bytes */10")]);
+        assert_eq!(
+            kind(judge_open(416, &not_empty, 100, false)),
+            Some(ErrorKind::MalformedResponse)
+        );
+    }
+
+    #[test]
+    fn a_tail_must_end_at_the_end() {
+        let h = headers(&[
+            ("content-range", "bytes 900-999/1000"),
+            ("content-length", "100"),
+        ]);
+        let (start, identity) = judge_tail(206, &h, 100).unwrap();
+        assert_eq!((start, identity.size), (900, 1000));
+        let whole = headers(&[("content-range", "bytes 0-49/50")]);
+        assert_eq!(
+            judge_tail(206, &whole, 100).unwrap().0,
+            0,
+            "a file shorter than the tail"
+        );
+        let before_end = headers(&[("content-range", "bytes 800-899/1000")]);
+        assert_eq!(
+            kind(judge_tail(206, &before_end, 100)),
+            Some(ErrorKind::MalformedResponse)
+        );
+        assert_eq!(
+            kind(judge_tail(200, &h, 100)),
+            Some(ErrorKind::MalformedResponse)
+        );
+    }
+
+    #[test]
+    fn a_fetch_answer_is_the_range_of_the_version_opened_or_an_error_answer() {
+        let id = Identity {
+            size: 100,
+            etag: Some("\"v1\"".into()),
+            last_modified: None,
+        };
+        let ok = headers(&[("content-range", "bytes 10-19/100"), ("etag", "\"v1\"")]);
+        assert_eq!(
+            judge_fetch(206, &ok, &(10..20), &id).unwrap(),
+            FetchVerdict::Body
+        );
+        let whole = headers(&[("content-length", "100")]);
+        assert_eq!(
+            judge_fetch(200, &whole, &(0..100), &id).unwrap(),
+            FetchVerdict::Body
+        );
+        assert_eq!(
+            kind(judge_fetch(200, &whole, &(10..20), &id)),
+            Some(ErrorKind::RangeNotSupported)
+        );
+        let changed = Some(ErrorKind::RemoteChanged);
+        assert_eq!(
+            kind(judge_fetch(412, &HeaderMap::new(), &(10..20), &id)),
+            changed
+        );
+        let shrunk = headers(&[("content-range", "bytes */50")]);
+        assert_eq!(kind(judge_fetch(416, &shrunk, &(10..20), &id)), changed);
+        let other = headers(&[("content-range", "bytes 10-19/100"), ("etag", "\"v2\"")]);
+        assert_eq!(kind(judge_fetch(206, &other, &(10..20), &id)), changed);
+        assert_eq!(
+            judge_fetch(503, &HeaderMap::new(), &(10..20), &id).unwrap(),
+            FetchVerdict::Status(503)
+        );
+    }
+
+    #[test]
+    fn an_error_answer_says_whether_to_try_again() {
+        assert_eq!(retry_for(503, &Reaction::Nothing), Retry::Yes);
+        assert_eq!(retry_for(429, &Reaction::Nothing), Retry::Yes);
+        assert_eq!(retry_for(403, &Reaction::Nothing), Retry::Denied);
+        assert_eq!(retry_for(404, &Reaction::Nothing), Retry::No);
+        assert_eq!(retry_for(400, &Reaction::Renew), Retry::Renew);
+        let there = url::Url::parse("https://b.example/").unwrap();
+        assert_eq!(retry_for(301, &Reaction::Moved(there)), Retry::Moved);
+        let h = headers(&[("retry-after", "7")]);
+        assert_eq!(retry_after(&h), Some(std::time::Duration::from_secs(7)));
+        assert_eq!(
+            status_error(503).to_string(),
+            "HTTP 503 Service Unavailable"
+        );
     }
 }

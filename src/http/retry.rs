@@ -1,16 +1,12 @@
-//! Trying a failed request again: the policy as data ([`RetryPolicy`]), why
-//! an attempt failed ([`Failure`]), and the loop that decides between trying
-//! again after a backoff, resolving a refused redirect target again, renewing
-//! the URL, and giving up.
+//! Trying a failed request again, decided without I/O: the policy as data
+//! ([`RetryPolicy`]), why an attempt failed ([`Failure`]), and what to do
+//! next ([`Attempts::after`]): pause and try again, resolve a refused
+//! redirect target again, renew the URL or the keys, or give up. The
+//! transport's loop carries the decisions out.
 
-use std::ops::Range;
-use std::sync::atomic::Ordering::Relaxed;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::{Transport, UrlProvider, redact::redact};
-use crate::error::{Error, ErrorKind};
-use crate::process::workers;
-use crate::stats::Counters;
+use crate::error::Error;
 
 /// How failed requests are retried, as plain data.
 ///
@@ -126,6 +122,7 @@ pub(crate) fn jitter() -> f64 {
 }
 
 /// Why one attempt failed, and whether to try again.
+#[derive(Debug)]
 pub(super) struct Failure {
     pub error: Error,
     pub retry: Retry,
@@ -187,215 +184,126 @@ impl From<Error> for Failure {
     }
 }
 
-/// Which attempt this is (1-based), and the count of sequential requests
-/// so far, which every request sent adds to.
-pub(super) struct Try<'a> {
-    pub number: u32,
-    pub in_sequence: &'a mut u32,
+/// Why a call gave up, as far as the user can do something about it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Hint {
+    None,
+    /// A refusal of a URL with a query (a presigned one) or one that was
+    /// resolved again: it may have expired.
+    Expired,
+    /// The storage service's own advice on a refusal (its keys).
+    Service,
 }
 
-/// What one retrying call has done so far.
-#[derive(Default)]
-struct Attempts {
-    made: u32,
+/// The message of [`Hint::Expired`].
+pub(super) const EXPIRED_HINT: &str =
+    "the URL may have expired (presigned URLs do); open a freshly signed one";
+
+/// What the loop does after a failed attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Next {
+    /// Stop, with the attempt's error.
+    GiveUp(Hint),
+    /// Try again at once: the service says the file is elsewhere, and the
+    /// transport moved its requests there.
+    Now,
+    /// Send the next request to the original URL, not where it redirected.
+    Reresolve,
+    /// Ask the URL provider for a fresh URL, then try again.
+    RenewUrl,
+    /// Ask the service for fresh keys; with none, give up with its hint.
+    RenewKeys,
+    /// Pause this long (within the deadline), then try again.
+    BackOff(Duration),
+}
+
+/// What the transport is when an attempt fails: the part of its state the
+/// decision reads.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Situation {
+    /// Requests go where the original URL redirected to, not to it.
+    pub redirected: bool,
+    /// A storage service (S3) signs the requests.
+    pub service: bool,
+    /// A URL provider can renew the URL: it has one, and the URL worked.
+    pub renewable_url: bool,
+    /// The original URL has a query (a presigned one's signature).
+    pub query: bool,
+}
+
+/// What one retrying call has done so far: the retry loop's decisions,
+/// apart from its requests and its pauses, so that they are tested without
+/// a socket or a clock.
+#[derive(Debug, Default)]
+pub(super) struct Attempts {
+    /// Attempts begun.
+    pub made: u32,
     retries: u32,
     reresolved: bool,
     renewed: bool,
     moved: bool,
 }
 
-const EXPIRED_HINT: &str =
-    "the URL may have expired (presigned URLs do); open a freshly signed one";
-
-impl Transport {
-    /// Runs `attempt` (one request for `range`, holding a connection permit)
-    /// until it succeeds, the policy gives up, or `deadline` passes.
-    pub(super) fn with_retries<T>(
-        &self,
-        range: Range<u64>,
-        deadline: Instant,
-        in_sequence: &mut u32,
-        mut attempt: impl FnMut(&Self, Try<'_>) -> Result<T, Failure>,
-    ) -> Result<T, Error> {
-        let mut so_far = Attempts::default();
-        loop {
-            so_far.made += 1;
-            // Background work of a closed file waits for no connection.
-            workers::check_file_open().map_err(|e| e.with_attempts(so_far.made - 1))?;
-            let permit = self
-                .connection(deadline)
-                .map_err(|e| e.with_attempts(so_far.made - 1))?;
-            // A read that was stopped makes no further request, nor a
-            // file closed meanwhile.
-            crate::wait::check_stopped()
-                .and_then(|()| workers::check_file_open())
-                .map_err(|e| e.with_attempts(so_far.made - 1))?;
-            let outcome = attempt(
-                self,
-                Try {
-                    number: so_far.made,
-                    in_sequence,
-                },
-            );
-            drop(permit);
-            let mut failure = match outcome {
-                Ok(v) => return Ok(v),
-                Err(f) => f,
-            };
-            // Before it is logged (a retry's warning shows it).
-            failure.error = self.scrubbed(failure.error);
-            // A request ended by a stop failed for no fault of the server's:
-            // the stop's error, and no retry.
-            crate::wait::check_stopped().map_err(|e| e.with_attempts(so_far.made))?;
-            let moved = failure.retry == Retry::Moved;
-            let again = match failure.retry {
-                Retry::No => Err(failure.error),
-                Retry::Denied => self.after_denial(&mut so_far, failure.error),
-                Retry::Yes => self.back_off(&mut so_far, &range, deadline, failure),
-                // Once: a service that keeps moving the file is wrong.
-                Retry::Moved if !so_far.moved => {
-                    so_far.moved = true;
-                    Ok(())
+impl Attempts {
+    /// What to do after the attempt failed as `failure` says, with
+    /// `time_left` before the call's deadline; `jitter` in `[0, 1)`.
+    pub fn after(
+        &mut self,
+        failure: &Failure,
+        situation: Situation,
+        policy: &RetryPolicy,
+        jitter: f64,
+        time_left: Duration,
+    ) -> Next {
+        match failure.retry {
+            Retry::No => Next::GiveUp(Hint::None),
+            Retry::Denied => self.after_denial(situation),
+            Retry::Yes => {
+                if self.retries >= policy.retries() {
+                    return Next::GiveUp(Hint::None);
                 }
-                Retry::Moved => Err(failure.error),
-                Retry::Renew => self.renew_keys(&mut so_far, failure.error),
-            };
-            if let Err(e) = again {
-                // A stop met while renewing keys or re-resolving says so.
-                crate::wait::check_stopped().map_err(|e| e.with_attempts(so_far.made))?;
-                return Err(e.with_attempts(so_far.made));
+                self.retries += 1;
+                let delay = policy.delay(self.retries, jitter, failure.retry_after);
+                if delay >= time_left {
+                    return Next::GiveUp(Hint::None);
+                }
+                Next::BackOff(delay)
             }
-            // Sending a request where the file is is no retry.
-            if !moved {
-                Counters::add(&self.counters.retries, 1);
+            // Once: a service that keeps moving the file is wrong.
+            Retry::Moved if !self.moved => {
+                self.moved = true;
+                Next::Now
             }
+            Retry::Moved => Next::GiveUp(Hint::None),
+            Retry::Renew if !situation.service => Next::GiveUp(Hint::None),
+            Retry::Renew if !self.renewed => {
+                self.renewed = true;
+                Next::RenewKeys
+            }
+            Retry::Renew => Next::GiveUp(Hint::Service),
         }
     }
 
     /// After a 401 or 403: a remembered redirect target is resolved again
     /// from the original URL once, then a URL that worked before is renewed
-    /// by the provider once. `Ok` means try again.
-    fn after_denial(&self, so_far: &mut Attempts, refusal: Error) -> Result<(), Error> {
-        let original = self.original.read().clone();
-        if *self.target.read() != original && !so_far.reresolved {
-            so_far.reresolved = true;
-            tracing::warn!(
-                url = %self.redacted, status = ?refusal.status(),
-                "redirect target refused access; resolving the original URL again"
-            );
-            *self.target.write() = original;
-            return Ok(());
+    /// by the provider once.
+    fn after_denial(&mut self, situation: Situation) -> Next {
+        if situation.redirected && !self.reresolved {
+            self.reresolved = true;
+            return Next::Reresolve;
         }
-        if let Some(service) = &self.service {
-            return Err(refusal.with_hint(service.refusal_hint()));
+        if situation.service {
+            return Next::GiveUp(Hint::Service);
         }
-        if let Some(provider) = &self.url_provider {
-            if !so_far.renewed && self.opened.load(Relaxed) {
-                so_far.renewed = true;
-                return self.renew(provider.as_ref(), &refusal);
-            }
+        if situation.renewable_url && !self.renewed {
+            self.renewed = true;
+            return Next::RenewUrl;
         }
-        if so_far.reresolved || original.query().is_some() {
-            Err(refusal.with_hint(EXPIRED_HINT))
+        if self.reresolved || situation.query {
+            Next::GiveUp(Hint::Expired)
         } else {
-            Err(refusal)
+            Next::GiveUp(Hint::None)
         }
-    }
-
-    /// After a refusal of expired keys: new ones, once. `Ok` means try again.
-    fn renew_keys(&self, so_far: &mut Attempts, refusal: Error) -> Result<(), Error> {
-        let Some(service) = &self.service else {
-            return Err(refusal);
-        };
-        if !so_far.renewed && service.renew() {
-            so_far.renewed = true;
-            tracing::warn!(url = %self.redacted, "expired credentials refused; trying again with renewed ones");
-            return Ok(());
-        }
-        Err(refusal.with_hint(service.refusal_hint()))
-    }
-
-    /// Waits before the next attempt after a transient failure, if the policy
-    /// and the deadline allow one. `Ok` means try again.
-    fn back_off(
-        &self,
-        so_far: &mut Attempts,
-        range: &Range<u64>,
-        deadline: Instant,
-        failure: Failure,
-    ) -> Result<(), Error> {
-        if so_far.retries >= self.retry.retries() {
-            return Err(failure.error);
-        }
-        so_far.retries += 1;
-        let delay = self
-            .retry
-            .delay(so_far.retries, jitter(), failure.retry_after);
-        if Instant::now()
-            .checked_add(delay)
-            .is_none_or(|t| t >= deadline)
-        {
-            return Err(failure.error);
-        }
-        tracing::warn!(
-            url = %self.redacted,
-            range = %format_args!("{}-{}", range.start, range.end.saturating_sub(1)),
-            attempt = so_far.made,
-            delay_ms = delay.as_millis() as u64,
-            error = %failure.error,
-            "retrying request"
-        );
-        // A stop ends the pause, with the stop's error.
-        crate::wait::sleep_until(Instant::now() + delay)?;
-        if Instant::now() >= deadline {
-            // The last real failure says more than "deadline passed".
-            return Err(failure.error);
-        }
-        Ok(())
-    }
-
-    /// Sends this and later requests to `url`, where a service says the file
-    /// is.
-    pub(super) fn move_to(&self, url: url::Url) {
-        tracing::debug!(url = %redact(&url), "the service moved the file's requests");
-        *self.original.write() = url.clone();
-        *self.target.write() = url;
-    }
-
-    /// Replaces the URL with a fresh one from the provider. The next request
-    /// checks, as every response is checked, that it serves the same file.
-    /// A provider that fails leaves the `refusal` standing, with its reason.
-    fn renew(&self, provider: &UrlProvider, refusal: &Error) -> Result<(), Error> {
-        let fresh = provider().map_err(|e| {
-            let status = refusal
-                .status()
-                .map_or(String::new(), |s| format!(" (HTTP {s})"));
-            Error::new(
-                refusal.kind(),
-                format!("access was refused{status}, and the URL provider failed: {e}"),
-            )
-            .with_url(&self.redacted)
-        })?;
-        let url = url::Url::parse(&fresh).map_err(|e| {
-            Error::new(
-                ErrorKind::InvalidUrl,
-                format!("the URL provider gave an invalid URL: {e}"),
-            )
-        })?;
-        let downgrade = self.refuses_downgrade(&self.original.read(), &url);
-        if !matches!(url.scheme(), "http" | "https")
-            || (self.https_only && url.scheme() != "https")
-            || downgrade
-        {
-            return Err(Error::new(
-                ErrorKind::InvalidUrl,
-                format!("the URL provider gave an unusable URL {}", redact(&url)),
-            ));
-        }
-        tracing::warn!(url = %redact(&url), "access refused; continuing with a fresh URL from the provider");
-        *self.original.write() = url.clone();
-        *self.target.write() = url;
-        Ok(())
     }
 }
 
@@ -430,5 +338,125 @@ mod tests {
         assert_eq!(p.delay(1, 0.5, Some(secs(2))), secs(2));
         assert_eq!(p.delay(1, 0.5, Some(Duration::ZERO)), Duration::ZERO);
         assert_eq!(p.delay(1, 0.0, Some(secs(86400))), secs(30));
+    }
+
+    fn failure(retry: Retry) -> Failure {
+        let error = Error::new(crate::error::ErrorKind::HttpStatus(503), "HTTP 503");
+        Failure::new(error, retry, None)
+    }
+
+    /// The decisions of a call whose attempts all fail as `retries` say.
+    fn decide(retries: &[Retry], situation: Situation, policy: &RetryPolicy) -> Vec<Next> {
+        let mut so_far = Attempts::default();
+        let long = Duration::from_secs(3600);
+        retries
+            .iter()
+            .map(|&r| so_far.after(&failure(r), situation, policy, 0.0, long))
+            .collect()
+    }
+
+    #[test]
+    fn transient_failures_back_off_until_the_policy_gives_up() {
+        let p = RetryPolicy::default()
+            .max_retries(2)
+            .initial_backoff(Duration::from_millis(100));
+        let ms = Duration::from_millis;
+        assert_eq!(
+            decide(&[Retry::Yes; 3], Situation::default(), &p),
+            [
+                Next::BackOff(ms(100)),
+                Next::BackOff(ms(200)),
+                Next::GiveUp(Hint::None)
+            ]
+        );
+        assert_eq!(
+            decide(&[Retry::Yes], Situation::default(), &RetryPolicy::never()),
+            [Next::GiveUp(Hint::None)]
+        );
+        assert_eq!(
+            decide(&[Retry::No], Situation::default(), &p),
+            [Next::GiveUp(Hint::None)]
+        );
+    }
+
+    #[test]
+    fn no_pause_runs_past_the_deadline() {
+        let p = RetryPolicy::default().initial_backoff(Duration::from_millis(100));
+        let mut so_far = Attempts::default();
+        let f = failure(Retry::Yes);
+        let next = so_far.after(
+            &f,
+            Situation::default(),
+            &p,
+            0.0,
+            Duration::from_millis(100),
+        );
+        assert_eq!(next, Next::GiveUp(Hint::None));
+        let asked = Failure::new(f.error, Retry::Yes, Some(Duration::from_secs(20)));
+        let next = so_far.after(
+            &asked,
+            Situation::default(),
+            &p,
+            0.0,
+            Duration::from_secs(21),
+        );
+        assert_eq!(
+            next,
+            Next::BackOff(Duration::from_secs(20)),
+            "Retry-After, within the time"
+        );
+    }
+
+    #[test]
+    fn a_refusal_resolves_a_redirect_again_then_renews_the_url_once() {
+        let p = RetryPolicy::default();
+        let both = Situation {
+            redirected: true,
+            renewable_url: true,
+            ..Situation::default()
+        };
+        assert_eq!(
+            decide(&[Retry::Denied; 3], both, &p),
+            [Next::Reresolve, Next::RenewUrl, Next::GiveUp(Hint::Expired)]
+        );
+        // A URL never opened is not renewed; a presigned one may have expired.
+        let presigned = Situation {
+            query: true,
+            ..Situation::default()
+        };
+        assert_eq!(
+            decide(&[Retry::Denied], presigned, &p),
+            [Next::GiveUp(Hint::Expired)]
+        );
+        assert_eq!(
+            decide(&[Retry::Denied], Situation::default(), &p),
+            [Next::GiveUp(Hint::None)]
+        );
+    }
+
+    #[test]
+    fn a_service_renews_its_keys_once_and_moves_the_file_once() {
+        let p = RetryPolicy::default();
+        let s3 = Situation {
+            service: true,
+            ..Situation::default()
+        };
+        assert_eq!(
+            decide(&[Retry::Renew, Retry::Renew], s3, &p),
+            [Next::RenewKeys, Next::GiveUp(Hint::Service)]
+        );
+        assert_eq!(
+            decide(&[Retry::Denied], s3, &p),
+            [Next::GiveUp(Hint::Service)]
+        );
+        assert_eq!(
+            decide(&[Retry::Moved, Retry::Moved], s3, &p),
+            [Next::Now, Next::GiveUp(Hint::None)]
+        );
+        assert_eq!(
+            decide(&[Retry::Renew], Situation::default(), &p),
+            [Next::GiveUp(Hint::None)],
+            "no keys to renew without a service"
+        );
     }
 }
