@@ -17,8 +17,8 @@
 use std::ops::Range;
 use std::sync::Arc;
 
+use crate::cache::Keeper;
 use crate::cache::SideStore;
-use crate::disk::DiskFile;
 use crate::engine::{BackgroundWork, Engine, SideStoreSetup};
 use crate::link::LinkEstimate;
 use crate::process::workers::Closing;
@@ -118,9 +118,9 @@ impl<'f> Extension<'f> {
         self.engine.side_store(make)
     }
 
-    /// See [`Engine::disk_file`].
-    pub(crate) fn disk_file(self) -> Option<&'f DiskFile> {
-        self.engine.disk_file()
+    /// See [`Engine::keeper`].
+    pub(crate) fn keeper(self) -> Option<&'f dyn Keeper> {
+        self.engine.keeper()
     }
 
     /// See [`Engine::round_mark`].

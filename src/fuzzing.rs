@@ -4,7 +4,8 @@
 //! into inputs and panics if one of its invariants breaks. (The whole HDF5
 //! driver is fuzzed through the public API, by `remfile-testkit`'s harness.)
 
-use crate::engine::plan::{self, ReadAhead};
+use crate::engine::plan;
+use crate::engine::read_ahead::ReadAhead;
 use crate::hdf5::meta::{self, Context, FractalHeap, Geometry, MemType, What};
 use crate::http::content_range::{self, ContentRange};
 

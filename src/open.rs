@@ -10,7 +10,7 @@ use std::sync::Arc;
 use url::Url;
 
 use crate::cache::{BlockCache, FileKey};
-use crate::disk::{self, DiskFile, FetchLock, FirstOpen, Recalled};
+use crate::disk::{self, DiskFile, DiskTier, FetchLock, FirstOpen, Recalled};
 use crate::engine::plan;
 use crate::engine::{Engine, ReadOptions};
 use crate::error::{Error, ErrorKind, Result};
@@ -195,10 +195,20 @@ fn engine_over(
         .unwrap_or_else(|| BlockCache::new(builder.cache_capacity));
     let key = file_key(&cache, url, &identity, builder.block_size);
     let options = read_options(builder, &cache);
+    // The disk cache, a tier between the memory cache and the network.
+    let store = disk.map(|file| {
+        let tier = DiskTier::new(
+            file,
+            builder.block_size,
+            identity.size,
+            Arc::clone(&counters),
+        );
+        Arc::new(tier) as Arc<dyn crate::engine::tier::Tier>
+    });
     Engine::new(
         source,
         identity,
-        (cache, key, disk),
+        (cache, key, store),
         options,
         link,
         counters,

@@ -21,7 +21,7 @@ use moka::policy::EvictionPolicy;
 use self::budget::MemoryBudget;
 pub(crate) use self::flight::{Claim, Pending};
 pub(crate) use self::pool::BufferPool;
-pub(crate) use self::side_store::{Served, SideStore};
+pub(crate) use self::side_store::{Keeper, Served, SideStore};
 
 /// The most bytes of evicted blocks' buffers kept for reuse (and at most a
 /// quarter of the cache's capacity).

@@ -8,7 +8,6 @@ use std::any::Any;
 use std::ops::Range;
 use std::time::Instant;
 
-use crate::disk::DiskFile;
 use crate::stats::RoundMark;
 
 /// What a file may keep beside its blocks. A read the store cannot serve
@@ -24,9 +23,9 @@ pub(crate) trait SideStore: Send + Sync + 'static {
     fn read(&self, pos: u64, buf: &mut [u8], deadline: Instant, rounds_so_far: RoundMark)
     -> Served;
 
-    /// The file closes (its last handle is dropped): keeps on `disk` what
-    /// the next run should find there.
-    fn at_close(&self, disk: &DiskFile);
+    /// The file closes (its last handle is dropped): keeps in `keeper` (the
+    /// disk cache) what the next run should find there.
+    fn at_close(&self, keeper: &dyn Keeper);
 
     /// The store as its own type, for the layer that put it there.
     #[cfg_attr(not(feature = "extension"), allow(dead_code))]
@@ -44,4 +43,15 @@ pub(crate) enum Served {
     /// bytes whose fetch no counted round overlapped, and no reader waited
     /// for them before (the same rule as a guessed block's).
     Copied { waited_a_round: bool },
+}
+
+/// Where a side store keeps its bytes across runs: the file's disk cache.
+#[cfg_attr(not(feature = "extension"), allow(dead_code))]
+pub(crate) trait Keeper: Send + Sync {
+    /// The pieces kept for a file of `size` bytes (each inside it).
+    fn read_pieces(&self, size: u64) -> Vec<(u64, Vec<u8>)>;
+
+    /// Keeps `pieces` (each a start and its bytes), in place of those kept
+    /// before.
+    fn write_pieces(&self, pieces: &mut dyn Iterator<Item = (u64, &[u8])>);
 }

@@ -25,6 +25,7 @@ mod lock;
 mod private;
 mod record;
 mod shared;
+mod tier;
 mod writer;
 
 pub(crate) use record::{FirstOpen, Name, Recalled, name, version};
@@ -43,6 +44,7 @@ use crate::sync::Mutex;
 use self::digest::Digest;
 use self::format::Owner;
 pub(crate) use self::lock::FetchLock;
+pub(crate) use self::tier::DiskTier;
 use self::writer::{WriteFile, Writer};
 
 /// Eviction frees space down to this fraction of the capacity, so that it
@@ -577,7 +579,6 @@ impl DiskFile {
     /// that the next run finds them too. As many as the limits of
     /// [`format::encode_pieces`] allow, within a quarter of the disk
     /// cache's capacity (the pieces are a side store, never most of it).
-    #[cfg_attr(not(feature = "extension"), allow(dead_code))]
     pub(crate) fn write_pieces<'p>(&self, pieces: impl IntoIterator<Item = (u64, &'p [u8])>) {
         let payload = format::encode_pieces(pieces, self.capacity() / 4);
         let bytes = format::encode(format::pieces_owner(&self.identity), &payload);
@@ -589,7 +590,6 @@ impl DiskFile {
 
     /// The pieces kept on disk for this file, `len` bytes long, if they are
     /// there and intact (a pieces file that is not is deleted).
-    #[cfg_attr(not(feature = "extension"), allow(dead_code))]
     pub(crate) fn read_pieces(&self, len: u64) -> Vec<(u64, Vec<u8>)> {
         let owner = format::pieces_owner(&self.identity);
         let max = format::max_pieces_file_len();

@@ -15,25 +15,34 @@ use crate::error::{Error, Result};
 /// blocks come from (memory, disk, network); the fetch takes them and
 /// records the round trips they cost, which a read counts once, at its end
 /// (no count is passed from call to call).
-pub(super) struct Fetch<N> {
-    pub(super) claim: Claim,
-    pub(super) is_needed: N,
+pub(crate) struct Fetch<'n> {
+    pub(crate) claim: Claim,
+    is_needed: &'n (dyn Fn(u64) -> bool + Sync),
     pub(super) got: Vec<(u64, Block)>,
-    pub(super) deadline: Instant,
+    pub(crate) deadline: Instant,
     /// The round trips it has cost so far (requests in sequence, waits of
     /// its own), counted into the file's once when it ends.
     pub(super) round_trips: u32,
+    /// Owned blocks a tier left to others (another process fetches them):
+    /// the tiers below it fetch around them (sorted).
+    pub(crate) left_to_others: Vec<u64>,
+    /// Whether the block store was asked already for what it holds.
+    pub(crate) store_asked: bool,
 }
 
 /// A fetch no caller waits on: a guess fetched ahead.
-pub(super) type Guess = Fetch<fn(u64) -> bool>;
+pub(super) type Guess = Fetch<'static>;
 
 pub(super) fn nobody_needs(_: u64) -> bool {
     false
 }
 
-impl<N: Fn(u64) -> bool> Fetch<N> {
-    pub(super) fn new(mut claim: Claim, is_needed: N, deadline: Instant) -> Fetch<N> {
+impl<'n> Fetch<'n> {
+    pub(super) fn new(
+        mut claim: Claim,
+        is_needed: &'n (dyn Fn(u64) -> bool + Sync),
+        deadline: Instant,
+    ) -> Fetch<'n> {
         let got = claim.take_found();
         Fetch {
             claim,
@@ -41,23 +50,25 @@ impl<N: Fn(u64) -> bool> Fetch<N> {
             got,
             deadline,
             round_trips: 0,
+            left_to_others: Vec::new(),
+            store_asked: false,
         }
     }
 
     /// Records `n` more round trips, one after another.
-    pub(super) fn count_rounds(&mut self, n: u32) {
+    pub(crate) fn count_rounds(&mut self, n: u32) {
         self.round_trips += n;
     }
 
     /// Records a wait of its own (for another's fetch): a round trip, unless
     /// one was counted already, which the wait overlapped.
-    pub(super) fn count_a_wait(&mut self) {
+    pub(crate) fn count_a_wait(&mut self) {
         self.round_trips = self.round_trips.max(1);
     }
 
     /// Gives block `index` to the cache and its waiters, and to the caller
     /// if it needs it.
-    pub(super) fn hand_out(&mut self, index: u64, block: Block) {
+    pub(crate) fn hand_out(&mut self, index: u64, block: Block) {
         if (self.is_needed)(index) {
             self.got.push((index, block.clone()));
         }
@@ -68,7 +79,7 @@ impl<N: Fn(u64) -> bool> Fetch<N> {
     /// blocks fetched to save a request are cached or fetched by others
     /// already), or the failure, which goes to their waiters. Returns the
     /// failure if it hit a needed block.
-    pub(super) fn settle_part(
+    pub(crate) fn settle_part(
         &mut self,
         owned: &[u64],
         part: Range<u64>,

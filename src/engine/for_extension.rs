@@ -9,12 +9,13 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use super::{BackgroundEnds, Engine, Guess};
-use crate::cache::SideStore;
+use super::Engine;
+use super::background::BackgroundEnds;
+use super::fetch::Guess;
 use crate::cache::budget::MemoryBudget;
-use crate::disk::DiskFile;
+use crate::cache::{Keeper, SideStore};
 use crate::engine::fanout::{Done, Next, fan_out};
-use crate::http::Sink;
+use crate::engine::sink::Sink;
 use crate::link::LinkEstimate;
 use crate::stats::RoundMark;
 
@@ -23,7 +24,7 @@ use crate::stats::RoundMark;
 /// cache (what an earlier run kept) and its size.
 pub(crate) struct SideStoreSetup<'e> {
     pub(crate) budget: Arc<MemoryBudget>,
-    pub(crate) disk: Option<&'e DiskFile>,
+    pub(crate) disk: Option<&'e dyn Keeper>,
     pub(crate) size: u64,
 }
 
@@ -37,7 +38,7 @@ impl Engine {
         let store = self.side_store.get_or_init(|| {
             Box::new(make(SideStoreSetup {
                 budget: self.cache.side_stores_budget(),
-                disk: self.disk.as_ref(),
+                disk: self.tiers.keeper(),
                 size: self.identity.size,
             }))
         });
@@ -49,9 +50,10 @@ impl Engine {
         self.identity.size
     }
 
-    /// The file's blocks on disk, if it has a disk cache.
-    pub(crate) fn disk_file(&self) -> Option<&DiskFile> {
-        self.disk.as_ref()
+    /// Where the file's side store keeps its bytes across runs (its disk
+    /// cache), if anywhere.
+    pub(crate) fn keeper(&self) -> Option<&dyn Keeper> {
+        self.tiers.keeper()
     }
 
     /// Where the count of the file's round trips stands now.
@@ -110,7 +112,7 @@ impl Engine {
 
     /// Whether the file's blocks also go to a disk cache.
     pub(crate) fn has_disk_cache(&self) -> bool {
-        self.disk.is_some()
+        self.tiers.has_store()
     }
 
     /// Claims the missing blocks of `ranges` as a guess, at most
@@ -134,7 +136,7 @@ impl Engine {
         }
         let mut guess = self.claim_guess_of(&missing);
         let claimed: u64 = guess.claim.owned().iter().map(|&i| self.block_len(i)).sum();
-        self.fetch_from_disk(&mut guess);
+        self.tiers.take_held(&mut guess);
         let left = (!guess.claim.owned().is_empty()).then_some(guess);
         (left, claimed)
     }
@@ -167,7 +169,7 @@ impl Engine {
     /// as a guess, so that no reader fetches them meanwhile), fetching
     /// nothing.
     pub(crate) fn take_from_disk(&self, ranges: impl IntoIterator<Item = Range<u64>>) {
-        if self.disk.is_some() {
+        if self.tiers.has_store() {
             let (rest, _) = self.claim_guess(ranges, u64::MAX);
             drop(rest);
         }

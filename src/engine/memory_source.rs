@@ -12,8 +12,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::engine::range_source::RangeSource;
+use crate::engine::sink::Sink;
 use crate::error::{Error, ErrorKind, Result};
-use crate::http::Sink;
 use crate::identity::Identity;
 use crate::link::LinkMeter;
 use crate::stats::Counters;

@@ -2,89 +2,12 @@
 //!
 //! A read first needs the blocks that cover it; that part is never negotiable
 //! (fetching less than a read needs turns one large read into many round trips).
-//! On top of that, [`ReadAhead`] adds a window after the read when the read
-//! continues a sequential stream, doubling on every further sequential miss up
-//! to a maximum. [`runs`] groups the blocks to fetch into contiguous runs, one
+//! On top of that, the read-ahead ([`super::read_ahead`]) adds a window after
+//! the read when the read continues a sequential stream. [`runs`] groups the blocks to fetch into contiguous runs, one
 //! request each, [`split`] cuts a long run into parts fetched concurrently, and
 //! [`parts`] does both for a whole fetch so that it takes one round when it can.
 
 use std::ops::Range;
-
-/// How many interleaved sequential streams are tracked at once.
-pub const MAX_STREAMS: usize = 8;
-
-/// A sequential miss reads ahead at least this many reads of its own size.
-pub const READS_AHEAD: u64 = 4;
-
-/// The read-ahead state of one file: a few recent sequential streams.
-#[derive(Debug, Clone)]
-pub struct ReadAhead {
-    min: u64,
-    max: u64,
-    streams: Vec<Stream>,
-    clock: u64,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Stream {
-    /// Where the stream's last read ended: the next sequential read starts here.
-    next: u64,
-    /// How much to read ahead at the stream's next miss.
-    window: u64,
-    last_used: u64,
-}
-
-impl ReadAhead {
-    /// A read-ahead whose window starts at `min` bytes and grows to `max`.
-    pub fn new(min: u64, max: u64) -> ReadAhead {
-        ReadAhead {
-            min: min.min(max),
-            max,
-            streams: Vec::with_capacity(MAX_STREAMS),
-            clock: 0,
-        }
-    }
-
-    /// Records a read of `len` bytes at `pos` and returns how many bytes to
-    /// read ahead after it.
-    ///
-    /// `missed` says whether the read needs any block that is not cached; only
-    /// a miss triggers read-ahead, so cached reads never grow the window. A read
-    /// that starts where a tracked stream ended continues that stream, reading
-    /// ahead at least `floor` bytes (the link's bandwidth-delay product, say);
-    /// any other read starts a new stream (replacing the least recently used
-    /// one) with no read-ahead, so random access costs no extra bytes.
-    pub fn on_read(&mut self, pos: u64, len: u64, missed: bool, floor: u64) -> u64 {
-        self.clock += 1;
-        let end = pos.saturating_add(len);
-        if let Some(s) = self.streams.iter_mut().find(|s| s.next == pos && len > 0) {
-            s.next = end;
-            s.last_used = self.clock;
-            if !missed {
-                return 0;
-            }
-            // Size-aware: a stream of large reads (HDF5 chunks, say) reads
-            // ahead at least a few of them at once.
-            let grown = s.window.max(len.saturating_mul(READS_AHEAD)).min(self.max);
-            // The floor keeps a stream at the link's speed from its first
-            // miss on, but does not feed the doubling: a stream that stops
-            // soon after wastes at most the floor.
-            s.window = grown.saturating_mul(2).min(self.max);
-            return grown.max(floor).min(self.max);
-        }
-        let fresh = Stream {
-            next: end,
-            window: self.min,
-            last_used: self.clock,
-        };
-        if self.streams.len() < MAX_STREAMS {
-            self.streams.push(fresh);
-        } else if let Some(oldest) = self.streams.iter_mut().min_by_key(|s| s.last_used) {
-            *oldest = fresh;
-        }
-        0
-    }
-}
 
 /// The blocks (by index) that cover `len` bytes at `pos`, for `len > 0`.
 pub fn blocks_covering(pos: u64, len: u64, block_size: u64) -> Range<u64> {
@@ -212,49 +135,6 @@ fn len(run: &Range<u64>) -> u64 {
     run.end - run.start
 }
 
-/// The sizes that follow from the link, each in the unit its name says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LinkSizes {
-    /// The smallest part a fetch is split into.
-    pub min_part_blocks: u64,
-    /// The longest gap between runs fetched together when requests are scarce.
-    pub max_gap_blocks: u64,
-    /// The least a sequential miss reads ahead.
-    pub ahead_floor_bytes: u64,
-}
-
-/// Sizes for a link whose bandwidth-delay product is `bdp` bytes (if known).
-///
-/// Without an estimate the builder's sizes hold. With one, a part is no
-/// smaller than a product (shorter parts spend most of their time waiting),
-/// but no larger than `split_size` either, so a slow link — whose product is
-/// small — spreads a fetch over more connections; gaps up to a product are
-/// worth refetching (unless `coalesce_gap` was set); and a sequential stream
-/// reads ahead at least a product.
-pub fn link_sizes(
-    bdp: Option<u64>,
-    block_size: u64,
-    split_size: u64,
-    coalesce_gap: Option<u64>,
-) -> LinkSizes {
-    let blocks = |bytes: u64| bytes.div_ceil(block_size).max(1);
-    match bdp {
-        None => LinkSizes {
-            min_part_blocks: blocks(split_size),
-            max_gap_blocks: coalesce_gap.unwrap_or(DEFAULT_COALESCE_GAP) / block_size,
-            ahead_floor_bytes: 0,
-        },
-        Some(bdp) => LinkSizes {
-            min_part_blocks: blocks(bdp.min(split_size)),
-            max_gap_blocks: coalesce_gap.unwrap_or(bdp) / block_size,
-            ahead_floor_bytes: bdp,
-        },
-    }
-}
-
-/// The gap refetched to save a request when the link is not known.
-pub const DEFAULT_COALESCE_GAP: u64 = 2 << 20;
-
 /// The byte range of a run of blocks, clamped to the file size.
 pub fn byte_range(blocks: &Range<u64>, block_size: u64, size: u64) -> Range<u64> {
     let start = blocks.start.saturating_mul(block_size).min(size);
@@ -381,90 +261,12 @@ mod tests {
         assert!(uncached_runs(5, 30, 10, &[true; 4]).is_empty());
     }
 
-    const MIB: u64 = 1 << 20;
-
     #[test]
     fn blocks_within_a_tail_are_whole() {
         assert_eq!(blocks_within(3..10, 4), 1..3);
         assert_eq!(blocks_within(4..10, 4), 1..3);
         assert_eq!(blocks_within(9..10, 4), 3..3, "a partial block is left");
         assert_eq!(blocks_within(0..8, 4), 0..2);
-    }
-
-    #[test]
-    fn sequential_misses_double_the_window_up_to_the_maximum() {
-        let mut ra = ReadAhead::new(MIB, 8 * MIB);
-        assert_eq!(
-            ra.on_read(0, 100, true, 0),
-            0,
-            "a new stream reads no further"
-        );
-        let mut pos = 100;
-        let mut seen = Vec::new();
-        for _ in 0..6 {
-            seen.push(ra.on_read(pos, 100, true, 0));
-            pos += 100;
-        }
-        assert_eq!(seen, [MIB, 2 * MIB, 4 * MIB, 8 * MIB, 8 * MIB, 8 * MIB]);
-    }
-
-    #[test]
-    fn cache_hits_neither_read_ahead_nor_grow_the_window() {
-        let mut ra = ReadAhead::new(MIB, 8 * MIB);
-        ra.on_read(0, 10, false, 0);
-        for i in 1..100 {
-            assert_eq!(ra.on_read(i * 10, 10, false, 0), 0);
-        }
-        assert_eq!(ra.on_read(1000, 10, true, 0), MIB);
-    }
-
-    #[test]
-    fn large_sequential_reads_read_ahead_several_of_themselves() {
-        let mut ra = ReadAhead::new(MIB, 64 * MIB);
-        let chunk = 2 * MIB;
-        ra.on_read(0, chunk, true, 0);
-        assert_eq!(ra.on_read(chunk, chunk, true, 0), 4 * chunk);
-        assert_eq!(ra.on_read(2 * chunk, chunk, true, 0), 16 * MIB);
-        assert_eq!(ra.on_read(3 * chunk, chunk, true, 0), 32 * MIB);
-        assert_eq!(ra.on_read(4 * chunk, chunk, true, 0), 64 * MIB);
-        assert_eq!(ra.on_read(5 * chunk, chunk, true, 0), 64 * MIB, "capped");
-    }
-
-    #[test]
-    fn random_reads_never_read_ahead() {
-        let mut ra = ReadAhead::new(MIB, 8 * MIB);
-        for pos in [5000, 100, 90_000, 7, 123_456] {
-            assert_eq!(ra.on_read(pos, 10, true, 0), 0);
-        }
-    }
-
-    #[test]
-    fn interleaved_streams_each_keep_their_window() {
-        let mut ra = ReadAhead::new(MIB, 64 * MIB);
-        let starts = [0, 1 << 30, 2 << 30];
-        for &s in &starts {
-            ra.on_read(s, 10, true, 0);
-        }
-        for round in 1..5u64 {
-            for &s in &starts {
-                let got = ra.on_read(s + round * 10, 10, true, 0);
-                assert_eq!(got, MIB << (round - 1), "stream at {s}, round {round}");
-            }
-        }
-    }
-
-    #[test]
-    fn the_least_recently_used_stream_is_forgotten() {
-        let mut ra = ReadAhead::new(MIB, 64 * MIB);
-        ra.on_read(0, 10, true, 0);
-        for i in 1..=MAX_STREAMS as u64 {
-            ra.on_read(i << 30, 10, true, 0);
-        }
-        assert_eq!(ra.on_read(10, 10, true, 0), 0, "stream 0 was replaced");
-        assert_eq!(
-            ra.on_read((MAX_STREAMS as u64) << 30 | 10, 10, true, 0),
-            MIB
-        );
     }
 
     #[test]
@@ -530,53 +332,6 @@ mod tests {
     }
 
     #[test]
-    fn link_sizes_follow_the_bandwidth_delay_product() {
-        let unknown = link_sizes(None, MIB, 4 * MIB, None);
-        assert_eq!(
-            unknown,
-            LinkSizes {
-                min_part_blocks: 4,
-                max_gap_blocks: 2,
-                ahead_floor_bytes: 0
-            }
-        );
-        // 30 ms at 500 MB/s: 15 MB. Parts stay at most split_size.
-        let fast = link_sizes(Some(15_000_000), MIB, 4 * MIB, None);
-        assert_eq!(
-            fast,
-            LinkSizes {
-                min_part_blocks: 4,
-                max_gap_blocks: 14,
-                ahead_floor_bytes: 15_000_000
-            }
-        );
-        // 30 ms at 25 MB/s: 750 kB. Parts of one block spread a fetch wider.
-        let slow = link_sizes(Some(750_000), MIB, 4 * MIB, None);
-        assert_eq!(
-            slow,
-            LinkSizes {
-                min_part_blocks: 1,
-                max_gap_blocks: 0,
-                ahead_floor_bytes: 750_000
-            }
-        );
-        // A gap set by the caller stays.
-        assert_eq!(
-            link_sizes(Some(15_000_000), MIB, 4 * MIB, Some(0)).max_gap_blocks,
-            0
-        );
-    }
-
-    #[test]
-    fn a_sequential_miss_reads_ahead_at_least_the_floor() {
-        let mut ra = ReadAhead::new(MIB, 64 * MIB);
-        ra.on_read(0, 100, true, 10 * MIB);
-        assert_eq!(ra.on_read(100, 100, true, 10 * MIB), 10 * MIB);
-        assert_eq!(ra.on_read(5000, 100, true, 10 * MIB), 0, "a new stream");
-        assert_eq!(ra.on_read(200, 100, true, 100 * MIB), 64 * MIB, "capped");
-    }
-
-    #[test]
     fn byte_ranges_are_clamped_to_the_size() {
         assert_eq!(byte_range(&(2..4), 10, 35), 20..35);
         assert_eq!(byte_range(&(0..1), 10, 5), 0..5);
@@ -629,14 +384,5 @@ mod tests {
             prop_assert!((b.end - 1) * bs < pos + len);
         }
 
-        #[test]
-        fn read_ahead_stays_within_bounds(reads in proptest::collection::vec((0u64..1000, 1u64..100, any::<bool>()), 1..200)) {
-            let mut ra = ReadAhead::new(64, 4096);
-            for (pos, len, missed) in reads {
-                let got = ra.on_read(pos, len, missed, 0);
-                prop_assert!(got <= 4096);
-                if !missed { prop_assert_eq!(got, 0); }
-            }
-        }
     }
 }

@@ -1,15 +1,15 @@
 //! The seam between the engine and a transport: what the engine asks for is
-//! the bytes of a range of one version of the file, into a sink. The HTTP
-//! transport ([`crate::http::Transport`]) is the one a file opens with;
-//! unit tests put an in-memory one in its place (`memory_source.rs`), so
-//! that single-flight, background work and the disk cache's locks are
-//! tested without a socket.
+//! the bytes of a range of one version of the file, into a sink, in the
+//! engine's own types. The HTTP transport implements it (in `http/`, which
+//! the engine never names); unit tests put an in-memory one in its place
+//! (`memory_source.rs`), so that single-flight, background work and the
+//! disk cache's locks are tested without a socket.
 
 use std::ops::Range;
 use std::time::Instant;
 
+use super::sink::Sink;
 use crate::error::Result;
-use crate::http::{Sink, Transport};
 use crate::identity::Identity;
 
 /// Where the engine gets a file's bytes from.
@@ -28,20 +28,4 @@ pub(crate) trait RangeSource: Send + Sync + 'static {
 
     /// The file's URL as errors and logs show it (no query string).
     fn redacted_url(&self) -> &str;
-}
-
-impl RangeSource for Transport {
-    fn fetch(
-        &self,
-        range: Range<u64>,
-        sink: &mut Sink<'_>,
-        identity: &Identity,
-        deadline: Instant,
-    ) -> Result<u32> {
-        Transport::fetch(self, range, sink, identity, deadline)
-    }
-
-    fn redacted_url(&self) -> &str {
-        Transport::redacted_url(self)
-    }
 }

@@ -29,7 +29,6 @@ mod request;
 mod response;
 mod retry;
 pub(crate) mod secrets;
-mod sink;
 mod stoppable;
 mod tcp;
 mod transport;
@@ -44,7 +43,6 @@ use crate::error::Error;
 pub(crate) use self::agent::{AgentSettings, agent};
 pub(crate) use self::response::{Opened, Revalidated, Tail};
 pub use self::retry::RetryPolicy;
-pub(crate) use self::sink::Sink;
 pub(crate) use self::transport::{Transport, TransportConfig};
 
 /// The timeouts of the transport; see the builder for their meaning.

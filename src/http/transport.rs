@@ -27,8 +27,9 @@ use super::retry::{
     Attempts, EXPIRED_HINT, Failure, Hint, Next, Retry, RetryPolicy, Situation, jitter,
 };
 use super::secrets::Secrets;
-use super::sink::Sink;
 use super::{Reaction, Service, Timeouts, UrlProvider, header};
+use crate::engine::range_source::RangeSource;
+use crate::engine::sink::Sink;
 use crate::error::{BODY_EXCERPT_LEN, Error, ErrorKind};
 use crate::identity::Identity;
 use crate::link::LinkMeter;
@@ -754,6 +755,23 @@ impl Transport {
             self.move_to(to);
         }
         Failure::new(error, retry, retry_after)
+    }
+}
+
+/// The engine's seam: the bytes of a range of one version of the file.
+impl RangeSource for Transport {
+    fn fetch(
+        &self,
+        range: Range<u64>,
+        sink: &mut Sink<'_>,
+        identity: &Identity,
+        deadline: Instant,
+    ) -> Result<u32, Error> {
+        Transport::fetch(self, range, sink, identity, deadline)
+    }
+
+    fn redacted_url(&self) -> &str {
+        Transport::redacted_url(self)
     }
 }
 

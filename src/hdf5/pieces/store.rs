@@ -10,8 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::{Here, Pieces, PiecesBudget};
-use crate::cache::{Served, SideStore};
-use crate::disk::DiskFile;
+use crate::cache::{Keeper, Served, SideStore};
 use crate::extension::Extension;
 use crate::stats::RoundMark;
 use crate::sync;
@@ -39,7 +38,7 @@ pub(crate) fn found_at_open(file: Extension<'_>) -> u64 {
 /// grown enough since they were last kept: the next run finds them there
 /// even if this one is killed.
 pub(crate) fn keep_while_open(file: Extension<'_>) {
-    if let (Some(disk), Some(store)) = (file.disk_file(), store(file)) {
+    if let (Some(disk), Some(store)) = (file.keeper(), store(file)) {
         store.keep(disk, Keep::WhileOpen);
     }
 }
@@ -135,9 +134,9 @@ impl PieceStore {
         }
     }
 
-    /// Takes the pieces `disk` holds for a file of `size` bytes, and counts
+    /// Takes the pieces `disk` keeps for a file of `size` bytes, and counts
     /// them as kept.
-    fn load(&mut self, disk: &DiskFile, size: u64) {
+    fn load(&mut self, disk: &dyn Keeper, size: u64) {
         self.pieces.put(disk.read_pieces(size));
         let (arrivals, here) = self.pieces.here();
         let kept = Kept::of(arrivals, &here);
@@ -145,7 +144,7 @@ impl PieceStore {
         self.found_at_open = kept.bytes;
     }
 
-    fn keep(&self, disk: &DiskFile, when: Keep) {
+    fn keep(&self, disk: &dyn Keeper, when: Keep) {
         if self.opened_in.inherited() {
             return;
         }
@@ -153,7 +152,7 @@ impl PieceStore {
         let (arrivals, here) = self.pieces.here();
         let now = Kept::of(arrivals, &here);
         if worth_keeping(*kept, now, when) {
-            disk.write_pieces(here.iter().map(|(start, bytes)| (*start, &bytes[..])));
+            disk.write_pieces(&mut here.iter().map(|(start, bytes)| (*start, &bytes[..])));
             *kept = now;
         }
     }
@@ -174,7 +173,7 @@ impl SideStore for PieceStore {
         self.pieces.read(pos, buf, deadline, rounds_so_far)
     }
 
-    fn at_close(&self, disk: &DiskFile) {
+    fn at_close(&self, disk: &dyn Keeper) {
         self.keep(disk, Keep::AtClose);
     }
 
