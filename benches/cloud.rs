@@ -104,34 +104,20 @@
 //!     cargo bench --features hdf5 --bench cloud -- survey
 //! ```
 
-#[path = "support/cloud_server.rs"]
-mod cloud_server;
-#[path = "../tests/support/h5files.rs"]
-mod h5files;
-// The corpus's file names; the rest is the tests'.
-#[path = "../tests/support/plugin_build.rs"]
-mod plugin_build;
-#[allow(dead_code)]
-#[path = "../tests/support/python.rs"]
-mod python;
-#[allow(dead_code)]
-#[path = "../tests/support/skip.rs"]
-mod skip;
+mod support;
 
-#[path = "support/cpu.rs"]
-mod cpu;
-
-use cpu::{children_cpu_time, cpu_time};
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cloud_server::{CloudServer, Shape};
-use h5files::{NWB_CHUNK_ROWS, NwbShape};
 use remfile::hdf5 as h5;
 use remfile::{RemoteFile, Stats};
+use remfile_testkit::cpu::{children_cpu_time, cpu_time};
+use remfile_testkit::h5files::{self, NWB_CHUNK_ROWS, NwbShape};
+use remfile_testkit::{plugin_build, python};
+use support::cloud_server::{CloudServer, Shape};
 
 const ROWS: usize = 2_000_000;
 const MIB: u64 = 1 << 20;

@@ -11,14 +11,11 @@
 //! (The whole-file download beside curl is in the `cloud` benchmark, whose
 //! server runs in a process of its own, so that CPU times are the client's.)
 
-#[path = "support/cpu.rs"]
-mod cpu;
-
-use cpu::cpu_time;
 use std::io::Read;
 use std::time::Instant;
 
 use remfile::{RemoteFile, Stats};
+use remfile_testkit::cpu::cpu_time;
 
 const MIB: u64 = 1 << 20;
 const SIZE: u64 = 256 * MIB;

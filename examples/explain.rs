@@ -11,18 +11,16 @@
 //! Without a URL, an NWB-like file is generated and served from a range
 //! server on 127.0.0.1 that answers 30 ms late, so it runs with no network.
 
-#[path = "../tests/support/h5files.rs"]
-mod h5files;
-
 use std::time::Duration;
 
 use remfile::hdf5::{self as h5, hdf5_metno::Group};
+use remfile_testkit::h5files;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (url, _server) = match std::env::args().nth(1) {
         Some(url) => (url, None),
         None => {
-            let path = h5files::temp_path("explain-demo.nwb");
+            let path = h5files::temp_path!("explain-demo.nwb");
             h5files::write_nwb_like(&path)?;
             let server =
                 remfile_testkit::RangeServer::new(std::fs::read(&path)?).with_hook(|_, reply| {

@@ -9,20 +9,18 @@
 //! Without a URL, an NWB-like file is generated and served from a range server
 //! on 127.0.0.1, so it runs with no network.
 
-#[path = "../tests/support/h5files.rs"]
-mod h5files;
-
 use remfile::RemoteFile;
 use remfile::hdf5::{
     self as h5,
     hdf5_metno::{self as h5lib, Group},
 };
+use remfile_testkit::h5files;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (url, _server) = match std::env::args().nth(1) {
         Some(url) => (url, None),
         None => {
-            let path = h5files::temp_path("h5ls-demo.nwb");
+            let path = h5files::temp_path!("h5ls-demo.nwb");
             h5files::write_nwb_like(&path)?;
             let server = remfile_testkit::RangeServer::new(std::fs::read(&path)?);
             let _ = std::fs::remove_file(&path);

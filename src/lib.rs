@@ -201,14 +201,6 @@
 #![deny(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-// Lets the shared test support (written against the public API) build inside
-// unit tests too.
-#[cfg(test)]
-extern crate self as remfile;
-#[cfg(all(test, feature = "hdf5"))]
-#[path = "../tests/support/h5files.rs"]
-mod test_h5files;
-
 mod cache;
 mod disk;
 mod engine;

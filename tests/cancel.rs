@@ -6,9 +6,6 @@
 //! Only a cancel can end these reads (their timeouts are ten minutes); a
 //! watchdog aborts the test binary if one hangs.
 
-#[path = "support/tls.rs"]
-mod tls;
-
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
@@ -16,7 +13,7 @@ use std::time::Duration;
 use remfile::wait::Cancel;
 use remfile::{ErrorKind, RemoteFile};
 use remfile_testkit::{
-    After, RawServer, Reply, hold_until_hung_up, raw_serve, test_data, watchdog,
+    After, RawServer, Reply, hold_until_hung_up, raw_serve, test_data, tls, watchdog,
 };
 
 const PATIENT: Duration = Duration::from_secs(600);

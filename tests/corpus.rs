@@ -10,17 +10,13 @@
 //! and so are ignored by `cargo test` alone: `-- --ignored` runs them.
 #![cfg(feature = "hdf5")]
 
-#[path = "support/h5files.rs"]
-mod h5files;
-mod support;
-
 use std::time::Duration;
 
 use remfile::Link;
 use remfile::hdf5 as h5;
 use remfile_testkit::RangeServer;
-
-use support::python::{CORPUS as FILES, small_corpus};
+use remfile_testkit::h5files;
+use remfile_testkit::python::{CORPUS as FILES, small_corpus};
 
 /// The server's delay before each answer.
 const ROUND_TRIP: Duration = Duration::from_millis(20);
@@ -46,7 +42,7 @@ fn walk_one(name: &str) {
 }
 
 fn walk_with(name: &str, builder: remfile::Builder, most_rounds: u64) {
-    let dir = small_corpus();
+    let dir = small_corpus!();
     let path = dir.join(name);
     let local = match h5::File::open(&path) {
         Ok(f) => f,
@@ -177,10 +173,10 @@ fn h5netcdf_walks_in_three_rounds() {
 #[test]
 #[ignore = "needs target/plugin-venv (the corpus writers): bash .ci/run makes it; then cargo test --features hdf5 --test corpus -- --ignored"]
 fn a_truncated_file_fails_remotely_as_locally() {
-    let dir = small_corpus();
+    let dir = small_corpus!();
     let mut bytes = std::fs::read(dir.join("nwb_deep.nwb")).unwrap();
     bytes.truncate(bytes.len() * 9 / 10);
-    let path = h5files::temp_path("corpus-truncated.nwb");
+    let path = h5files::temp_path!("corpus-truncated.nwb");
     std::fs::write(&path, &bytes).unwrap();
     let local = h5::File::open(&path).map(drop).map_err(|e| e.to_string());
     let server = RangeServer::new(bytes);

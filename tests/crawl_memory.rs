@@ -4,15 +4,12 @@
 //! filling the budget slows no other test's crawl).
 #![cfg(feature = "hdf5")]
 
-#[path = "support/h5files.rs"]
-mod h5files;
-
 use std::time::Duration;
 
 use remfile::hdf5 as h5;
 use remfile::hdf5::hdf5_metno as h5lib;
 use remfile::process::CRAWL_MEMORY;
-use remfile_testkit::{RangeServer, builder};
+use remfile_testkit::{RangeServer, builder, h5files};
 
 /// Chunks of the dataset: a chunk index of some 3,000 leaves.
 const CHUNKS: usize = 100_000;
@@ -57,7 +54,7 @@ fn table_bytes(file: &h5::File) -> u64 {
 
 #[test]
 fn many_files_with_large_chunk_indexes_stay_within_the_crawl_budget() {
-    let path = h5files::temp_path("many-chunks.h5");
+    let path = h5files::temp_path!("many-chunks.h5");
     write_many_chunks(&path).expect("write the file");
     let server = RangeServer::new(std::fs::read(&path).expect("read it back"));
     let _ = std::fs::remove_file(&path);

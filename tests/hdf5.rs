@@ -1,24 +1,21 @@
 //! Remote HDF5 files read through the driver equal the same files read from disk.
 #![cfg(feature = "hdf5")]
 
-#[path = "support/h5files.rs"]
-mod h5files;
-
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use h5files::{
-    NWB_CHUNK_ROWS, NWB_COLS, describe, nwb_value, temp_path, write_nwb_like, write_rich,
-};
 use remfile::hdf5 as h5;
 use remfile::hdf5::hdf5_metno as h5lib;
+use remfile_testkit::h5files::{
+    self, NWB_CHUNK_ROWS, NWB_COLS, describe, nwb_value, temp_path, write_nwb_like, write_rich,
+};
 use remfile_testkit::{RangeServer, Reply, builder};
 
 fn rich_file() -> &'static PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
     PATH.get_or_init(|| {
-        let p = temp_path("rich.h5");
+        let p = temp_path!("rich.h5");
         write_rich(&p).expect("write the rich test file");
         p
     })
@@ -27,7 +24,7 @@ fn rich_file() -> &'static PathBuf {
 fn nwb_file() -> &'static PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
     PATH.get_or_init(|| {
-        let p = temp_path("nwb-like.nwb");
+        let p = temp_path!("nwb-like.nwb");
         write_nwb_like(&p).expect("write the NWB-like test file");
         p
     })
@@ -152,7 +149,7 @@ fn one_channel_of_chunks_larger_than_the_chunk_cache_takes_a_few_rounds() {
 fn a_warm_open_and_walk_through_a_disk_cache_is_one_request_and_none_if_immutable() {
     let server = serve_far_away(nwb_file());
     let local = h5::File::open(nwb_file()).unwrap();
-    let dir = temp_path("warm-walk-disk");
+    let dir = temp_path!("warm-walk-disk");
     let _ = std::fs::remove_dir_all(&dir);
     let mut requests = Vec::new();
     // Cold, warm, and warm for a URL whose object never changes.
@@ -476,7 +473,7 @@ fn spread_file_latest() -> &'static PathBuf {
 }
 
 fn write_spread(name: &str, format: h5files::Format) -> PathBuf {
-    let p = temp_path(name);
+    let p = temp_path!(name);
     let shape = h5files::NwbShape {
         rows: 60_000,
         chunk_rows: 128,
@@ -570,7 +567,7 @@ fn damaged_copy() -> PathBuf {
         }
     }
     assert_eq!(damaged, 2);
-    let path = temp_path("nwb-spread-damaged.nwb");
+    let path = temp_path!("nwb-spread-damaged.nwb");
     std::fs::write(&path, bytes).unwrap();
     path
 }
@@ -641,7 +638,7 @@ fn uneven_value(which: usize, row: usize, col: usize) -> i16 {
 fn uneven_file() -> &'static PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
     PATH.get_or_init(|| {
-        let path = temp_path("uneven.h5");
+        let path = temp_path!("uneven.h5");
         let file = h5lib::File::create(&path).unwrap();
         let create = |name| {
             file.new_dataset::<i16>()
@@ -1032,7 +1029,7 @@ fn the_crawls_of_a_batch_on_a_new_line_wait_for_its_first_open() {
 fn a_survey_of_immutable_files_on_disk_sends_no_request() {
     let server = serve(nwb_file());
     let local = h5::File::open(nwb_file()).unwrap();
-    let dir = temp_path("survey-on-disk");
+    let dir = temp_path!("survey-on-disk");
     let _ = std::fs::remove_dir_all(&dir);
     let urls: Vec<String> = (0..4).map(|i| server.url(&format!("/{i}.nwb"))).collect();
     let mut requests = Vec::new();
@@ -1073,7 +1070,7 @@ fn a_survey_of_immutable_files_on_disk_sends_no_request() {
 fn appended_file() -> &'static PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
     PATH.get_or_init(|| {
-        let p = temp_path("appended.h5");
+        let p = temp_path!("appended.h5");
         h5files::write_appended(&p, 600).expect("write the appended test file");
         p
     })

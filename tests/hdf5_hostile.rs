@@ -3,13 +3,10 @@
 //! allocation of what a file's lengths claim, no wait without end.
 #![cfg(feature = "hdf5")]
 
-#[path = "support/h5files.rs"]
-mod h5files;
-
 use std::sync::atomic::Ordering;
 
 use remfile::hdf5 as h5;
-use remfile_testkit::{SPARSE_SIZE, builder, sparse_server};
+use remfile_testkit::{SPARSE_SIZE, builder, h5files, sparse_server};
 
 /// Where each local heap (`HEAP`, version 0) of an HDF5 file with 8-byte
 /// lengths says how long its data segment is.

@@ -2,14 +2,12 @@
 //! (Its own test binary: the count it checks is per process.)
 #![cfg(feature = "hdf5")]
 
-#[path = "support/h5files.rs"]
-mod h5files;
-
 use remfile::hdf5 as h5;
+use remfile_testkit::h5files;
 
 #[test]
 fn the_remote_file_lives_as_long_as_the_last_hdf5_object() {
-    let path = h5files::temp_path("release.h5");
+    let path = h5files::temp_path!("release.h5");
     h5files::write_rich(&path).unwrap();
     let server = remfile_testkit::RangeServer::new(std::fs::read(&path).unwrap());
     assert_eq!(h5::open_remote_files(), 0);

@@ -161,8 +161,7 @@ fn a_hundred_open_files_stay_within_the_process_bounds() {
 }
 
 #[cfg(feature = "hdf5")]
-#[path = "support/h5files.rs"]
-mod h5files;
+use remfile_testkit::h5files;
 
 /// An NWB-like file whose metadata spreads over the file: its crawl takes
 /// several waves.
@@ -170,7 +169,7 @@ mod h5files;
 fn spread_file() -> &'static std::path::PathBuf {
     static PATH: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
     PATH.get_or_init(|| {
-        let p = h5files::temp_path("many-files-spread.nwb");
+        let p = h5files::temp_path!("many-files-spread.nwb");
         let shape = h5files::NwbShape {
             rows: 60_000,
             chunk_rows: 128,
@@ -191,7 +190,7 @@ fn deep_file() -> &'static std::path::PathBuf {
     static PATH: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
     PATH.get_or_init(|| {
         use remfile::hdf5::hdf5_metno as h5lib;
-        let p = h5files::temp_path("many-files-deep.h5");
+        let p = h5files::temp_path!("many-files-deep.h5");
         let file = h5lib::File::create(&p).unwrap();
         let mut group = file.group("/").unwrap();
         for level in 0..10u8 {

@@ -1,13 +1,9 @@
 //! The whole public API against a real static file server: nginx.
 
-#[path = "support/nginx.rs"]
-mod nginx;
-mod support;
-
 use std::io::{Read, Seek, SeekFrom};
 
-use nginx::Nginx;
 use remfile::{ErrorKind, RemoteFile};
+use remfile_testkit::nginx::Nginx;
 use remfile_testkit::{builder, test_data};
 
 const KIB: u64 = 1024;

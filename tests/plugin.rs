@@ -7,22 +7,12 @@
 //! alone, and `-- --ignored` runs them.
 #![cfg(feature = "hdf5")]
 
-#[path = "support/h5files.rs"]
-mod h5files;
-#[path = "support/nginx.rs"]
-mod nginx;
-#[path = "support/plugin_build.rs"]
-mod plugin_build;
-#[path = "support/s3.rs"]
-mod s3;
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
 use remfile::hdf5 as h5;
-use remfile_testkit::{RangeServer, Reply};
+use remfile_testkit::{RangeServer, Reply, h5files, plugin_build, s3};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -32,7 +22,7 @@ fn root() -> PathBuf {
 /// if there is none).
 fn python() -> &'static Path {
     static PYTHON: OnceLock<PathBuf> = OnceLock::new();
-    PYTHON.get_or_init(|| support::python::with_modules(&["h5py", "pynwb"]))
+    PYTHON.get_or_init(|| remfile_testkit::python::with_modules(&["h5py", "pynwb"]))
 }
 
 /// A directory holding the plugin alone, built once.
@@ -70,7 +60,7 @@ fn check(python: &Path, config: &str, args: &[&str]) -> String {
 fn nwb_file() -> &'static PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
     PATH.get_or_init(|| {
-        let p = h5files::temp_path("plugin-spread.nwb");
+        let p = h5files::temp_path!("plugin-spread.nwb");
         let shape = h5files::NwbShape {
             rows: 60_000,
             chunk_rows: 128,
@@ -228,7 +218,7 @@ fn second_hdf5_opens(python: &std::path::Path, url: &str, h5py_first: bool) -> (
 /// not handed one that reads its settings from the first (`https_only`
 /// was lost).
 fn a_second_hdf5_gets_no_driver_bound_to_the_first() {
-    let python = support::python::with_modules(&["h5py", "netCDF4"]);
+    let python = remfile_testkit::python::with_modules(&["h5py", "netCDF4"]);
     let dir = remfile_testkit::TempDir::new("plugin-two-hdf5");
     std::fs::create_dir_all(&*dir).unwrap();
     let path = dir.join("f.h5");
@@ -261,8 +251,8 @@ fn printed_round_trips(out: &str) -> u64 {
 #[ignore = "needs target/plugin-venv (h5py, pynwb): bash .ci/run makes it; then cargo test --features hdf5 --test plugin -- --ignored"]
 fn h5py_walks_every_corpus_file_in_three_rounds() {
     let python = python();
-    let dir = support::python::small_corpus();
-    for name in support::python::CORPUS {
+    let dir = remfile_testkit::python::small_corpus!();
+    for name in remfile_testkit::python::CORPUS {
         let path = dir.join(name);
         // A round trip far longer than parsing a wave, as on any real link.
         let server = RangeServer::new(std::fs::read(&path).unwrap()).with_hook(|_, reply| {
@@ -289,7 +279,7 @@ fn h5py_walks_every_corpus_file_in_three_rounds() {
 fn pynwb_reads_a_remote_nwb_file() {
     let python = python();
     // pynwb wants the `.nwb` extension.
-    let path = h5files::temp_path("plugin-pynwb").with_extension("nwb");
+    let path = h5files::temp_path!("plugin-pynwb").with_extension("nwb");
     let status = Command::new(python)
         .arg(root().join("benches/write_nwb.py"))
         .arg(&path)
@@ -350,7 +340,7 @@ fn c_program(python: &Path) -> PathBuf {
         .expect("run python");
     assert!(out.status.success(), "find the wheel's libhdf5");
     let lib = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    let exe = h5files::temp_path("plugin-open");
+    let exe = h5files::temp_path!("plugin-open");
     let status = Command::new("cc")
         .arg("-o")
         .arg(&exe)
@@ -409,7 +399,7 @@ fn a_c_program_opens_a_remote_file_with_h5pset_driver_by_name() {
 fn a_second_run_reads_from_the_disk_cache() {
     let python = python();
     let server = RangeServer::new(std::fs::read(nwb_file()).unwrap());
-    let dir = h5files::temp_path("plugin-disk-dir");
+    let dir = h5files::temp_path!("plugin-disk-dir");
     // No guesses: a guess still in flight when a run ends is not on disk
     // for the next (which would then guess it again).
     let config = format!(

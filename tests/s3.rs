@@ -1,19 +1,13 @@
 //! Presigned URLs against an S3-compatible server that checks signatures and
 //! expiry (`s3s-fs`): `HEAD` refused, ranges served, expiry renewed.
 
-#[path = "support/nginx.rs"]
-mod nginx;
-#[path = "support/s3.rs"]
-mod s3;
-mod support;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
 use remfile::ErrorKind;
+use remfile_testkit::s3::S3Server;
 use remfile_testkit::{builder, test_data};
-use s3::S3Server;
 
 const MIB: u64 = 1024 * 1024;
 

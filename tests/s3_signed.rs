@@ -9,12 +9,6 @@
 
 #![cfg(feature = "s3")]
 
-#[path = "support/nginx.rs"]
-mod nginx;
-#[path = "support/s3.rs"]
-mod s3;
-mod support;
-
 use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -22,8 +16,8 @@ use std::time::{Duration, SystemTime};
 
 use parking_lot::{Mutex, MutexGuard};
 use remfile::{ErrorKind, RemoteFile, S3Options};
+use remfile_testkit::s3::{ACCESS_KEY, BUCKET, S3Server, SECRET_KEY};
 use remfile_testkit::{After, RangeServer, RawServer, Reply, Req, TempDir, builder, test_data};
-use s3::{ACCESS_KEY, BUCKET, S3Server, SECRET_KEY};
 
 const MIB: u64 = 1024 * 1024;
 

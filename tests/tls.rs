@@ -2,12 +2,9 @@
 //! signed: trusted through `add_root_certificates`, refused without it, and
 //! `https_only` enforced for URLs and redirects.
 
-#[path = "support/tls.rs"]
-mod tls;
-
 use remfile::ErrorKind;
+use remfile_testkit::tls::{TestPki, TlsServer};
 use remfile_testkit::{RangeServer, Reply, builder, test_data};
-use tls::{TestPki, TlsServer};
 
 const MIB: u64 = 1024 * 1024;
 

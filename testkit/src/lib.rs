@@ -13,19 +13,42 @@
 //! * [`fuzz`]: the mutator of the `hdf5_driver` fuzz target, and with
 //!   feature `hdf5` the harness itself (the whole driver over the in-memory
 //!   server, compared with HDF5's own).
+//! * `h5files` (feature `hdf5`): HDF5 files the tests write themselves,
+//!   walkers that describe or visit a whole file, and `temp_path!`, a
+//!   path of the process's own for a generated file.
+//! * [`nginx`]: a real nginx; `s3` (feature `s3`): an S3-compatible server
+//!   (`s3s-fs`) and URLs presigned for it; `tls` (feature `tls`): an HTTPS
+//!   range server with a certificate authority of its own.
+//! * [`plugin_build`]: the HDF5 plugin, built and put in a directory of its
+//!   own; [`python`]: the Python the tests run writers and readers with, and
+//!   the corpus it writes; [`skip`]: how a test that lacks a tool fails.
+//! * [`cpu`]: the CPU time of the process and of its children, for the
+//!   benchmarks.
 //!
 //! Not published: a workspace member that depends on remfile, a
-//! dev-dependency of remfile's own tests.
+//! dev-dependency of remfile's own tests, benchmarks and examples.
 #![warn(missing_docs)]
 
+pub mod cpu;
 pub mod fuzz;
+#[cfg(feature = "hdf5")]
+pub mod h5files;
 pub mod memory;
+pub mod nginx;
+pub mod plugin_build;
+pub mod python;
 pub mod range;
 mod range_server;
 mod raw_server;
 pub mod reply;
 pub mod request;
+#[cfg(feature = "s3")]
+pub mod s3;
+pub mod skip;
+#[cfg(feature = "tls")]
+pub mod tls;
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use range_server::{RangeServer, SPARSE_SIZE, range_reply, raw_206, raw_serve, sparse_server};
@@ -66,6 +89,19 @@ impl AsRef<std::path::Path> for TempDir {
     fn as_ref(&self) -> &std::path::Path {
         &self.path
     }
+}
+
+/// `{dir}/{prefix}{id}`, `id` this process's: a path no other process
+/// running names the same way, and that tells which process made it.
+pub fn per_process(dir: &Path, prefix: &str) -> PathBuf {
+    dir.join(format!("{prefix}{}", std::process::id()))
+}
+
+/// The directory of remfile's own package (the workspace's root), the
+/// kit's parent.
+fn package_root() -> PathBuf {
+    let kit = Path::new(env!("CARGO_MANIFEST_DIR"));
+    kit.parent().unwrap_or(kit).to_path_buf()
 }
 
 /// A listener on 127.0.0.1 that never accepts, its accept queue filled by

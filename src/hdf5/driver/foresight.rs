@@ -17,7 +17,7 @@ use super::prefetch::{MAX_PIECE, Prefetcher};
 use super::spans;
 use crate::hdf5::hdf5_metno as h5lib;
 use crate::hdf5::meta::{MemType, Target, What};
-use crate::test_h5files as h5files;
+use remfile_testkit::h5files;
 
 /// A target the crawl found, in which wave (the superblock's is 0), and
 /// which target pointed to it (by its place in the crawl's list).
@@ -92,7 +92,7 @@ pub(crate) struct Read {
 /// do (every object's info and attributes, every chunk index), through its
 /// logging driver.
 pub(crate) fn hdf5_reads(path: &Path) -> Vec<Read> {
-    let log = h5files::temp_path(&format!(
+    let log = h5files::temp_path!(&format!(
         "foresight-{}.log",
         path.file_name().unwrap().to_string_lossy()
     ));
@@ -286,7 +286,7 @@ fn report() {
 /// nodes, heap blocks among the data).
 #[test]
 fn the_crawl_foresees_every_read_of_a_file_grown_step_by_step() {
-    let path = h5files::temp_path("foresight-appended.h5");
+    let path = h5files::temp_path!("foresight-appended.h5");
     h5files::write_appended(&path, 600).unwrap();
     let (f, crawled, reads) = measure(&path);
     eprintln!(
@@ -544,7 +544,7 @@ fn priced() {
 /// crawl has.
 #[test]
 fn a_priced_crawl_fetches_each_byte_once_and_every_target() {
-    let path = h5files::temp_path("foresight-priced.h5");
+    let path = h5files::temp_path!("foresight-priced.h5");
     h5files::write_appended(&path, 200).unwrap();
     let file = std::fs::read(&path).unwrap();
     let _ = std::fs::remove_file(&path);

@@ -643,7 +643,7 @@ mod real_files {
     use super::*;
     use std::collections::{HashSet, VecDeque};
 
-    use crate::test_h5files as h5files;
+    use remfile_testkit::h5files;
 
     /// The object headers a crawl of `file` from its superblock reaches.
     fn crawl(file: &[u8]) -> HashSet<u64> {
@@ -684,7 +684,7 @@ mod real_files {
     }
 
     fn check(format: h5files::Format) {
-        let path = h5files::temp_path(&format!("crawl-{format:?}.nwb"));
+        let path = h5files::temp_path!(&format!("crawl-{format:?}.nwb"));
         let shape = h5files::NwbShape {
             rows: 20_000,
             chunk_rows: 128,

@@ -1,20 +1,24 @@
 //! An S3-compatible server that checks presigned signatures (`s3s-fs`),
 //! started by the test on 127.0.0.1 in a temporary directory, and its
 //! URLs presigned by AWS's own signer.
-#![allow(dead_code)]
 
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
-use super::nginx::{free_port, require_binary};
+use crate::nginx::{free_port, require_binary};
 
+/// The access key the server accepts.
 pub const ACCESS_KEY: &str = "REMFILETESTKEY";
+/// The secret key of [`ACCESS_KEY`].
 pub const SECRET_KEY: &str = "remfile-test-secret-key-0123456789";
 const REGION: &str = "us-east-1";
+/// The server's one bucket.
 pub const BUCKET: &str = "bucket";
 
+/// An `s3s-fs` serving [`BUCKET`] from a directory of its own on
+/// 127.0.0.1; stopped when dropped.
 pub struct S3Server {
     child: Child,
     dir: PathBuf,
@@ -24,6 +28,8 @@ pub struct S3Server {
 }
 
 impl S3Server {
+    /// Starts `s3s-fs` with an empty [`BUCKET`]; the test fails, saying how
+    /// to install it, if it is missing.
     pub fn start() -> S3Server {
         let home = std::env::var_os("HOME")
             .map(PathBuf::from)

@@ -1,14 +1,15 @@
 //! A real nginx, started by the test in a temporary directory on 127.0.0.1.
 //!
 //! If the `nginx` binary is missing, `Nginx::start` fails the test, saying
-//! how to install it ([`crate::support::skip::needed`]).
-#![allow(dead_code)]
+//! how to install it ([`crate::skip::needed`]).
 
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// An nginx serving a document root of its own on 127.0.0.1; stopped when
+/// dropped.
 pub struct Nginx {
     child: Child,
     dir: PathBuf,
@@ -31,7 +32,7 @@ pub fn require_binary(name: &str, candidates: &[&str]) -> PathBuf {
                     .find(|p| p.exists())
             })
         });
-    found.unwrap_or_else(|| crate::support::skip::needed(&format!("{name} is not installed")))
+    found.unwrap_or_else(|| crate::skip::needed(&format!("{name} is not installed")))
 }
 
 /// A port free now for a server this process starts, never one it handed
@@ -116,10 +117,12 @@ impl Nginx {
         std::fs::write(self.dir.join("www").join(name), data).unwrap();
     }
 
+    /// Where the file `name` of the document root is.
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.join("www").join(name)
     }
 
+    /// The URL of the file `name` of the document root.
     pub fn url(&self, name: &str) -> String {
         format!("http://127.0.0.1:{}/{name}", self.port)
     }
@@ -159,6 +162,8 @@ impl Nginx {
         std::fs::read_to_string(self.dir.join("error.log")).unwrap_or_default()
     }
 
+    /// The server's directory (its configuration, logs and `www`, the
+    /// document root).
     pub fn dir(&self) -> &Path {
         &self.dir
     }

@@ -1,5 +1,4 @@
 //! An HTTPS range server with a certificate authority made by the test.
-#![allow(dead_code)]
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -10,15 +9,19 @@ use std::time::Duration;
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
-use remfile_testkit::{Reply, Req, range_reply, read_head};
+use crate::{Reply, Req, range_reply, read_head};
 
 /// A CA and a server certificate for 127.0.0.1 and localhost signed by it.
 pub struct TestPki {
+    /// The CA's certificate (PEM), for the client to trust.
     pub ca_pem: String,
     server: Arc<rustls::ServerConfig>,
 }
 
 impl TestPki {
+    /// A new CA, and a server certificate signed by it.
+    // Each call makes new keys: no value is a default one.
+    #[allow(clippy::new_without_default)]
     pub fn new() -> TestPki {
         let ca_key = KeyPair::generate().unwrap();
         let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
@@ -59,6 +62,9 @@ pub struct TlsServer {
 }
 
 impl TlsServer {
+    /// Starts serving `data` on 127.0.0.1 with `pki`'s server certificate;
+    /// `hook` answers a request in place of the range server if it returns
+    /// a reply.
     pub fn new(
         pki: &TestPki,
         data: Vec<u8>,
@@ -95,14 +101,17 @@ impl TlsServer {
         }
     }
 
+    /// The URL of `path` on the server.
     pub fn url(&self, path: &str) -> String {
         format!("https://127.0.0.1:{}{path}", self.addr.port())
     }
 
+    /// Requests served so far.
     pub fn requests(&self) -> usize {
         self.requests.load(Ordering::SeqCst)
     }
 
+    /// Connections accepted so far.
     pub fn connections(&self) -> usize {
         self.connections.load(Ordering::SeqCst)
     }

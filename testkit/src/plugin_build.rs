@@ -8,7 +8,7 @@ use std::process::Command;
 /// Builds the plugin and returns the directory holding it alone, under the
 /// target directory; why not, if it could not be built.
 pub fn plugin_dir(release: bool) -> Result<PathBuf, String> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let root = crate::package_root();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut args = vec!["build", "--quiet", "-p", "remfile-hdf5-plugin"];
     if release {
@@ -32,7 +32,7 @@ pub fn plugin_dir(release: bool) -> Result<PathBuf, String> {
     // Copied beside, then renamed over: a program of another test run that
     // loaded the old one keeps its (unlinked) file, never one rewritten
     // under it.
-    let beside = dir.join(format!("{so}.{}", std::process::id()));
+    let beside = crate::per_process(&dir, &format!("{so}."));
     std::fs::copy(target.join(profile).join(so), &beside)
         .and_then(|_| std::fs::rename(&beside, dir.join(so)))
         .map_err(|e| format!("copying the plugin: {e}"))?;

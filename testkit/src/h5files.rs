@@ -1,7 +1,6 @@
 //! HDF5 files written by the tests themselves (no binary fixtures), and a
 //! walker that describes a file completely, to compare a remote read with a
-//! local one.
-#![allow(dead_code)]
+//! local one (feature `hdf5`).
 
 use std::path::{Path, PathBuf};
 
@@ -9,15 +8,32 @@ use remfile::hdf5::hdf5_metno::types::{
     FloatSize, IntSize, TypeDescriptor, VarLenAscii, VarLenUnicode,
 };
 use remfile::hdf5::hdf5_metno::{self as h5lib, Attribute, Dataset, Group, H5Type};
+use remfile::hdf5::ndarray;
 use remfile::hdf5::{self as h5};
 
+#[doc(inline)]
+pub use crate::temp_path;
+
 /// A path for a generated file, unique to this process: under cargo's
-/// temporary directory for tests (`target/tmp`) when there is one. Files that
-/// earlier, finished runs left under the same name are removed.
-pub fn temp_path(name: &str) -> PathBuf {
-    let dir = option_env!("CARGO_TARGET_TMPDIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(std::env::temp_dir);
+/// temporary directory for tests (`target/tmp`) when the code that expands
+/// it is an integration test or a benchmark, else under the system's
+/// temporary directory. Files that earlier, finished runs left under the
+/// same name are removed. `temp_path!(name)` is
+/// [`temp_path_in`]`(option_env!("CARGO_TARGET_TMPDIR"), name)`, the
+/// variable read where the macro is expanded (cargo sets it only when it
+/// builds integration tests and benchmarks).
+#[macro_export]
+macro_rules! temp_path {
+    ($name:expr) => {
+        $crate::h5files::temp_path_in(::std::option_env!("CARGO_TARGET_TMPDIR"), $name)
+    };
+}
+
+/// A path for a generated file, unique to this process, under `tmpdir`
+/// (cargo's temporary directory for tests) if given, else under the
+/// system's temporary directory: what [`temp_path!`] gives.
+pub fn temp_path_in(tmpdir: Option<&str>, name: &str) -> PathBuf {
+    let dir = tmpdir.map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
     let prefix = format!("remfile-{name}-");
     // Where /proc tells which processes live (Linux), files of dead ones go.
     let proc = Path::new("/proc");
@@ -31,7 +47,7 @@ pub fn temp_path(name: &str) -> PathBuf {
             }
         }
     }
-    dir.join(format!("{prefix}{}", std::process::id()))
+    crate::per_process(&dir, &prefix)
 }
 
 fn vlu(s: &str) -> VarLenUnicode {
@@ -105,8 +121,9 @@ pub fn write_rich(path: &Path) -> h5lib::Result<()> {
     Ok(())
 }
 
-/// Rows and columns of the NWB-like file's `ElectricalSeries/data`.
+/// Rows of the NWB-like file's `ElectricalSeries/data`.
 pub const NWB_ROWS: usize = 300_000;
+/// Columns of the NWB-like file's `ElectricalSeries/data`.
 pub const NWB_COLS: usize = 64;
 /// Rows per chunk: 16384 x 64 x 2 bytes = 2 MiB chunks.
 pub const NWB_CHUNK_ROWS: usize = 16_384;
@@ -304,9 +321,9 @@ pub fn write_nwb(path: &Path, shape: NwbShape) -> h5lib::Result<()> {
     Ok(())
 }
 
-/// Rows each step of [`write_appended`] adds to each series (one chunk's),
-/// and the series' columns.
+/// Rows each step of [`write_appended`] adds to each series (one chunk's).
 pub const APPEND_ROWS: usize = 64;
+/// The columns of [`write_appended`]'s series.
 pub const APPEND_COLS: usize = 64;
 
 /// A file of the latest format laid out as netCDF-4 and logger files are:

@@ -1,5 +1,4 @@
 //! CPU time from /proc (Linux); zero elsewhere.
-#![allow(dead_code)]
 
 use std::time::Duration;
 
