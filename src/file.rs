@@ -13,7 +13,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::link::LinkEstimate;
 use crate::options::Builder;
 use crate::stats::Stats;
-use crate::wait::{self, Cancel};
+use crate::wait::{self, Cancel, Stop};
 
 /// A file on an HTTP(S) server, read like a local file.
 ///
@@ -155,12 +155,18 @@ impl RemoteFile {
         }
     }
 
-    /// Runs `work`, which may wait for the network, watching this handle's
-    /// cancel, as the host wants (see [`wait`]).
-    fn waiting<T>(&self, work: impl FnOnce() -> Result<T>) -> Result<T> {
-        self.engine.unless_closed(|| match &self.cancel {
-            Some(cancel) => cancel.run(|| wait::blocking(work)),
-            None => wait::blocking(work),
+    /// Runs `work`, which may wait for the network, as the host wants (see
+    /// [`wait`]), with the stop it waits by: made here, where the read
+    /// begins, from this handle's cancel, the file's close and what the
+    /// caller declared ([`Cancel::run`]).
+    fn waiting<T>(&self, work: impl FnOnce(&Stop) -> Result<T>) -> Result<T> {
+        self.engine.check_open()?;
+        wait::blocking(|stop| {
+            let stop = self.engine.stop_for_read(stop)?;
+            match &self.cancel {
+                Some(cancel) => work(&stop.watching(cancel)),
+                None => work(&stop),
+            }
         })
     }
 
@@ -333,7 +339,7 @@ impl RemoteFile {
         if self.engine.read_if_cached(pos, buf, true) {
             return Ok(());
         }
-        self.waiting(|| self.engine.read_into(pos, buf))
+        self.waiting(|stop| self.engine.read_into(pos, buf, stop))
     }
 
     /// As [`read_into`](Self::read_into), for several reads at once.
@@ -348,7 +354,7 @@ impl RemoteFile {
         if left.is_empty() {
             return Ok(());
         }
-        self.waiting(|| self.engine.read_many(&mut left))
+        self.waiting(|stop| self.engine.read_many(&mut left, stop))
     }
 
     /// What the HDF5 driver may ask of the file beyond reads (see
@@ -453,7 +459,7 @@ impl RemoteFile {
     /// # Ok::<(), remfile::Error>(())
     /// ```
     pub fn prefetch(&self, ranges: impl IntoIterator<Item = Range<u64>>) -> Result<()> {
-        self.waiting(|| self.engine.prefetch(ranges))
+        self.waiting(|stop| self.engine.prefetch(ranges, stop))
     }
 
     /// Queues a fetch of the blocks covering `ranges` that are neither

@@ -22,6 +22,7 @@ use crate::link::{Line, LinkMeter, priced_tail};
 use crate::options::Builder;
 use crate::s3;
 use crate::stats::Counters;
+use crate::wait::Stop;
 
 // The builder's last step lives with the open sequence it starts, so that
 // the options stay data that names no file.
@@ -36,23 +37,31 @@ impl Builder {
     /// errors of a read (see [`RemoteFile::open`]).
     pub fn open(&self, url: impl AsRef<str>) -> Result<RemoteFile> {
         if crate::wait::host().is_none() {
-            return open(self, url.as_ref());
+            return open(self, url.as_ref(), &Stop::here());
         }
         let (builder, url) = (self.clone(), url.as_ref().to_owned());
-        crate::wait::blocking(move || open(&builder, &url))
+        crate::wait::blocking(move |stop| open(&builder, &url, stop))
     }
 }
 
-/// Opens the file at `url` with the options of `builder`.
-pub(crate) fn open(builder: &Builder, text: &str) -> Result<RemoteFile> {
-    open_among(builder, text, 1)
+/// Opens the file at `url` with the options of `builder`, within what
+/// `stop` allows.
+pub(crate) fn open(builder: &Builder, text: &str, stop: &Stop) -> Result<RemoteFile> {
+    open_among(builder, text, 1, stop)
 }
 
 /// As [`open`], for one of `together` files at work at once (a batch's):
 /// its tail is priced as one of theirs from its first request, before the
 /// line counts the others opening.
-pub(crate) fn open_among(builder: &Builder, text: &str, together: u64) -> Result<RemoteFile> {
+pub(crate) fn open_among(
+    builder: &Builder,
+    text: &str,
+    together: u64,
+    stop: &Stop,
+) -> Result<RemoteFile> {
     builder.validate()?;
+    // One deadline for the open's every wait and request.
+    let stop = &stop.until(crate::wait::deadline::after(builder.read_timeout));
     let (request_url, url, service) = if s3::is_s3(text) {
         if let Some(why) = builder
             .headers
@@ -91,11 +100,11 @@ pub(crate) fn open_among(builder: &Builder, text: &str, together: u64) -> Result
     } else {
         name
     };
-    let (warm, first_open) = look_on_disk(builder, &name)?;
+    let (warm, first_open) = look_on_disk(builder, &name, stop)?;
     let (opened, tail, known_via) = match warm {
         Some(warm) => {
             let via = warm.known.via;
-            let (opened, asked) = warm_open(builder, &transport, warm, (&name, &asked_at))?;
+            let (opened, asked) = warm_open(builder, &transport, warm, (&name, &asked_at), stop)?;
             (opened, None, (!asked).then_some(via))
         }
         None => {
@@ -113,7 +122,7 @@ pub(crate) fn open_among(builder: &Builder, text: &str, together: u64) -> Result
                     link.opening_now().max(together),
                 )
             };
-            let (opened, tail) = first_request(&transport, builder.block_size, tail);
+            let (opened, tail) = first_request(&transport, builder.block_size, tail, stop);
             (opened?, tail, None)
         }
     };
@@ -262,7 +271,11 @@ struct Warm {
 /// it once: one claims the first open and fetches, the others wait until
 /// its first blocks are on disk and open it warm, without a request of
 /// their own (the version was confirmed during their open).
-fn look_on_disk(builder: &Builder, name: &disk::Name) -> Result<(Option<Warm>, Option<FetchLock>)> {
+fn look_on_disk(
+    builder: &Builder,
+    name: &disk::Name,
+    stop: &Stop,
+) -> Result<(Option<Warm>, Option<FetchLock>)> {
     let Some(disk) = builder.disk_cache.as_ref() else {
         return Ok((None, None));
     };
@@ -282,9 +295,8 @@ fn look_on_disk(builder: &Builder, name: &disk::Name) -> Result<(Option<Warm>, O
     if let Some(warm) = before.clone().and_then(|known| first_block(known, false)) {
         return Ok((Some(warm), None));
     }
-    let deadline = crate::wait::deadline::after(builder.read_timeout);
     for _ in 0..FIRST_OPEN_ROUNDS {
-        let (lock, let_go) = match disk.claim_first_open(name, deadline)? {
+        let (lock, let_go) = match disk.claim_first_open(name, stop)? {
             FirstOpen::Ours(lock) => (Some(lock), false),
             FirstOpen::Waited => (None, true),
             FirstOpen::StillHeld => (None, false),
@@ -333,6 +345,7 @@ fn warm_open(
     transport: &Transport,
     warm: Warm,
     (name, asked_at): (&disk::Name, &Url),
+    stop: &Stop,
 ) -> Result<(Opened, bool)> {
     let Warm {
         known,
@@ -358,7 +371,7 @@ fn warm_open(
     }
     // A whole first block is asked for, not the known version's: if the
     // file changed, its size may have too.
-    let opened = match transport.open_unless(builder.block_size, &on_disk.identity)? {
+    let opened = match transport.open_unless(builder.block_size, &on_disk.identity, stop)? {
         // A 304 that says nothing of freshness leaves what was said before
         // standing.
         // A 304 from where the URL led before: the version on disk.
@@ -371,7 +384,7 @@ fn warm_open(
             }
         }
         // From elsewhere, it says nothing of the file on disk.
-        Revalidated::Unchanged { .. } => transport.open(builder.block_size)?,
+        Revalidated::Unchanged { .. } => transport.open(builder.block_size, stop)?,
         Revalidated::Changed(changed) => changed,
     };
     Ok((opened, true))
@@ -420,14 +433,16 @@ fn first_request(
     transport: &Transport,
     first_len: u64,
     tail_len: u64,
+    stop: &Stop,
 ) -> (Result<Opened>, Option<Result<Tail>>) {
     if tail_len == 0 {
-        return (transport.open(first_len), None);
+        return (transport.open(first_len, stop), None);
     }
     std::thread::scope(|s| {
         // Without a thread, the file opens without its tail.
-        let tail = crate::engine::fanout::try_spawn(s, || transport.tail(tail_len));
-        let opened = transport.open(first_len);
+        let tail =
+            crate::engine::fanout::try_spawn(s, stop, |helper| transport.tail(tail_len, helper));
+        let opened = transport.open(first_len, stop);
         (opened, tail.and_then(|t| t.join().ok()))
     })
 }

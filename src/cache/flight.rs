@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use crate::stats::RoundMark;
 use crate::sync::{Condvar, Mutex};
+use crate::wait::Stop;
 
 use super::{Block, BlockCache, FileKey};
 use crate::error::{Error, ErrorKind};
@@ -137,7 +138,7 @@ struct Wave {
     /// Where the file's round trips stood when it started.
     started: RoundMark,
     /// Set when a reader comes to wait for one of its blocks: the fetch is
-    /// a read's from then on (see `workers::wanted_by_readers`).
+    /// a read's from then on (see [`Stop::wanted_by`]).
     wanted: Arc<AtomicBool>,
 }
 
@@ -168,9 +169,10 @@ impl Pending {
         })
     }
 
-    /// Waits for the fetch's outcome until `deadline`, or until the work on
-    /// this thread is stopped (then its error).
-    pub(crate) fn wait(&self, deadline: Instant) -> Result<Block, Error> {
+    /// Waits for the fetch's outcome until the deadline of `stop`, or until
+    /// the work it stops is stopped (then its error).
+    pub(crate) fn wait(&self, stop: &Stop) -> Result<Block, Error> {
+        let deadline = stop.deadline();
         let _waiting = crate::sync::Waiting::new(&self.waiters);
         if let Some(wave) = &self.wave {
             wave.wanted.store(true, Ordering::Relaxed);
@@ -189,7 +191,7 @@ impl Pending {
             // Asked with no lock held: asking may run a host's code (take
             // an interpreter's lock, run a signal handler that reads).
             drop(slot);
-            crate::wait::check_stopped()?;
+            stop.check()?;
             if Instant::now() >= deadline {
                 return Err(Error::new(
                     ErrorKind::Timeout,
@@ -262,18 +264,15 @@ impl Claim {
         }
     }
 
-    /// Reports a failed fetch of `index` to its waiters.
-    pub fn fail(&mut self, index: u64, error: &Error) {
+    /// Reports a failed fetch of `index` to its waiters; `stopped`: the
+    /// fetch's own reader was stopped.
+    pub fn fail(&mut self, index: u64, error: &Error, stopped: bool) {
         if let Ok(at) = self.owned.binary_search(&index) {
             self.owned.remove(at);
             // A fetch its own reader stopped (a Ctrl-C, a cancel's
             // deadline) failed for that reader alone: its waiters fetch the
             // block themselves.
-            let told = if crate::wait::was_stopped() {
-                gave_up()
-            } else {
-                error.clone()
-            };
+            let told = if stopped { gave_up() } else { error.clone() };
             self.cache.settle(&self.file, index, Err(told));
         }
     }
@@ -300,6 +299,10 @@ impl Drop for Claim {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn soon() -> Stop {
+        Stop::here().until(Instant::now() + Duration::from_secs(10))
+    }
     use std::time::Duration;
 
     #[test]
@@ -315,7 +318,7 @@ mod tests {
             [2, 3]
         );
         let waiter = second.waiting[0].1.clone();
-        let t = std::thread::spawn(move || waiter.wait(Instant::now() + Duration::from_secs(10)));
+        let t = std::thread::spawn(move || waiter.wait(&soon()));
         first.fulfil(2, Arc::new(vec![7; 4]));
         assert_eq!(*t.join().unwrap().unwrap(), vec![7; 4]);
         assert_eq!(cache.get(&f, 2).as_deref(), Some(&vec![7; 4]));
@@ -328,9 +331,7 @@ mod tests {
         let first = cache.claim(&f, &[1], &[]);
         let second = cache.claim(&f, &[1], &[]);
         drop(first);
-        let got = second.waiting[0]
-            .1
-            .wait(Instant::now() + Duration::from_secs(10));
+        let got = second.waiting[0].1.wait(&soon());
         // Interrupted: the waiter fetches the block itself.
         assert_eq!(got.unwrap_err().kind(), ErrorKind::Interrupted);
         assert_eq!(cache.claim(&f, &[1], &[]).owned, [1], "claimable again");
@@ -352,7 +353,9 @@ mod tests {
             .collect();
         assert_eq!(speculative, [false, true]);
         drop(guess);
-        let got = reader.waiting[1].1.wait(Instant::now());
+        let got = reader.waiting[1]
+            .1
+            .wait(&Stop::here().until(Instant::now()));
         assert!(got.is_err(), "released with an error");
     }
 

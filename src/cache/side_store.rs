@@ -6,9 +6,9 @@
 
 use std::any::Any;
 use std::ops::Range;
-use std::time::Instant;
 
 use crate::stats::RoundMark;
+use crate::wait::Stop;
 
 /// What a file may keep beside its blocks. A read the store cannot serve
 /// whole goes to the blocks, so a store is only ever a shortcut, never the
@@ -18,10 +18,15 @@ pub(crate) trait SideStore: Send + Sync + 'static {
     fn holds(&self, range: Range<u64>) -> bool;
 
     /// Fills `buf` with the bytes at `pos` if the store holds them all,
-    /// waiting until `deadline` for bytes it has been promised;
+    /// waiting by `wait` (if given) for bytes it has been promised;
     /// `rounds_so_far` is the round trips the file's readers have counted.
-    fn read(&self, pos: u64, buf: &mut [u8], deadline: Instant, rounds_so_far: RoundMark)
-    -> Served;
+    fn read(
+        &self,
+        pos: u64,
+        buf: &mut [u8],
+        wait: Option<&Stop>,
+        rounds_so_far: RoundMark,
+    ) -> Served;
 
     /// The file closes (its last handle is dropped): keeps in `keeper` (the
     /// disk cache) what the next run should find there.

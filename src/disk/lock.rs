@@ -28,6 +28,7 @@
 //! trusted only between processes of one host (another host's may not be
 //! seen on a filesystem mounted without lock support).
 
+use crate::wait::Stop;
 use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
@@ -306,9 +307,13 @@ fn make_unless_held(path: &Path, mut make: impl FnMut() -> io::Result<()>) -> io
 
 /// Waits until the lock at `path` is no longer held, or `deadline`: whether
 /// it was let go of (false: still held at `deadline`). An error if the work
-/// on this thread is stopped first (a cancel, a Ctrl-C, a close, the
-/// process ending): within a poll, whoever holds the lock.
-pub(crate) fn wait_while_held(path: &Path, deadline: Instant) -> crate::error::Result<bool> {
+/// `stop` stops is stopped first (a cancel, a Ctrl-C, a close, the process
+/// ending): within a poll, whoever holds the lock.
+pub(crate) fn wait_while_held(
+    path: &Path,
+    deadline: Instant,
+    stop: &Stop,
+) -> crate::error::Result<bool> {
     let mut pause = Duration::from_millis(1);
     loop {
         if !is_held(path) {
@@ -317,7 +322,7 @@ pub(crate) fn wait_while_held(path: &Path, deadline: Instant) -> crate::error::R
         if Instant::now() >= deadline {
             return Ok(false);
         }
-        crate::wait::sleep_until((Instant::now() + pause).min(deadline))?;
+        stop.sleep_until((Instant::now() + pause).min(deadline))?;
         pause = (pause * 2).min(Duration::from_millis(20));
     }
 }

@@ -40,6 +40,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::sync::Mutex;
+use crate::wait::Stop;
 
 use self::digest::Digest;
 use self::format::Owner;
@@ -739,9 +740,10 @@ impl DiskFile {
     pub(crate) fn wait_for_all(
         &self,
         blocks: &[(u64, u64)],
-        deadline: Instant,
+        stop: &Stop,
         mut take: impl FnMut(u64, Vec<u8>),
     ) -> bool {
+        let deadline = stop.deadline();
         #[cfg(test)]
         let _waiting = crate::sync::Waiting::new(&self.cache.inner.waiting);
         let mut pending: VecDeque<(u64, u64)> = blocks.iter().copied().collect();
@@ -784,7 +786,7 @@ impl DiskFile {
                 continue;
             }
             // A stopped read fetches what is left, which fails at once.
-            if Instant::now() >= until || crate::wait::should_stop() {
+            if Instant::now() >= until || stop.should_stop() {
                 out_of_time = true;
                 break;
             }

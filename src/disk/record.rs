@@ -18,6 +18,7 @@ use super::lock::{FetchLock, wait_while_held};
 use super::{DiskCache, private};
 use crate::identity::Identity;
 use crate::identity::freshness::{Freshness, MAX_FRESH};
+use crate::wait::Stop;
 
 /// How the first open of a file the disk knows nothing of went.
 pub(crate) enum FirstOpen {
@@ -381,19 +382,19 @@ impl DiskCache {
     /// first blocks are on disk, see [`DiskCache::remember_after_writes`]);
     /// the others wait for that, then open it warm. The wait ends at a
     /// stop of the open (an error then), or at the [`wait_bound`](super::wait_bound)
-    /// of `deadline`: a holder that lives is bounded by its own deadline,
+    /// of the open's deadline: a holder that lives is bounded by its own deadline,
     /// one that ended is seen at once (see [`lock`](super::lock)), and a
     /// first open that takes long (a slow server, a long tail) is still
     /// waited for rather than made again by every process.
     pub(crate) fn claim_first_open(
         &self,
         name: &Name,
-        deadline: Instant,
+        stop: &Stop,
     ) -> crate::error::Result<FirstOpen> {
         let path = self.record_path(name).with_extension("lock");
         Ok(match FetchLock::take(&path) {
             Ok(Some(lock)) => FirstOpen::Ours(lock),
-            Ok(None) => match wait_while_held(&path, super::wait_bound(deadline))? {
+            Ok(None) => match wait_while_held(&path, super::wait_bound(stop.deadline()), stop)? {
                 true => FirstOpen::Waited,
                 false => FirstOpen::StillHeld,
             },

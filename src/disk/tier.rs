@@ -87,12 +87,11 @@ impl Tier for DiskTier {
             }
             let theirs: Vec<(u64, u64)> = theirs.iter().map(|&i| (i, self.block_len(i))).collect();
             Counters::add(&self.counters.disk_waits, theirs.len() as u64);
-            let out_of_time = self
-                .file
-                .wait_for_all(&theirs, fetch.deadline, |index, bytes| {
-                    waited = true;
-                    self.hand_over(fetch, index, bytes);
-                });
+            let stop = fetch.stop.clone();
+            let out_of_time = self.file.wait_for_all(&theirs, &stop, |index, bytes| {
+                waited = true;
+                self.hand_over(fetch, index, bytes);
+            });
             // A block its fetcher let go of unwritten (it ended, or its
             // fetch failed) is claimed again rather than fetched here at
             // once: every process that waited for it would fetch it too.

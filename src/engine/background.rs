@@ -10,6 +10,7 @@ use super::Engine;
 use super::fetch::{Fetch, Guess, nobody_needs};
 use super::plan;
 use crate::process::workers::{self, Priority};
+use crate::wait::Stop;
 
 impl Engine {
     /// Fetches the missing blocks of `ranges`, at most `max_bytes` of them,
@@ -55,7 +56,7 @@ impl Engine {
                 if closing.is_closed() || engine.closed.is_cancelled() {
                     engine.queued.forget(&job);
                 } else {
-                    closing.run(|| engine.closed.run(|| engine.run_queued(&job)));
+                    engine.run_queued(&job, &closing.stop().watching(&engine.closed));
                 }
             }
         });
@@ -82,20 +83,20 @@ impl Engine {
 
     /// Makes the queued background fetch of `blocks`, unless a reader took
     /// it: claims those still missing, as a guess, and fetches them.
-    pub(crate) fn run_queued(&self, blocks: &Arc<[u64]>) {
-        if let Some(mut guess) = self.queued.take(blocks, |b| self.claim_guess_of(b)) {
+    pub(crate) fn run_queued(&self, blocks: &Arc<[u64]>, stop: &Stop) {
+        if let Some(mut guess) = self.queued.take(blocks, |b| self.claim_guess_of(b, stop)) {
             self.tiers.take_held(&mut guess);
-            self.fetch_guess(&mut guess);
+            self.fetch_guess(&mut guess, stop);
         }
     }
 
     /// Fetches what a guess claimed and the disk did not have (it was asked
-    /// when the claim was made), with the time of a read from now.
-    pub(super) fn fetch_guess(&self, guess: &mut Guess) {
-        guess.deadline = self.read_deadline();
+    /// when the claim was made), by `stop`, with the time of a read from now.
+    pub(super) fn fetch_guess(&self, guess: &mut Guess, stop: &Stop) {
         // A reader that comes to wait for its blocks makes it a read's.
         let wanted = guess.claim.wanted();
-        workers::wanted_by_readers(wanted, || self.tiers.fill(guess));
+        guess.stop = stop.until(self.read_deadline()).wanted_by(wanted);
+        self.tiers.fill(guess);
     }
 
     /// The missing blocks of `ranges` a guess of at most `max_bytes` (and
@@ -111,10 +112,10 @@ impl Engine {
 
     /// A guess claiming those of `blocks` (sorted) neither cached nor in
     /// flight; it asks the disk nothing yet.
-    pub(super) fn claim_guess_of(&self, blocks: &[u64]) -> Guess {
+    pub(super) fn claim_guess_of(&self, blocks: &[u64], stop: &Stop) -> Guess {
         let started = self.counters.round_mark();
         let claim = self.cache.claim_speculative(&self.key, blocks, started);
-        Fetch::new(claim, &nobody_needs, self.read_deadline())
+        Fetch::new(claim, &nobody_needs, stop.until(self.read_deadline()))
     }
 
     pub(super) fn background_ended(&self) {

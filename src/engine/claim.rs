@@ -3,25 +3,20 @@
 //! it owns through the tiers, those other readers fetch by waiting for
 //! them.
 
-use std::time::Instant;
-
 use super::Engine;
 use super::fetch::Fetch;
 use crate::cache::{Block, Claim};
 use crate::error::{ErrorKind, Result};
 use crate::stats::Counters;
+use crate::wait::Stop;
 
 impl Engine {
     /// Fetches `missing` blocks (sorted), or waits for them if others are
     /// fetching them, in one round. Exactly those blocks are returned: the
     /// blocks of queued fetches it takes go to the cache only.
-    pub(super) fn fetch_missing(
-        &self,
-        missing: &[u64],
-        deadline: Instant,
-    ) -> Result<Vec<(u64, Block)>> {
+    pub(super) fn fetch_missing(&self, missing: &[u64], stop: &Stop) -> Result<Vec<(u64, Block)>> {
         let claim = self.claim_taking_queued(missing, Vec::new());
-        self.fetch_claim(claim, |i| missing.binary_search(&i).is_ok(), deadline)
+        self.fetch_claim(claim, |i| missing.binary_search(&i).is_ok(), stop)
     }
 
     /// Claims `needed` (sorted) and `optional` as [`BlockCache::claim`]
@@ -63,11 +58,11 @@ impl Engine {
         &self,
         claim: Claim,
         is_needed: impl Fn(u64) -> bool + Sync,
-        deadline: Instant,
+        stop: &Stop,
     ) -> Result<Vec<(u64, Block)>> {
         // A stopped read fetches nothing (its claim goes with it).
-        crate::wait::check_stopped()?;
-        let mut fetch = Fetch::new(claim, &is_needed, deadline);
+        stop.check()?;
+        let mut fetch = Fetch::new(claim, &is_needed, stop.clone());
         let waited = match self.tiers.fill(&mut fetch) {
             Some(e) => Err(e),
             None => self.wait_for_others(&mut fetch),
@@ -89,17 +84,18 @@ impl Engine {
         for (i, pending) in fetch.claim.take_waiting() {
             let optional = pending.is_optional();
             waited_on_guess |= pending.costs_a_round(self.counters.round_mark());
-            match pending.wait(fetch.deadline) {
+            match pending.wait(&fetch.stop) {
                 Ok(block) => fetch.got.push((i, block)),
                 // This read was stopped: it fetches nothing more, and says
                 // why (not what the other reader's fetch met).
-                Err(_) if crate::wait::was_stopped() => {
-                    return crate::wait::check_stopped().map(|()| false);
+                Err(_) if fetch.stop.is_stopped() => {
+                    return fetch.stop.check().map(|()| false);
                 }
                 // A guess or a read-ahead that failed, or a read another
                 // caller stopped, leaves its blocks to be fetched here.
                 Err(e) if optional || e.kind() == ErrorKind::Interrupted => {
-                    fetch.got.extend(self.fetch_missing(&[i], fetch.deadline)?)
+                    let stop = fetch.stop.clone();
+                    fetch.got.extend(self.fetch_missing(&[i], &stop)?)
                 }
                 Err(e) => return Err(e.with_url(self.redacted_url())),
             }

@@ -7,6 +7,7 @@ use std::sync::mpsc;
 use std::thread::{Scope, ScopedJoinHandle};
 
 use crate::sync::Mutex;
+use crate::wait::Stop;
 
 /// What the caller wants after a part's outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,27 +24,27 @@ pub(crate) struct Done<R> {
     pub attempts: u32,
 }
 
-/// Starts `f` on a new thread of scope `s`, or returns `None` if the
-/// process has as many fetch threads as it allows
-/// ([`crate::process::FETCH_THREADS`]) or the system refuses a thread (a
-/// process at its limit of threads or memory): the caller then does the
-/// work itself, later, rather than panic.
+/// Starts `f` on a new thread of scope `s`, handing it the stop of a
+/// thread helping the work `stop` stops (it stops with that work, and
+/// waits in its lane); or returns `None` if the process has as many fetch
+/// threads as it allows ([`crate::process::FETCH_THREADS`]) or the system
+/// refuses a thread (a process at its limit of threads or memory): the
+/// caller then does the work itself, later, rather than panic.
 pub(crate) fn try_spawn<'scope, T: Send + 'scope>(
     s: &'scope Scope<'scope, '_>,
-    f: impl FnOnce() -> T + Send + 'scope,
+    stop: &Stop,
+    f: impl FnOnce(&Stop) -> T + Send + 'scope,
 ) -> Option<ScopedJoinHandle<'scope, T>> {
     #[cfg(test)]
     if tests::REFUSE_THREADS.with(|refuse| refuse.get()) {
         return None;
     }
     // The process's bound on fetch threads: past it, the caller works alone.
-    let place = crate::process::workers::fetch_thread()?;
-    // A part works for the same read as its caller: it stops with it, and
-    // waits in its lane (and for its file, if background work).
-    let errand = crate::process::workers::Errand::for_helper();
+    let place = crate::process::workers::fetch_thread(stop.lane().0)?;
+    let helper = stop.for_helper();
     let f = move || {
         let _place = place;
-        errand.run(f)
+        f(&helper)
     };
     match std::thread::Builder::new().spawn_scoped(s, f) {
         Ok(handle) => Some(handle),
@@ -66,32 +67,36 @@ pub(crate) fn try_spawn<'scope, T: Send + 'scope>(
 pub(crate) fn fan_out<P: Send, R: Send>(
     parts: Vec<P>,
     workers: usize,
-    fetch: impl Fn(P) -> Done<R> + Sync,
+    stop: &Stop,
+    fetch: impl Fn(P, &Stop) -> Done<R> + Sync,
     mut on_done: impl FnMut(R) -> Next,
 ) -> u32 {
     let count = parts.len();
     let workers = workers.clamp(1, count.max(1));
     if count <= 1 {
-        return one_by_one(parts.into_iter(), &fetch, &mut on_done);
+        return one_by_one(parts.into_iter(), stop, &fetch, &mut on_done);
     }
     let queue = Mutex::new(parts.into_iter());
-    let stop = AtomicBool::new(false);
+    let halt = AtomicBool::new(false);
     let (sender, outcomes) = mpsc::channel();
     let (most_attempts, workers) = std::thread::scope(|s| {
         let handles: Vec<_> = (0..workers)
             .map_while(|_| {
                 let sender = sender.clone();
-                let (queue, stop, fetch) = (&queue, &stop, &fetch);
-                try_spawn(s, move || work(queue, stop, fetch, sender))
+                let (queue, halt, fetch) = (&queue, &halt, &fetch);
+                try_spawn(s, stop, move |helper| {
+                    work(queue, halt, helper, fetch, sender)
+                })
             })
             .collect();
         if handles.is_empty() {
             // One after the other, as the only worker.
-            return (one_by_one(queue.lock().by_ref(), &fetch, &mut on_done), 1);
+            let most = one_by_one(queue.lock().by_ref(), stop, &fetch, &mut on_done);
+            return (most, 1);
         }
         let workers = handles.len();
         drop(sender);
-        hand_on(&outcomes, &queue, &stop, &mut on_done);
+        hand_on(&outcomes, &queue, &halt, stop, &mut on_done);
         (most_attempts_of(handles), workers)
     });
     (count.div_ceil(workers) - 1) as u32 + most_attempts.max(1)
@@ -101,12 +106,13 @@ pub(crate) fn fan_out<P: Send, R: Send>(
 /// the most attempts a part took.
 fn one_by_one<P, R>(
     parts: impl Iterator<Item = P>,
-    fetch: &impl Fn(P) -> Done<R>,
+    stop: &Stop,
+    fetch: &impl Fn(P, &Stop) -> Done<R>,
     on_done: &mut impl FnMut(R) -> Next,
 ) -> u32 {
     let mut most = 0;
     for part in parts {
-        let done = fetch(part);
+        let done = fetch(part, stop);
         most = most.max(done.attempts);
         if on_done(done.outcome) == Next::Stop {
             break;
@@ -121,7 +127,8 @@ fn one_by_one<P, R>(
 fn hand_on<P, R>(
     outcomes: &mpsc::Receiver<R>,
     queue: &Mutex<std::vec::IntoIter<P>>,
-    stop: &AtomicBool,
+    halt: &AtomicBool,
+    stop: &Stop,
     on_done: &mut impl FnMut(R) -> Next,
 ) {
     loop {
@@ -135,7 +142,7 @@ fn hand_on<P, R>(
                 // the parts not started yet fail at once when they
                 // start: every part's outcome reaches the caller (one
                 // never run would read as one that brought nothing).
-                let _ = crate::wait::should_stop();
+                let _ = stop.should_stop();
                 continue;
             }
         };
@@ -143,7 +150,7 @@ fn hand_on<P, R>(
         // the verdict and the stop.
         let _queue = queue.lock();
         if on_done(outcome) == Next::Stop {
-            stop.store(true, Relaxed);
+            halt.store(true, Relaxed);
         }
     }
 }
@@ -166,16 +173,17 @@ fn most_attempts_of(handles: Vec<ScopedJoinHandle<'_, u32>>) -> u32 {
 /// several parts does not make more rounds).
 fn work<P, R>(
     queue: &Mutex<std::vec::IntoIter<P>>,
-    stop: &AtomicBool,
-    fetch: &impl Fn(P) -> Done<R>,
+    halt: &AtomicBool,
+    stop: &Stop,
+    fetch: &impl Fn(P, &Stop) -> Done<R>,
     sender: mpsc::Sender<R>,
 ) -> u32 {
     let mut most_attempts = 0;
     loop {
-        let Some(part) = queue.lock().next().filter(|_| !stop.load(Relaxed)) else {
+        let Some(part) = queue.lock().next().filter(|_| !halt.load(Relaxed)) else {
             break;
         };
-        let done = fetch(part);
+        let done = fetch(part, stop);
         most_attempts = most_attempts.max(done.attempts);
         if sender.send(done.outcome).is_err() {
             break;
@@ -204,7 +212,8 @@ pub(crate) mod tests {
         let rounds = fan_out(
             (0..10).collect(),
             4,
-            |n| {
+            &Stop::here(),
+            |n, _| {
                 assert_eq!(std::thread::current().id(), me);
                 once(n)
             },
@@ -232,7 +241,8 @@ pub(crate) mod tests {
         let rounds = fan_out(
             (0..10).collect(),
             4,
-            |n| {
+            &Stop::here(),
+            |n, _| {
                 fetched.fetch_add(1, Relaxed);
                 once(n)
             },
@@ -249,13 +259,24 @@ pub(crate) mod tests {
 
     #[test]
     fn rounds_add_the_retries_of_the_slowest_part() {
-        let fetch = |n: u32| Done {
+        let fetch = |n: u32, _: &Stop| Done {
             outcome: n,
             attempts: if n == 2 { 3 } else { 1 },
         };
-        assert_eq!(fan_out(vec![1, 2, 3], 4, fetch, |_| Next::Continue), 3);
-        assert_eq!(fan_out(vec![2], 4, fetch, |_| Next::Continue), 3);
-        assert_eq!(fan_out(Vec::<u32>::new(), 4, fetch, |_| Next::Continue), 0);
+        assert_eq!(
+            fan_out(vec![1, 2, 3], 4, &Stop::here(), fetch, |_| Next::Continue),
+            3
+        );
+        assert_eq!(
+            fan_out(vec![2], 4, &Stop::here(), fetch, |_| Next::Continue),
+            3
+        );
+        assert_eq!(
+            fan_out(Vec::<u32>::new(), 4, &Stop::here(), fetch, |_| {
+                Next::Continue
+            }),
+            0
+        );
     }
 
     #[test]
@@ -265,7 +286,8 @@ pub(crate) mod tests {
         fan_out(
             (0..100).collect(),
             2,
-            |n| {
+            &Stop::here(),
+            |n, _| {
                 fetched.fetch_add(1, Relaxed);
                 // Every part but the first waits for the caller's verdict on
                 // the first, so the queue cannot drain before it.
@@ -295,7 +317,8 @@ pub(crate) mod tests {
         fan_out(
             (0..6).collect(),
             3,
-            |n| {
+            &Stop::here(),
+            |n, _| {
                 assert!(n != 3, "part 3 is broken");
                 once(n)
             },

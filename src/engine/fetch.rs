@@ -4,10 +4,10 @@
 
 use std::ops::Range;
 use std::sync::Arc;
-use std::time::Instant;
 
 use crate::cache::{Block, Claim};
 use crate::error::{Error, Result};
+use crate::wait::Stop;
 
 /// One fetch of a claim's blocks: the claim, which of its blocks the caller
 /// needs (handed back as they come, after those the claim found cached),
@@ -19,7 +19,8 @@ pub(crate) struct Fetch<'n> {
     pub(crate) claim: Claim,
     is_needed: &'n (dyn Fn(u64) -> bool + Sync),
     pub(super) got: Vec<(u64, Block)>,
-    pub(crate) deadline: Instant,
+    /// What the fetch may wait for: its deadline, its stops, its lane.
+    pub(crate) stop: Stop,
     /// The round trips it has cost so far (requests in sequence, waits of
     /// its own), counted into the file's once when it ends.
     pub(super) round_trips: u32,
@@ -41,14 +42,14 @@ impl<'n> Fetch<'n> {
     pub(super) fn new(
         mut claim: Claim,
         is_needed: &'n (dyn Fn(u64) -> bool + Sync),
-        deadline: Instant,
+        stop: Stop,
     ) -> Fetch<'n> {
         let got = claim.take_found();
         Fetch {
             claim,
             is_needed,
             got,
-            deadline,
+            stop,
             round_trips: 0,
             left_to_others: Vec::new(),
             store_asked: false,
@@ -94,8 +95,9 @@ impl<'n> Fetch<'n> {
                 None
             }
             Err(e) => {
+                let stopped = self.stop.is_stopped();
                 for i in part.clone() {
-                    self.claim.fail(i, &e);
+                    self.claim.fail(i, &e, stopped);
                 }
                 part.clone()
                     .any(|i| is_owned(&i) && (self.is_needed)(i))

@@ -18,6 +18,7 @@ use crate::engine::fanout::{Done, Next, fan_out};
 use crate::engine::sink::Sink;
 use crate::link::LinkEstimate;
 use crate::stats::RoundMark;
+use crate::wait::Stop;
 
 /// What a side store is made from: the budget the side stores of the
 /// files sharing the block cache take their bytes from, the file's disk
@@ -102,10 +103,11 @@ impl Engine {
         if self.closed.is_cancelled() {
             return 0;
         }
-        let (guess, claimed) = self.claim_guess(ranges, max_bytes);
+        let stop = Stop::here().watching(&self.closed);
+        let (guess, claimed) = self.claim_guess(ranges, max_bytes, &stop);
         if let Some(mut guess) = guess {
             let _ends = self.background_started();
-            self.closed.run(|| self.fetch_guess(&mut guess));
+            self.fetch_guess(&mut guess, &stop);
         }
         claimed
     }
@@ -124,17 +126,18 @@ impl Engine {
         &self,
         ranges: impl IntoIterator<Item = Range<u64>>,
         max_bytes: u64,
+        stop: &Stop,
     ) -> (Option<Guess>, u64) {
-        self.claim_blocks(self.guessable(ranges, max_bytes))
+        self.claim_blocks(self.guessable(ranges, max_bytes), stop)
     }
 
     /// As [`claim_guess`](Self::claim_guess), for `missing` (sorted blocks
     /// not cached).
-    fn claim_blocks(&self, missing: Vec<u64>) -> (Option<Guess>, u64) {
+    fn claim_blocks(&self, missing: Vec<u64>, stop: &Stop) -> (Option<Guess>, u64) {
         if missing.is_empty() {
             return (None, 0);
         }
-        let mut guess = self.claim_guess_of(&missing);
+        let mut guess = self.claim_guess_of(&missing, stop);
         let claimed: u64 = guess.claim.owned().iter().map(|&i| self.block_len(i)).sum();
         self.tiers.take_held(&mut guess);
         let left = (!guess.claim.owned().is_empty()).then_some(guess);
@@ -170,7 +173,7 @@ impl Engine {
     /// nothing.
     pub(crate) fn take_from_disk(&self, ranges: impl IntoIterator<Item = Range<u64>>) {
         if self.tiers.has_store() {
-            let (rest, _) = self.claim_guess(ranges, u64::MAX);
+            let (rest, _) = self.claim_guess(ranges, u64::MAX, &Stop::here());
             drop(rest);
         }
     }
@@ -186,29 +189,29 @@ impl Engine {
         ranges: Vec<Range<u64>>,
         mut deliver: impl FnMut(Range<u64>, Option<Vec<u8>>),
     ) {
-        let deadline = self.read_deadline();
-        let _ends = self.background_started();
         // A close ends the fetches (those it leaves undone are delivered
         // without bytes, as failed ones are).
-        self.closed.run(|| {
-            fan_out(
-                ranges,
-                self.options.guess_concurrency as usize,
-                |range| {
-                    let mut bytes = vec![0; (range.end - range.start) as usize];
-                    let result =
-                        self.fetch_range(range.clone(), &mut Sink::over(&mut bytes), deadline);
-                    Done {
-                        attempts: *result.as_ref().unwrap_or(&1),
-                        outcome: (range, result.ok().map(|_| bytes)),
-                    }
-                },
-                |(range, bytes)| {
-                    deliver(range, bytes);
-                    Next::Continue
-                },
-            )
-        });
+        let stop = Stop::here()
+            .watching(&self.closed)
+            .until(self.read_deadline());
+        let _ends = self.background_started();
+        fan_out(
+            ranges,
+            self.options.guess_concurrency as usize,
+            &stop,
+            |range, stop| {
+                let mut bytes = vec![0; (range.end - range.start) as usize];
+                let result = self.fetch_range(range.clone(), &mut Sink::over(&mut bytes), stop);
+                Done {
+                    attempts: *result.as_ref().unwrap_or(&1),
+                    outcome: (range, result.ok().map(|_| bytes)),
+                }
+            },
+            |(range, bytes)| {
+                deliver(range, bytes);
+                Next::Continue
+            },
+        );
     }
 
     /// Counts background work that is not one fetch (the HDF5 driver's

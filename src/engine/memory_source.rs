@@ -17,6 +17,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::identity::Identity;
 use crate::link::LinkMeter;
 use crate::stats::Counters;
+use crate::wait::Stop;
 
 /// A file in memory, served range by range.
 pub(crate) struct MemorySource {
@@ -169,7 +170,7 @@ impl RangeSource for Arc<MemorySource> {
         range: Range<u64>,
         sink: &mut Sink<'_>,
         _identity: &Identity,
-        deadline: Instant,
+        stop: &Stop,
     ) -> Result<u32> {
         let mut state = self.lock();
         state.asked.push(range.clone());
@@ -178,7 +179,7 @@ impl RangeSource for Arc<MemorySource> {
         self.changed.notify_all();
         // Held as a socket wait is: in slices, ended by a stop.
         while state.shut {
-            if let Err(stopped) = crate::wait::check_stopped() {
+            if let Err(stopped) = stop.check() {
                 state.waiting -= 1;
                 self.changed.notify_all();
                 return Err(stopped);
@@ -201,7 +202,7 @@ impl RangeSource for Arc<MemorySource> {
         }
         let len = range.end - range.start;
         let (headers, body, played) = MemorySource::times(&mut state, len);
-        let left = deadline.saturating_duration_since(Instant::now());
+        let left = stop.deadline().saturating_duration_since(Instant::now());
         state.clock += (headers + body).min(left);
         // As the transport tells it: the headers' wait once they came, the
         // body's time once it ended.

@@ -36,6 +36,7 @@ use crate::identity::Identity;
 use crate::link::{LinkEstimate, LinkMeter};
 use crate::stats::{Counters, Stats};
 use crate::sync;
+use crate::wait::Stop;
 use network::Network;
 use queued::Queued;
 use range_source::RangeSource;
@@ -186,11 +187,11 @@ impl Engine {
         }
     }
 
-    /// Runs `work` (a read of this file) watching the file's close, beside
-    /// what it watches already.
-    pub(crate) fn unless_closed<T>(&self, work: impl FnOnce() -> Result<T>) -> Result<T> {
+    /// `stop`, for a read of this file: stopped by the file's close too;
+    /// an [`ErrorKind::Closed`] error if the file is closed already.
+    pub(crate) fn stop_for_read(&self, stop: &Stop) -> Result<Stop> {
         self.check_open()?;
-        self.closed.run(work)
+        Ok(stop.watching(&self.closed))
     }
 
     /// Caches block `index`, fetched while opening the file, if it is as
@@ -313,13 +314,8 @@ impl Engine {
     /// A server that proves the version gone (a `412`, another validator or
     /// size) makes the tiers forget it, so that the next open reads the
     /// file's new version rather than fail on every block they lack.
-    fn fetch_range(
-        &self,
-        range: Range<u64>,
-        sink: &mut Sink<'_>,
-        deadline: Instant,
-    ) -> Result<u32> {
-        let result = self.tiers.network().fetch_range(range, sink, deadline);
+    fn fetch_range(&self, range: Range<u64>, sink: &mut Sink<'_>, stop: &Stop) -> Result<u32> {
+        let result = self.tiers.network().fetch_range(range, sink, stop);
         if result
             .as_ref()
             .is_err_and(|e| e.kind() == ErrorKind::RemoteChanged)

@@ -5,7 +5,6 @@
 
 use std::ops::Range;
 use std::sync::Arc;
-use std::time::Instant;
 
 use super::ReadOptions;
 use super::fanout::{Done, Next, fan_out};
@@ -19,6 +18,7 @@ use crate::cache::BlockCache;
 use crate::error::{Error, ErrorKind, Result};
 use crate::identity::Identity;
 use crate::link::LinkMeter;
+use crate::wait::Stop;
 
 /// A fetched run of blocks, or why it failed.
 type Fetched = (Range<u64>, Result<Vec<Vec<u8>>>);
@@ -68,9 +68,9 @@ impl Network {
         &self,
         range: Range<u64>,
         sink: &mut Sink<'_>,
-        deadline: Instant,
+        stop: &Stop,
     ) -> Result<u32> {
-        self.source.fetch(range, sink, &self.identity, deadline)
+        self.source.fetch(range, sink, &self.identity, stop)
     }
 
     /// The length of block `index` (the file's last may be short).
@@ -82,7 +82,7 @@ impl Network {
     /// Fetches the run of blocks `part` into buffers of their own (recycled
     /// from evicted blocks where possible), offering each to the tiers
     /// above once it came whole.
-    fn fetch_blocks(&self, part: Range<u64>, deadline: Instant, above: Below<'_>) -> Done<Fetched> {
+    fn fetch_blocks(&self, part: Range<u64>, stop: &Stop, above: Below<'_>) -> Done<Fetched> {
         let (bs, size) = (self.options.block_size, self.identity.size);
         let mut buffers: Vec<Vec<u8>> = part
             .clone()
@@ -90,7 +90,7 @@ impl Network {
             .collect();
         let bytes = plan::byte_range(&part, bs, size);
         let mut sink = Sink::new(buffers.iter_mut().map(|b| &mut b[..]).collect());
-        let result = self.fetch_range(bytes, &mut sink, deadline);
+        let result = self.fetch_range(bytes, &mut sink, stop);
         match &result {
             Ok(_) => {
                 for (index, block) in part.clone().zip(&buffers) {
@@ -145,11 +145,12 @@ impl Tier for Network {
         };
         let parts = plan::parts(&owned, lanes, sizes.min_part_blocks, max_gap);
         let mut failure = None;
-        let deadline = fetch.deadline;
+        let stop = fetch.stop.clone();
         let round_trips = fan_out(
             parts,
             lanes as usize,
-            |part| self.fetch_blocks(part, deadline, below),
+            &stop,
+            |part, stop| self.fetch_blocks(part, stop, below),
             |(part, result)| match fetch.settle_part(&owned, part, result) {
                 Some(e) => {
                     failure.get_or_insert(e);

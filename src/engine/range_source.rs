@@ -6,24 +6,25 @@
 //! disk cache's locks are tested without a socket.
 
 use std::ops::Range;
-use std::time::Instant;
 
 use super::sink::Sink;
 use crate::error::Result;
 use crate::identity::Identity;
+use crate::wait::Stop;
 
 /// Where the engine gets a file's bytes from.
 pub(crate) trait RangeSource: Send + Sync + 'static {
     /// Fills `sink` with exactly `range` of the file's version `identity`
-    /// by `deadline`, retrying as its policy allows. Returns the requests
-    /// made one after another (a round trip each). It counts its requests
-    /// and bytes in the file's counters.
+    /// within what `stop` allows (its deadline, its cancels, its lane),
+    /// retrying as its policy allows. Returns the requests made one after
+    /// another (a round trip each). It counts its requests and bytes in the
+    /// file's counters.
     fn fetch(
         &self,
         range: Range<u64>,
         sink: &mut Sink<'_>,
         identity: &Identity,
-        deadline: Instant,
+        stop: &Stop,
     ) -> Result<u32>;
 
     /// The file's URL as errors and logs show it (no query string).

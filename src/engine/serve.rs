@@ -4,7 +4,6 @@
 //! goes straight into the caller's buffer.
 
 use std::ops::Range;
-use std::time::Instant;
 
 use super::Engine;
 use super::fanout::{Done, Next, fan_out};
@@ -14,6 +13,7 @@ use super::sink::Sink;
 use crate::cache::{Block, Served};
 use crate::error::{Error, Result};
 use crate::stats::Counters;
+use crate::wait::Stop;
 
 impl Engine {
     /// Fills `buf` with the bytes at `pos` if every block covering them is
@@ -70,14 +70,14 @@ impl Engine {
     }
 
     /// Fills `buf` with the bytes at `pos`; the range lies inside the file.
-    pub(crate) fn read_into(&self, pos: u64, buf: &mut [u8]) -> Result<()> {
-        let deadline = self.read_deadline();
+    pub(crate) fn read_into(&self, pos: u64, buf: &mut [u8], stop: &Stop) -> Result<()> {
+        let stop = &stop.until(self.read_deadline());
         let len = buf.len() as u64;
         let bs = self.options.block_size;
         let needed = plan::blocks_covering(pos, len, bs);
         // (What the caches held when the caller looked it served itself:
         // see `read_if_cached`. Pieces still coming are waited for here.)
-        if self.read_from_side_store(pos, buf, Some(deadline)) {
+        if self.read_from_side_store(pos, buf, Some(stop)) {
             self.note_read(pos, len, false);
             return Ok(());
         }
@@ -90,7 +90,7 @@ impl Engine {
         // cache.
         let bypass = !self.tiers.has_store() && len >= self.options.bypass_min;
         if bypass && have.iter().any(Option::is_none) {
-            return self.read_direct(pos, buf, &have, deadline);
+            return self.read_direct(pos, buf, &have, stop);
         }
         let missing: Vec<u64> = needed
             .clone()
@@ -105,7 +105,7 @@ impl Engine {
             let ahead_end = (pos + len).saturating_add(ahead).min(self.identity.size);
             let optional: Vec<u64> = (needed.end..ahead_end.div_ceil(bs)).collect();
             let claim = self.claim_taking_queued(&missing, optional);
-            for (i, block) in self.fetch_claim(claim, |i| needed.contains(&i), deadline)? {
+            for (i, block) in self.fetch_claim(claim, |i| needed.contains(&i), stop)? {
                 have[(i - needed.start) as usize] = Some(block);
             }
         }
@@ -118,13 +118,13 @@ impl Engine {
     }
 
     /// Serves a read from the side store, if it holds the bytes (waiting
-    /// until `wait` for those it was promised, if given). False unless it
+    /// by `wait` for those it was promised, if given). False unless it
     /// holds them all.
     pub(super) fn read_from_side_store(
         &self,
         pos: u64,
         buf: &mut [u8],
-        wait: Option<Instant>,
+        wait: Option<&Stop>,
     ) -> bool {
         let Some(store) = self.side_store.get() else {
             return false;
@@ -135,10 +135,8 @@ impl Engine {
         if wait.is_none() && !store.holds(range) {
             return false;
         }
-        let deadline = wait.unwrap_or_else(Instant::now);
         let rounds_so_far = self.counters.round_mark();
-        let Served::Copied { waited_a_round } = store.read(pos, buf, deadline, rounds_so_far)
-        else {
+        let Served::Copied { waited_a_round } = store.read(pos, buf, wait, rounds_so_far) else {
             return false;
         };
         let c = &self.counters;
@@ -158,9 +156,9 @@ impl Engine {
         pos: u64,
         buf: &mut [u8],
         have: &[Option<Block>],
-        deadline: Instant,
+        stop: &Stop,
     ) -> Result<()> {
-        crate::wait::check_stopped()?;
+        stop.check()?;
         let len = buf.len() as u64;
         let bs = self.options.block_size;
         // The stream goes on from here, but this read needs no read-ahead.
@@ -196,8 +194,9 @@ impl Engine {
         let rounds = fan_out(
             cut(buf, pos, parts).into_iter().enumerate().collect(),
             self.options.max_concurrency as usize,
-            |(n, (range, piece))| {
-                let result = self.fetch_range(range, &mut Sink::over(piece), deadline);
+            stop,
+            |(n, (range, piece)), stop| {
+                let result = self.fetch_range(range, &mut Sink::over(piece), stop);
                 Done {
                     attempts: *result.as_ref().unwrap_or(&1),
                     outcome: result.err().map(|e| (n, e)),
@@ -222,15 +221,14 @@ impl Engine {
 
     /// Fills every `(pos, buf)` (each inside the file), fetching all their
     /// missing blocks in one round.
-    pub(crate) fn read_many(&self, reads: &mut [(u64, &mut [u8])]) -> Result<()> {
-        let deadline = self.read_deadline();
+    pub(crate) fn read_many(&self, reads: &mut [(u64, &mut [u8])], stop: &Stop) -> Result<()> {
+        let stop = &stop.until(self.read_deadline());
         // A read a piece holds is served from it, as `read_into` serves one:
         // the blocks may never have been fetched.
         let mut reads: Vec<(u64, &mut [u8])> = reads
             .iter_mut()
             .filter_map(|(pos, buf)| {
-                let served =
-                    !buf.is_empty() && self.read_from_side_store(*pos, buf, Some(deadline));
+                let served = !buf.is_empty() && self.read_from_side_store(*pos, buf, Some(stop));
                 (!served).then_some((*pos, &mut **buf))
             })
             .collect();
@@ -243,7 +241,7 @@ impl Engine {
         Counters::add(&c.cache_hits, blocks.len() as u64);
         Counters::add(&c.cache_misses, missing.len() as u64);
         if !missing.is_empty() {
-            blocks.extend(self.fetch_missing(&missing, deadline)?);
+            blocks.extend(self.fetch_missing(&missing, stop)?);
             blocks.sort_unstable_by_key(|(i, _)| *i);
         }
         for (pos, buf) in reads.iter_mut() {
@@ -264,7 +262,11 @@ impl Engine {
     /// memory cache holds, so that memory stays within its budget. Without
     /// a disk cache that is one round; with one, as many blocks as the disk
     /// holds.
-    pub(crate) fn prefetch(&self, ranges: impl IntoIterator<Item = Range<u64>>) -> Result<()> {
+    pub(crate) fn prefetch(
+        &self,
+        ranges: impl IntoIterator<Item = Range<u64>>,
+        stop: &Stop,
+    ) -> Result<()> {
         let fetch = self.blocks_the_cache_holds();
         let most = (self.tiers.capacity() / self.options.block_size).max(fetch);
         let mut missing = self
@@ -286,7 +288,7 @@ impl Engine {
             }
             first = false;
             // Each round is a read of its own, with its own time.
-            self.fetch_missing(&next, self.read_deadline())?;
+            self.fetch_missing(&next, &stop.until(self.read_deadline()))?;
         }
     }
 

@@ -39,6 +39,7 @@ use url::Url;
 
 use self::secrets::Secrets;
 use crate::error::Error;
+use crate::wait::Stop;
 
 pub(crate) use self::agent::{AgentSettings, agent};
 pub(crate) use self::response::{Opened, Revalidated, Tail};
@@ -67,6 +68,7 @@ pub(crate) trait Service: Send + Sync {
         &self,
         url: &Url,
         headers: &[(String, String)],
+        stop: &Stop,
     ) -> Result<Vec<(&'static str, String)>, Error>;
     /// What an error answer to a request for `url` (its status, headers and
     /// the start of its body) asks of the transport.
@@ -77,9 +79,9 @@ pub(crate) trait Service: Send + Sync {
         body: &[u8],
         url: &Url,
     ) -> Reaction;
-    /// After a [`Reaction::Renew`]: whether new keys were got, so that one
-    /// more attempt may succeed.
-    fn renew(&self) -> bool;
+    /// After a [`Reaction::Renew`]: whether new keys were got (within what
+    /// `stop` allows), so that one more attempt may succeed.
+    fn renew(&self, stop: &Stop) -> bool;
     /// What a refusal's error adds for the user.
     fn refusal_hint(&self) -> &'static str;
     /// Adds the values the service sends that no error text may show (its

@@ -6,7 +6,11 @@
 //! read stopped from outside would otherwise keep its socket (and the claim
 //! on its blocks) until the server answered or the read timeout passed.
 //! The slices sit under TLS, on the plain connection, so that TLS sees one
-//! wait that ends with bytes, a timeout or a stop.
+//! wait that ends with bytes, a timeout or a stop. ureq carries no value of
+//! ours down to its connections: the transport declares the read's
+//! [`Stop`](crate::wait::Stop) around each attempt
+//! ([`in_scope`](crate::wait::Stop::in_scope)), and the waits here ask it
+//! ([`socket_should_stop`](crate::wait::socket_should_stop)).
 
 use std::io;
 use std::time::Instant;
@@ -62,7 +66,7 @@ impl<T: Transport> Transport for Stoppable<T> {
             UreqDuration::NotHappening => None,
         };
         loop {
-            if wait::should_stop() {
+            if wait::socket_should_stop() {
                 return Err(stopped());
             }
             let now = Instant::now();

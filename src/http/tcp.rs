@@ -77,7 +77,7 @@ fn on_a_thread_of_its_own<T: Send + 'static>(
         })
         .map_err(Error::Io)?;
     loop {
-        if wait::should_stop() {
+        if wait::socket_should_stop() {
             return Err(stopped());
         }
         match rx.recv_timeout(wait::POLL) {

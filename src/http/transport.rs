@@ -34,9 +34,9 @@ use crate::error::{BODY_EXCERPT_LEN, Error, ErrorKind};
 use crate::identity::Identity;
 use crate::link::LinkMeter;
 use crate::process::budget::{self, Permit, Permits};
-use crate::process::workers;
 use crate::stats::Counters;
 use crate::sync::RwLock;
+use crate::wait::Stop;
 
 /// The settings [`Transport::new`] takes.
 pub(crate) struct TransportConfig {
@@ -166,12 +166,14 @@ impl Transport {
     }
 
     /// Learns the size and validators and fetches the first `first_len` bytes,
-    /// in one request: `Range: bytes=0-{first_len-1}`.
-    pub fn open(&self, first_len: u64) -> Result<Opened, Error> {
-        self.open_with(first_len, None).map(|answer| match answer {
-            Revalidated::Changed(opened) => opened,
-            Revalidated::Unchanged { .. } => unreachable!("no 304 without a precondition"),
-        })
+    /// in one request: `Range: bytes=0-{first_len-1}`; within what `stop`
+    /// allows (and the read timeout).
+    pub fn open(&self, first_len: u64, stop: &Stop) -> Result<Opened, Error> {
+        self.open_with(first_len, None, stop)
+            .map(|answer| match answer {
+                Revalidated::Changed(opened) => opened,
+                Revalidated::Unchanged { .. } => unreachable!("no 304 without a precondition"),
+            })
     }
 
     /// As [`open`](Self::open), unless the file is still the version
@@ -185,16 +187,21 @@ impl Transport {
     /// date is not later, so a file replaced by an older-dated one (a
     /// restore, `cp -p`) would pass. Its first block is fetched instead,
     /// and the caller compares the date and the size it comes with.
-    pub fn open_unless(&self, first_len: u64, known: &Identity) -> Result<Revalidated, Error> {
+    pub fn open_unless(
+        &self,
+        first_len: u64,
+        known: &Identity,
+        stop: &Stop,
+    ) -> Result<Revalidated, Error> {
         let Some(etag) = known.strong_etag() else {
-            return self.open_with(first_len, None);
+            return self.open_with(first_len, None, stop);
         };
-        match self.open_with(first_len, Some(Precondition::NoneMatch(etag)))? {
+        match self.open_with(first_len, Some(Precondition::NoneMatch(etag)), stop)? {
             Revalidated::Unchanged { etag, .. } if !known.confirmed_by(etag.as_deref()) => {
                 tracing::debug!(
                     "a 304 Not Modified without the ETag asked about; the file is opened again"
                 );
-                self.open_with(first_len, None)
+                self.open_with(first_len, None, stop)
             }
             answer => Ok(answer),
         }
@@ -204,12 +211,13 @@ impl Transport {
         &self,
         first_len: u64,
         condition: Option<Precondition<'_>>,
+        stop: &Stop,
     ) -> Result<Revalidated, Error> {
-        let deadline = crate::wait::deadline::after(self.timeouts.per_read);
+        let stop = &stop.until(crate::wait::deadline::after(self.timeouts.per_read));
         let mut in_sequence = 0;
-        let result = self.with_retries(0..first_len, deadline, &mut in_sequence, |t, at| {
-            let (resp, url) = t.send(Want::Bytes(0..first_len), condition, deadline, at)?;
-            t.open_response(resp, url, first_len, condition.is_some())
+        let result = self.with_retries(0..first_len, stop, &mut in_sequence, |t, mut at| {
+            let (resp, url) = t.send(Want::Bytes(0..first_len), condition, &mut at)?;
+            t.open_response(resp, url, first_len, condition.is_some(), stop)
         });
         Counters::add(&self.counters.round_trips, in_sequence.into());
         if result.is_ok() {
@@ -221,17 +229,19 @@ impl Transport {
     /// Fetches the last `len` bytes of the file with a suffix range, once (it
     /// is an optimisation: the caller drops it on any failure). Counts a
     /// request but no round trip: it runs beside [`open`](Self::open).
-    pub fn tail(&self, len: u64) -> Result<Tail, Error> {
-        let deadline = crate::wait::deadline::after(self.timeouts.per_read);
-        let permit = self.connection(deadline)?;
+    pub fn tail(&self, len: u64, stop: &Stop) -> Result<Tail, Error> {
+        let stop = &stop.until(crate::wait::deadline::after(self.timeouts.per_read));
+        let permit = self.connection(stop)?;
         let mut in_sequence = 0;
-        let at = Try {
+        let mut at = Try {
             number: 1,
             in_sequence: &mut in_sequence,
+            stop,
         };
-        let result = self
-            .send(Want::Last(len), None, deadline, at)
-            .and_then(|(resp, _)| self.tail_response(resp, len));
+        let result = stop.in_scope(|| {
+            self.send(Want::Last(len), None, &mut at)
+                .and_then(|(resp, _)| self.tail_response(resp, len, stop))
+        });
         drop(permit);
         result.map_err(|f| {
             self.scrubbed(f.error)
@@ -248,26 +258,26 @@ impl Transport {
         range: Range<u64>,
         sink: &mut Sink<'_>,
         identity: &Identity,
-        deadline: Instant,
+        stop: &Stop,
     ) -> Result<u32, Error> {
         debug_assert_eq!(sink.len(), range.end - range.start);
         let mut in_sequence = 0;
-        let result = self.with_retries(range.clone(), deadline, &mut in_sequence, |t, at| {
+        let result = self.with_retries(range.clone(), stop, &mut in_sequence, |t, mut at| {
             let rest = range.start + sink.filled()..range.end;
             let if_match = identity.strong_etag().map(Precondition::Match);
-            let (resp, url) = t.send(Want::Bytes(rest.clone()), if_match, deadline, at)?;
-            t.fetch_response(resp, url, &rest, identity, sink)
+            let (resp, url) = t.send(Want::Bytes(rest.clone()), if_match, &mut at)?;
+            t.fetch_response(resp, url, &rest, identity, sink, stop)
         });
         result
             .map(|()| in_sequence)
             .map_err(|e| self.scrubbed(e).with_url(&self.redacted).with_range(range))
     }
 
-    /// Waits until `deadline` for a connection the file's and the process's
-    /// bounds allow (for the origin requests go to now), in this thread's
-    /// lane; held while the request is in flight.
-    fn connection(&self, deadline: Instant) -> Result<[Permit; 2], Error> {
-        let lane = workers::lane();
+    /// Waits, within what `stop` allows, for a connection the file's and the
+    /// process's bounds allow (for the origin requests go to now), in the
+    /// stop's lane; held while the request is in flight.
+    fn connection(&self, stop: &Stop) -> Result<[Permit; 2], Error> {
+        let deadline = stop.deadline();
         let busy = |of: &str| {
             Error::new(
                 ErrorKind::Timeout,
@@ -278,13 +288,12 @@ impl Transport {
         // any file's background work, and a permit of the file is then
         // held only by a request that has its connection.
         let origin = budget::of_origin(&self.target.read().origin().ascii_serialization());
-        let wanted = workers::wanted();
         let process = origin
-            .acquire_for(lane, wanted.as_deref(), deadline)?
+            .acquire_for(stop, deadline)?
             .ok_or_else(|| busy("the process's connections to the server"))?;
         let file = self
             .permits
-            .acquire_for(lane, wanted.as_deref(), deadline)?
+            .acquire_for(stop, deadline)?
             .ok_or_else(|| busy("the file's max_connections"))?;
         Ok([process, file])
     }
@@ -299,11 +308,12 @@ impl Transport {
     // The retry loop.
 
     /// Runs `attempt` (one request for `range`, holding a connection permit)
-    /// until it succeeds, the policy gives up, or `deadline` passes.
+    /// until it succeeds, the policy gives up, or `stop` ends it (its
+    /// deadline passes, it is cancelled).
     fn with_retries<T>(
         &self,
         range: Range<u64>,
-        deadline: Instant,
+        stop: &Stop,
         in_sequence: &mut u32,
         mut attempt: impl FnMut(&Self, Try<'_>) -> Result<T, Failure>,
     ) -> Result<T, Error> {
@@ -311,22 +321,28 @@ impl Transport {
         loop {
             so_far.made += 1;
             // Background work of a closed file waits for no connection.
-            workers::check_file_open().map_err(|e| e.with_attempts(so_far.made - 1))?;
+            stop.check_file_open()
+                .map_err(|e| e.with_attempts(so_far.made - 1))?;
             let permit = self
-                .connection(deadline)
+                .connection(stop)
                 .map_err(|e| e.with_attempts(so_far.made - 1))?;
             // A read that was stopped makes no further request, nor a
             // file closed meanwhile.
-            crate::wait::check_stopped()
-                .and_then(|()| workers::check_file_open())
+            stop.check()
+                .and_then(|()| stop.check_file_open())
                 .map_err(|e| e.with_attempts(so_far.made - 1))?;
-            let outcome = attempt(
-                self,
-                Try {
-                    number: so_far.made,
-                    in_sequence,
-                },
-            );
+            // The stop declared around the attempt: its socket waits (in
+            // ureq's code, which carries no value of ours) end at it.
+            let outcome = stop.in_scope(|| {
+                attempt(
+                    self,
+                    Try {
+                        number: so_far.made,
+                        in_sequence: &mut *in_sequence,
+                        stop,
+                    },
+                )
+            });
             drop(permit);
             let mut failure = match outcome {
                 Ok(v) => return Ok(v),
@@ -336,12 +352,12 @@ impl Transport {
             failure.error = self.scrubbed(failure.error);
             // A request ended by a stop failed for no fault of the server's:
             // the stop's error, and no retry.
-            crate::wait::check_stopped().map_err(|e| e.with_attempts(so_far.made))?;
-            let time_left = deadline.saturating_duration_since(Instant::now());
+            stop.check().map_err(|e| e.with_attempts(so_far.made))?;
+            let time_left = stop.deadline().saturating_duration_since(Instant::now());
             let next = so_far.after(&failure, self.situation(), &self.retry, jitter(), time_left);
-            if let Err(e) = self.carry_out(next, failure, &range, deadline, so_far.made) {
+            if let Err(e) = self.carry_out(next, failure, &range, stop, so_far.made) {
                 // A stop met while renewing keys or re-resolving says so.
-                crate::wait::check_stopped().map_err(|e| e.with_attempts(so_far.made))?;
+                stop.check().map_err(|e| e.with_attempts(so_far.made))?;
                 return Err(e.with_attempts(so_far.made));
             }
             // Sending a request where the file is is no retry.
@@ -369,7 +385,7 @@ impl Transport {
         next: Next,
         failure: Failure,
         range: &Range<u64>,
-        deadline: Instant,
+        stop: &Stop,
         attempt: u32,
     ) -> Result<(), Error> {
         let refusal = failure.error;
@@ -391,7 +407,7 @@ impl Transport {
                 None => Err(refusal),
             },
             Next::RenewKeys => match &self.service {
-                Some(service) if service.renew() => {
+                Some(service) if service.renew(stop) => {
                     tracing::warn!(url = %self.redacted, "expired credentials refused; trying again with renewed ones");
                     Ok(())
                 }
@@ -407,8 +423,8 @@ impl Transport {
                     "retrying request"
                 );
                 // A stop ends the pause, with the stop's error.
-                crate::wait::sleep_until(Instant::now() + delay)?;
-                if Instant::now() >= deadline {
+                stop.sleep_until(Instant::now() + delay)?;
+                if Instant::now() >= stop.deadline() {
                     // The last real failure says more than "deadline passed".
                     return Err(refusal);
                 }
@@ -472,15 +488,14 @@ impl Transport {
         &self,
         want: Want,
         condition: Option<Precondition<'_>>,
-        deadline: Instant,
-        mut at: Try<'_>,
+        at: &mut Try<'_>,
     ) -> Result<(Response<Body>, Url), Failure> {
         let mut url = self.target.read().clone();
         let mut hops = 0;
         loop {
             // No hop after a stop (draining the last one may have hidden it).
-            crate::wait::check_stopped().map_err(Failure::fatal)?;
-            let mut resp = self.send_once(&url, &want, condition, deadline, &mut at)?;
+            at.stop.check().map_err(Failure::fatal)?;
+            let mut resp = self.send_once(&url, &want, condition, at)?;
             let status = resp.status().as_u16();
             if !is_redirect(status) {
                 return Ok((resp, url));
@@ -513,11 +528,10 @@ impl Transport {
         url: &Url,
         want: &Want,
         condition: Option<Precondition<'_>>,
-        deadline: Instant,
         at: &mut Try<'_>,
     ) -> Result<Response<Body>, Failure> {
         self.rules.check_target(url)?;
-        let remaining = deadline.saturating_duration_since(Instant::now());
+        let remaining = at.stop.deadline().saturating_duration_since(Instant::now());
         if remaining.is_zero() {
             return Err(Failure::give_up(Error::new(
                 ErrorKind::Timeout,
@@ -525,7 +539,7 @@ impl Transport {
             )));
         }
         let req = self
-            .request(url, want, condition, remaining)
+            .request(url, want, condition, (remaining, at.stop))
             .map_err(|e| Failure::from(e.with_url(&self.shown(url))))?;
         Counters::add(&self.counters.requests, 1);
         *at.in_sequence += 1;
@@ -574,7 +588,7 @@ impl Transport {
         url: &Url,
         want: &Want,
         condition: Option<Precondition<'_>>,
-        remaining: Duration,
+        (remaining, stop): (Duration, &Stop),
     ) -> Result<RequestBuilder<WithoutBody>, Error> {
         let mut req = self
             .agent
@@ -599,7 +613,7 @@ impl Transport {
             req = req.header(name, value);
         }
         if let Some(service) = &self.service {
-            for (name, value) in service.authorize(url, caller_headers)? {
+            for (name, value) in service.authorize(url, caller_headers, stop)? {
                 req = req.header(name, value);
             }
         }
@@ -624,6 +638,7 @@ impl Transport {
         url: Url,
         first_len: u64,
         conditional: bool,
+        stop: &Stop,
     ) -> Result<Revalidated, Failure> {
         let status = resp.status().as_u16();
         let verdict = judge_open(status, resp.headers(), first_len, conditional)?;
@@ -641,7 +656,7 @@ impl Transport {
                 // short skips the redirect.
                 self.remember(url);
                 let mut first = vec![0; len as usize];
-                self.read_body(&mut resp, &mut Sink::over(&mut first))?;
+                self.read_body(&mut resp, &mut Sink::over(&mut first), stop)?;
                 return Ok(Revalidated::Changed(Opened {
                     identity,
                     first,
@@ -670,13 +685,18 @@ impl Transport {
 
     /// Checks the answer to a suffix range for the last `len` bytes and
     /// reads its body.
-    fn tail_response(&self, mut resp: Response<Body>, len: u64) -> Result<Tail, Failure> {
+    fn tail_response(
+        &self,
+        mut resp: Response<Body>,
+        len: u64,
+        stop: &Stop,
+    ) -> Result<Tail, Failure> {
         // A body refused is dropped unread: a whole body sent by a server
         // that ignores the range is not worth reading (the open reports
         // such servers).
         let (start, identity) = judge_tail(resp.status().as_u16(), resp.headers(), len)?;
         let mut bytes = vec![0; (identity.size - start) as usize];
-        self.read_body(&mut resp, &mut Sink::over(&mut bytes))?;
+        self.read_body(&mut resp, &mut Sink::over(&mut bytes), stop)?;
         Ok(Tail {
             identity,
             start,
@@ -693,18 +713,24 @@ impl Transport {
         range: &Range<u64>,
         identity: &Identity,
         sink: &mut Sink<'_>,
+        stop: &Stop,
     ) -> Result<(), Failure> {
         match judge_fetch(resp.status().as_u16(), resp.headers(), range, identity)? {
             FetchVerdict::Body => {}
             FetchVerdict::Status(status) => return Err(self.status_failure(status, resp, &url)),
         }
         self.remember(url);
-        self.read_body(&mut resp, sink)
+        self.read_body(&mut resp, sink, stop)
     }
 
     /// Reads a body of exactly the sink's remaining length, then confirms the
     /// body ends there (which also returns the connection to the pool).
-    fn read_body(&self, resp: &mut Response<Body>, sink: &mut Sink<'_>) -> Result<(), Failure> {
+    fn read_body(
+        &self,
+        resp: &mut Response<Body>,
+        sink: &mut Sink<'_>,
+        stop: &Stop,
+    ) -> Result<(), Failure> {
         let from = sink.filled();
         // Timed from the headers' arrival: a reader slow to start reading
         // does not make the link look faster.
@@ -712,7 +738,7 @@ impl Transport {
         let started = headers.map_or_else(Instant::now, |h| h.at);
         let mut reader = resp.body_mut().as_reader();
         while !sink.is_full() {
-            crate::wait::check_stopped().map_err(Failure::fatal)?;
+            stop.check().map_err(Failure::fatal)?;
             match reader.read(sink.spare()) {
                 Ok(0) => return Err(body_cut_short(sink.filled(), sink.len())),
                 Ok(n) => {
@@ -765,9 +791,9 @@ impl RangeSource for Transport {
         range: Range<u64>,
         sink: &mut Sink<'_>,
         identity: &Identity,
-        deadline: Instant,
+        stop: &Stop,
     ) -> Result<u32, Error> {
-        Transport::fetch(self, range, sink, identity, deadline)
+        Transport::fetch(self, range, sink, identity, stop)
     }
 
     fn redacted_url(&self) -> &str {
@@ -775,11 +801,13 @@ impl RangeSource for Transport {
     }
 }
 
-/// Which attempt this is (1-based), and the count of sequential requests
-/// so far, which every request sent adds to.
+/// Which attempt this is (1-based), the count of sequential requests so
+/// far, which every request sent adds to, and what the attempt may wait
+/// for.
 struct Try<'a> {
     number: u32,
     in_sequence: &'a mut u32,
+    stop: &'a Stop,
 }
 
 /// How long a response's headers took, and when they arrived (its body is

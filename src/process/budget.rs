@@ -10,12 +10,12 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
 use crate::sync::{Condvar, Mutex, ProcessLocal, start_afresh};
 
-use super::workers::Lane;
+use crate::wait::{Lane, Stop};
 
 /// A counting semaphore whose background lane may hold only part of it.
 #[derive(Debug)]
@@ -63,17 +63,19 @@ impl Permits {
         lane: Lane,
         deadline: Instant,
     ) -> crate::error::Result<Option<Permit>> {
-        self.acquire_for(lane, None, deadline)
+        self.acquire_for(&Stop::in_lane(lane), deadline)
     }
 
-    /// As [`acquire`](Self::acquire), for background work that waits as a
-    /// read once `wanted` is set (a reader waits for what it brings).
+    /// Waits for a permit for the work `stop` stops, in its lane, until
+    /// `deadline`; `None` if none came, an error if the work was stopped
+    /// meanwhile. Background work that a reader comes to wait for (its
+    /// stop's `wanted` flag set) waits as a read from then on.
     pub(crate) fn acquire_for(
         self: &Arc<Self>,
-        asked: Lane,
-        wanted: Option<&AtomicBool>,
+        stop: &Stop,
         deadline: Instant,
     ) -> crate::error::Result<Option<Permit>> {
+        let (asked, wanted) = stop.lane();
         let lane_now = || match wanted {
             Some(w) if w.load(Relaxed) => Lane::Read,
             _ => asked,
@@ -109,7 +111,7 @@ impl Permits {
             // Asked with no lock held: asking may run a host's code (take
             // an interpreter's lock, run a signal handler that reads).
             drop(state);
-            let stopped = crate::wait::check_stopped();
+            let stopped = stop.check();
             state = self.state.lock();
             if let Err(stopped) = stopped {
                 self.give_up(state, lane);
@@ -242,14 +244,15 @@ mod tests {
     fn background_work_a_reader_waits_for_takes_a_permit_as_a_read() {
         let permits = Arc::new(Permits::new(2, 1));
         let _guess = permits.acquire(Lane::Background, soon()).unwrap().unwrap();
-        let wanted = AtomicBool::new(false);
+        let wanted = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let now = Instant::now;
         // The background share is taken: another background request waits.
-        let held_back = permits.acquire_for(Lane::Background, Some(&wanted), now());
+        let background = Stop::in_lane(Lane::Background).wanted_by(Some(Arc::clone(&wanted)));
+        let held_back = permits.acquire_for(&background, now());
         assert!(held_back.unwrap().is_none());
         // Once a reader waits for what it brings, it goes as a read.
         wanted.store(true, Relaxed);
-        let promoted = permits.acquire_for(Lane::Background, Some(&wanted), now());
+        let promoted = permits.acquire_for(&background, now());
         assert!(promoted.unwrap().is_some());
     }
 

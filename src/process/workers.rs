@@ -9,147 +9,22 @@
 //! most [`FETCH_THREADS`] in the process; past that a fetch sends on
 //! fewer (on its own thread alone, at worst) rather than fail.
 //!
-//! Every job runs in the [`Lane::Background`], and so do the threads its
-//! fetches start: their requests wait behind the reads users wait for
-//! ([`super::budget`]).
+//! Every job waits by a background [`Stop`] (its lane
+//! [`Lane::Background`](crate::wait::Lane::Background)), and so do the
+//! threads its fetches start: their requests wait behind the reads users
+//! wait for ([`super::budget`]).
 
-use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::Instant;
 
 use crate::sync::{Condvar, MadeIn, ProcessLocal, start_afresh};
+use crate::wait::{Lane, Stop};
 
 use super::{
     BACKGROUND_CONNECTIONS_PER_ORIGIN, BACKGROUND_WORKERS, FETCH_THREADS, IDLE_WORKER_END,
 };
-
-/// Whom a request works for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Lane {
-    /// A read, an open or a close someone waits for.
-    Read,
-    /// Work no one waits for yet: read-ahead, guesses, the crawl.
-    Background,
-}
-
-/// What the work a thread does now is for: its lane, and, for background
-/// work of one file, the flag that says the file was closed.
-#[derive(Clone, Debug)]
-pub(crate) struct Context {
-    lane: Lane,
-    closed: Option<Arc<AtomicBool>>,
-    /// For a background fetch: set once a reader waits for one of its
-    /// blocks, from when its requests wait for connections as a read's.
-    wanted: Option<Arc<AtomicBool>>,
-}
-
-thread_local! {
-    static CONTEXT: RefCell<Context> = const {
-        RefCell::new(Context {
-            lane: Lane::Read,
-            closed: None,
-            wanted: None,
-        })
-    };
-}
-
-/// The flag that turns this thread's background work into a read's (see
-/// [`wanted_by_readers`]), if it has one.
-pub(crate) fn wanted() -> Option<Arc<AtomicBool>> {
-    CONTEXT
-        .try_with(|c| c.borrow().wanted.clone())
-        .ok()
-        .flatten()
-}
-
-/// Runs `f`, a background fetch, whose requests wait for connections as a
-/// read's once `wanted` is set: a reader waits for its blocks then, and a
-/// fetch held back for reads would hold that reader back too.
-pub(crate) fn wanted_by_readers<T>(wanted: Option<Arc<AtomicBool>>, f: impl FnOnce() -> T) -> T {
-    let mut context = context();
-    context.wanted = wanted;
-    run_in_context(context, f)
-}
-
-/// The lane of the work this thread does now.
-pub(crate) fn lane() -> Lane {
-    CONTEXT.try_with(|c| c.borrow().lane).unwrap_or(Lane::Read)
-}
-
-/// The context of this thread's work, for a thread that works for it.
-pub(crate) fn context() -> Context {
-    CONTEXT.try_with(|c| c.borrow().clone()).unwrap_or(Context {
-        lane: Lane::Read,
-        closed: None,
-        wanted: None,
-    })
-}
-
-/// Runs `f` in `context` (this thread's own restored after, even if `f`
-/// panics).
-pub(crate) fn run_in_context<T>(context: Context, f: impl FnOnce() -> T) -> T {
-    struct Restore(Option<Context>);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            if let Some(previous) = self.0.take() {
-                let _ = CONTEXT.try_with(|c| *c.borrow_mut() = previous);
-            }
-        }
-    }
-    // After this thread's locals are gone (C's `exit`), work in no context.
-    let Ok(previous) = CONTEXT.try_with(|c| std::mem::replace(&mut *c.borrow_mut(), context))
-    else {
-        return f();
-    };
-    let _restore = Restore(Some(previous));
-    f()
-}
-
-/// What the work on a thread is for, as a thread carries it: its
-/// [`Context`] (its [`Lane`], the closing of the file whose background
-/// work it is, the flag that makes a background fetch a read's) and what
-/// stops it (a [`Watch`](crate::wait::Watch) of a cancel and a deadline).
-/// Every request and every wait reads these off its thread; a thread that
-/// works for another takes its errand ([`Errand::for_helper`]) and runs in
-/// it ([`Errand::run`]), so that the helper stops with the work it helps
-/// and waits in its lane.
-#[derive(Clone)]
-pub(crate) struct Errand {
-    context: Context,
-    watch: Option<crate::wait::Watch>,
-}
-
-impl Errand {
-    /// This thread's errand, for a thread that works for the same work
-    /// (which never asks an interpreter for a stop: this thread does).
-    pub(crate) fn for_helper() -> Errand {
-        Errand {
-            context: context(),
-            watch: crate::wait::Watch::for_helper(),
-        }
-    }
-
-    /// Runs `f` in this errand (the thread's own restored after, even if
-    /// `f` panics).
-    pub(crate) fn run<T>(self, f: impl FnOnce() -> T) -> T {
-        let watch = self.watch;
-        run_in_context(self.context, || crate::wait::Watch::run_watching(watch, f))
-    }
-}
-
-/// Runs `f` in `lane`, for no file in particular.
-pub(crate) fn in_lane<T>(lane: Lane, f: impl FnOnce() -> T) -> T {
-    run_in_context(
-        Context {
-            lane,
-            closed: None,
-            wanted: None,
-        },
-        f,
-    )
-}
 
 /// A file's part in background work: once the file is closed, its
 /// background work sends no further request; once cancelled, each of its
@@ -181,35 +56,17 @@ impl Closing {
         self.closed.load(Relaxed)
     }
 
-    /// Runs `f` as background work of the file.
-    pub(crate) fn run<T>(&self, f: impl FnOnce() -> T) -> T {
-        let context = Context {
-            lane: Lane::Background,
-            closed: Some(Arc::clone(&self.closed)),
-            wanted: None,
-        };
-        let watch = crate::wait::Watch::of(self.cancel.clone());
-        Errand {
-            context,
-            watch: Some(watch),
-        }
-        .run(f)
+    /// The stop of the file's background work.
+    pub(crate) fn stop(&self) -> Stop {
+        Stop::background(Arc::clone(&self.closed), self.cancel.clone())
     }
-}
 
-/// An error if this thread does background work of a file that was closed:
-/// checked before each request.
-pub(crate) fn check_file_open() -> crate::error::Result<()> {
-    let closed = CONTEXT
-        .try_with(|c| c.borrow().closed.as_ref().is_some_and(|f| f.load(Relaxed)))
-        .unwrap_or(false);
-    if closed {
-        return Err(crate::error::Error::new(
-            crate::error::ErrorKind::Interrupted,
-            "the file was closed",
-        ));
+    /// Runs `f` as background work of the file: the work that begins in it
+    /// waits by [`stop`](Self::stop).
+    #[cfg_attr(not(feature = "extension"), allow(dead_code))]
+    pub(crate) fn run<T>(&self, f: impl FnOnce() -> T) -> T {
+        self.stop().in_scope(f)
     }
-    Ok(())
 }
 
 /// Which background jobs go first.
@@ -304,7 +161,7 @@ fn work() {
             drop(pool);
             // A job that panics ends its own work, not the worker.
             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                in_lane(Lane::Background, job)
+                Stop::in_lane(Lane::Background).in_scope(job)
             }));
             pool = POOL.lock_here();
             continue;
@@ -331,11 +188,10 @@ pub(crate) struct FetchThread {
     lane: Lane,
 }
 
-/// A place for one more fetch thread in the current lane, if the bound
+/// A place for one more fetch thread of work in `lane`, if the bound
 /// allows it ([`FETCH_THREADS`] in all, [`BACKGROUND_CONNECTIONS_PER_ORIGIN`]
 /// for background work).
-pub(crate) fn fetch_thread() -> Option<FetchThread> {
-    let lane = lane();
+pub(crate) fn fetch_thread(lane: Lane) -> Option<FetchThread> {
     let mut running = FETCH_THREADS_RUNNING.lock()?;
     let (all, background) = &mut **running;
     let room = *all < FETCH_THREADS
@@ -387,7 +243,7 @@ mod tests {
                 Priority::ReadAhead
             };
             submit(priority, move || {
-                assert_eq!(lane(), Lane::Background);
+                assert_eq!(Stop::here().lane().0, Lane::Background);
                 let n = running.fetch_add(1, SeqCst) + 1;
                 peak.fetch_max(n, SeqCst);
                 std::thread::sleep(Duration::from_millis(2));
@@ -407,7 +263,11 @@ mod tests {
             "{}",
             peak.load(SeqCst)
         );
-        assert_eq!(lane(), Lane::Read, "the caller's lane is its own");
+        assert_eq!(
+            Stop::here().lane().0,
+            Lane::Read,
+            "the caller's lane is its own"
+        );
     }
 
     #[test]
@@ -424,14 +284,12 @@ mod tests {
 
     #[test]
     fn background_fetch_threads_are_bounded_below_all() {
-        let held: Vec<_> = in_lane(Lane::Background, || {
-            std::iter::from_fn(fetch_thread)
-                .take(FETCH_THREADS + 1)
-                .collect()
-        });
+        let held: Vec<_> = std::iter::from_fn(|| fetch_thread(Lane::Background))
+            .take(FETCH_THREADS + 1)
+            .collect();
         assert!(held.len() <= BACKGROUND_CONNECTIONS_PER_ORIGIN);
         // Reads still find room beside them.
-        let read = fetch_thread();
+        let read = fetch_thread(Lane::Read);
         assert!(read.is_some());
         drop(held);
         drop(read);
@@ -445,17 +303,17 @@ mod context_tests {
     #[test]
     fn a_closed_files_background_work_stops_and_others_go_on() {
         let closing = Closing::default();
-        assert!(closing.run(check_file_open).is_ok());
+        assert!(closing.stop().check_file_open().is_ok());
         closing.close();
-        let e = closing.run(check_file_open).unwrap_err();
+        let e = closing.stop().check_file_open().unwrap_err();
         assert_eq!(e.kind(), crate::error::ErrorKind::Interrupted);
-        assert_eq!(closing.run(lane), Lane::Background);
+        assert_eq!(closing.run(|| Stop::here().lane().0), Lane::Background);
         // This thread's own work is for no file, in the read lane.
-        assert!(check_file_open().is_ok());
-        assert_eq!(lane(), Lane::Read);
-        // A thread started for the work carries its context.
-        let context = closing.run(context);
-        let carried = std::thread::spawn(move || run_in_context(context, check_file_open));
+        assert!(Stop::here().check_file_open().is_ok());
+        assert_eq!(Stop::here().lane().0, Lane::Read);
+        // A thread helping the work carries its stop.
+        let helper = closing.stop().for_helper();
+        let carried = std::thread::spawn(move || helper.check_file_open());
         assert!(carried.join().unwrap().is_err());
     }
 }

@@ -15,6 +15,7 @@ use super::{Resolved, S3Options, region, sign};
 use crate::error::{Error, ErrorKind, Result};
 use crate::http::{Reaction, Service};
 use crate::sync::RwLock;
+use crate::wait::Stop;
 
 /// Reads `text` (`s3://bucket/key`) with `options` and the process's
 /// environment: the endpoint, style, region and keys its requests use.
@@ -165,6 +166,7 @@ impl Service for Access {
         &self,
         url: &Url,
         caller: &[(String, String)],
+        stop: &Stop,
     ) -> Result<Vec<(&'static str, String)>> {
         let (current, region) = {
             let state = self.state.read();
@@ -190,11 +192,10 @@ impl Service for Access {
         if let Some(keys) = &self.keys {
             let region = region.as_deref().unwrap_or(region::FIRST_GUESS);
             let extra: Vec<(&str, &str)> = signed.iter().map(|(n, v)| (n.as_str(), *v)).collect();
-            // The read's own deadline is not passed to `authorize`: the
-            // longest load bounds the wait for another thread's.
-            let deadline = Instant::now() + chain::LONGEST_LOAD;
-            headers =
-                sign::get_headers(url, &extra, &keys.get(deadline)?, region, SystemTime::now())?;
+            // Not the read's own deadline: the longest load bounds the wait
+            // for another thread's.
+            let stop = stop.with_deadline(Instant::now() + chain::LONGEST_LOAD);
+            headers = sign::get_headers(url, &extra, &keys.get(&stop)?, region, SystemTime::now())?;
         }
         if self.requester_pays {
             headers.push(("x-amz-request-payer", "requester".to_owned()));
@@ -251,10 +252,9 @@ impl Service for Access {
         Reaction::Nothing
     }
 
-    fn renew(&self) -> bool {
-        self.keys
-            .as_ref()
-            .is_some_and(|k| k.renew(Instant::now() + chain::LONGEST_LOAD))
+    fn renew(&self, stop: &Stop) -> bool {
+        let stop = stop.with_deadline(Instant::now() + chain::LONGEST_LOAD);
+        self.keys.as_ref().is_some_and(|k| k.renew(&stop))
     }
 
     fn add_known_values(&self, known: &mut crate::http::secrets::Secrets) {
@@ -377,7 +377,7 @@ mod tests {
             .credentials("AKIAX", "secret", None)
             .requester_pays(true);
         let r = resolve_in(&opts, "s3://b1b/k", false, &NoEnv).unwrap();
-        let signed = r.access.authorize(&r.url, &[]).unwrap();
+        let signed = r.access.authorize(&r.url, &[], &Stop::here()).unwrap();
         assert!(signed.iter().any(|(n, _)| *n == "authorization"));
         assert!(
             signed
@@ -385,12 +385,17 @@ mod tests {
                 .any(|(n, v)| *n == "x-amz-request-payer" && v == "requester")
         );
         let elsewhere = Url::parse("https://example.com/k").unwrap();
-        assert!(r.access.authorize(&elsewhere, &[]).unwrap().is_empty());
+        assert!(
+            r.access
+                .authorize(&elsewhere, &[], &Stop::here())
+                .unwrap()
+                .is_empty()
+        );
         let owner = [(
             "X-Amz-Expected-Bucket-Owner".to_owned(),
             "111122223333".to_owned(),
         )];
-        let signed = r.access.authorize(&r.url, &owner).unwrap();
+        let signed = r.access.authorize(&r.url, &owner, &Stop::here()).unwrap();
         let auth = &signed
             .iter()
             .find(|(n, _)| *n == "authorization")
@@ -435,7 +440,7 @@ mod tests {
             ("https://example.com/lab-data/k", false),
         ] {
             let url = Url::parse(url).unwrap();
-            let signed = r.access.authorize(&url, &[]).unwrap();
+            let signed = r.access.authorize(&url, &[], &Stop::here()).unwrap();
             assert_eq!(
                 signed.iter().any(|(n, _)| *n == "authorization"),
                 signs,

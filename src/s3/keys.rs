@@ -26,7 +26,7 @@ use super::chain::source::Source;
 use super::credentials::Credentials;
 use crate::error::{Error, ErrorKind, Result};
 use crate::sync::{Condvar, MadeIn, Mutex, MutexGuard, ProcessLocal};
-use crate::wait::{POLL, check_stopped};
+use crate::wait::{POLL, Stop};
 
 /// How long after a failed renewal keys that are still valid are used
 /// without trying again.
@@ -203,14 +203,13 @@ impl Keys {
 
     /// The keys to sign with now: the current ones, renewed first if they
     /// are due and no other thread renews them. Waits for another thread's
-    /// load only when no valid keys are in hand, until `deadline` and
-    /// while the read is not stopped.
-    pub fn get(self: &Arc<Self>, deadline: Instant) -> Result<Credentials> {
+    /// load only when no valid keys are in hand, within what `stop` allows.
+    pub fn get(self: &Arc<Self>, stop: &Stop) -> Result<Credentials> {
         if let Source::Given { keys, .. } = &self.source {
             return Ok(keys.clone());
         }
         if self.made_in.inherited() {
-            return for_this_process(self).get(deadline);
+            return for_this_process(self).get(stop);
         }
         let mut state = self.state.lock();
         let mut waited_for = None;
@@ -225,10 +224,10 @@ impl Keys {
                 }
             }
             if !state.loading {
-                return self.load(state, deadline);
+                return self.load(state, stop);
             }
             waited_for.get_or_insert(state.loads_ended);
-            state = self.wait(state, deadline)?;
+            state = self.wait(state, stop)?;
         }
     }
 
@@ -241,8 +240,9 @@ impl Keys {
     fn load(
         self: &Arc<Self>,
         mut state: MutexGuard<'_, State>,
-        deadline: Instant,
+        stop: &Stop,
     ) -> Result<Credentials> {
+        let deadline = stop.deadline();
         state.loading = true;
         drop(state);
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
@@ -281,7 +281,7 @@ impl Keys {
                     ));
                 }
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                    check_stopped()?;
+                    stop.check()?;
                     if Instant::now() >= deadline {
                         return Err(self.not_by_the_deadline());
                     }
@@ -304,8 +304,9 @@ impl Keys {
     fn wait<'a>(
         &'a self,
         mut state: MutexGuard<'a, State>,
-        deadline: Instant,
+        stop: &Stop,
     ) -> Result<MutexGuard<'a, State>> {
+        let deadline = stop.deadline();
         if Instant::now() >= deadline {
             return Err(self.not_by_the_deadline());
         }
@@ -316,7 +317,7 @@ impl Keys {
         // Asked with no lock held: asking may run a host's code (take an
         // interpreter's lock, run a signal handler that reads).
         drop(state);
-        check_stopped()?;
+        stop.check()?;
         Ok(self.state.lock())
     }
 
@@ -342,12 +343,12 @@ impl Keys {
     /// Keys another caller loaded since this thread signed with the old
     /// ones count, and a load under way is waited for (to `deadline`):
     /// requests refused at once (a file's parallel reads) renew once.
-    pub fn renew(self: &Arc<Self>, deadline: Instant) -> bool {
+    pub fn renew(self: &Arc<Self>, stop: &Stop) -> bool {
         if !self.renewable() {
             return false;
         }
         if self.made_in.inherited() {
-            return for_this_process(self).renew(deadline);
+            return for_this_process(self).renew(stop);
         }
         let mut state = self.state.lock();
         let before = state.loads_ended;
@@ -359,13 +360,13 @@ impl Keys {
             if !state.loading {
                 break;
             }
-            match self.wait(state, deadline) {
+            match self.wait(state, stop) {
                 Ok(s) => state = s,
                 Err(_) => return false,
             }
         }
         let old = state.keys.as_ref().map(|(k, _)| k.clone());
-        match self.load(state, deadline) {
+        match self.load(state, stop) {
             Ok(keys) => old.is_none_or(|old| old != keys),
             Err(e) => {
                 tracing::warn!(error = %e, "renewing AWS credentials failed");
@@ -424,8 +425,8 @@ mod tests {
     use std::sync::mpsc::{Receiver, channel};
     use url::Url;
 
-    fn soon() -> Instant {
-        Instant::now() + Duration::from_secs(60)
+    fn soon() -> Stop {
+        Stop::here().until(Instant::now() + Duration::from_secs(60))
     }
 
     fn container(service: &Service) -> Source {
@@ -453,7 +454,7 @@ mod tests {
     fn get_elsewhere(keys: &Arc<Keys>) -> Receiver<Result<Option<String>>> {
         let (done, got) = channel();
         let keys = keys.clone();
-        std::thread::spawn(move || done.send(keys.get(soon()).map(|k| k.token)));
+        std::thread::spawn(move || done.send(keys.get(&soon()).map(|k| k.token)));
         got
     }
 
@@ -517,7 +518,7 @@ mod tests {
         let other = other.expect("waited behind the renewal").unwrap();
         assert_eq!(other.as_deref(), Some("old"));
         assert_eq!(renewer.recv().unwrap().unwrap().as_deref(), Some("new1"));
-        assert_eq!(keys.get(soon()).unwrap().token.as_deref(), Some("new1"));
+        assert_eq!(keys.get(&soon()).unwrap().token.as_deref(), Some("new1"));
         assert_eq!(service.asked().len(), 1, "one renewal");
     }
 
@@ -526,7 +527,10 @@ mod tests {
         let held = held_load(false);
         let waiter = get_elsewhere(&held.keys);
         until_waiting(&held.keys, 1);
-        let e = held.keys.get(Instant::now()).unwrap_err();
+        let e = held
+            .keys
+            .get(&Stop::here().until(Instant::now()))
+            .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
         held.gate.open();
         for got in [held.loader, waiter] {
@@ -549,7 +553,7 @@ mod tests {
         {
             let (keys, cancel) = (keys.clone(), cancel.clone());
             std::thread::spawn(move || {
-                let _ = done.send(cancel.run(|| keys.get(soon())).map(|k| k.token));
+                let _ = done.send(cancel.run(|| keys.get(&soon())).map(|k| k.token));
             });
         }
         // The service has the request and never answers while the gate is
@@ -564,7 +568,7 @@ mod tests {
         // The stop is not the load's failure: the next caller gets the
         // keys that load brings, with no second request.
         gate.open();
-        assert_eq!(keys.get(soon()).unwrap().token.as_deref(), Some("new1"));
+        assert_eq!(keys.get(&soon()).unwrap().token.as_deref(), Some("new1"));
         assert_eq!(service.asked().len(), 1);
     }
 
@@ -592,7 +596,7 @@ mod tests {
             ..parents
         });
         parents.state.lock().loading = true;
-        let got = parents.get(soon()).unwrap();
+        let got = parents.get(&soon()).unwrap();
         assert_eq!(got.token.as_deref(), Some("child1"));
         assert!(
             parents.state.lock().keys.is_none(),
@@ -601,7 +605,7 @@ mod tests {
         // The child's copy is shared by its files.
         let mine = shared_found(&container(&service)).unwrap();
         assert!(!mine.made_in.inherited());
-        assert_eq!(mine.get(soon()).unwrap().token.as_deref(), Some("child1"));
+        assert_eq!(mine.get(&soon()).unwrap().token.as_deref(), Some("child1"));
         assert_eq!(service.asked().len(), 1);
     }
 
@@ -609,7 +613,7 @@ mod tests {
     fn a_renewal_after_a_refusal_waits_for_one_under_way() {
         let held = held_load(false);
         let renewing = held.keys.clone();
-        let renewer = std::thread::spawn(move || renewing.renew(soon()));
+        let renewer = std::thread::spawn(move || renewing.renew(&soon()));
         until_waiting(&held.keys, 1);
         held.gate.open();
         let loaded = held.loader.recv().unwrap().unwrap();

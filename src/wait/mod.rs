@@ -58,6 +58,9 @@
 //! ```
 
 pub(crate) mod deadline;
+mod stop;
+
+pub(crate) use stop::{Lane, Stop, socket_should_stop};
 
 /// The crate's locks and its mark of the process a value was made in, for
 /// a host's own state (the Python package's, feature `vfd`): sound in a
@@ -68,7 +71,7 @@ pub mod sync {
     pub use crate::sync::{MadeIn, Mutex, MutexGuard};
 }
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::sync::Arc;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -216,19 +219,7 @@ impl Cancel {
     /// # Ok::<(), remfile::Error>(())
     /// ```
     pub fn run<T>(&self, f: impl FnOnce() -> T) -> T {
-        let watch = match current_watch() {
-            None => Watch {
-                cancel: self.clone(),
-                polls_host: false,
-                spared: spared_thread(),
-            },
-            Some(outer) => Watch {
-                cancel: Cancel::of_either([self.clone(), outer.cancel]),
-                polls_host: outer.polls_host,
-                spared: outer.spared || spared_thread(),
-            },
-        };
-        Watch::run_watching(Some(watch), f)
+        Stop::here().watching(self).in_scope(f)
     }
 
     /// A new cancel, stopped by itself or by any of `parents`.
@@ -278,74 +269,10 @@ impl Stopped {
     }
 }
 
-/// What the work on this thread watches: the read it works for (and so,
-/// the threads that work for that read too).
-#[derive(Clone, Debug)]
-pub(crate) struct Watch {
-    cancel: Cancel,
-    /// Whether this thread asks the host to stop (the thread the host ran
-    /// the read on; the threads it starts only look at the cancel).
-    polls_host: bool,
-    /// Whether it is work of the thread [`stop_everything_but_this_thread`]
-    /// spared (run there, or by a thread helping such work).
-    spared: bool,
-}
-
 thread_local! {
-    static CURRENT: RefCell<Option<Watch>> = const { RefCell::new(None) };
     /// Whether [`stop_everything_but_this_thread`] was called on this
     /// thread, and in which process (a child forked from it is not spared).
     static SPARED: Cell<Option<MadeIn>> = const { Cell::new(None) };
-    /// When this thread last asked the host.
-    static LAST_ASKED: Cell<Option<Instant>> = const { Cell::new(None) };
-}
-
-impl Watch {
-    /// What this thread watches, for a thread that works for the same read
-    /// (which never asks the host: the read's own thread does).
-    pub(crate) fn for_helper() -> Option<Watch> {
-        current_watch().map(|w| Watch {
-            cancel: w.cancel,
-            polls_host: false,
-            spared: w.spared,
-        })
-    }
-
-    /// A watch of `cancel` alone, for background work (closing its file
-    /// cancels it).
-    pub(crate) fn of(cancel: Cancel) -> Watch {
-        Watch {
-            cancel,
-            polls_host: false,
-            spared: false,
-        }
-    }
-
-    /// Runs `f` with `watch` as this thread's (the previous one restored
-    /// after, even if `f` panics).
-    pub(crate) fn run_watching<T>(watch: Option<Watch>, f: impl FnOnce() -> T) -> T {
-        // After this thread's locals are gone (C's `exit` closing HDF5
-        // files), there is nothing to watch.
-        let Ok(previous) = CURRENT.try_with(|c| std::mem::replace(&mut *c.borrow_mut(), watch))
-        else {
-            return f();
-        };
-        struct Restore(Option<Watch>);
-        impl Drop for Restore {
-            fn drop(&mut self) {
-                let previous = self.0.take();
-                let _ = CURRENT.try_with(|c| *c.borrow_mut() = previous);
-            }
-        }
-        let _restore = Restore(previous);
-        f()
-    }
-}
-
-/// What the work on this thread watches, if anything (nothing once the
-/// thread's locals are gone).
-fn current_watch() -> Option<Watch> {
-    CURRENT.try_with(|c| c.borrow().clone()).ok().flatten()
 }
 
 /// Raised by [`stop_everything`]: a child forked from a process that was
@@ -387,11 +314,11 @@ pub fn everything_stopped() -> bool {
     EVERYTHING_STOPPED.is_raised()
 }
 
-/// Whether the work `watch` watches (or this thread's, if none) is to stop
-/// because the process is ending: everything was stopped, and it was not
-/// spared.
-fn process_ending(watch: Option<&Watch>) -> bool {
-    everything_stopped() && !spared_thread() && !watch.is_some_and(|w| w.spared)
+/// Whether work on this thread (`spared` if it helps work of a thread
+/// that was) is to stop because the process is ending: everything was
+/// stopped, and it was not spared.
+fn process_ending(spared: bool) -> bool {
+    everything_stopped() && !spared_thread() && !spared
 }
 
 /// The longest that closing files may wait, all together, once
@@ -406,74 +333,6 @@ pub(crate) fn within_exit_bound(deadline: Instant) -> Instant {
     match EXIT_BOUND.with(|bound| *bound).flatten() {
         Some(bound) => deadline.min(bound),
         None => deadline,
-    }
-}
-
-/// Why the work on this thread should stop, if it should: asks the host
-/// (at most every [`POLL`] / 2) on the thread the host ran the read on.
-fn why_stop() -> Option<Stopped> {
-    let watch = current_watch();
-    if process_ending(watch.as_ref()) {
-        return Some(Stopped::ProcessEnding);
-    }
-    let watch = watch?;
-    if let Some(why) = watch.cancel.why_stopped() {
-        return Some(why);
-    }
-    if watch.polls_host && time_to_ask() {
-        if let Some(host) = host() {
-            if host.stop_requested() {
-                watch.cancel.cancel();
-                return Some(Stopped::Cancelled);
-            }
-        }
-    }
-    None
-}
-
-/// Whether this thread has not asked the host for a while (asking may
-/// take the interpreter's lock: not at every chunk of a body).
-fn time_to_ask() -> bool {
-    let now = Instant::now();
-    LAST_ASKED
-        .try_with(|last| {
-            let due = last.get().is_none_or(|t| now.duration_since(t) >= POLL / 2);
-            if due {
-                last.set(Some(now));
-            }
-            due
-        })
-        .unwrap_or(false)
-}
-
-/// Whether the work on this thread was stopped already, without asking
-/// the host (for code that holds a lock, or decides what others are told).
-pub(crate) fn was_stopped() -> bool {
-    why_stopped_already().is_some()
-}
-
-/// Why the work on this thread is stopped already, the host not asked:
-/// the process is ending, or a cancel it watches was cancelled.
-fn why_stopped_already() -> Option<Stopped> {
-    let watch = current_watch();
-    if process_ending(watch.as_ref()) {
-        return Some(Stopped::ProcessEnding);
-    }
-    watch?.cancel.why_stopped()
-}
-
-/// Whether the work on this thread should stop now.
-pub(crate) fn should_stop() -> bool {
-    why_stop().is_some()
-}
-
-/// An error if the work on this thread should stop: checked before each
-/// request, between the chunks of a body and between the slices of every
-/// wait.
-pub(crate) fn check_stopped() -> Result<()> {
-    match why_stop() {
-        Some(why) => Err(why.error()),
-        None => Ok(()),
     }
 }
 
@@ -493,44 +352,26 @@ pub(crate) fn slice_end(deadline: Instant) -> Instant {
     deadline.min(Instant::now() + POLL)
 }
 
-/// Sleeps until `deadline`, or until the work on this thread should stop
-/// (then an error).
-pub(crate) fn sleep_until(deadline: Instant) -> Result<()> {
-    loop {
-        check_stopped()?;
-        let now = Instant::now();
-        if now >= deadline {
-            return Ok(());
-        }
-        std::thread::sleep(slice_end(deadline) - now);
-    }
-}
-
 /// Runs `work` — a read, an open: anything that may wait for the network —
-/// as the host wants such waits run: on this thread, inside
+/// with the [`Stop`] it waits by, made here from what the code around it
+/// declared; as the host wants such waits run: on this thread, inside
 /// [`Host::outside`], asking the host between the slices of its waits.
 /// Without a host, runs it here as it is.
-pub(crate) fn blocking<T>(work: impl FnOnce() -> Result<T>) -> Result<T> {
+pub(crate) fn blocking<T>(work: impl FnOnce(&Stop) -> Result<T>) -> Result<T> {
+    let stop = Stop::here();
     let Some(host) = host() else {
-        return work();
+        return work(&stop);
     };
-    let outer = current_watch();
-    let spared = spared_thread() || outer.as_ref().is_some_and(|w| w.spared);
-    let cancel = Cancel::of_either(outer.map(|w| w.cancel));
-    let watch = Watch {
-        cancel,
-        polls_host: true,
-        spared,
-    };
+    let stop = stop.asking_host();
     let mut work = Some(work);
     let mut outcome = None;
     host.outside(&mut || {
         if let Some(work) = work.take() {
-            outcome = Some(Watch::run_watching(Some(watch.clone()), work));
+            outcome = Some(stop.in_scope(|| work(&stop)));
         }
     });
     let outcome = outcome.unwrap_or_else(|| Err(interrupted()));
-    if outcome.is_ok() && watch.cancel.is_cancelled() {
+    if outcome.is_ok() && stop.cancel().is_cancelled() {
         host.stop_not_needed();
     }
     outcome
@@ -557,24 +398,31 @@ pub(crate) fn outside<T>(f: impl FnOnce() -> T) -> T {
 mod tests {
     use super::*;
 
+    fn check_here() -> Result<()> {
+        Stop::here().check()
+    }
+
     #[test]
     fn a_cancel_stops_only_the_work_that_watches_it_and_its_helpers() {
         let cancel = Cancel::new();
-        assert!(check_stopped().is_ok());
+        assert!(check_here().is_ok());
         cancel.run(|| {
-            assert!(check_stopped().is_ok());
+            assert!(check_here().is_ok());
             cancel.cancel();
-            let e = check_stopped().unwrap_err();
+            let e = check_here().unwrap_err();
             assert_eq!(e.kind(), ErrorKind::Interrupted);
-            let inherited = Watch::for_helper();
+            let helper = Stop::here().for_helper();
             std::thread::spawn(move || {
-                Watch::run_watching(inherited, || assert!(check_stopped().is_err()));
-                assert!(check_stopped().is_ok(), "restored after");
+                assert!(helper.check().is_err());
+                assert!(
+                    check_here().is_ok(),
+                    "nothing declared on the helper's thread"
+                );
             })
             .join()
             .unwrap();
         });
-        assert!(check_stopped().is_ok(), "restored after run");
+        assert!(check_here().is_ok(), "restored after run");
     }
 
     #[test]
@@ -582,16 +430,16 @@ mod tests {
         let outer = Cancel::new();
         let inner = Cancel::with_deadline(Instant::now());
         outer.run(|| {
-            let e = inner.run(check_stopped).unwrap_err();
+            let e = inner.run(check_here).unwrap_err();
             assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
             assert!(
-                check_stopped().is_ok(),
+                check_here().is_ok(),
                 "the inner deadline is not the outer's"
             );
             let later = Cancel::new();
             later.run(|| {
                 outer.cancel();
-                assert_eq!(check_stopped().unwrap_err().kind(), ErrorKind::Interrupted);
+                assert_eq!(check_here().unwrap_err().kind(), ErrorKind::Interrupted);
             });
         });
         assert!(!Cancel::new().is_cancelled());
@@ -601,19 +449,56 @@ mod tests {
     }
 
     #[test]
+    fn a_stop_passed_down_carries_its_deadline_lane_and_closing() {
+        let soon = Instant::now() + Duration::from_secs(1);
+        let stop = Stop::here().until(soon);
+        assert_eq!(stop.deadline(), soon);
+        assert_eq!(
+            stop.until(soon + Duration::from_secs(9)).deadline(),
+            soon,
+            "the earlier"
+        );
+        assert_eq!(stop.lane().0, Lane::Read);
+        let closed = Arc::new(AtomicBool::new(false));
+        let background = Stop::background(Arc::clone(&closed), Cancel::new());
+        assert_eq!(background.lane().0, Lane::Background);
+        assert!(background.check_file_open().is_ok());
+        closed.store(true, Relaxed);
+        assert!(background.check_file_open().is_err());
+        assert!(
+            background.check().is_ok(),
+            "a closed file's requests in flight end"
+        );
+        let cancel = Cancel::new();
+        let watching = stop.watching(&cancel);
+        cancel.cancel();
+        assert!(watching.is_stopped() && !stop.is_stopped());
+    }
+
+    #[test]
     fn a_sleep_ends_at_a_stop() {
         let cancel = Cancel::new();
         cancel.cancel();
         let far = Instant::now() + Duration::from_secs(3600);
-        let e = cancel.run(|| sleep_until(far)).unwrap_err();
+        let e = Stop::here().watching(&cancel).sleep_until(far).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Interrupted);
-        assert!(sleep_until(Instant::now()).is_ok());
+        assert!(Stop::here().sleep_until(Instant::now()).is_ok());
+    }
+
+    #[test]
+    fn a_socket_wait_sees_the_stop_declared_around_it() {
+        let cancel = Cancel::new();
+        let stop = Stop::here().watching(&cancel);
+        assert!(!stop.in_scope(socket_should_stop));
+        cancel.cancel();
+        assert!(stop.in_scope(socket_should_stop));
+        assert!(!socket_should_stop(), "nothing declared outside");
     }
 
     #[test]
     fn without_a_host_work_runs_on_this_thread() {
         let here = std::thread::current().id();
-        let ran_on = blocking(move || Ok(std::thread::current().id())).unwrap();
+        let ran_on = blocking(move |_| Ok(std::thread::current().id())).unwrap();
         assert_eq!(ran_on, here);
         assert_eq!(outside(|| 7), 7);
     }

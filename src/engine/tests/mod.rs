@@ -177,7 +177,7 @@ fn a_read_of_a_block_a_queued_background_fetch_brings_makes_that_fetch_in_one_ro
         read(&file, 5 * BLOCK, 10).unwrap(),
         &bytes[5 * BLOCK as usize..][..10]
     );
-    engine.run_queued(&queued);
+    engine.run_queued(&queued, &crate::wait::Stop::here());
     assert_eq!(source.asked().len(), requests);
     assert_eq!(file.stats().round_trips, 1);
 }
@@ -198,7 +198,8 @@ fn a_read_that_takes_a_queued_fetch_fetches_its_own_blocks_with_it_in_one_round(
     // Not block 5, between the fetch's two runs: nobody wants it.
     assert_eq!(asked, [BLOCK..4 * BLOCK, 6 * BLOCK..7 * BLOCK]);
     assert_eq!(file.stats().round_trips, 1);
-    file.engine().run_queued(&queued);
+    file.engine()
+        .run_queued(&queued, &crate::wait::Stop::here());
     assert_eq!(source.asked().len(), 2, "the worker found it taken");
 }
 

@@ -35,7 +35,7 @@ fn a_queued_background_fetch_a_reader_did_not_need_is_made_by_its_worker() {
     assert_eq!(read(&file, 10, 10).unwrap(), &bytes[10..20]);
     assert_eq!(source.asked().len(), 1, "not the queued fetch's blocks");
     assert_eq!(source.asked()[0], 0..BLOCK);
-    engine.run_queued(&queued);
+    engine.run_queued(&queued, &crate::wait::Stop::here());
     let asked = asked_by_position(&source);
     assert_eq!(asked.first().unwrap().start, 0);
     assert_eq!(asked[1].start, 4 * BLOCK);
@@ -73,7 +73,12 @@ fn a_fetch_of_missing_blocks_that_takes_a_queued_fetch_returns_only_its_own() {
     let (bytes, _, file) = file_over(8, &builder().read_ahead_max(0));
     let engine = file.engine();
     engine.queue_for_no_worker(Some(2 * BLOCK..6 * BLOCK));
-    let got = engine.fetch_missing(&[3], engine.read_deadline()).unwrap();
+    let got = engine
+        .fetch_missing(
+            &[3],
+            &crate::wait::Stop::here().until(engine.read_deadline()),
+        )
+        .unwrap();
     let indices: Vec<u64> = got.iter().map(|(i, _)| *i).collect();
     assert_eq!(indices, [3], "the callers place blocks by what they asked");
     assert!(got[0].1[..] == bytes[3 * BLOCK as usize..4 * BLOCK as usize]);

@@ -36,6 +36,7 @@ use crate::link::{Line, LinkMeter, origin_of};
 use crate::options::Builder;
 use crate::process::workers::Closing;
 use crate::sync::{Condvar, MadeIn, Mutex, ProcessLocal};
+use crate::wait::Stop;
 
 /// The most files a batch opens and crawls at once (a thread each).
 pub const FILES_AT_ONCE: usize = 16;
@@ -272,8 +273,9 @@ impl Handover {
     }
 
     /// Takes the crawl; waits until the batch's crawl has let go of it, or
-    /// `deadline` (in slices that look for a stop).
-    fn take(&self, deadline: Instant) -> crate::error::Result<()> {
+    /// the deadline of `stop` (in slices that look for a stop).
+    fn take(&self, stop: &Stop) -> crate::error::Result<()> {
+        let deadline = stop.deadline();
         self.mark_taken();
         loop {
             {
@@ -285,7 +287,7 @@ impl Handover {
                     .ended
                     .wait_until(released, crate::wait::slice_end(deadline));
             }
-            crate::wait::check_stopped()?;
+            stop.check()?;
             if Instant::now() >= deadline {
                 return Ok(());
             }
@@ -374,10 +376,10 @@ impl Batch {
     /// interrupt: then `Interrupted`). Returns the progress then.
     pub fn wait(&self, timeout: Option<Duration>) -> crate::error::Result<Progress> {
         // As any wait: stoppable by the host (Ctrl-C), its lock let go of.
-        crate::wait::blocking(|| self.wait_here(timeout))
+        crate::wait::blocking(|stop| self.wait_here(timeout, stop))
     }
 
-    fn wait_here(&self, timeout: Option<Duration>) -> crate::error::Result<Progress> {
+    fn wait_here(&self, timeout: Option<Duration>, stop: &Stop) -> crate::error::Result<Progress> {
         let deadline = timeout.map(crate::wait::deadline::after);
         if self.shared.inherited() {
             // Forked: the threads are the parent's, and its lock may be
@@ -394,7 +396,7 @@ impl Batch {
                 return Ok(progress);
             }
             drop(state);
-            crate::wait::check_stopped()?;
+            stop.check()?;
             state = self.shared.state.lock();
             let slice = deadline.map_or_else(
                 || Instant::now() + crate::wait::POLL,
@@ -603,7 +605,7 @@ impl Shared {
     /// is none or no room, or the batch was cancelled.
     fn next_file(&self) -> Option<(usize, Turn)> {
         let mut state = self.state.lock();
-        if self.closing.is_closed() || crate::wait::was_stopped() {
+        if self.closing.is_closed() || Stop::here().is_stopped() {
             return None;
         }
         // Files taken before they started are left to their opens.
@@ -647,7 +649,7 @@ impl Shared {
         // for them.
         let opened = self
             .closing
-            .run(|| crate::open::open_among(builder, &url, together));
+            .run(|| crate::open::open_among(builder, &url, together, &Stop::here()));
         let mut state = self.state.lock();
         if let Turn::Lead(server) = &turn {
             state.pioneers.ended(server);
@@ -764,7 +766,7 @@ impl Shared {
             // go of meanwhile (a driver open runs inside HDF5). Stopped, the
             // open fails: the file stays the batch's.
             let deadline = Instant::now() + self.builder.read_timeout.min(OPENING_WAIT);
-            crate::wait::blocking(|| self.wait_opened(index, deadline))?;
+            crate::wait::blocking(|stop| self.wait_opened(index, &stop.until(deadline)))?;
         }
         let builder = &self.builder;
         let mut state = self.state.lock();
@@ -806,7 +808,7 @@ impl Shared {
         self.reach.wake();
         drop(self.state.lock());
         self.changed.notify_all();
-        let handed = crate::wait::blocking(|| handover.take(deadline));
+        let handed = crate::wait::blocking(|stop| handover.take(&stop.until(deadline)));
         self.changed.notify_all();
         // The room given back.
         self.spawn_workers();
@@ -814,10 +816,11 @@ impl Shared {
         Ok(handing_over.then_some(Prefetched { file, prefetch }))
     }
 
-    /// Waits until the file at `index` is no longer being opened, or
-    /// `deadline`; the lock is never held while a stop is looked for (the
-    /// host may take the interpreter's lock to look).
-    fn wait_opened(&self, index: usize, deadline: Instant) -> crate::error::Result<()> {
+    /// Waits until the file at `index` is no longer being opened, or the
+    /// deadline of `stop`; the lock is never held while a stop is looked
+    /// for (the host may take the interpreter's lock to look).
+    fn wait_opened(&self, index: usize, stop: &Stop) -> crate::error::Result<()> {
+        let deadline = stop.deadline();
         loop {
             {
                 let state = self.state.lock();
@@ -827,7 +830,7 @@ impl Shared {
                 let slice = crate::wait::slice_end(deadline);
                 let _ = self.changed.wait_until(state, slice);
             }
-            crate::wait::check_stopped()?;
+            stop.check()?;
             if Instant::now() >= deadline {
                 return Ok(());
             }

@@ -16,6 +16,7 @@
 
 mod store;
 
+use crate::wait::Stop;
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
@@ -164,12 +165,13 @@ impl Pieces {
         &self,
         pos: u64,
         buf: &mut [u8],
-        deadline: Instant,
+        wait: Option<&Stop>,
         now: RoundMark,
     ) -> Served {
         if !self.used.load(Acquire) {
             return Served::NotHeld;
         }
+        let deadline = wait.map_or_else(Instant::now, Stop::deadline);
         let end = pos.saturating_add(buf.len() as u64);
         let mut state = self.state.lock();
         let mut waited_a_round = false;
@@ -200,7 +202,7 @@ impl Pieces {
             // Asked with no lock held: asking may run a host's code (take
             // an interpreter's lock, run a signal handler that reads).
             drop(waited);
-            if crate::wait::should_stop() {
+            if wait.is_some_and(Stop::should_stop) {
                 // The read fetches the bytes itself, which fails at once.
                 return Served::NotHeld;
             }
@@ -434,8 +436,8 @@ mod tests {
         assert_eq!(budget.used(), 30 + E, "one entry left");
     }
 
-    fn soon() -> Instant {
-        Instant::now() + Duration::from_secs(5)
+    fn soon() -> Stop {
+        Stop::here().until(Instant::now() + Duration::from_secs(5))
     }
 
     #[test]
@@ -448,7 +450,7 @@ mod tests {
         pieces.deliver(100..200, Some((0..100).collect()));
         let mut buf = [0; 10];
         assert_eq!(
-            pieces.read(150, &mut buf, soon(), RoundMark(0)),
+            pieces.read(150, &mut buf, Some(&soon()), RoundMark(0)),
             Served::Copied {
                 waited_a_round: false
             }
@@ -459,7 +461,7 @@ mod tests {
         assert!(!pieces.holds(1000..1010), "still coming");
         let mut past = [0; 60];
         assert_eq!(
-            pieces.read(150, &mut past, soon(), RoundMark(0)),
+            pieces.read(150, &mut past, Some(&soon()), RoundMark(0)),
             Served::NotHeld
         );
         assert_eq!(pieces.bytes_from(190, 100), (90..100).collect::<Vec<u8>>());
@@ -497,7 +499,7 @@ mod tests {
         );
         pieces.deliver(0..60, Some(vec![1; 59]));
         assert_eq!(
-            pieces.read(0, &mut [0; 4], soon(), RoundMark(0)),
+            pieces.read(0, &mut [0; 4], Some(&soon()), RoundMark(0)),
             Served::NotHeld
         );
         assert_eq!(pieces.claim(&[100..160], RoundMark(0)), vec![100..160]);
@@ -524,7 +526,7 @@ mod tests {
         assert!(!pieces.holds(50..401));
         let mut buf = [9; 4];
         assert!(matches!(
-            pieces.read(198, &mut buf, soon(), RoundMark(0)),
+            pieces.read(198, &mut buf, Some(&soon()), RoundMark(0)),
             Served::Copied { .. }
         ));
         assert_eq!(buf, [1, 1, 2, 2]);
@@ -551,7 +553,7 @@ mod tests {
         assert!(!later.holds(100..101), "overlapped one coming");
         let mut buf = [0; 4];
         assert!(matches!(
-            later.read(3, &mut buf, soon(), RoundMark(0)),
+            later.read(3, &mut buf, Some(&soon()), RoundMark(0)),
             Served::Copied { .. }
         ));
         assert_eq!(buf, [1; 4]);
@@ -578,7 +580,7 @@ mod tests {
             })
         };
         let mut buf = [0; 4];
-        let served = pieces.read(8, &mut buf, soon(), RoundMark(0));
+        let served = pieces.read(8, &mut buf, Some(&soon()), RoundMark(0));
         deliver.join().unwrap();
         assert!(matches!(served, Served::Copied { .. }));
         assert_eq!(buf, [1, 1, 2, 2]);
@@ -597,7 +599,7 @@ mod tests {
                 })
             };
             let mut buf = [0; 10];
-            let served = pieces.read(0, &mut buf, soon(), RoundMark(rounds_now));
+            let served = pieces.read(0, &mut buf, Some(&soon()), RoundMark(rounds_now));
             deliver.join().unwrap();
             assert_eq!(buf, [1; 10]);
             served
@@ -608,7 +610,12 @@ mod tests {
         let pieces = store(1 << 20);
         pieces.claim(&[0..10], RoundMark(5));
         assert_eq!(
-            pieces.read(0, &mut [0; 10], Instant::now(), RoundMark(5)),
+            pieces.read(
+                0,
+                &mut [0; 10],
+                Some(&Stop::here().until(Instant::now())),
+                RoundMark(5)
+            ),
             Served::NotHeld,
             "timed out: the reader reads blocks"
         );

@@ -7,13 +7,13 @@
 use std::any::Any;
 use std::ops::Range;
 use std::sync::Arc;
-use std::time::Instant;
 
 use super::{Here, Pieces, PiecesBudget};
 use crate::cache::{Keeper, Served, SideStore};
 use crate::extension::Extension;
 use crate::stats::RoundMark;
 use crate::sync;
+use crate::wait::Stop;
 
 /// The file's store, made the first time the driver asks (with the pieces
 /// an earlier run kept on the file's disk cache). `None` only if another
@@ -167,10 +167,10 @@ impl SideStore for PieceStore {
         &self,
         pos: u64,
         buf: &mut [u8],
-        deadline: Instant,
+        wait: Option<&Stop>,
         rounds_so_far: RoundMark,
     ) -> Served {
-        self.pieces.read(pos, buf, deadline, rounds_so_far)
+        self.pieces.read(pos, buf, wait, rounds_so_far)
     }
 
     fn at_close(&self, disk: &dyn Keeper) {

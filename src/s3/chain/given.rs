@@ -213,7 +213,7 @@ mod tests {
             ("AWS_SESSION_TOKEN", "t"),
         ]);
         let found = find(&ask(), &env(&vars)).unwrap();
-        let keys = found.keys.unwrap().get(soon()).unwrap();
+        let keys = found.keys.unwrap().get(&soon()).unwrap();
         assert_eq!(
             (keys.key_id.as_str(), keys.token.as_deref()),
             ("AKIAENV", Some("t"))
@@ -225,7 +225,7 @@ mod tests {
                 .unwrap()
                 .keys
                 .unwrap()
-                .get(soon())
+                .get(&soon())
                 .unwrap()
                 .key_id
         };

@@ -137,7 +137,8 @@ pub(crate) const LONGEST_LOAD: Duration =
 /// applies yet gives nothing fails the open rather than its first read.
 fn load_shared(source: Source) -> Result<Arc<Keys>> {
     let keys = keys::shared(source, None, load);
-    keys.get(Instant::now() + LONGEST_LOAD)?;
+    // The open's stop, declared around it.
+    keys.get(&crate::wait::Stop::here().until(Instant::now() + LONGEST_LOAD))?;
     Ok(keys)
 }
 

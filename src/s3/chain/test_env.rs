@@ -38,8 +38,8 @@ pub(super) fn env_without_files(vars: &[(&'static str, &str)]) -> FakeEnv {
     env(&all)
 }
 
-pub(super) fn soon() -> Instant {
-    Instant::now() + Duration::from_secs(60)
+pub(super) fn soon() -> crate::wait::Stop {
+    crate::wait::Stop::here().until(Instant::now() + Duration::from_secs(60))
 }
 
 pub(super) fn ask() -> Ask<'static> {
@@ -51,5 +51,5 @@ pub(super) fn ask() -> Ask<'static> {
 }
 
 pub(super) fn token_of(found: Result<Found>) -> Option<String> {
-    found.ok()?.keys?.get(soon()).ok()?.token
+    found.ok()?.keys?.get(&soon()).ok()?.token
 }
