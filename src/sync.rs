@@ -99,12 +99,12 @@ impl ProcessFlag {
 
     /// Raises the flag in this process; whether it was lowered here.
     pub(crate) fn raise(&self) -> bool {
-        let me = std::process::id();
+        let me = this_process();
         self.0.swap(me, Relaxed) != me
     }
 
     pub(crate) fn is_raised(&self) -> bool {
-        self.0.load(Relaxed) == std::process::id()
+        self.0.load(Relaxed) == this_process()
     }
 }
 
@@ -137,6 +137,13 @@ impl<T> Mutex<T> {
 /// held by a thread of the process this one was forked from, for good.
 pub(crate) const TABLE_WAIT: Duration = Duration::from_secs(2);
 
+/// This process's id: the one place the crate asks for it. A child of
+/// `fork` has its own, which is how every value here tells a parent's
+/// from its own.
+pub(crate) fn this_process() -> u32 {
+    std::process::id()
+}
+
 /// The process a value was made in. A child of `fork` inherits the value
 /// but not the threads that worked for it nor the locks they held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,18 +152,18 @@ pub struct MadeIn(u32);
 impl MadeIn {
     /// This process.
     pub fn here() -> MadeIn {
-        MadeIn(std::process::id())
+        MadeIn(this_process())
     }
 
     /// Whether this process only inherited the value (forked since).
     pub fn inherited(self) -> bool {
-        self.0 != std::process::id()
+        self.0 != this_process()
     }
 
     /// Made in another process: as a forked child finds its parent's.
     #[cfg(test)]
     pub(crate) fn elsewhere() -> MadeIn {
-        MadeIn(std::process::id().wrapping_add(1))
+        MadeIn(this_process().wrapping_add(1))
     }
 }
 
@@ -208,7 +215,7 @@ impl<T> ProcessLocal<T> {
     /// deadline of its own).
     pub(crate) fn lock_within(&self, wait: Duration) -> Option<MutexGuard<'_, Slot<T>>> {
         let mut slot = self.slot.lock_unless_wedged(&self.wedged, wait)?;
-        let me = std::process::id();
+        let me = this_process();
         if slot.made_in != me {
             (self.adopt)(&mut slot.value);
             slot.made_in = me;
@@ -220,7 +227,7 @@ impl<T> ProcessLocal<T> {
     /// process's own threads, which a fork never leaves holding it.
     pub(crate) fn lock_here(&self) -> MutexGuard<'_, Slot<T>> {
         let mut slot = self.slot.lock();
-        let me = std::process::id();
+        let me = this_process();
         if slot.made_in != me {
             (self.adopt)(&mut slot.value);
             slot.made_in = me;

@@ -86,7 +86,7 @@ impl Holder {
             host: host.clone(),
             pid_namespace: pid_namespace.clone(),
             // Asked each time: a forked child is another process.
-            pid: std::process::id(),
+            pid: crate::sync::this_process(),
             advisory: false,
         }
     }
@@ -185,7 +185,7 @@ pub(crate) fn is_stale(
 fn alive_here(pid: u32) -> Option<bool> {
     let proc = Path::new("/proc");
     let own = fs::read_link(proc.join("self"))
-        .is_ok_and(|me| me.as_os_str() == std::process::id().to_string().as_str());
+        .is_ok_and(|me| me.as_os_str() == crate::sync::this_process().to_string().as_str());
     if !own {
         return None;
     }
@@ -603,7 +603,10 @@ mod tests {
     fn a_table_of_locks_held_for_good_leaves_a_lock_out_rather_than_wait() {
         // As in a child forked while a thread of the parent held the table.
         let table = RENEWALS.state.lock();
-        let path = std::env::temp_dir().join(format!("remfile-table-{}.lock", std::process::id()));
+        let path = std::env::temp_dir().join(format!(
+            "remfile-table-{}.lock",
+            crate::sync::this_process()
+        ));
         let file = File::create(&path).unwrap();
         let (done, added) = std::sync::mpsc::channel();
         let adding = path.clone();
@@ -619,7 +622,8 @@ mod tests {
 
     #[test]
     fn a_held_lock_is_renewed_until_dropped() {
-        let dir = std::env::temp_dir().join(format!("remfile-lock-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("remfile-lock-{}", crate::sync::this_process()));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).unwrap();
         let path = dir.join("0.lock");
@@ -650,7 +654,10 @@ mod tests {
 
     #[test]
     fn one_lock_covers_many_blocks_through_links() {
-        let dir = std::env::temp_dir().join(format!("remfile-lock-links-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!(
+            "remfile-lock-links-{}",
+            crate::sync::this_process()
+        ));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).unwrap();
         let at = |i: u32| dir.join(format!("{i}.lock"));
@@ -770,7 +777,7 @@ mod tests {
             "the last parenthesis counts"
         );
         assert!(!has_exited(""));
-        assert_eq!(alive_here(std::process::id()), Some(true));
+        assert_eq!(alive_here(crate::sync::this_process()), Some(true));
     }
 
     /// The holder of [`a_lock_whose_holder_was_killed_is_not_held`], run as
@@ -787,7 +794,10 @@ mod tests {
         if let Ok(path) = std::env::var("REMFILE_LOCK_HOLDER") {
             return holding_child(&path);
         }
-        let dir = std::env::temp_dir().join(format!("remfile-lock-killed-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!(
+            "remfile-lock-killed-{}",
+            crate::sync::this_process()
+        ));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).unwrap();
         let path = dir.join("0.lock");
@@ -831,8 +841,10 @@ mod tests {
 
     #[test]
     fn a_lock_taken_by_another_namespace_is_held_while_its_advisory_lock_is() {
-        let dir =
-            std::env::temp_dir().join(format!("remfile-lock-advisory-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!(
+            "remfile-lock-advisory-{}",
+            crate::sync::this_process()
+        ));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).unwrap();
         let path = dir.join("0.lock");

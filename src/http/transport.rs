@@ -38,6 +38,12 @@ use crate::stats::Counters;
 use crate::sync::RwLock;
 use crate::wait::Stop;
 
+/// The targets of the transport's events: Python's `logging` and tracing
+/// filters know them by these names (`remfile.http.request`, ...).
+const REQUESTS: &str = "remfile::http::request";
+const RETRIES: &str = "remfile::http::retry";
+const OPENS: &str = "remfile::http";
+
 /// The settings [`Transport::new`] takes.
 pub(crate) struct TransportConfig {
     pub agent: FileAgent,
@@ -199,6 +205,7 @@ impl Transport {
         match self.open_with(first_len, Some(Precondition::NoneMatch(etag)), stop)? {
             Revalidated::Unchanged { etag, .. } if !known.confirmed_by(etag.as_deref()) => {
                 tracing::debug!(
+                    target: OPENS,
                     "a 304 Not Modified without the ETag asked about; the file is opened again"
                 );
                 self.open_with(first_len, None, stop)
@@ -396,6 +403,7 @@ impl Transport {
             Next::Now => Ok(()),
             Next::Reresolve => {
                 tracing::warn!(
+                    target: RETRIES,
                     url = %self.redacted, status = ?refusal.status(),
                     "redirect target refused access; resolving the original URL again"
                 );
@@ -408,13 +416,18 @@ impl Transport {
             },
             Next::RenewKeys => match &self.service {
                 Some(service) if service.renew(stop) => {
-                    tracing::warn!(url = %self.redacted, "expired credentials refused; trying again with renewed ones");
+                    tracing::warn!(
+                        target: RETRIES,
+                        url = %self.redacted,
+                        "expired credentials refused; trying again with renewed ones"
+                    );
                     Ok(())
                 }
                 _ => Err(self.with_service_hint(refusal)),
             },
             Next::BackOff(delay) => {
                 tracing::warn!(
+                    target: RETRIES,
                     url = %self.redacted,
                     range = %format_args!("{}-{}", range.start, range.end.saturating_sub(1)),
                     attempt,
@@ -443,7 +456,7 @@ impl Transport {
     /// Sends this and later requests to `url`, where a service says the file
     /// is.
     fn move_to(&self, url: Url) {
-        tracing::debug!(url = %redact(&url), "the service moved the file's requests");
+        tracing::debug!(target: RETRIES, url = %redact(&url), "the service moved the file's requests");
         *self.original.write() = url.clone();
         *self.target.write() = url;
     }
@@ -474,7 +487,11 @@ impl Transport {
                 format!("the URL provider gave an unusable URL {}", redact(&url)),
             ));
         }
-        tracing::warn!(url = %redact(&url), "access refused; continuing with a fresh URL from the provider");
+        tracing::warn!(
+            target: RETRIES,
+            url = %redact(&url),
+            "access refused; continuing with a fresh URL from the provider"
+        );
         *self.original.write() = url.clone();
         *self.target.write() = url;
         Ok(())
@@ -555,6 +572,7 @@ impl Transport {
             f.error = f.error.with_url(&self.shown(url));
             self.counters.trace.record(want.into(), None, None, started);
             tracing::debug!(
+                target: REQUESTS,
                 url = %redact(url), range = %want,
                 elapsed_ms, attempt, error = %f.error, "http request failed"
             );
@@ -570,6 +588,7 @@ impl Transport {
             .trace
             .record(want.into(), Some(resp.status().as_u16()), body_len, started);
         tracing::debug!(
+            target: REQUESTS,
             url = %redact(url),
             range = %want,
             status = resp.status().as_u16(),

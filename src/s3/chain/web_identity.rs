@@ -47,7 +47,7 @@ fn session_name() -> String {
         let secs = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        format!("remfile-{}-{secs}", std::process::id())
+        format!("remfile-{}-{secs}", crate::sync::this_process())
     })
     .clone()
 }

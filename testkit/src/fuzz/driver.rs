@@ -236,11 +236,9 @@ fn check_cached_bytes(remote: &RemoteFile, served: &Served) {
 /// walks it.
 fn walk_local(input: &Input<'_>) -> Vec<String> {
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    let path: PathBuf = std::env::temp_dir().join(format!(
-        "remfile-fuzz-{}-{}.h5",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
+    let mine = crate::per_process(&std::env::temp_dir(), "remfile-fuzz-");
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let path = PathBuf::from(format!("{}-{n}.h5", mine.display()));
     let copy = (|| {
         let mut f = std::fs::File::create(&path)?;
         f.write_all(input.file)?;
