@@ -59,7 +59,7 @@ fn walk_with(name: &str, builder: remfile::Builder, most_rounds: u64) {
     // without one, whether HDF5 or the crawl reaches a block first is up
     // to the scheduler, not to the prefetch.
     let server = RangeServer::new(std::fs::read(&path).unwrap()).with_hook(|_, reply| {
-        std::thread::sleep(ROUND_TRIP);
+        remfile_testkit::time::late(ROUND_TRIP);
         reply
     });
     let file = h5::OpenOptions::new()

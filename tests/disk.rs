@@ -233,8 +233,8 @@ fn a_killed_writer_leaves_no_block_that_reads_wrong() {
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
-        // Killed (SIGKILL) once it is writing, at a moment of its work that
-        // differs each round.
+        // Killed (SIGKILL) once it is writing, at a point of its work that
+        // differs each round: after one more block written, or two, ...
         // Blocks written whole (not the fetch locks beside them).
         let written = || {
             let mut files: Vec<_> = walk(&dir.join("blocks"))
@@ -249,11 +249,12 @@ fn a_killed_writer_leaves_no_block_that_reads_wrong() {
         // its open brings): a loaded machine could kill every writer before
         // that, and leave the reader nothing to find.
         let before = written();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        while (written() == before || written().len() < 2) && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-        std::thread::sleep(std::time::Duration::from_millis(3 * (round % 7)));
+        let target = (before.len() + 1 + (round % 4) as usize).max(2);
+        remfile_testkit::time::wait_for(std::time::Duration::from_secs(20), || {
+            let now = written();
+            let ended = child.try_wait().is_ok_and(|status| status.is_some());
+            ended || (now != before && now.len() >= target)
+        });
         eprintln!(
             "round {round}: killed with {} block files",
             walk(&dir.join("blocks")).len()
@@ -1122,7 +1123,7 @@ fn a_fetch_that_keeps_bringing_blocks_is_waited_for_past_the_wait_bound() {
             let turn = slow
                 .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
                 .map_or(0, |n| 5 - n);
-            std::thread::sleep(STEP * turn as u32);
+            remfile_testkit::time::late(STEP * turn as u32);
             let reply = Reply::new(206)
                 .header(
                     "Content-Range",
@@ -1157,10 +1158,9 @@ fn a_fetch_that_keeps_bringing_blocks_is_waited_for_past_the_wait_bound() {
     std::thread::scope(|s| {
         let fetched = s.spawn(|| read(&fetching, BLOCK, rest.len()));
         // The waiter comes once the fetch is under way.
-        let until = std::time::Instant::now() + Duration::from_secs(10);
-        while slow.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        remfile_testkit::time::wait_for(Duration::from_secs(10), || {
+            slow.load(Ordering::SeqCst) == 0
+        });
         // Its four requests were sent, so its claims were made.
         assert_eq!(slow.load(Ordering::SeqCst), 0, "a fetch in four parts");
         assert!(read(&waiting, BLOCK, rest.len()) == data[rest.clone()]);

@@ -269,7 +269,7 @@ fn other_4xx_are_not_retried() {
 #[test]
 fn a_stalled_server_times_out_instead_of_hanging() {
     let server = RawServer::new(|_, _| {
-        std::thread::sleep(Duration::from_secs(3));
+        remfile_testkit::time::late(Duration::from_secs(3));
         After::Close
     });
     let e = builder()
@@ -294,7 +294,7 @@ fn a_body_stalling_midway_times_out_then_resumes() {
             let head_len = full.len() - (last - first + 1) as usize;
             let _ = out.write_all(&full[..head_len + 5000]);
             let _ = out.flush();
-            std::thread::sleep(Duration::from_secs(2));
+            remfile_testkit::time::late(Duration::from_secs(2));
             return After::Close;
         }
         let _ = out.write_all(&full);

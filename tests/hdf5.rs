@@ -58,7 +58,7 @@ fn serve_far_away(path: &PathBuf) -> RangeServer {
 /// As [`serve`], each answer `delay` late (a link's round trip).
 fn serve_at_distance(path: &PathBuf, delay: Duration) -> RangeServer {
     serve(path).with_hook(move |_, reply| {
-        std::thread::sleep(delay);
+        remfile_testkit::time::late(delay);
         reply
     })
 }

@@ -79,12 +79,12 @@ fn the_link_is_measured_from_the_responses() {
     let data = test_data(8 * MIB as usize, 4);
     // 20 ms before the headers, then the body at about 32 MB/s.
     let server = RawServer::new(move |req, stream| {
-        std::thread::sleep(20 * MS);
+        remfile_testkit::time::late(20 * MS);
         let reply = range_reply(&data, Some("\"v1\""), None, req).to_bytes();
         let body_at = reply.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
         stream.write_all(&reply[..body_at]).unwrap();
         for piece in reply[body_at..].chunks(64 * 1024) {
-            std::thread::sleep(2 * MS);
+            remfile_testkit::time::late(2 * MS);
             stream.write_all(piece).unwrap();
         }
         After::KeepAlive
@@ -110,7 +110,7 @@ fn a_body_buffered_before_it_was_read_is_no_measure() {
     // The whole answer comes at once, 40 ms late: on loopback the body is
     // in the socket's buffer before the headers are parsed.
     let server = RangeServer::new(data).with_hook(|_, reply| {
-        std::thread::sleep(40 * MS);
+        remfile_testkit::time::late(40 * MS);
         reply
     });
     let file = builder()

@@ -39,10 +39,10 @@ impl ThreadPeak {
         let theirs = stop.clone();
         let sampler = std::thread::spawn(move || {
             let mut peak = 0;
-            while !theirs.load(Ordering::SeqCst) {
+            remfile_testkit::time::wait_for(Duration::MAX, || {
                 peak = peak.max(crate_and_test_threads());
-                std::thread::sleep(Duration::from_millis(1));
-            }
+                theirs.load(Ordering::SeqCst)
+            });
             peak
         });
         ThreadPeak {
@@ -95,7 +95,7 @@ fn a_hundred_open_files_stay_within_the_process_bounds() {
     const READERS: usize = 8;
     let data = test_data(8 << 20, 31);
     let server = RangeServer::new(data.clone()).with_hook(|_, reply| {
-        std::thread::sleep(Duration::from_millis(5));
+        remfile_testkit::time::late(Duration::from_millis(5));
         reply
     });
     let before = crate_and_test_threads();
@@ -281,7 +281,7 @@ fn closing_a_file_mid_crawl_ends_its_background_work() {
     // Far enough away that the crawl, a wave per level, is still running
     // when the file closes.
     let server = RangeServer::new(std::fs::read(deep_file()).unwrap()).with_hook(|_, reply| {
-        std::thread::sleep(Duration::from_millis(50));
+        remfile_testkit::time::late(Duration::from_millis(50));
         reply
     });
     let asked_for = |path: &str| server.log().iter().filter(|r| r.path == path).count();
@@ -331,7 +331,7 @@ fn a_read_does_not_wait_for_a_guess_still_queued() {
     let server = RangeServer::new(data.clone()).with_hook(move |req, reply| {
         let opening = req.range().is_some_and(|(first, _)| first == 0);
         if req.path.starts_with("/stalled") && !opening {
-            std::thread::sleep(Duration::from_secs(3));
+            remfile_testkit::time::late(Duration::from_secs(3));
             answered.fetch_add(1, Ordering::SeqCst);
         }
         reply

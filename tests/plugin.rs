@@ -256,7 +256,7 @@ fn h5py_walks_every_corpus_file_in_three_rounds() {
         let path = dir.join(name);
         // A round trip far longer than parsing a wave, as on any real link.
         let server = RangeServer::new(std::fs::read(&path).unwrap()).with_hook(|_, reply| {
-            std::thread::sleep(std::time::Duration::from_millis(20));
+            remfile_testkit::time::late(std::time::Duration::from_millis(20));
             reply
         });
         let out = check(

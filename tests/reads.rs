@@ -803,14 +803,11 @@ fn a_failed_guess_never_fails_a_read() {
     );
     // The guess is under way once its request reached the server (a read
     // before a worker took it would fetch the block itself).
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while server.requests() < 2 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the guess never started"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
+    remfile_testkit::time::eventually(
+        "the guess started",
+        std::time::Duration::from_secs(20),
+        || server.requests() >= 2,
+    );
     let mut buf = vec![0; 1000];
     file.read_exact_at(3 * MIB, &mut buf).unwrap();
     assert!(buf == data[3 * MIB as usize..3 * MIB as usize + 1000]);

@@ -642,10 +642,7 @@ mod tests {
             .unwrap();
         // Renewed by the thread within a renewal period (a busy machine
         // may take longer; the lock would be stale forever otherwise).
-        let until = Instant::now() + RENEW_EVERY * 5;
-        while !is_held(&path) && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        remfile_testkit::time::wait_for(RENEW_EVERY * 5, || is_held(&path));
         assert!(is_held(&path), "renewed while held");
         drop(lock);
         assert!(!path.exists());
@@ -786,7 +783,9 @@ mod tests {
     fn holding_child(path: &str) {
         let _lock = FetchLock::take(Path::new(path)).unwrap().unwrap();
         println!("held");
-        std::thread::sleep(Duration::from_secs(60));
+        // Until killed: a child that reads its standard input, which the
+        // test never closes.
+        let _ = std::io::Read::read(&mut std::io::stdin(), &mut [0]);
     }
 
     #[test]
@@ -808,6 +807,7 @@ mod tests {
                 "--nocapture",
             ])
             .env("REMFILE_LOCK_HOLDER", &path)
+            .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap();
@@ -824,9 +824,9 @@ mod tests {
         // Killed, and not reaped yet: its process id is still in /proc.
         child.kill().unwrap();
         let stat = format!("/proc/{}/stat", child.id());
-        while !fs::read_to_string(&stat).is_ok_and(|s| has_exited(&s)) {
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        remfile_testkit::time::eventually("the child exited", Duration::from_secs(30), || {
+            fs::read_to_string(&stat).is_ok_and(|s| has_exited(&s))
+        });
         // As fresh as a lock can be: only its holder's end can free it.
         fs::File::options()
             .write(true)

@@ -1073,10 +1073,7 @@ mod tests {
         // Once no handle is left (its writer gone too), a new one.
         let weak = Arc::downgrade(&first.inner);
         drop((f, first, again, smaller));
-        let until = Instant::now() + Duration::from_secs(10);
-        while weak.strong_count() > 0 && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        remfile_testkit::time::wait_for(Duration::from_secs(10), || weak.strong_count() == 0);
         let fresh = DiskCache::open(&dir, 4 << 20).unwrap();
         assert_eq!(fresh.capacity(), 4 << 20);
         assert_eq!(fresh.file(id("id"), 100).read(0, 100), Some(vec![1; 100]));

@@ -388,21 +388,26 @@ mod tests {
     struct Recorder {
         written: Arc<Mutex<Vec<(PathBuf, usize)>>>,
         gate: Arc<Mutex<()>>,
+        /// The writes waiting at the gate now.
+        at_gate: Arc<std::sync::atomic::AtomicUsize>,
         /// The blocks the writing thread wrote (not their fetchers).
         by_thread: Arc<Mutex<usize>>,
     }
 
     impl WriteFile for Recorder {
         fn write_file(&self, path: &Path, bytes: &[u8]) {
-            let _open = self.gate.lock();
+            let _open = {
+                let _waiting = crate::sync::Waiting::new(&self.at_gate);
+                self.gate.lock()
+            };
             if std::thread::current().name() == Some("remfile-disk-writer") {
                 *self.by_thread.lock() += 1;
             }
             if path.starts_with("slow") {
-                std::thread::sleep(Duration::from_millis(800));
+                remfile_testkit::time::late(Duration::from_millis(800));
             }
             if path.starts_with("paced") {
-                std::thread::sleep(Duration::from_millis(100));
+                remfile_testkit::time::late(Duration::from_millis(100));
             }
             self.written.lock().push((path.to_path_buf(), bytes.len()));
         }
@@ -591,8 +596,12 @@ mod tests {
                 })
             })
         };
-        // It waits to write c itself (the gate is closed to everyone).
-        std::thread::sleep(Duration::from_millis(100));
+        // It waits to write c itself (the gate is closed to everyone), as
+        // the writing thread waits to write a.
+        let at_gate = || rec.at_gate.load(std::sync::atomic::Ordering::Relaxed);
+        remfile_testkit::time::eventually("both wait at the gate", Duration::from_secs(30), || {
+            at_gate() == 2
+        });
         assert_eq!(writer.waiting(Path::new("c")), None, "not queued");
         drop(closed);
         fetcher.join().unwrap();

@@ -23,6 +23,9 @@ pub(crate) struct Permits {
     state: Mutex<State>,
     returned: Condvar,
     background_max: usize,
+    /// Callers waiting for a permit now, for tests to wait on.
+    #[cfg(test)]
+    waiters: std::sync::atomic::AtomicUsize,
 }
 
 #[derive(Debug)]
@@ -52,6 +55,8 @@ impl Permits {
             }),
             returned: Condvar::new(),
             background_max: background_max.clamp(1, n),
+            #[cfg(test)]
+            waiters: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -76,6 +81,8 @@ impl Permits {
         deadline: Instant,
     ) -> crate::error::Result<Option<Permit>> {
         let (asked, wanted) = stop.lane();
+        #[cfg(test)]
+        let _waiting = crate::sync::Waiting::new(&self.waiters);
         let lane_now = || match wanted {
             Some(w) if w.load(Relaxed) => Lane::Read,
             _ => asked,
@@ -300,19 +307,22 @@ mod tests {
                 order.lock().push("background");
             })
         };
-        std::thread::sleep(Duration::from_millis(30));
+        let waiters = || permits.waiters.load(Ordering::SeqCst);
+        remfile_testkit::time::eventually("background waits", Duration::from_secs(30), || {
+            waiters() == 1
+        });
         let read = {
             let (permits, order) = (permits.clone(), order.clone());
             std::thread::spawn(move || {
+                // Pushed with the permit held: the background work waits.
                 let _p = permits.acquire(Lane::Read, soon()).unwrap().unwrap();
                 order.lock().push("read");
-                std::thread::sleep(Duration::from_millis(20));
             })
         };
         // Until the read waits, the background waiter might still win.
-        while permits.state.lock().reads_waiting == 0 {
-            std::thread::yield_now();
-        }
+        remfile_testkit::time::eventually("the read waits", Duration::from_secs(30), || {
+            permits.state.lock().reads_waiting == 1
+        });
         drop(held);
         read.join().unwrap();
         background.join().unwrap();

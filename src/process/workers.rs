@@ -246,18 +246,17 @@ mod tests {
                 assert_eq!(Stop::here().lane().0, Lane::Background);
                 let n = running.fetch_add(1, SeqCst) + 1;
                 peak.fetch_max(n, SeqCst);
-                std::thread::sleep(Duration::from_millis(2));
+                // A job that takes a while, so that jobs overlap.
+                remfile_testkit::time::late(Duration::from_millis(2));
                 running.fetch_sub(1, SeqCst);
                 done.fetch_add(1, SeqCst);
             })
             .map_err(|_| ())
             .unwrap();
         }
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while done.load(SeqCst) < 40 {
-            assert!(Instant::now() < deadline, "the jobs did not all run");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        remfile_testkit::time::eventually("the jobs all ran", Duration::from_secs(30), || {
+            done.load(SeqCst) == 40
+        });
         assert!(
             peak.load(SeqCst) <= BACKGROUND_WORKERS,
             "{}",

@@ -23,7 +23,8 @@
 //!   own; [`python`]: the Python the tests run writers and readers with, and
 //!   the corpus it writes; [`skip`]: how a test that lacks a tool fails.
 //! * [`cpu`]: the CPU time of the process and of its children, for the
-//!   benchmarks.
+//!   benchmarks; [`time`]: a server that answers late, and waits for what
+//!   another thread does (the one place a test's thread sleeps).
 //!
 //! Not published: a workspace member that depends on remfile, a
 //! dev-dependency of remfile's own tests, benchmarks and examples.
@@ -45,6 +46,7 @@ pub mod request;
 #[cfg(feature = "s3")]
 pub mod s3;
 pub mod skip;
+pub mod time;
 #[cfg(feature = "tls")]
 pub mod tls;
 

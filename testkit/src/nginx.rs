@@ -100,15 +100,10 @@ impl Nginx {
             port,
             _own: own,
         };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "nginx did not start: {}",
-                server.error_log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let started = crate::time::wait_for(Duration::from_secs(10), || {
+            TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        assert!(started, "nginx did not start: {}", server.error_log());
         server
     }
 
@@ -132,17 +127,16 @@ impl Nginx {
         // nginx writes a line after its response has gone out: wait until the
         // log has stopped growing for a while (at most a few seconds).
         let read = || std::fs::read_to_string(self.dir.join("access.log")).unwrap_or_default();
-        let deadline = Instant::now() + Duration::from_secs(3);
         let mut text = read();
         let mut stable_since = Instant::now();
-        while Instant::now() < deadline && stable_since.elapsed() < Duration::from_millis(150) {
-            std::thread::sleep(Duration::from_millis(25));
+        crate::time::wait_for(Duration::from_secs(3), || {
             let now = read();
             if now != text {
                 text = now;
                 stable_since = Instant::now();
             }
-        }
+            stable_since.elapsed() >= Duration::from_millis(150)
+        });
         text.lines().map(str::to_owned).collect()
     }
 

@@ -135,7 +135,10 @@ impl Drop for RawServer {
 fn accept(listener: &TcpListener, shared: &Arc<Shared>) {
     while !shared.stop.load(Ordering::SeqCst) {
         let Ok((stream, _)) = listener.accept() else {
-            std::thread::sleep(Duration::from_millis(2));
+            // A look for the next connection, or the stop, in a moment.
+            crate::time::wait_for(Duration::from_millis(2), || {
+                shared.stop.load(Ordering::SeqCst)
+            });
             continue;
         };
         let conn = shared.connections.fetch_add(1, Ordering::SeqCst) + 1;

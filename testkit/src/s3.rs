@@ -5,7 +5,7 @@
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use crate::nginx::{free_port, require_binary};
 
@@ -57,11 +57,9 @@ impl S3Server {
             port,
             _own: own,
         };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "s3s-fs did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        crate::time::eventually("s3s-fs started", Duration::from_secs(20), || {
+            TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
         server
     }
 

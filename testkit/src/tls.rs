@@ -89,7 +89,11 @@ impl TlsServer {
                             (config.clone(), data.clone(), hook.clone(), rq.clone());
                         std::thread::spawn(move || serve(tcp, config, conn, &data, &*hook, &rq));
                     }
-                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
+                    Err(_) => {
+                        crate::time::wait_for(Duration::from_millis(2), || {
+                            st.load(Ordering::SeqCst)
+                        });
+                    }
                 }
             }
         });

@@ -566,6 +566,14 @@ mod tests {
         assert_eq!(later.here().0, 1);
     }
 
+    /// Returns once a reader waits for the piece at `start`.
+    fn reader_waits_for(pieces: &Pieces, start: u64) {
+        remfile_testkit::time::eventually("a reader waits", Duration::from_secs(30), || {
+            let state = pieces.state.lock();
+            state.by_start.get(&start).is_some_and(|p| p.waited)
+        });
+    }
+
     #[test]
     fn a_read_across_a_piece_still_coming_waits_for_it() {
         let pieces = Arc::new(store(1 << 20));
@@ -575,7 +583,7 @@ mod tests {
         let deliver = {
             let pieces = Arc::clone(&pieces);
             std::thread::spawn(move || {
-                std::thread::sleep(Duration::from_millis(50));
+                reader_waits_for(&pieces, 10);
                 pieces.deliver(10..20, Some(vec![2; 10]));
             })
         };
@@ -594,7 +602,7 @@ mod tests {
             let deliver = {
                 let pieces = Arc::clone(&pieces);
                 std::thread::spawn(move || {
-                    std::thread::sleep(Duration::from_millis(50));
+                    reader_waits_for(&pieces, 0);
                     pieces.deliver(0..10, Some(vec![1; 10]));
                 })
             };
