@@ -249,11 +249,12 @@ fn a_killed_writer_leaves_no_block_that_reads_wrong() {
         // its open brings): a loaded machine could kill every writer before
         // that, and leave the reader nothing to find.
         let before = written();
-        let target = (before.len() + 1 + (round % 4) as usize).max(2);
+        let wanted = 1 + (round % 4) as usize;
         remfile_testkit::time::wait_for(std::time::Duration::from_secs(20), || {
             let now = written();
+            let new = now.iter().filter(|f| !before.contains(f)).count();
             let ended = child.try_wait().is_ok_and(|status| status.is_some());
-            ended || (now != before && now.len() >= target)
+            ended || (new >= wanted && now.len() >= 2)
         });
         eprintln!(
             "round {round}: killed with {} block files",
