@@ -14,6 +14,8 @@
 //!   concurrency a guess may use, the read-ahead's bounds, whether a disk
 //!   cache holds the file.
 
+#![cfg_attr(not(feature = "extension"), allow(dead_code))]
+
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -21,8 +23,18 @@ use crate::cache::Keeper;
 use crate::cache::SideStore;
 use crate::engine::{BackgroundWork, Engine, SideStoreSetup};
 use crate::link::LinkEstimate;
-use crate::process::workers::Closing;
+use crate::process::workers::{self, Closing, Job, Priority};
+use crate::s3::S3Options;
+use crate::s3::credentials::Credentials;
 use crate::stats::RoundMark;
+
+impl crate::file::RemoteFile {
+    /// What the HDF5 driver may ask of the file beyond reads (see
+    /// [`Extension`]).
+    pub(crate) fn extension(&self) -> Extension<'_> {
+        Extension::of(self.engine())
+    }
+}
 
 /// A file as the driver sees it (from
 /// [`RemoteFile::extension`](crate::file::RemoteFile)).
@@ -141,4 +153,61 @@ impl<'f> Extension<'f> {
     ) {
         self.engine.fetch_exact(ranges, deliver);
     }
+}
+
+/// What a wing does with the background work of its handle on a file.
+impl Closing {
+    /// No further request: the requests in flight end with their bodies
+    /// (what they bring may be wanted on disk, for the next run).
+    pub(crate) fn close(&self) {
+        self.closed
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Closes, and ends every wait of the background work at once, the
+    /// requests in flight too.
+    pub(crate) fn cancel(&self) {
+        self.close();
+        self.cancel.cancel();
+    }
+
+    /// Runs `f` as background work of the file: the work that begins in it
+    /// waits by [`stop`](Self::stop).
+    pub(crate) fn run<T>(&self, f: impl FnOnce() -> T) -> T {
+        self.stop().in_scope(f)
+    }
+}
+
+/// Queues a wave of a wing's crawl for a background worker, after the
+/// read-ahead queued (see [`workers::submit`]).
+pub(crate) fn submit_crawl(job: impl FnOnce() + Send + 'static) -> Result<(), Job> {
+    workers::submit(Priority::Crawl, job)
+}
+
+/// What a wing sets of the S3 options beyond the builder's methods.
+impl S3Options {
+    /// Sets one part of the keys (the driver's configuration gives them one
+    /// by one); [`validate`](S3Options::validate) checks that they go together.
+    pub(crate) fn key_part(mut self, part: KeyPart, value: String) -> Self {
+        let keys = self.keys.get_or_insert_with(|| Credentials {
+            key_id: String::new(),
+            secret: String::new(),
+            token: None,
+            expires: None,
+        });
+        match part {
+            KeyPart::Id => keys.key_id = value,
+            KeyPart::Secret => keys.secret = value,
+            KeyPart::Token => keys.token = Some(value),
+        }
+        self
+    }
+}
+
+/// One part of a set of keys.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum KeyPart {
+    Id,
+    Secret,
+    Token,
 }

@@ -357,13 +357,6 @@ impl RemoteFile {
         self.waiting(|stop| self.engine.read_many(&mut left, stop))
     }
 
-    /// What the HDF5 driver may ask of the file beyond reads (see
-    /// [`Extension`](crate::extension::Extension)).
-    #[cfg(feature = "extension")]
-    pub(crate) fn extension(&self) -> crate::extension::Extension<'_> {
-        crate::extension::Extension::of(&self.engine)
-    }
-
     /// Reads several ranges at once: each `(pos, buf)` is filled exactly, as
     /// by [`read_exact_at`](RemoteFile::read_exact_at), and all their missing
     /// blocks are fetched together — one round trip for any number of ranges
@@ -613,9 +606,8 @@ impl positioned_io::Size for RemoteFile {
     }
 }
 
-#[cfg(test)]
 impl RemoteFile {
-    /// What serves the file's reads.
+    /// What serves the file's reads: for the extension seam, and tests.
     pub(crate) fn engine(&self) -> &Arc<Engine> {
         &self.engine
     }

@@ -205,7 +205,6 @@ mod cache;
 mod disk;
 mod engine;
 mod error;
-#[cfg(feature = "extension")]
 mod extension;
 mod file;
 #[cfg(any(test, feature = "fuzzing"))]

@@ -3,10 +3,11 @@
 //! a block twice ([`flight`]), the evicted buffers new blocks reuse
 //! ([`pool`]), what a file may keep beside its blocks ([`side_store`]), and
 //! the budgets of memory that side stores and the HDF5 driver's crawl
-//! tables take from ([`budget`]).
+//! tables take from ([`budget`], with what only a wing asks of the cache:
+//! `for_extension`).
 
-pub(crate) mod budget;
 mod flight;
+pub(crate) mod for_extension;
 mod pool;
 mod side_store;
 
@@ -18,8 +19,9 @@ use std::sync::Arc;
 use crate::sync::Mutex;
 use moka::policy::EvictionPolicy;
 
-use self::budget::MemoryBudget;
 pub(crate) use self::flight::{Claim, Pending};
+pub(crate) use self::for_extension::budget;
+use self::for_extension::budget::MemoryBudget;
 pub(crate) use self::pool::BufferPool;
 pub(crate) use self::side_store::{Keeper, Served, SideStore};
 
@@ -76,7 +78,6 @@ struct Inner {
     capacity: u64,
     in_flight: Mutex<HashMap<Key, Arc<Pending>>>,
     /// What the side stores of all the cache's files may hold together.
-    #[cfg_attr(not(feature = "extension"), allow(dead_code))]
     side_stores: Arc<MemoryBudget>,
 }
 
@@ -96,30 +97,7 @@ impl fmt::Debug for BlockCache {
     }
 }
 
-/// A handle on a [`BlockCache`] that does not keep it alive.
-#[cfg(feature = "extension")]
-#[derive(Clone)]
-pub(crate) struct WeakBlockCache(std::sync::Weak<Inner>);
-
-#[cfg(feature = "extension")]
-impl WeakBlockCache {
-    pub(crate) fn upgrade(&self) -> Option<BlockCache> {
-        self.0.upgrade().map(|inner| BlockCache { inner })
-    }
-}
-
 impl BlockCache {
-    #[cfg(feature = "extension")]
-    pub(crate) fn downgrade(&self) -> WeakBlockCache {
-        WeakBlockCache(Arc::downgrade(&self.inner))
-    }
-
-    /// Whether both handles are of one cache.
-    #[cfg(all(test, feature = "extension"))]
-    pub(crate) fn is_the_same_cache(&self, other: &BlockCache) -> bool {
-        Arc::ptr_eq(&self.inner, &other.inner)
-    }
-
     /// A cache holding at most `capacity_bytes` bytes of blocks.
     ///
     /// A read larger than the capacity still succeeds: its blocks are handed
@@ -176,12 +154,6 @@ impl BlockCache {
     /// Drops every cached block.
     pub fn clear(&self) {
         self.inner.blocks.invalidate_all();
-    }
-
-    /// The budget the side stores of the cache's files share.
-    #[cfg_attr(not(feature = "extension"), allow(dead_code))]
-    pub(crate) fn side_stores_budget(&self) -> Arc<MemoryBudget> {
-        Arc::clone(&self.inner.side_stores)
     }
 
     /// Where fetches take their block buffers from.

@@ -4,6 +4,8 @@
 //! reads through it and tells it when the file closes; it never looks
 //! inside.
 
+#![cfg_attr(not(feature = "extension"), allow(dead_code))]
+
 use std::any::Any;
 use std::ops::Range;
 
@@ -33,12 +35,10 @@ pub(crate) trait SideStore: Send + Sync + 'static {
     fn at_close(&self, keeper: &dyn Keeper);
 
     /// The store as its own type, for the layer that put it there.
-    #[cfg_attr(not(feature = "extension"), allow(dead_code))]
     fn as_any(&self) -> &dyn Any;
 }
 
 /// How a read from a side store went.
-#[cfg_attr(not(feature = "extension"), allow(dead_code))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Served {
     /// The store does not hold the whole range (or the bytes it was
@@ -51,7 +51,6 @@ pub(crate) enum Served {
 }
 
 /// Where a side store keeps its bytes across runs: the file's disk cache.
-#[cfg_attr(not(feature = "extension"), allow(dead_code))]
 pub(crate) trait Keeper: Send + Sync {
     /// The pieces kept for a file of `size` bytes (each inside it).
     fn read_pieces(&self, size: u64) -> Vec<(u64, Vec<u8>)>;

@@ -109,7 +109,6 @@ pub(crate) const MAX_PIECE_BYTES: u64 = 64 << 20;
 pub(crate) const MAX_PIECES: usize = 1 << 16;
 
 /// Each piece's header in a pieces file: its first byte and its length.
-#[cfg_attr(not(feature = "extension"), allow(dead_code))]
 const PIECE_HEADER: usize = 16;
 
 /// The owner of the pieces file of the file `identity`.
@@ -122,7 +121,6 @@ pub(crate) fn pieces_owner(identity: &Digest) -> Owner<'_> {
 }
 
 /// The longest pieces file.
-#[cfg_attr(not(feature = "extension"), allow(dead_code))]
 pub(crate) fn max_pieces_file_len() -> u64 {
     encoded_len(MAX_PIECE_BYTES + (MAX_PIECES * PIECE_HEADER) as u64)
 }
@@ -130,7 +128,6 @@ pub(crate) fn max_pieces_file_len() -> u64 {
 /// The payload of a pieces file holding `pieces` (by first byte, in order,
 /// none overlapping): as many as the limits and `max_bytes` of them allow,
 /// the first ones first.
-#[cfg_attr(not(feature = "extension"), allow(dead_code))]
 pub(crate) fn encode_pieces<'p>(
     pieces: impl IntoIterator<Item = (u64, &'p [u8])>,
     max_bytes: u64,
@@ -152,7 +149,6 @@ pub(crate) fn encode_pieces<'p>(
 /// The pieces in a pieces file's `payload`, if each lies inside a file of
 /// `file_len` bytes, after the one before, and the limits hold; a payload
 /// that says anything else was not written by [`encode_pieces`].
-#[cfg_attr(not(feature = "extension"), allow(dead_code))]
 pub(crate) fn decode_pieces(payload: &[u8], file_len: u64) -> Result<Vec<(u64, &[u8])>, Corrupt> {
     let mut pieces = Vec::new();
     let (mut rest, mut reached, mut bytes) = (payload, 0u64, 0u64);

@@ -3,8 +3,10 @@
 //! the calling thread, exact ranges fetched without their blocks, a side
 //! store put beside the blocks, what is cached from a position on (for
 //! parsing what guesses brought), the facts that size its plans, and its
-//! background work counted until it ends. The core of the engine
-//! (`mod.rs`) never calls into it.
+//! background work counted until it ends. Built whether or not a wing is:
+//! the core of the engine never calls into it.
+
+#![cfg_attr(not(feature = "extension"), allow(dead_code))]
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -44,6 +46,13 @@ impl Engine {
             }))
         });
         store.as_any().downcast_ref()
+    }
+
+    /// Whether every block covering `range` is cached (or the side store
+    /// holds it).
+    pub(crate) fn is_cached(&self, range: Range<u64>) -> bool {
+        let in_store = |r| self.side_store.get().is_some_and(|s| s.holds(r));
+        in_store(range.clone()) || self.missing([range]).next().is_none()
     }
 
     /// The file's size in bytes.

@@ -81,14 +81,12 @@ impl MemorySource {
         self.lock().faults.push_back(kind);
     }
 
-    #[cfg_attr(not(feature = "extension"), allow(dead_code))]
     /// Makes every fetch of a range starting at `start` fail with an error
     /// of `kind` (until [`heal`](Self::heal)).
     pub(crate) fn fail_at(&self, start: u64, kind: ErrorKind) {
         self.lock().failing_at.push((start, kind));
     }
 
-    #[cfg_attr(not(feature = "extension"), allow(dead_code))]
     /// Ends every [`fail_at`](Self::fail_at).
     pub(crate) fn heal(&self) {
         self.lock().failing_at.clear();

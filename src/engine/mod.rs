@@ -48,7 +48,6 @@ mod background;
 mod claim;
 pub(crate) mod fanout;
 pub(crate) mod fetch;
-#[cfg(feature = "extension")]
 mod for_extension;
 pub(crate) mod link_sizes;
 #[cfg(test)]
@@ -64,7 +63,6 @@ pub(crate) mod sink;
 pub(crate) mod tests;
 pub(crate) mod tier;
 
-#[cfg(feature = "extension")]
 pub(crate) use for_extension::{BackgroundWork, SideStoreSetup};
 
 /// How the engine sizes its fetches: the builder's options, checked.

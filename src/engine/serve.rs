@@ -61,14 +61,6 @@ impl Engine {
         true
     }
 
-    /// Whether every block covering `range` is cached (or the side store
-    /// holds it).
-    #[cfg(feature = "extension")]
-    pub(crate) fn is_cached(&self, range: Range<u64>) -> bool {
-        let in_store = |r| self.side_store.get().is_some_and(|s| s.holds(r));
-        in_store(range.clone()) || self.missing([range]).next().is_none()
-    }
-
     /// Fills `buf` with the bytes at `pos`; the range lies inside the file.
     pub(crate) fn read_into(&self, pos: u64, buf: &mut [u8], stop: &Stop) -> Result<()> {
         let stop = &stop.until(self.read_deadline());

@@ -31,27 +31,15 @@ use super::{
 /// waits (a socket, a permit, a backoff) ends within a poll too (see
 /// [`crate::wait`]).
 #[derive(Clone, Debug, Default)]
+///
+/// What only a wing does with it (close it, cancel it, run work in it) is
+/// the extension seam's (`src/extension.rs`).
 pub(crate) struct Closing {
-    closed: Arc<AtomicBool>,
-    cancel: crate::wait::Cancel,
+    pub(crate) closed: Arc<AtomicBool>,
+    pub(crate) cancel: crate::wait::Cancel,
 }
 
 impl Closing {
-    /// No further request: the requests in flight end with their bodies
-    /// (what they bring may be wanted on disk, for the next run).
-    #[cfg_attr(not(feature = "extension"), allow(dead_code))]
-    pub(crate) fn close(&self) {
-        self.closed.store(true, Relaxed);
-    }
-
-    /// Closes, and ends every wait of the background work at once, the
-    /// requests in flight too.
-    #[cfg_attr(not(feature = "extension"), allow(dead_code))]
-    pub(crate) fn cancel(&self) {
-        self.close();
-        self.cancel.cancel();
-    }
-
     pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(Relaxed)
     }
@@ -60,13 +48,6 @@ impl Closing {
     pub(crate) fn stop(&self) -> Stop {
         Stop::background(Arc::clone(&self.closed), self.cancel.clone())
     }
-
-    /// Runs `f` as background work of the file: the work that begins in it
-    /// waits by [`stop`](Self::stop).
-    #[cfg_attr(not(feature = "extension"), allow(dead_code))]
-    pub(crate) fn run<T>(&self, f: impl FnOnce() -> T) -> T {
-        self.stop().in_scope(f)
-    }
 }
 
 /// Which background jobs go first.
@@ -74,12 +55,13 @@ impl Closing {
 pub(crate) enum Priority {
     /// Read-ahead of a stream a reader is in: it will be read soon.
     ReadAhead,
-    /// A crawl wave: what the metadata may need.
-    #[cfg_attr(not(feature = "extension"), allow(dead_code))]
+    /// A crawl wave: what the metadata may need (queued through the
+    /// extension seam).
     Crawl,
 }
 
-type Job = Box<dyn FnOnce() + Send + 'static>;
+/// A job for a background worker.
+pub(crate) type Job = Box<dyn FnOnce() + Send + 'static>;
 
 #[derive(Default)]
 struct Pool {

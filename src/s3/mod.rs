@@ -30,7 +30,7 @@ mod access;
 mod answers;
 #[cfg(feature = "s3")]
 mod chain;
-mod credentials;
+pub(crate) mod credentials;
 #[cfg(all(test, feature = "s3"))]
 mod fake;
 #[cfg(feature = "s3")]
@@ -194,24 +194,6 @@ impl S3Options {
         self
     }
 
-    /// Sets one part of the keys (the driver's configuration gives them one
-    /// by one); [`validate`](S3Options::validate) checks that they go together.
-    #[cfg(feature = "extension")]
-    pub(crate) fn key_part(mut self, part: KeyPart, value: String) -> Self {
-        let keys = self.keys.get_or_insert_with(|| Credentials {
-            key_id: String::new(),
-            secret: String::new(),
-            token: None,
-            expires: None,
-        });
-        match part {
-            KeyPart::Id => keys.key_id = value,
-            KeyPart::Secret => keys.secret = value,
-            KeyPart::Token => keys.token = Some(value),
-        }
-        self
-    }
-
     /// Checks what can be checked without the environment.
     pub(crate) fn validate(&self) -> Result<()> {
         if let Some(region) = &self.region {
@@ -241,15 +223,6 @@ impl S3Options {
         }
         Ok(())
     }
-}
-
-/// One part of a set of keys.
-#[cfg(feature = "extension")]
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum KeyPart {
-    Id,
-    Secret,
-    Token,
 }
 
 /// An `s3://` URL made ready to open.

@@ -65,7 +65,7 @@ pub(crate) use stop::{Lane, Stop, socket_should_stop};
 /// The crate's locks and its mark of the process a value was made in, for
 /// a host's own state (the Python package's, feature `vfd`): sound in a
 /// child `fork` makes, as the crate's own are. Not a stable API.
-#[cfg(feature = "extension")]
+#[cfg(feature = "vfd")]
 #[doc(hidden)]
 pub mod sync {
     pub use crate::sync::{MadeIn, Mutex, MutexGuard};

@@ -146,7 +146,6 @@ fn a_readers_own_deadline_fails_that_reader_alone_and_its_waiter_fetches() {
 /// The HDF5 driver's guesses made on its own threads (`prefetch_here`,
 /// `fetch_exact`) stop at a close of the file as every other fetch of it
 /// does: the source holds them, so only the close can end them.
-#[cfg(feature = "extension")]
 #[test]
 fn a_close_ends_the_driver_s_fetches_on_its_own_threads() {
     for exact in [false, true] {

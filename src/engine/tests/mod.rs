@@ -228,6 +228,13 @@ fn a_reader_waiting_for_a_block_another_read_took_from_the_queue_fetches_it_if_t
             6 * BLOCK..7 * BLOCK
         ]
     );
+    // Block 5 failed for the taker alone: once the server heals, the
+    // next read of it fetches it.
+    source.heal();
+    assert_eq!(
+        read(&file, 5 * BLOCK, 10).unwrap(),
+        &bytes[5 * BLOCK as usize..][..10]
+    );
 }
 
 mod deadlines;

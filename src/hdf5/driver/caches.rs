@@ -10,8 +10,9 @@
 
 use std::collections::BTreeMap;
 
+use crate::cache::BlockCache;
 use crate::cache::budget::MemoryBudget;
-use crate::cache::{BlockCache, WeakBlockCache};
+use crate::cache::for_extension::WeakBlockCache;
 use crate::sync::{ProcessLocal, start_afresh};
 
 static CACHES: ProcessLocal<BTreeMap<u64, WeakBlockCache>> =

@@ -20,10 +20,10 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::Duration;
 
+use crate::extension::KeyPart;
 use crate::file::RemoteFile;
 use crate::http::RetryPolicy;
 use crate::options::Builder;
-use crate::s3::KeyPart;
 use crate::s3::S3Options;
 
 /// How much of the end of the file an HDF5 open fetches beside the

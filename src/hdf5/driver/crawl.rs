@@ -19,7 +19,7 @@ use crate::engine::BackgroundWork;
 use crate::file::RemoteFile;
 use crate::hdf5::meta::Target;
 use crate::hdf5::pieces;
-use crate::process::workers::{self, Closing, Priority};
+use crate::process::workers::Closing;
 use crate::sync::{MadeIn, Mutex};
 
 /// The crawl of one file, stopped when dropped.
@@ -111,7 +111,7 @@ impl Shared {
     /// worker can take it, the crawl ends.
     fn queue(shared: &Arc<Shared>, signal: &mut Signal) {
         let next = Arc::clone(shared);
-        if workers::submit(Priority::Crawl, move || next.turn()).is_err() {
+        if crate::extension::submit_crawl(move || next.turn()).is_err() {
             signal.work = None;
             signal.stop = true;
             signal.scheduled = false;

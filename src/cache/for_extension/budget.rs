@@ -17,8 +17,6 @@
 //! table takes its bytes before it allocates them, and the bound holds
 //! however many tables share the budget.
 
-#![cfg_attr(not(feature = "extension"), allow(dead_code))]
-
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
