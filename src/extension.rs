@@ -211,3 +211,15 @@ pub(crate) enum KeyPart {
     Secret,
     Token,
 }
+
+/// What a wing (and a host, through `wait::sync`) does with the crate's
+/// locks beyond the core's use.
+impl<T> crate::sync::Mutex<T> {
+    /// The value, through a unique borrow (no locking): for a value a
+    /// forked child inherited, whose lock a parent's thread may hold.
+    pub fn get_mut(&mut self) -> &mut T {
+        self.0
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}

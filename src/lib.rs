@@ -202,6 +202,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod cache;
+mod clock;
 mod disk;
 mod engine;
 mod error;

@@ -43,7 +43,7 @@ impl Drop for Waiting<'_> {
 
 /// A mutual exclusion lock over `std::sync::Mutex`, without poisoning.
 #[derive(Debug, Default)]
-pub struct Mutex<T>(std::sync::Mutex<T>);
+pub struct Mutex<T>(pub(crate) std::sync::Mutex<T>);
 
 /// The guard of a [`Mutex`].
 pub type MutexGuard<'a, T> = std::sync::MutexGuard<'a, T>;
@@ -62,12 +62,6 @@ impl<T> Mutex<T> {
     /// The lock if it is free now.
     pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
         self.try_lock_until(Instant::now())
-    }
-
-    /// The value, through a unique borrow (no locking).
-    #[cfg_attr(not(feature = "extension"), allow(dead_code))]
-    pub fn get_mut(&mut self) -> &mut T {
-        self.0.get_mut().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The lock if it can be had by `deadline`: for a caller that must not

@@ -360,7 +360,7 @@ impl Transport {
             // A request ended by a stop failed for no fault of the server's:
             // the stop's error, and no retry.
             stop.check().map_err(|e| e.with_attempts(so_far.made))?;
-            let time_left = stop.deadline().saturating_duration_since(Instant::now());
+            let time_left = stop.deadline().saturating_duration_since(stop.now());
             let next = so_far.after(&failure, self.situation(), &self.retry, jitter(), time_left);
             if let Err(e) = self.carry_out(next, failure, &range, stop, so_far.made) {
                 // A stop met while renewing keys or re-resolving says so.
@@ -436,8 +436,8 @@ impl Transport {
                     "retrying request"
                 );
                 // A stop ends the pause, with the stop's error.
-                stop.sleep_until(Instant::now() + delay)?;
-                if Instant::now() >= stop.deadline() {
+                stop.sleep_until(stop.now() + delay)?;
+                if stop.now() >= stop.deadline() {
                     // The last real failure says more than "deadline passed".
                     return Err(refusal);
                 }
@@ -848,4 +848,59 @@ fn read_short_body(resp: &mut Response<Body>) -> Vec<u8> {
         .take(DRAIN_LIMIT)
         .read_to_end(&mut buf);
     buf
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    use std::time::Duration;
+
+    use remfile_testkit::{RangeServer, Reply};
+
+    use crate::clock::tests::Manual;
+    use crate::http::RetryPolicy;
+    use crate::options::Builder;
+    use crate::wait::Stop;
+
+    /// Two `503`s before the bytes, on a policy that backs off 10 s, then
+    /// 20 s: the read's clock moves by the pauses, and no thread sleeps
+    /// through them.
+    #[test]
+    fn retry_pauses_pass_on_the_reads_clock() {
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        let refused = Arc::new(AtomicUsize::new(0));
+        let count = Arc::clone(&refused);
+        let server = RangeServer::new(data.clone()).with_hook(move |req, reply| {
+            let opening = req.range().is_some_and(|(first, _)| first == 0);
+            if !opening && count.fetch_add(1, SeqCst) < 2 {
+                return Reply::new(503);
+            }
+            reply
+        });
+        let file = Builder::default()
+            .block_size(64 << 10)
+            .read_ahead_max(0)
+            .open_tail(0)
+            .read_timeout(Duration::from_secs(600))
+            .retry_policy(
+                RetryPolicy::default()
+                    .initial_backoff(Duration::from_secs(10))
+                    .max_backoff(Duration::from_secs(60)),
+            )
+            .open(server.url("/f"))
+            .unwrap();
+        let clock = Manual::new();
+        let stop = Stop::here().with_clock(clock.clone());
+        let mut buf = vec![0; 1000];
+        stop.in_scope(|| file.read_exact_at(200_000, &mut buf))
+            .unwrap();
+        assert!(buf == data[200_000..201_000]);
+        assert_eq!(refused.load(SeqCst), 3, "two refused, the third served");
+        assert_eq!(file.stats().retries, 2);
+        // Each pause is its backoff, shortened by jitter of at most half.
+        let slept = clock.slept();
+        let (least, most) = (Duration::from_secs(15), Duration::from_secs(30));
+        assert!(least <= slept && slept <= most, "{slept:?}");
+    }
 }

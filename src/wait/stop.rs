@@ -10,6 +10,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::{Cancel, POLL, Stopped, host, process_ending, spared_thread};
+use crate::clock::Clock;
 use crate::error::{Error, ErrorKind, Result};
 
 /// Whom a request works for.
@@ -46,6 +47,8 @@ pub(crate) struct Stop {
     /// When the host was last asked, in nanoseconds since [`epoch`] (or
     /// never: `u64::MAX`).
     asked: Arc<AtomicU64>,
+    /// The time its pauses are measured by: the system's, or a test's.
+    clock: Arc<dyn Clock>,
 }
 
 thread_local! {
@@ -72,7 +75,22 @@ impl Stop {
             closed: None,
             wanted: None,
             asked: Arc::new(AtomicU64::new(u64::MAX)),
+            clock: crate::clock::system(),
         }
+    }
+
+    /// This stop, its pauses measured by `clock` (a test's).
+    #[cfg(test)]
+    pub(crate) fn with_clock(&self, clock: Arc<dyn Clock>) -> Stop {
+        Stop {
+            clock,
+            ..self.clone()
+        }
+    }
+
+    /// The time now, by the stop's clock.
+    pub(crate) fn now(&self) -> Instant {
+        self.clock.now()
     }
 
     /// The stop of work beginning on this thread: what the code around it
@@ -243,15 +261,16 @@ impl Stop {
         Ok(())
     }
 
-    /// Sleeps until `until`, or until the work should stop (then an error).
+    /// Pauses until `until` by the stop's clock, or until the work should
+    /// stop (then an error), looking for a stop every [`POLL`].
     pub(crate) fn sleep_until(&self, until: Instant) -> Result<()> {
         loop {
             self.check()?;
-            let now = Instant::now();
+            let now = self.clock.now();
             if now >= until {
                 return Ok(());
             }
-            std::thread::sleep(super::slice_end(until) - now);
+            self.clock.sleep_until(until.min(now + POLL));
         }
     }
 
