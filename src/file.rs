@@ -160,14 +160,15 @@ impl RemoteFile {
     /// begins, from this handle's cancel, the file's close and what the
     /// caller declared ([`Cancel::run`]).
     fn waiting<T>(&self, work: impl FnOnce(&Stop) -> Result<T>) -> Result<T> {
-        self.engine.check_open()?;
-        wait::blocking(|stop| {
-            let stop = self.engine.stop_for_read(stop)?;
-            match &self.cancel {
-                Some(cancel) => work(&stop.watching(cancel)),
-                None => work(&stop),
-            }
-        })
+        let mut read = self.engine.stop_for_read(&Stop::here())?;
+        if let Some(cancel) = &self.cancel {
+            read = read.watching(cancel);
+        }
+        // Declared around the host's wait, which makes the read's stop from
+        // it: a stop the host asks for, the file's close and the handle's
+        // cancel all end the read, and tell the host its stop was not
+        // needed if the read ended well all the same.
+        read.in_scope(|| wait::blocking(work))
     }
 
     /// Closes the file, for this handle and every clone of it, as closing a

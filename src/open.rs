@@ -60,8 +60,6 @@ pub(crate) fn open_among(
     stop: &Stop,
 ) -> Result<RemoteFile> {
     builder.validate()?;
-    // One deadline for the open's every wait and request.
-    let stop = &stop.until(crate::wait::deadline::after(builder.read_timeout));
     let (request_url, url, service) = if s3::is_s3(text) {
         if let Some(why) = builder
             .headers
@@ -295,6 +293,9 @@ fn look_on_disk(
     if let Some(warm) = before.clone().and_then(|known| first_block(known, false)) {
         return Ok((Some(warm), None));
     }
+    // The wait for another process's first open has a read's time of its
+    // own; each request after it has its own again.
+    let stop = &stop.until(crate::wait::deadline::after(builder.read_timeout));
     for _ in 0..FIRST_OPEN_ROUNDS {
         let (lock, let_go) = match disk.claim_first_open(name, stop)? {
             FirstOpen::Ours(lock) => (Some(lock), false),

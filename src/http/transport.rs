@@ -531,11 +531,13 @@ impl Transport {
                 }
             }
             hops += 1;
-            let location = header::get(resp.headers(), LOCATION);
-            let next = self.rules.next_hop(hops, status, location, &url)?;
-            // Drained, so that its connection is reused.
+            let location = header::get(resp.headers(), LOCATION).map(str::to_owned);
+            // Drained, so that its connection is reused, whether or not the
+            // hop is taken.
             read_short_body(&mut resp);
-            url = next;
+            url = self
+                .rules
+                .next_hop(hops, status, location.as_deref(), &url)?;
         }
     }
 

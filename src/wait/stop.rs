@@ -4,9 +4,9 @@
 //! read path to the transport: every wait of the read asks it whether to go
 //! on, and its requests wait for connections in its [`Lane`].
 
-use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, OnceLock};
+use std::cell::{Cell, RefCell};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use super::{Cancel, POLL, Stopped, host, process_ending, spared_thread};
@@ -44,9 +44,6 @@ pub(crate) struct Stop {
     /// For a background fetch: set once a reader waits for one of its
     /// blocks; its requests then wait for connections as a read's.
     wanted: Option<Arc<AtomicBool>>,
-    /// When the host was last asked, in nanoseconds since [`epoch`] (or
-    /// never: `u64::MAX`).
-    asked: Arc<AtomicU64>,
     /// The time its pauses are measured by: the system's, or a test's.
     clock: Arc<dyn Clock>,
 }
@@ -57,6 +54,10 @@ thread_local! {
     /// where work begins ([`Stop::here`]), and by the socket waits of a
     /// request (a library's code between them carries no value of ours).
     static SCOPE: RefCell<Option<Stop>> = const { RefCell::new(None) };
+    /// When a stop asked the host on this thread last: asking may take the
+    /// interpreter's lock, so not at every read's first wait nor at every
+    /// chunk of a body.
+    static LAST_ASKED: Cell<Option<Instant>> = const { Cell::new(None) };
 }
 
 /// A year: the deadline of work that has none of its own yet.
@@ -74,7 +75,6 @@ impl Stop {
             lane,
             closed: None,
             wanted: None,
-            asked: Arc::new(AtomicU64::new(u64::MAX)),
             clock: crate::clock::system(),
         }
     }
@@ -95,12 +95,14 @@ impl Stop {
 
     /// The stop of work beginning on this thread: what the code around it
     /// declared ([`Cancel::run`], a background errand, a host's wait), else
-    /// a read's stopped by nothing but the process's end.
+    /// a read's stopped by nothing but the process's end. Its deadline is
+    /// not the declared work's: work that begins gets its own.
     pub(crate) fn here() -> Stop {
         let scope = SCOPE.try_with(|s| s.borrow().clone()).ok().flatten();
         match scope {
             Some(stop) => Stop {
                 spared: stop.spared || spared_thread(),
+                deadline: super::deadline::after(FAR),
                 ..stop
             },
             None => Stop::fresh(Lane::Read),
@@ -160,7 +162,6 @@ impl Stop {
         Stop {
             cancel: own.clone(),
             host_wait: Some(own),
-            asked: Arc::new(AtomicU64::new(u64::MAX)),
             ..self.clone()
         }
     }
@@ -220,16 +221,19 @@ impl Stop {
         None
     }
 
-    /// Whether the host was not asked for a while (asking may take the
-    /// interpreter's lock: not at every chunk of a body).
+    /// Whether the host was not asked on this thread for a while (asking
+    /// may take the interpreter's lock: not at every chunk of a body).
     fn time_to_ask(&self) -> bool {
-        let now = epoch().elapsed().as_nanos() as u64;
-        let last = self.asked.load(Relaxed);
-        let due = last == u64::MAX || now.saturating_sub(last) >= (POLL / 2).as_nanos() as u64;
-        due && self
-            .asked
-            .compare_exchange(last, now, Relaxed, Relaxed)
-            .is_ok()
+        let now = Instant::now();
+        LAST_ASKED
+            .try_with(|last| {
+                let due = last.get().is_none_or(|t| now.duration_since(t) >= POLL / 2);
+                if due {
+                    last.set(Some(now));
+                }
+                due
+            })
+            .unwrap_or(false)
     }
 
     /// An error if the work should stop: checked before each request,
@@ -303,10 +307,4 @@ pub(crate) fn socket_should_stop() -> bool {
         Some(stop) => stop.should_stop(),
         None => process_ending(false),
     }
-}
-
-/// The moment the stops' host clocks count from.
-fn epoch() -> Instant {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    *EPOCH.get_or_init(Instant::now)
 }
