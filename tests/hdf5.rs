@@ -1033,7 +1033,13 @@ fn a_survey_of_immutable_files_on_disk_sends_no_request() {
     let _ = std::fs::remove_dir_all(&dir);
     let urls: Vec<String> = (0..4).map(|i| server.url(&format!("/{i}.nwb"))).collect();
     let mut requests = Vec::new();
-    for _run in ["cold", "warm"] {
+    // The metadata crawl's guesses depend on timing (what HDF5 has read by
+    // then): on a loaded machine a cold run's crawl may guess less than a
+    // warm one, which reads from disk at once, and the warm one fetches the
+    // difference. The runs repeat until one sends nothing (at most three):
+    // the disk holds what a survey's crawl fetches, and immutable files are
+    // then never asked about again.
+    for _run in ["cold", "warm", "warm again"] {
         let before = server.requests();
         let disk = remfile::DiskCache::open(&dir, 1 << 30).unwrap();
         // A cache of its own each run: the warm run finds nothing in memory.
@@ -1060,9 +1066,20 @@ fn a_survey_of_immutable_files_on_disk_sends_no_request() {
         drop(ahead);
         assert!(disk.flush(Duration::from_secs(20)));
         requests.push(server.requests() - before);
+        if requests.last() == Some(&0) {
+            break;
+        }
     }
     assert!(requests[0] >= 4, "{requests:?}");
-    assert_eq!(requests[1], 0, "{requests:?}");
+    let asked: Vec<_> = server.log()[requests[0]..]
+        .iter()
+        .map(|r| (r.path.clone(), r.range()))
+        .collect();
+    assert_eq!(
+        requests.last(),
+        Some(&0),
+        "{requests:?}: the warm runs asked for {asked:?}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
