@@ -14,7 +14,7 @@
 //! | `serve` | serving a read: side store, memory cache, claim, copy out; reads straight into a buffer; many reads in one round |
 //! | `claim` | claiming a read's missing blocks (taking queued background fetches over), and serving the claim |
 //! | `background` | background fetches queued for the process's workers |
-//! | `tier` | the tiers below the memory cache, in order, behind one interface |
+//! | `tier`, `tiers` | the tiers below the memory cache behind one interface; a file's, in order |
 //! | `network` | the last tier: blocks and ranges from the [`RangeSource`] |
 //! | `fetch` | one fetch of a claim's blocks and what it costs; buffer helpers |
 //! | `plan`, `read_ahead` | what to fetch, as pure functions; the read-ahead's streams |
@@ -42,7 +42,8 @@ use queued::Queued;
 use range_source::RangeSource;
 use read_ahead::ReadAhead;
 use sink::Sink;
-use tier::{Tier, Tiers};
+use tier::Tier;
+use tiers::Tiers;
 
 mod background;
 mod claim;
@@ -62,6 +63,7 @@ pub(crate) mod sink;
 #[cfg(test)]
 pub(crate) mod tests;
 pub(crate) mod tier;
+mod tiers;
 
 pub(crate) use for_extension::{BackgroundWork, SideStoreSetup};
 
