@@ -25,7 +25,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let server =
                 remfile_testkit::RangeServer::new(std::fs::read(&path)?).with_hook(|_, reply| {
                     // A server 30 ms away.
-                    std::thread::sleep(Duration::from_millis(30));
+                    remfile_testkit::time::late(Duration::from_millis(30));
                     reply
                 });
             let _ = std::fs::remove_file(&path);

@@ -43,8 +43,7 @@ impl DiskTier {
 
     /// The length of block `index` (the file's last may be short).
     fn block_len(&self, index: u64) -> u64 {
-        let block = plan::block_bytes(index, self.block_size, self.size);
-        block.end - block.start
+        plan::block_len(index, self.block_size, self.size)
     }
 
     /// Hands block `index`, read from disk, to the fetch.

@@ -306,8 +306,7 @@ impl Engine {
 
     /// The length of block `index` (the file's last may be short).
     fn block_len(&self, index: u64) -> u64 {
-        let block = plan::block_bytes(index, self.options.block_size, self.identity.size);
-        block.end - block.start
+        plan::block_len(index, self.options.block_size, self.identity.size)
     }
 
     /// Fills `sink` with `range` of the file's version, from the network.

@@ -75,8 +75,7 @@ impl Network {
 
     /// The length of block `index` (the file's last may be short).
     fn block_len(&self, index: u64) -> u64 {
-        let block = plan::block_bytes(index, self.options.block_size, self.identity.size);
-        block.end - block.start
+        plan::block_len(index, self.options.block_size, self.identity.size)
     }
 
     /// Fetches the run of blocks `part` into buffers of their own (recycled

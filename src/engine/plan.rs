@@ -148,6 +148,12 @@ pub fn block_bytes(index: u64, block_size: u64, size: u64) -> Range<u64> {
     byte_range(&(index..index + 1), block_size, size)
 }
 
+/// The length of block `index` (see [`block_bytes`]).
+pub fn block_len(index: u64, block_size: u64, size: u64) -> u64 {
+    let block = block_bytes(index, block_size, size);
+    block.end - block.start
+}
+
 /// The byte runs of the read `pos..pos + len` that lie in blocks not
 /// cached: `cached[k]` says whether block `pos / block_size + k` is. A long
 /// read fetches these straight into its buffer and copies the rest out of
@@ -335,6 +341,7 @@ mod tests {
     fn byte_ranges_are_clamped_to_the_size() {
         assert_eq!(byte_range(&(2..4), 10, 35), 20..35);
         assert_eq!(byte_range(&(0..1), 10, 5), 0..5);
+        assert_eq!((block_len(3, 10, 35), block_len(0, 10, 5)), (5, 5));
     }
 
     proptest! {

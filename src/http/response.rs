@@ -123,10 +123,11 @@ pub(super) fn judge_open(
     conditional: bool,
 ) -> Result<OpenVerdict, Failure> {
     reject_encoded(headers)?;
-    let freshness = freshness_said(headers).unwrap_or_default();
+    let said = freshness_said(headers);
+    let freshness = said.unwrap_or_default();
     match status {
         304 if conditional => Ok(OpenVerdict::Unchanged {
-            freshness: freshness_said(headers),
+            freshness: said,
             etag: header::get(headers, ETAG).map(str::to_owned),
         }),
         206 => {

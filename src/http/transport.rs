@@ -257,29 +257,6 @@ impl Transport {
         })
     }
 
-    /// Fills `sink` with exactly `range` of the file identified by
-    /// `identity`, retrying as the policy allows and resuming from the first
-    /// byte missing. Returns the requests made in sequence.
-    pub fn fetch(
-        &self,
-        range: Range<u64>,
-        sink: &mut Sink<'_>,
-        identity: &Identity,
-        stop: &Stop,
-    ) -> Result<u32, Error> {
-        debug_assert_eq!(sink.len(), range.end - range.start);
-        let mut in_sequence = 0;
-        let result = self.with_retries(range.clone(), stop, &mut in_sequence, |t, mut at| {
-            let rest = range.start + sink.filled()..range.end;
-            let if_match = identity.strong_etag().map(Precondition::Match);
-            let (resp, url) = t.send(Want::Bytes(rest.clone()), if_match, &mut at)?;
-            t.fetch_response(resp, url, &rest, identity, sink, stop)
-        });
-        result
-            .map(|()| in_sequence)
-            .map_err(|e| self.scrubbed(e).with_url(&self.redacted).with_range(range))
-    }
-
     /// Waits, within what `stop` allows, for a connection the file's and the
     /// process's bounds allow (for the origin requests go to now), in the
     /// stop's lane; held while the request is in flight.
@@ -807,6 +784,9 @@ impl Transport {
 
 /// The engine's seam: the bytes of a range of one version of the file.
 impl RangeSource for Transport {
+    /// Fills `sink` with exactly `range` of the file identified by
+    /// `identity`, retrying as the policy allows and resuming from the first
+    /// byte missing. Returns the requests made in sequence.
     fn fetch(
         &self,
         range: Range<u64>,
@@ -814,7 +794,17 @@ impl RangeSource for Transport {
         identity: &Identity,
         stop: &Stop,
     ) -> Result<u32, Error> {
-        Transport::fetch(self, range, sink, identity, stop)
+        debug_assert_eq!(sink.len(), range.end - range.start);
+        let mut in_sequence = 0;
+        let result = self.with_retries(range.clone(), stop, &mut in_sequence, |t, mut at| {
+            let rest = range.start + sink.filled()..range.end;
+            let if_match = identity.strong_etag().map(Precondition::Match);
+            let (resp, url) = t.send(Want::Bytes(rest.clone()), if_match, &mut at)?;
+            t.fetch_response(resp, url, &rest, identity, sink, stop)
+        });
+        result
+            .map(|()| in_sequence)
+            .map_err(|e| self.scrubbed(e).with_url(&self.redacted).with_range(range))
     }
 
     fn redacted_url(&self) -> &str {
